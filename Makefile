@@ -1,0 +1,41 @@
+# Thin front over CMake. Every target installs missing build dependencies first (scripts/setup.sh).
+#
+#   make            build library, CLI, tests and benchmarks (Release) into build/
+#   make test       the whole test suite: ctest on the Release build, then again under ASan+UBSan
+#   make demo       generate a small two-shard NVFP4 checkpoint in demo/ and run `moq inspect` on it
+#   make asan       ASan+UBSan build and ctest only (build-asan/)
+#   make bench      build and run the benchmarks in bench/
+#   make install    cmake --install (PREFIX=/usr/local)
+#   make clean
+JOBS   ?= $(shell nproc)
+PREFIX ?= /usr/local
+CMAKE  := cmake
+
+.PHONY: all deps build test asan demo bench install clean
+all: build
+
+deps:
+	@scripts/setup.sh
+
+build: deps
+	@$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@$(CMAKE) --build build -j $(JOBS)
+
+test: build
+	@scripts/test.sh
+
+asan: deps
+	@scripts/test.sh --asan-only
+
+demo: build
+	@rm -rf demo && ./build/moq synth demo --algo NVFP4 --layers 2 --shards 2 >/dev/null
+	./build/moq inspect demo
+
+bench: build
+	@for b in build/bench_*; do echo "== $$b"; $$b; done
+
+install: build
+	@$(CMAKE) --install build --prefix $(PREFIX)
+
+clean:
+	rm -rf build build-asan demo

@@ -1,0 +1,234 @@
+/* moq.h — load NVIDIA ModelOpt quantized checkpoints and run them.
+ *
+ * If a symbol is not declared in this file it is not part of the API.
+ * Every function that can fail returns moq_status and, if `err` is not NULL, fills it.
+ * Every *_free accepts NULL. Strings returned are borrowed and live as long as the handle
+ * they came from. The library never prints and never exits; warnings that a caller may want
+ * to show are kept on the handle they concern (moq_checkpoint_warning).
+ *
+ * Shape notation used in comments: `u8 [N, K/2]` = row-major, N rows of K/2 bytes.
+ */
+#ifndef MOQ_H
+#define MOQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MOQ_BUILDING_LIBRARY)
+#define MOQ_API __attribute__((visibility("default")))
+#else
+#define MOQ_API
+#endif
+
+/* ---- version --------------------------------------------------------------------------------- */
+#define MOQ_VERSION_MAJOR 0
+#define MOQ_VERSION_MINOR 1
+#define MOQ_VERSION_PATCH 0
+MOQ_API uint32_t    moq_version(void);        /* == (MAJOR<<16 | MINOR<<8 | PATCH) */
+MOQ_API const char *moq_version_string(void); /* "0.1.0", static */
+
+/* ---- status and errors ----------------------------------------------------------------------- */
+typedef enum moq_status {   /* append only; never renumber. The CLI's exit code is this value. */
+    MOQ_OK = 0,
+    MOQ_ERR_INVALID_ARG,    /* 1: caller passed something impossible                   */
+    MOQ_ERR_IO,             /* 2: open/read/mmap/write failed                          */
+    MOQ_ERR_FORMAT,         /* 3: a file is malformed (safetensors, JSON)              */
+    MOQ_ERR_CONFIG,         /* 4: JSON is valid but says something inconsistent        */
+    MOQ_ERR_TENSOR,         /* 5: tensor missing, wrong dtype or wrong shape, bad value */
+    MOQ_ERR_UNSUPPORTED,    /* 6: valid, but no kernel/device can run it               */
+    MOQ_ERR_NOMEM,          /* 7: an allocation failed or a resource bound was hit     */
+    MOQ_ERR_DEVICE,         /* 8: CUDA runtime error                                   */
+    MOQ_ERR_INTERNAL,       /* 9: a bug in moq: please report with src_file/src_line   */
+    MOQ_STATUS_COUNT
+} moq_status;
+
+typedef struct moq_error {
+    moq_status  code;
+    char        where[256]; /* file, tensor or layer the error is about ("" if none)          */
+    char        msg[512];   /* what was found and what was expected; lower case, no period */
+    const char *src_file;   /* moq source location, for bug reports                        */
+    int         src_line;
+} moq_error;
+
+/* Static name of a status ("MOQ_ERR_FORMAT"), never NULL. */
+MOQ_API const char *moq_status_str(moq_status s);
+/* One-line meaning of a status, never NULL. */
+MOQ_API const char *moq_status_meaning(moq_status s);
+/* Writes "where: msg" (or "msg" when where is empty) into buf; returns snprintf's length. */
+MOQ_API int moq_error_format(const moq_error *e, char *buf, size_t n);
+
+/* ---- bit formats ----------------------------------------------------------------------------- */
+/* Element encodings of quantized values and scales (src/format/format.c holds one row each). */
+typedef enum moq_elem {
+    MOQ_ELEM_NONE = 0,
+    MOQ_ELEM_F32,
+    MOQ_ELEM_BF16,
+    MOQ_ELEM_F16,
+    MOQ_ELEM_E4M3,  /* float8_e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448      */
+    MOQ_ELEM_E8M0,  /* float8_e8m0fnu: 2^(c-127), 0xFF = NaN, no zero, no sign        */
+    MOQ_ELEM_E2M1,  /* float4_e2m1fn: {0,.5,1,1.5,2,3,4,6}, two per byte, low nibble first */
+    MOQ_ELEM_COUNT
+} moq_elem;
+
+/* Rounding/overflow mode of an encoder. Which reference each matches is in docs/FORMATS.md and
+ * the table in src/format/format.c; tests/unit/test_format_golden.c checks each claim. */
+typedef enum moq_round {
+    MOQ_ROUND_RNE = 0,   /* round to nearest even, overflow as the reference cast does:
+                            e4m3: |x| > 464 and ±inf -> NaN (torch CPU/CUDA, ml_dtypes);
+                            e8m0: nearest power of two, ties up, overflow -> NaN, sign ignored
+                                  (torch; ml_dtypes agrees on positive inputs);
+                            bf16/f16: IEEE RNE, overflow -> ±inf (torch)                        */
+    MOQ_ROUND_RNE_SAT,   /* round to nearest even, saturate to ±max, NaN stays NaN:
+                            e4m3: clamp ±448 then cast (every quantizer, cvt.rn.satfinite);
+                            e2m1: ±6 (ml_dtypes, ModelOpt, cvt.rn.satfinite.e2m1x2)             */
+    MOQ_ROUND_UP_SAT,    /* e8m0 only: ceil to a power of two of |x|, saturating at 2^127, NaN ->
+                            0xFF (CUDA cvt.rp.satfinite.ue8m0x2: MX scale selection)            */
+    MOQ_ROUND_COUNT
+} moq_round;
+
+/* Name ("e4m3"), bits per element, largest finite value (0 for e8m0: see FORMATS.md). */
+MOQ_API const char *moq_elem_name(moq_elem e);
+MOQ_API int         moq_elem_bits(moq_elem e);
+
+/* Bulk conversion, f32 -> codes. For E2M1 `out` holds (n+1)/2 bytes, element 2i in the low nibble.
+ * `n_threads` <= 0 uses all. Chooses the widest vector path the CPU and OS support (cpuid+xgetbv).
+ * Unsupported (elem, mode) pairs return MOQ_ERR_INVALID_ARG. */
+MOQ_API moq_status moq_elem_encode_f32(moq_elem e, moq_round mode, const float *in, void *out,
+                                       size_t n, int n_threads, moq_error *err);
+/* Bulk conversion, codes -> f32 (exact for every format here). */
+MOQ_API moq_status moq_elem_decode_f32(moq_elem e, const void *in, float *out, size_t n,
+                                       int n_threads, moq_error *err);
+
+/* ---- CPU features ---------------------------------------------------------------------------- */
+enum {
+    MOQ_CPU_AVX2      = 1u << 0, /* avx2 + fma + f16c, with OS support for ymm state          */
+    MOQ_CPU_AVX512    = 1u << 1, /* avx512 f+bw+dq+vl, with OS support for zmm/opmask state   */
+    MOQ_CPU_AVX512VNNI = 1u << 2,
+    MOQ_CPU_AVX512BF16 = 1u << 3,
+};
+/* Features detected (cpuid + xgetbv) and allowed (MOQ_CPU_MASK env var, e.g. "0" forces the
+ * portable path, "1" allows AVX2 only). Computed once; thread-safe. */
+MOQ_API uint32_t    moq_cpu_features(void);
+MOQ_API const char *moq_cpu_features_str(void); /* "avx2 avx512 avx512vnni avx512bf16" */
+
+/* ---- tensors --------------------------------------------------------------------------------- */
+typedef enum moq_dtype {  /* safetensors dtype strings, one row each in io/safetensors.c */
+    MOQ_DT_BOOL = 0, MOQ_DT_U8, MOQ_DT_I8, MOQ_DT_I16, MOQ_DT_U16, MOQ_DT_F16, MOQ_DT_BF16,
+    MOQ_DT_I32, MOQ_DT_U32, MOQ_DT_F32, MOQ_DT_F64, MOQ_DT_I64, MOQ_DT_U64,
+    MOQ_DT_F8_E4M3, MOQ_DT_F8_E5M2, MOQ_DT_F8_E8M0, MOQ_DT_F4,
+    MOQ_DT_COUNT
+} moq_dtype;
+
+MOQ_API const char *moq_dtype_name(moq_dtype d);  /* "F8_E4M3" */
+MOQ_API int         moq_dtype_bits(moq_dtype d);  /* 4 for F4, 8 for U8, ... */
+
+#define MOQ_MAX_DIMS 8
+
+/* A view of one tensor inside a mapped shard. `data` is borrowed from the checkpoint. */
+typedef struct moq_tensor {
+    const char *name;
+    moq_dtype   dtype;
+    int         ndim;                  /* 0 = scalar */
+    int64_t     shape[MOQ_MAX_DIMS];
+    uint64_t    nelem;
+    uint64_t    nbytes;
+    const void *data;                  /* NULL only for a zero-byte tensor */
+    int         shard;                 /* index into moq_checkpoint_shard_name */
+} moq_tensor;
+
+/* ---- checkpoints ----------------------------------------------------------------------------- */
+typedef struct moq_checkpoint moq_checkpoint; /* opaque: an opened HF checkpoint directory */
+
+/* Architecture fields of config.json (text_config is used when the top level lacks them).
+ * Integers are 0 and strings "" where the file does not say. */
+typedef struct moq_arch {
+    char    architecture[96];      /* architectures[0]                      */
+    char    model_type[64];
+    char    torch_dtype[16];       /* torch_dtype or dtype: "bfloat16" ...   */
+    int64_t hidden_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads;   /* defaults to num_attention_heads        */
+    int64_t head_dim;              /* defaults to hidden_size / heads        */
+    int64_t intermediate_size;
+    int64_t moe_intermediate_size;
+    int64_t num_experts;           /* num_experts / num_local_experts / n_routed_experts */
+    int64_t num_experts_per_tok;
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double  rope_theta;
+    char    rope_scaling_type[32]; /* rope_scaling.rope_type or .type; "" when none */
+    double  rope_scaling_factor;
+    double  rms_norm_eps;
+    bool    tie_word_embeddings;
+} moq_arch;
+
+typedef struct moq_checkpoint_opts {
+    bool require_config;   /* config.json must exist (default true for directories)  */
+    int  reserved[8];
+} moq_checkpoint_opts;
+MOQ_API moq_checkpoint_opts moq_checkpoint_opts_default(void);
+
+/* Opens `path`: a checkpoint directory (config.json, hf_quant_config.json, and either
+ * model.safetensors.index.json + shards, model.safetensors, or *.safetensors), or a single
+ * .safetensors file. Maps every shard read-only and validates every header; reads no tensor data.
+ * opts may be NULL. On failure *out is NULL and err names the file or tensor. */
+MOQ_API moq_status moq_checkpoint_open(moq_checkpoint **out, const char *path,
+                                       const moq_checkpoint_opts *opts, moq_error *err);
+MOQ_API void       moq_checkpoint_free(moq_checkpoint *c);
+
+MOQ_API const char *moq_checkpoint_path(const moq_checkpoint *c);
+MOQ_API int         moq_checkpoint_shard_count(const moq_checkpoint *c);
+MOQ_API const char *moq_checkpoint_shard_name(const moq_checkpoint *c, int i); /* relative name */
+MOQ_API uint64_t    moq_checkpoint_shard_size(const moq_checkpoint *c, int i); /* file bytes    */
+MOQ_API int         moq_checkpoint_shard_tensor_count(const moq_checkpoint *c, int i);
+/* Number of tensors, in a stable order (by shard, then by data offset). */
+MOQ_API size_t      moq_checkpoint_tensor_count(const moq_checkpoint *c);
+MOQ_API const moq_tensor *moq_checkpoint_tensor_at(const moq_checkpoint *c, size_t i);
+/* Lookup by exact name in constant time; NULL when absent. */
+MOQ_API const moq_tensor *moq_checkpoint_tensor(const moq_checkpoint *c, const char *name);
+/* config.json fields; NULL when the checkpoint has no config.json. */
+MOQ_API const moq_arch   *moq_checkpoint_arch(const moq_checkpoint *c);
+/* Raw JSON text of a file in the checkpoint ("config.json", "hf_quant_config.json", ...) or NULL. */
+MOQ_API const char       *moq_checkpoint_json_text(const moq_checkpoint *c, const char *file);
+/* Safetensors __metadata__ of shard i: count and key/value pairs. */
+MOQ_API int         moq_checkpoint_metadata_count(const moq_checkpoint *c, int shard);
+MOQ_API bool        moq_checkpoint_metadata_at(const moq_checkpoint *c, int shard, int i,
+                                               const char **key, const char **value);
+/* Warnings collected while opening (never errors): e.g. a tensor in a shard that the index omits. */
+MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
+MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
+
+/* ---- checkpoint writer ----------------------------------------------------------------------- */
+/* Writes a Hugging Face checkpoint directory: safetensors shards (+ index when more than one) and
+ * JSON side files. Tensor data is borrowed until moq_writer_finish. Files are written to
+ * temporary names and renamed only when all of them are complete: a failure leaves no partial
+ * file behind. Not thread-safe. */
+typedef struct moq_writer moq_writer;
+
+MOQ_API moq_status moq_writer_create(moq_writer **out, const char *dir, moq_error *err);
+MOQ_API void       moq_writer_free(moq_writer *w);
+/* Adds a tensor; shape has ndim entries (0 = scalar). nbytes must match shape × dtype. */
+MOQ_API moq_status moq_writer_add(moq_writer *w, const char *name, moq_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data, uint64_t nbytes,
+                                  moq_error *err);
+/* Adds a __metadata__ entry (written into every shard). */
+MOQ_API moq_status moq_writer_metadata(moq_writer *w, const char *key, const char *value,
+                                       moq_error *err);
+/* Adds a side file (config.json, hf_quant_config.json, tokenizer.json, ...) with the given text. */
+MOQ_API moq_status moq_writer_file(moq_writer *w, const char *name, const char *text,
+                                   moq_error *err);
+/* Writes everything. n_shards >= 1: tensors are split in insertion order into n_shards files of
+ * about equal size, named model-0000i-of-0000n.safetensors, with model.safetensors.index.json;
+ * n_shards == 1 writes model.safetensors. */
+MOQ_API moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOQ_H */

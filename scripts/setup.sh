@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# setup.sh — install what building and testing moq needs, only what is missing (Debian, as root).
+#
+#   build:  gcc, make, cmake (>= 3.25), pkg-config, libcjson-dev, libgomp (gcc), libcmocka-dev
+#   bench:  libopenblas-dev (baseline sgemm only; moq itself never links it)
+#   fuzz:   clang (optional: `make fuzz`)
+set -euo pipefail
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in gcc make cmake pkg-config libcjson-dev libcmocka-dev libopenblas-dev "$@"; do
+  have_pkg "$p" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null || true
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,178 @@
+/* cmd_inspect.c — `moq inspect PATH [--json]`: architecture, shards, tensors by dtype, and the
+ * quantization sections found (raw, as written). PATH is a checkpoint directory or one
+ * .safetensors file. On a bad checkpoint: one "moq: where: message" line, exit = status. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cmd_inspect_help(FILE *out) {
+    fprintf(out,
+            "usage: moq inspect PATH [--json]\n\n"
+            "Opens a checkpoint directory (config.json, hf_quant_config.json, safetensors shards) or a single\n"
+            ".safetensors file, validates every header, and prints: the architecture from config.json, the\n"
+            "shards, the tensor count and bytes per dtype, and the quantization sections found (raw values).\n"
+            "No tensor data is read.\n\n"
+            "  --json   print the same as one JSON object on stdout\n");
+}
+
+/* The raw quantization fields of hf_quant_config.json ("quantization" object) and of config.json's
+ * quantization_config, as written; NULL when absent or not an object. */
+static cJSON *quant_sections(const moq_checkpoint *c) {
+    cJSON *out = cJSON_CreateObject();
+    static const char *const keys[] = {"quant_method", "quant_algo", "kv_cache_quant_algo", "moe_quant_algo", "group_size"};
+    const char *text = moq_checkpoint_json_text(c, "hf_quant_config.json");
+    if (text) {
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization");
+        cJSON *o = cJSON_AddObjectToObject(out, "hf_quant_config.json");
+        const cJSON *prod = cJSON_GetObjectItemCaseSensitive(j, "producer");
+        const cJSON *pn = cJSON_GetObjectItemCaseSensitive(prod, "name"), *pv = cJSON_GetObjectItemCaseSensitive(prod, "version");
+        if (cJSON_IsString(pn)) cJSON_AddStringToObject(o, "producer", pn->valuestring);
+        if (cJSON_IsString(pv)) cJSON_AddStringToObject(o, "producer_version", pv->valuestring);
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, keys[i]);
+            if (v) cJSON_AddItemToObject(o, keys[i], cJSON_Duplicate(v, 1));
+        }
+        const cJSON *ex = cJSON_GetObjectItemCaseSensitive(q, "exclude_modules");
+        if (cJSON_IsArray(ex)) cJSON_AddNumberToObject(o, "exclude_modules", cJSON_GetArraySize(ex));
+        const cJSON *ql = cJSON_GetObjectItemCaseSensitive(q, "quantized_layers");
+        if (cJSON_IsObject(ql)) cJSON_AddNumberToObject(o, "quantized_layers", cJSON_GetArraySize(ql));
+        cJSON_Delete(j);
+    }
+    text = moq_checkpoint_json_text(c, "config.json");
+    if (text) {
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+        if (cJSON_IsObject(q)) {
+            cJSON *o = cJSON_AddObjectToObject(out, "config.json");
+            for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, keys[i]);
+                if (v) cJSON_AddItemToObject(o, keys[i], cJSON_Duplicate(v, 1));
+            }
+            const cJSON *kv = cJSON_GetObjectItemCaseSensitive(q, "kv_cache_scheme");
+            if (kv) cJSON_AddItemToObject(o, "kv_cache_scheme", cJSON_Duplicate(kv, 1));
+            const cJSON *ig = cJSON_GetObjectItemCaseSensitive(q, "ignore");
+            if (cJSON_IsArray(ig)) cJSON_AddNumberToObject(o, "ignore", cJSON_GetArraySize(ig));
+        }
+        cJSON_Delete(j);
+    }
+    return out;
+}
+
+static cJSON *arch_json(const moq_arch *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "architecture", a->architecture);
+    cJSON_AddStringToObject(o, "model_type", a->model_type);
+    cJSON_AddStringToObject(o, "dtype", a->torch_dtype);
+#define I(k) cJSON_AddNumberToObject(o, #k, (double)a->k)
+    I(hidden_size); I(num_hidden_layers); I(num_attention_heads); I(num_key_value_heads); I(head_dim);
+    I(intermediate_size); I(moe_intermediate_size); I(num_experts); I(num_experts_per_tok); I(vocab_size);
+    I(max_position_embeddings); I(rope_theta); I(rms_norm_eps);
+#undef I
+    cJSON_AddStringToObject(o, "rope_scaling_type", a->rope_scaling_type);
+    cJSON_AddNumberToObject(o, "rope_scaling_factor", a->rope_scaling_factor);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", a->tie_word_embeddings);
+    return o;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    int json = 0, ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "j", opts, NULL)) != -1) {
+        if (ch == 'j') json = 1;
+        else return cli_usage_error("inspect", "unknown option");
+    }
+    if (optind != argc - 1) return cli_usage_error("inspect", "expected one PATH");
+    const char *path = argv[optind];
+
+    moq_error err = {0};
+    moq_checkpoint *c = NULL;
+    if (moq_checkpoint_open(&c, path, NULL, &err) != MOQ_OK) return cli_report(&err);
+
+    unsigned long long dt_bytes[MOQ_DT_COUNT] = {0}, total = 0;
+    size_t dt_count[MOQ_DT_COUNT] = {0};
+    const size_t nt = moq_checkpoint_tensor_count(c);
+    for (size_t i = 0; i < nt; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, i);
+        dt_bytes[t->dtype] += t->nbytes;
+        dt_count[t->dtype]++;
+        total += t->nbytes;
+    }
+    const moq_arch *a = moq_checkpoint_arch(c);
+    cJSON *quant = quant_sections(c);
+    char b1[32];
+
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", path);
+        if (a) cJSON_AddItemToObject(o, "architecture", arch_json(a));
+        cJSON *sh = cJSON_AddArrayToObject(o, "shards");
+        for (int i = 0; i < moq_checkpoint_shard_count(c); i++) {
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddStringToObject(s, "name", moq_checkpoint_shard_name(c, i));
+            cJSON_AddNumberToObject(s, "tensors", moq_checkpoint_shard_tensor_count(c, i));
+            cJSON_AddNumberToObject(s, "bytes", (double)moq_checkpoint_shard_size(c, i));
+            cJSON_AddItemToArray(sh, s);
+        }
+        cJSON_AddNumberToObject(o, "tensors", (double)nt);
+        cJSON_AddNumberToObject(o, "tensor_bytes", (double)total);
+        cJSON *dts = cJSON_AddObjectToObject(o, "dtypes");
+        for (int d = 0; d < MOQ_DT_COUNT; d++) {
+            if (!dt_count[d]) continue;
+            cJSON *e = cJSON_AddObjectToObject(dts, moq_dtype_name((moq_dtype)d));
+            cJSON_AddNumberToObject(e, "tensors", (double)dt_count[d]);
+            cJSON_AddNumberToObject(e, "bytes", (double)dt_bytes[d]);
+        }
+        cJSON_AddItemToObject(o, "quantization", quant);
+        quant = NULL;
+        cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+        for (int i = 0; i < moq_checkpoint_warning_count(c); i++)
+            cJSON_AddItemToArray(w, cJSON_CreateString(moq_checkpoint_warning(c, i)));
+        char *s = cJSON_Print(o);
+        printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("checkpoint   %s  (%d shard%s, %zu tensors, %s)\n", path, moq_checkpoint_shard_count(c),
+               moq_checkpoint_shard_count(c) == 1 ? "" : "s", nt, cli_bytes(total, b1, sizeof b1));
+        if (a) {
+            printf("architecture %s (%s), dtype %s\n", a->architecture[0] ? a->architecture : "(none)",
+                   a->model_type[0] ? a->model_type : "?", a->torch_dtype[0] ? a->torch_dtype : "?");
+            printf("             hidden %lld, layers %lld, heads %lld (kv %lld, head_dim %lld), intermediate %lld, vocab %lld\n",
+                   (long long)a->hidden_size, (long long)a->num_hidden_layers, (long long)a->num_attention_heads,
+                   (long long)a->num_key_value_heads, (long long)a->head_dim, (long long)a->intermediate_size,
+                   (long long)a->vocab_size);
+            if (a->num_experts)
+                printf("             experts %lld (top-%lld, moe intermediate %lld)\n", (long long)a->num_experts,
+                       (long long)a->num_experts_per_tok, (long long)a->moe_intermediate_size);
+            printf("             rope theta %g%s%s, context %lld, tied embeddings %s\n", a->rope_theta,
+                   a->rope_scaling_type[0] ? ", scaling " : "", a->rope_scaling_type, (long long)a->max_position_embeddings,
+                   a->tie_word_embeddings ? "yes" : "no");
+        }
+        if (!quant->child) printf("quantization none found (no hf_quant_config.json, no quantization_config)\n");
+        for (const cJSON *s = quant->child; s; s = s->next) {
+            printf("quantization %-22s", s->string);
+            for (const cJSON *f = s->child; f; f = f->next) {
+                char *v = cJSON_PrintUnformatted(f);
+                printf(" %s=%s", f->string, v);
+                cJSON_free(v);
+            }
+            printf("\n");
+        }
+        printf("shards\n");
+        for (int i = 0; i < moq_checkpoint_shard_count(c); i++)
+            printf("  %-40s %6d tensors  %s\n", moq_checkpoint_shard_name(c, i), moq_checkpoint_shard_tensor_count(c, i),
+                   cli_bytes(moq_checkpoint_shard_size(c, i), b1, sizeof b1));
+        printf("tensors by dtype\n");
+        for (int d = 0; d < MOQ_DT_COUNT; d++)
+            if (dt_count[d])
+                printf("  %-8s %6zu tensors  %s\n", moq_dtype_name((moq_dtype)d), dt_count[d], cli_bytes(dt_bytes[d], b1, sizeof b1));
+        for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));
+    }
+    cJSON_Delete(quant);
+    moq_checkpoint_free(c);
+    return 0;
+}

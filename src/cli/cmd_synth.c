@@ -1,0 +1,235 @@
+/* cmd_synth.c — `moq synth DIR [--algo A] ...`: write a small synthetic Llama-shaped checkpoint the
+ * way ModelOpt exports one (deterministic random bf16 weights, quantized with quant/export_ref.c),
+ * so the demo and the tests need no download. */
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "format/format.h"
+#include "quant/export_ref.h"
+
+void cmd_synth_help(FILE *out) {
+    fprintf(out,
+            "usage: moq synth DIR [--algo NVFP4|FP8|BF16] [--layers L] [--hidden H] [--inter I] [--heads A]\n"
+            "                     [--kv-heads KV] [--vocab V] [--shards S] [--seed N]\n\n"
+            "Writes a LlamaForCausalLM checkpoint with deterministic random weights into DIR (created if\n"
+            "missing): config.json (with quantization_config), hf_quant_config.json, and S safetensors\n"
+            "shards (+ model.safetensors.index.json when S > 1). Linear layers are quantized as ModelOpt's\n"
+            "exporter does (NUMERICS.md §2.3, §5.1); q/k/v and gate/up share their global scales; embeddings,\n"
+            "norms and lm_head stay BF16 (lm_head is excluded). Defaults: NVFP4, 2 layers, hidden 256,\n"
+            "inter 512, 4 heads, 2 kv heads, vocab 512, 1 shard, seed 1.\n");
+}
+
+typedef struct synth {
+    moq_writer *w;
+    void      **bufs;    /* everything the writer borrows until finish */
+    size_t      n_bufs;
+    uint64_t    rng;
+    const char *algo;
+} synth;
+
+static void *keep(synth *s, size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    void **b = p ? realloc(s->bufs, (s->n_bufs + 1) * sizeof *b) : NULL;
+    if (!b) {
+        free(p);
+        return NULL;
+    }
+    s->bufs = b;
+    b[s->n_bufs++] = p;
+    return p;
+}
+
+static double uniform(uint64_t *st) { /* splitmix64 -> [0, 1) */
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+/* Approximately normal(0, std) values, rounded to bf16 (the model dtype). */
+static void fill_bf16_values(synth *s, float *x, size_t n, double std) {
+    for (size_t i = 0; i < n; i++) {
+        double g = uniform(&s->rng) + uniform(&s->rng) + uniform(&s->rng) - 1.5; /* var 1/4 */
+        x[i] = moq_bf16_decode(moq_bf16_encode_rne((float)(2.0 * g * std)));
+    }
+}
+
+static moq_status add_bf16(synth *s, const char *name, int ndim, const int64_t *shape, double std, double mean,
+                           moq_error *err) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    float *tmp = malloc(n * sizeof *tmp);
+    uint16_t *h = keep(s, n * 2);
+    if (!tmp || !h) {
+        free(tmp);
+        return MOQ_ERR_NOMEM;
+    }
+    fill_bf16_values(s, tmp, n, std);
+    for (size_t i = 0; i < n; i++) h[i] = moq_bf16_encode_rne(tmp[i] + (float)mean);
+    free(tmp);
+    return moq_writer_add(s->w, name, MOQ_DT_BF16, ndim, shape, h, n * 2, err);
+}
+
+static moq_status add_scalar(synth *s, const char *name, float v, moq_error *err) {
+    float *p = keep(s, 4);
+    if (!p) return MOQ_ERR_NOMEM;
+    *p = v;
+    return moq_writer_add(s->w, name, MOQ_DT_F32, 0, NULL, p, 4, err);
+}
+
+/* A fused group (q/k/v or gate/up): shards share the weight amax and the input scale. */
+static moq_status add_group(synth *s, const char *prefix, const char *const *names, const int64_t *ns, int count,
+                            int64_t K, moq_error *err) {
+    float *w[4] = {0};
+    float amax = 0;
+    moq_status st = MOQ_OK;
+    for (int i = 0; i < count; i++) {
+        w[i] = malloc((size_t)(ns[i] * K) * sizeof(float));
+        if (!w[i]) { st = MOQ_ERR_NOMEM; goto done; }
+        fill_bf16_values(s, w[i], (size_t)(ns[i] * K), 1.0 / sqrt((double)K));
+        float a = moq_amax_f32(w[i], (size_t)(ns[i] * K));
+        if (a > amax) amax = a;
+    }
+    const float act_amax = 4.0f; /* calibrated activation amax of the synthetic model */
+    for (int i = 0; i < count && st == MOQ_OK; i++) {
+        char nm[256];
+        const int64_t N = ns[i];
+        if (strcmp(s->algo, "NVFP4") == 0) {
+            uint8_t *q = keep(s, (size_t)(N * K / 2)), *sf = keep(s, (size_t)(N * K / 16));
+            float ws2;
+            if (!q || !sf) { st = MOQ_ERR_NOMEM; break; }
+            moq_export_nvfp4_weight(w[i], (size_t)N, (size_t)K, amax, q, sf, &ws2);
+            const int64_t sq[2] = {N, K / 2}, ss[2] = {N, K / 16};
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
+            if ((st = moq_writer_add(s->w, nm, MOQ_DT_U8, 2, sq, q, (uint64_t)(N * K / 2), err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
+            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (uint64_t)(N * K / 16), err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.weight_scale_2", prefix, names[i]);
+            if ((st = add_scalar(s, nm, ws2, err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
+            if ((st = add_scalar(s, nm, act_amax / 2688.0f, err))) break;
+        } else if (strcmp(s->algo, "FP8") == 0) {
+            uint8_t *q = keep(s, (size_t)(N * K));
+            float sc;
+            if (!q) { st = MOQ_ERR_NOMEM; break; }
+            moq_export_fp8_tensor_weight(w[i], (size_t)N, (size_t)K, -1.0f, 1, q, &sc);
+            const int64_t sq[2] = {N, K};
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
+            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, sq, q, (uint64_t)(N * K), err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
+            if ((st = add_scalar(s, nm, sc, err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
+            if ((st = add_scalar(s, nm, act_amax / 448.0f, err))) break;
+        } else {
+            uint16_t *h = keep(s, (size_t)(N * K) * 2);
+            if (!h) { st = MOQ_ERR_NOMEM; break; }
+            for (size_t j = 0; j < (size_t)(N * K); j++) h[j] = moq_bf16_encode_rne(w[i][j]);
+            const int64_t sq[2] = {N, K};
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
+            st = moq_writer_add(s->w, nm, MOQ_DT_BF16, 2, sq, h, (uint64_t)(N * K * 2), err);
+        }
+    }
+done:
+    for (int i = 0; i < count; i++) free(w[i]);
+    return st;
+}
+
+int cmd_synth(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"algo", required_argument, NULL, 'a'},   {"layers", required_argument, NULL, 'l'},
+        {"hidden", required_argument, NULL, 'H'}, {"inter", required_argument, NULL, 'I'},
+        {"heads", required_argument, NULL, 'h'},  {"kv-heads", required_argument, NULL, 'k'},
+        {"vocab", required_argument, NULL, 'v'},  {"shards", required_argument, NULL, 's'},
+        {"seed", required_argument, NULL, 'S'},   {NULL, 0, NULL, 0}};
+    const char *algo = "NVFP4";
+    long layers = 2, H = 256, I = 512, heads = 4, kvh = 2, V = 512, shards = 1, seed = 1;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        long v = optarg ? strtol(optarg, &end, 10) : 0;
+        bool num_ok = optarg && end && *end == '\0' && v > 0 && v <= (1L << 20);
+        switch (ch) {
+        case 'a': algo = optarg; break;
+        case 'l': case 'H': case 'I': case 'h': case 'k': case 'v': case 's': case 'S':
+            if (!num_ok) return cli_usage_error("synth", "--%s needs a positive integer, got \"%s\"",
+                                                ch == 'l' ? "layers" : ch == 'H' ? "hidden" : ch == 'I' ? "inter" : ch == 'h' ? "heads"
+                                                : ch == 'k' ? "kv-heads" : ch == 'v' ? "vocab" : ch == 's' ? "shards" : "seed", optarg);
+            if (ch == 'l') layers = v; else if (ch == 'H') H = v; else if (ch == 'I') I = v; else if (ch == 'h') heads = v;
+            else if (ch == 'k') kvh = v; else if (ch == 'v') V = v; else if (ch == 's') shards = v; else seed = v;
+            break;
+        default: return cli_usage_error("synth", "unknown option");
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error("synth", "expected one DIR");
+    if (strcmp(algo, "NVFP4") && strcmp(algo, "FP8") && strcmp(algo, "BF16"))
+        return cli_usage_error("synth", "--algo \"%s\" is not one of NVFP4, FP8, BF16", algo);
+    if (H % heads || heads % kvh || H % 16 || I % 16)
+        return cli_usage_error("synth", "hidden %ld must divide by heads %ld and 16, heads by kv-heads %ld, inter %ld by 16", H, heads, kvh, I);
+    const char *dir = argv[optind];
+    const long hd = H / heads;
+
+    synth s = {.rng = (uint64_t)seed, .algo = algo};
+    moq_error err = {0};
+    moq_status st = moq_writer_create(&s.w, dir, &err);
+    if (st) return cli_report(&err);
+    char nm[256];
+    const int64_t ev[2] = {V, H}, hv[1] = {H};
+    if (!st) st = add_bf16(&s, "model.embed_tokens.weight", 2, ev, 0.02, 0, &err);
+    for (long l = 0; l < layers && !st; l++) {
+        char pre[128];
+        snprintf(nm, sizeof nm, "model.layers.%ld.input_layernorm.weight", l);
+        if ((st = add_bf16(&s, nm, 1, hv, 0.05, 1.0, &err))) break;
+        snprintf(pre, sizeof pre, "model.layers.%ld.self_attn", l);
+        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+        const int64_t nqkv[3] = {heads * hd, kvh * hd, kvh * hd};
+        if ((st = add_group(&s, pre, qkv, nqkv, 3, H, &err))) break;
+        static const char *const o[1] = {"o_proj"};
+        const int64_t no[1] = {H};
+        if ((st = add_group(&s, pre, o, no, 1, heads * hd, &err))) break;
+        snprintf(nm, sizeof nm, "model.layers.%ld.post_attention_layernorm.weight", l);
+        if ((st = add_bf16(&s, nm, 1, hv, 0.05, 1.0, &err))) break;
+        snprintf(pre, sizeof pre, "model.layers.%ld.mlp", l);
+        static const char *const gu[2] = {"gate_proj", "up_proj"};
+        const int64_t ngu[2] = {I, I};
+        if ((st = add_group(&s, pre, gu, ngu, 2, H, &err))) break;
+        static const char *const dn[1] = {"down_proj"};
+        if ((st = add_group(&s, pre, dn, hv, 1, I, &err))) break;
+    }
+    if (!st) st = add_bf16(&s, "model.norm.weight", 1, hv, 0.05, 1.0, &err);
+    if (!st) st = add_bf16(&s, "lm_head.weight", 2, ev, 0.02, 0, &err);
+
+    char cfg[4096], hq[1024], qc[1024];
+    const bool quant = strcmp(algo, "BF16") != 0;
+    const char *gs = strcmp(algo, "NVFP4") == 0 ? ", \"group_size\": 16" : "";
+    snprintf(hq, sizeof hq,
+             "{\n  \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"},\n  \"quantization\": {\n"
+             "    \"quant_algo\": \"%s\",\n    \"kv_cache_quant_algo\": null%s,\n    \"exclude_modules\": [\"lm_head\"]\n  }\n}\n",
+             algo, gs);
+    snprintf(qc, sizeof qc, ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"%s\"%s, "
+             "\"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"], \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}}",
+             algo, gs);
+    snprintf(cfg, sizeof cfg,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"torch_dtype\": \"bfloat16\",\n"
+             "  \"hidden_size\": %ld,\n  \"intermediate_size\": %ld,\n  \"num_hidden_layers\": %ld,\n"
+             "  \"num_attention_heads\": %ld,\n  \"num_key_value_heads\": %ld,\n  \"head_dim\": %ld,\n  \"vocab_size\": %ld,\n"
+             "  \"max_position_embeddings\": 2048,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 10000.0,\n"
+             "  \"rope_scaling\": null,\n  \"tie_word_embeddings\": false,\n  \"hidden_act\": \"silu\",\n"
+             "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2%s\n}\n",
+             H, I, layers, heads, kvh, hd, V, quant ? qc : "");
+    if (!st) st = moq_writer_file(s.w, "config.json", cfg, &err);
+    if (!st && quant) st = moq_writer_file(s.w, "hf_quant_config.json", hq, &err);
+    if (!st) st = moq_writer_metadata(s.w, "format", "pt", &err);
+    if (!st) st = moq_writer_finish(s.w, (int)shards, &err);
+    moq_writer_free(s.w);
+    for (size_t i = 0; i < s.n_bufs; i++) free(s.bufs[i]);
+    free(s.bufs);
+    if (st == MOQ_ERR_NOMEM && !err.msg[0]) moq_error_format(&err, nm, 1), snprintf(err.msg, sizeof err.msg, "out of memory");
+    if (st) return cli_report(&err);
+    printf("%s: %s checkpoint, %ld layers, %ld shard%s\n", dir, algo, layers, shards, shards == 1 ? "" : "s");
+    return 0;
+}

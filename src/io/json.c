@@ -1,0 +1,105 @@
+/* json.c — see json.h. */
+#include "io/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "io/mmap.h"
+
+moq_status moq_json_parse(cJSON **out, const char *text, size_t len, const char *file, moq_error *err) {
+    *out = NULL;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!j) {
+        size_t off = (end && end >= text && end <= text + len) ? (size_t)(end - text) : 0;
+        if (!end) {
+            const char *e = cJSON_GetErrorPtr();
+            if (e && e >= text && e <= text + len) off = (size_t)(e - text);
+        }
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, file, "not valid JSON (parse error at byte %zu of %zu)", off, len);
+    }
+    *out = j;
+    return MOQ_OK;
+}
+
+moq_status moq_json_read(cJSON **out, char **text_out, const char *path, const char *file, moq_error *err) {
+    *out = NULL;
+    if (text_out) *text_out = NULL;
+    char *text;
+    uint64_t len;
+    MOQ_TRY(moq_read_file(path, file, MOQ_JSON_MAX_BYTES, &text, &len, err));
+    moq_status st = moq_json_parse(out, text, (size_t)len, file, err);
+    if (st == MOQ_OK && text_out) *text_out = text;
+    else free(text);
+    return st;
+}
+
+const char *moq_json_type(const cJSON *j) {
+    if (!j) return "absent";
+    if (cJSON_IsObject(j)) return "an object";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    return "invalid";
+}
+
+bool moq_json_is_int(const cJSON *j, double lo, double hi) {
+    if (!cJSON_IsNumber(j)) return false;
+    double v = j->valuedouble;
+    return isfinite(v) && v == floor(v) && v >= lo && v <= hi && fabs(v) <= 9007199254740992.0;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key, bool *present) {
+    const cJSON *j = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    bool p = j && !cJSON_IsNull(j);
+    if (present) *present = p;
+    return p ? j : NULL;
+}
+
+#define KEYFMT "%s%s%s"
+#define KEYARG(path, key) (path) ? (path) : "", (path) ? "." : "", (key)
+
+moq_status moq_json_int(const cJSON *obj, const char *key, int64_t *out, bool *present,
+                        const char *file, const char *path, moq_error *err) {
+    const cJSON *j = get(obj, key, present);
+    if (!j) return MOQ_OK;
+    if (!moq_json_is_int(j, -9007199254740992.0, 9007199254740992.0))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, KEYFMT " is %s, expected an integer", KEYARG(path, key),
+                        cJSON_IsNumber(j) ? "a non-integer number" : moq_json_type(j));
+    *out = (int64_t)j->valuedouble;
+    return MOQ_OK;
+}
+
+moq_status moq_json_num(const cJSON *obj, const char *key, double *out, bool *present,
+                        const char *file, const char *path, moq_error *err) {
+    const cJSON *j = get(obj, key, present);
+    if (!j) return MOQ_OK;
+    if (!cJSON_IsNumber(j))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, KEYFMT " is %s, expected a number", KEYARG(path, key), moq_json_type(j));
+    *out = j->valuedouble;
+    return MOQ_OK;
+}
+
+moq_status moq_json_str(const cJSON *obj, const char *key, const char **out, bool *present,
+                        const char *file, const char *path, moq_error *err) {
+    const cJSON *j = get(obj, key, present);
+    if (!j) return MOQ_OK;
+    if (!cJSON_IsString(j))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, KEYFMT " is %s, expected a string", KEYARG(path, key), moq_json_type(j));
+    *out = j->valuestring;
+    return MOQ_OK;
+}
+
+moq_status moq_json_bool(const cJSON *obj, const char *key, bool *out, bool *present,
+                         const char *file, const char *path, moq_error *err) {
+    const cJSON *j = get(obj, key, present);
+    if (!j) return MOQ_OK;
+    if (!cJSON_IsBool(j))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, KEYFMT " is %s, expected true or false", KEYARG(path, key), moq_json_type(j));
+    *out = cJSON_IsTrue(j);
+    return MOQ_OK;
+}
