@@ -11,58 +11,7 @@
 
 #include "kernels/cpu/act_quant.h"
 
-static unsigned g_seed;
-static uint64_t g_rng;
-static uint32_t rnd(void) {
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(g_rng >> 33);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xFFFFFF) / 16777216.0f; }
-static float bf16_round(float v) { /* activations are often bf16: make some inputs bf16-exact */
-    uint32_t u; memcpy(&u, &v, 4); u &= 0xFFFF0000u; memcpy(&v, &u, 4); return v;
-}
-
-/* ---- independent code books ---- */
-static double e4m3_val(int c) { /* §1.1 formula, c in 0..126 positive */
-    const int e = (c >> 3) & 15, m = c & 7;
-    return e == 0 ? m * ldexp(1.0, -9) : (1.0 + m / 8.0) * ldexp(1.0, e - 7);
-}
-/* E4s: saturating RNE by search: nearest value, ties to the even code. */
-static uint8_t t_e4s(float x) {
-    if (isnan(x)) return 0x7F;
-    const double a = fabs((double)x);
-    int best = 0;
-    double bd = INFINITY;
-    for (int c = 0; c <= 126; c++) {
-        const double d = fabs(e4m3_val(c) - a);
-        if (d < bd || (d == bd && (c & 1) == 0 && (best & 1))) bd = d, best = c;
-    }
-    if (a >= 448) best = 126;
-    return (uint8_t)(best | (signbit(x) ? 0x80 : 0));
-}
-static const double e2m1_vals[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-static uint8_t t_e2(float x) { /* §1.3 interval table; sign bit = sign of x (ModelOpt/GPU: -tiny -> 0x8) */
-    const double a = fabs((double)x);
-    int best = 0;
-    double bd = INFINITY;
-    for (int c = 0; c < 8; c++) {
-        const double d = fabs(e2m1_vals[c] - a);
-        if (d < bd || (d == bd && (c & 1) == 0)) bd = d, best = c;
-    }
-    if (a > 6) best = 7;
-    return (uint8_t)(best | (signbit(x) ? 8 : 0));
-}
-static float clampf(float v, float lim) { return v > lim ? lim : (v < -lim ? -lim : v); }
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) {
-        float v = urand(-scale, scale);
-        if (rnd() % 4 == 0) v = bf16_round(v);
-        if (rnd() % 50 == 0) v = 0.0f;
-        x[i] = v;
-    }
-}
-
+#include "kref.h"
 
 static void test_fp8_static(void **state) {
     (void)state;
@@ -117,21 +66,6 @@ static void test_fp8_g128(void **state) {
         for (int i = 0; i < 128; i++) assert_int_equal(q[128 * g + i], t_e4s(clampf(x[128 * g + i] / want, 448.0f)));
     }
     assert_true(s[1] == 1e-10f / 448.0f);
-}
-
-/* §2.4 with IEEE reciprocals, written from the spec text. */
-static void t_nvfp4(const float *x, int K, float S, uint8_t *q, uint8_t *sf) {
-    const float r6 = 1.0f / 6.0f, rS = 1.0f / S;
-    for (int b = 0; b < K / 16; b++) {
-        float amax = 0;
-        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[16 * b + i]));
-        const float sfv = S * (amax * r6);
-        sf[b] = t_e4s(sfv);
-        const float sfd = (float)e4m3_val(sf[b] & 0x7F);
-        const float os = sfd != 0 ? 1.0f / (sfd * rS) : 0.0f;
-        for (int i = 0; i < 16; i += 2)
-            q[8 * b + i / 2] = (uint8_t)(t_e2(x[16 * b + i] * os) | t_e2(x[16 * b + i + 1] * os) << 4);
-    }
 }
 
 static void test_nvfp4_worked_example(void **state) {
