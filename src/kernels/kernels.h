@@ -98,6 +98,10 @@ const moq_kernel *moq_kernel_find(const char *name);
 /* Helpers shared by rows. */
 int     moq_weight_shard_of(const moq_weight *w, int64_t n);       /* shard holding output row n */
 void    moq_x_row_f32(const void *x, moq_elem e, int64_t K, int64_t m, float *out);
+/* Weight row n dequantized with all of the weight's own scales (group, row, shard), no
+ * activation scale: the F32 weight a user would otherwise run (bench baselines). w must have
+ * passed moq_linear_create_from_weight's validation. */
+void    moq_weight_dequant_row(const moq_weight *w, int64_t n, double *out);
 void    moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float v);
 
 #endif

@@ -44,6 +44,16 @@ static void weight_row(const moq_weight *w, moq_pair_id p, int64_t n, double *ou
     }
 }
 
+void moq_weight_dequant_row(const moq_weight *w, int64_t n, double *out) {
+    const moq_pair_id p = moq_pair_of(w);
+    weight_row(w, p, n, out);
+    double f = 1;
+    const int s = moq_weight_shard_of(w, n);
+    if (moq_pairs[p].row_scale == MOQ_ROWSCALE_SHARD_W || moq_pairs[p].row_scale == MOQ_ROWSCALE_SHARD_W_IN) f = w->shard_scale[s];
+    if (moq_pairs[p].row_scale == MOQ_ROWSCALE_ROW) f = ((const float *)w->scale)[n];
+    for (int64_t k = 0; k < w->K; k++) out[k] *= f;
+}
+
 size_t moq_linear_ref_workspace(const moq_weight *w, int64_t M, int n_threads) {
     (void)n_threads;
     const size_t K = (size_t)w->K;
