@@ -164,7 +164,6 @@ static inline double tw_weight(const tw *t, int64_t n, int64_t k) {
     const moq_weight *w = &t->w;
     const int64_t K = w->K;
     const uint8_t *q8 = w->q, *s8 = w->scale;
-    const int c8 = q8 ? q8[n * K + k] : 0;
     switch (t->p) {
     case TP_F32: return ((const float *)w->q)[n * K + k];
     case TP_BF16: return t_bf16(((const uint16_t *)w->q)[n * K + k]);
@@ -175,6 +174,7 @@ static inline double tw_weight(const tw *t, int64_t n, int64_t k) {
     }
     default: break;
     }
+    const int c8 = q8[n * K + k];
     const double v = (c8 & 0x80 ? -1 : 1) * e4m3_val(c8 & 0x7F);
     if (t->p == TP_FP8_BLK128) return v * ((const float *)w->scale)[(n / 128) * (K / 128) + k / 128];
     if (t->p == TP_MXFP8) return v * ldexp(1.0, s8[n * (K / 32) + k / 32] - 127);
