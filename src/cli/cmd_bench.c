@@ -114,12 +114,13 @@ static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); 
 
 void cmd_bench_help(FILE *out) {
     fprintf(out,
-            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--kernel ROW] [--json]\n\n"
+            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
             "Measures one quantized linear layer y = x·Wᵀ (x f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
             "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_row | fp8_blk128 | mxfp8 | bf16 | f16 | f32\n"
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
+            "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
             "  --json        one JSON object instead of the table\n");
 }
@@ -129,8 +130,9 @@ int cmd_bench(int argc, char **argv) {
     const char *algo = NULL, *kernel = NULL;
     long long M = 1, N = 4096, K = 4096;
     int threads = omp_get_max_threads(), json = 0;
+    moq_elem xe = MOQ_ELEM_BF16;
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"m", 1, 0, 'm'}, {"n", 1, 0, 'n'}, {"k", 1, 0, 'k'},
-                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {0, 0, 0, 0}};
+                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -142,6 +144,10 @@ int cmd_bench(int argc, char **argv) {
         case 't': threads = atoi(optarg); break;
         case 'r': kernel = optarg; break;
         case 'j': json = 1; break;
+        case 'x':
+            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) return cli_usage_error("bench", "--x %s, expected f32 or bf16", optarg);
+            xe = strcmp(optarg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+            break;
         default: return cli_usage_error("bench", "unknown option");
         }
     }
@@ -164,7 +170,16 @@ int cmd_bench(int argc, char **argv) {
     moq_error err = {0};
     int rc = 0;
     float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
-    for (long long i = 0; i < M * K; i++) x[i] = urand(-2, 2);
+    uint16_t *xb = malloc((size_t)(M * K) * 2);
+    for (long long i = 0; i < M * K; i++) {
+        x[i] = urand(-2, 2);
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        xb[i] = (uint16_t)(u >> 16);
+        u &= 0xFFFF0000u;
+        memcpy(&x[i], &u, 4); /* the same values for OpenBLAS */
+    }
+    const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
 
     const double bw = dram_read_gbs(threads);
     for (int i = 0; i < copies; i++)
@@ -175,15 +190,15 @@ int cmd_bench(int argc, char **argv) {
     double th[REPS], tc[REPS];
     const double flop = 2.0 * (double)M * (double)N * (double)K;
     int nh = 0, nc = 0;
-    for (int i = 0; i < 2; i++) moq_linear_run(ls[0], x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+    for (int i = 0; i < 2; i++) moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
     for (double t0 = now_s(); nh < REPS && (nh < 5 || now_s() - t0 < 1.0); nh++) {
         const double a = now_s();
-        moq_linear_run(ls[0], x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+        moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
         th[nh] = now_s() - a;
     }
     for (double t0 = now_s(); nc < REPS && nc < copies && (nc < 5 || now_s() - t0 < 2.0); nc++) {
         const double a = now_s();
-        moq_linear_run(ls[1 + nc % (copies - 1)], x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+        moq_linear_run(ls[1 + nc % (copies - 1)], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
         tc[nc] = now_s() - a;
     }
     const double hot = median(th, nh), cold = median(tc, nc);
@@ -227,15 +242,15 @@ int cmd_bench(int argc, char **argv) {
     if (blas) dlclose(blas);
 
     if (json) {
-        printf("{\"algo\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"threads\":%d,\"weight_bytes\":%zu,"
+        printf("{\"algo\":\"%s\",\"x\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"threads\":%d,\"weight_bytes\":%zu,"
                "\"dram_read_gbs\":%.2f,\"hot_us\":%.1f,\"cold_us\":%.1f,\"cold_weight_gbs\":%.2f,\"cold_of_dram\":%.3f,"
                "\"hot_gflops\":%.1f,\"cold_gflops\":%.1f,\"openblas_hot_us\":%.1f,\"openblas_cold_us\":%.1f,"
                "\"speedup_vs_openblas_hot\":%.2f,\"speedup_vs_openblas_cold\":%.2f}\n",
-               algo, kname, M, N, K, threads, wb, bw, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / bw,
+               algo, moq_elem_name(xe), kname, M, N, K, threads, wb, bw, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / bw,
                flop / hot / 1e9, flop / cold / 1e9, bh * 1e6, bc * 1e6, bh / hot, bc / cold);
     } else {
         char b1[32];
-        printf("moq bench linear: %s [m=%lld, n=%lld, k=%lld], %d threads, cpu: %s\n", algo, M, N, K, threads, moq_cpu_features_str());
+        printf("moq bench linear: %s [m=%lld, n=%lld, k=%lld], x %s, %d threads, cpu: %s\n", algo, M, N, K, moq_elem_name(xe), threads, moq_cpu_features_str());
         printf("kernel %s, weights %s (%d copies for the cold runs)\n", kname, cli_bytes(wb, b1, sizeof b1), copies);
         printf("%-22s %12s %12s %12s %12s\n", "", "time (us)", "weight GB/s", "GFLOP/s", "vs OpenBLAS");
         printf("%-22s %12.1f %12.2f %12.1f %11.2fx\n", "moq hot", hot * 1e6, (double)wb / hot / 1e9, flop / hot / 1e9, bh / hot);
@@ -246,6 +261,6 @@ int cmd_bench(int argc, char **argv) {
     }
 done:
     for (int i = 0; i < copies; i++) moq_linear_free(ls[i]);
-    free(ls), free(x), free(y), free(q), free(sc);
+    free(ls), free(x), free(xb), free(y), free(q), free(sc);
     return rc;
 }

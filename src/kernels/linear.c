@@ -140,20 +140,20 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
     for (size_t i = 0; i < moq_kernel_table_len && !k; i++) {
         const moq_kernel *r = &moq_kernel_table[i];
         if (r->op != MOQ_OP_LINEAR || r->pair != p) continue;
+        if (o.kernel && strcmp(o.kernel, r->name) != 0) continue;
         char why[160] = "";
-        if (o.kernel && strcmp(o.kernel, r->name) != 0) snprintf(why, sizeof why, "not the requested kernel");
-        else if ((r->need & feat) != r->need) snprintf(why, sizeof why, "cpu lacks %s", (r->need & ~feat & MOQ_CPU_AVX512VNNI) ? "avx512vnni" : (r->need & ~feat & MOQ_CPU_AVX512) ? "avx512" : "avx2");
+        if ((r->need & feat) != r->need)
+            snprintf(why, sizeof why, "cpu lacks %s", (r->need & ~feat & MOQ_CPU_AVX512VNNI) ? "avx512vnni" : (r->need & ~feat & MOQ_CPU_AVX512BF16) ? "avx512bf16" : (r->need & ~feat & MOQ_CPU_AVX512) ? "avx512" : "avx2");
         else if (r->supports && !r->supports(w, why, sizeof why)) {
         } else k = r;
-        if (!k && !o.kernel) {
+        if (!k) {
             size_t n = strlen(rej);
             snprintf(rej + n, sizeof rej - n, "%s%s: %s", n ? "; " : "", r->name, why);
         }
     }
     if (!k)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "linear %s [n=%lld, k=%lld]: no kernel fits%s%s%s", moq_pairs[p].name,
-                        (long long)w->N, (long long)w->K, o.kernel ? "; requested " : "; ", o.kernel ? o.kernel : rej,
-                        o.kernel ? " is not a row of this pair or the cpu lacks its features" : "");
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "linear %s [n=%lld, k=%lld]: no kernel fits; %s", moq_pairs[p].name,
+                        (long long)w->N, (long long)w->K, rej[0] ? rej : "the requested kernel is not a row of this pair");
     moq_linear *l = calloc(1, sizeof *l);
     if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for the layer");
     l->w = *w;

@@ -38,6 +38,7 @@ static void shapes_for(tpair p, int64_t NK[2][2]) {
     case TP_FP8_BLK128: NK[0][0] = 200, NK[0][1] = 384, NK[1][0] = 130, NK[1][1] = 128; break; /* partial last N block */
     case TP_NVFP4: case TP_NVFP4_W4A16: NK[0][0] = 40, NK[0][1] = 272, NK[1][0] = 23, NK[1][1] = 48; break;
     case TP_MXFP8: NK[0][0] = 36, NK[0][1] = 288, NK[1][0] = 17, NK[1][1] = 96; break;
+    case TP_BF16: NK[0][0] = 35, NK[0][1] = 300, NK[1][0] = 17, NK[1][1] = 78; break; /* bf16dot needs K even */
     default: NK[0][0] = 35, NK[0][1] = 300, NK[1][0] = 17, NK[1][1] = 77; break;
     }
 }
@@ -45,6 +46,12 @@ static void shapes_for(tpair p, int64_t NK[2][2]) {
 static void check_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K, moq_elem xe, moq_elem ye) {
     const tpair p = tpair_of(k->pair);
     tw t = tw_make(p, N, K, p == TP_FP8_TENSOR || p == TP_NVFP4 || p == TP_NVFP4_W4A16 ? 3 : 1, 1);
+    char why[160];
+    if (k->supports && !k->supports(&t.w, why, sizeof why)) { /* the registry would not pick it */
+        if (M == 1) print_message("%s skips n=%lld k=%lld: %s\n", k->name, (long long)N, (long long)K, why);
+        tw_free(&t);
+        return;
+    }
     float *x = malloc((size_t)(M * K) * 4);
     uint16_t *xb = malloc((size_t)(M * K) * 2);
     fill(x, (size_t)(M * K), urand(0.1f, 10.0f));

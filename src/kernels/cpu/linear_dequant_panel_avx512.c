@@ -15,10 +15,18 @@
  * scales multiply exactly (D2·D4 and D4·2^e are exact in f32) except FP8 128x128 (D4·s rounds
  * once). Accumulation is f32 in k order per lane; tests/kernels/test_linear.c compares with
  * linear_ref.c (double) at relative Frobenius error <= 1e-5.
+ * Variant 1 (rows *_bf16dot, AVX512_BF16): when every decoded weight and every dequantized
+ * activation value is exactly a bf16 (e4m3 values and e4m3·2^e: 4 significant bits; e2m1·e4m3:
+ * 5 bits; bf16 weights with bf16 activations), the panel is turned into bf16 pairs (k, k+1) by
+ * truncation (exact) and vdpbf16ps does two products per lane per instruction with f32
+ * accumulation: half the instructions of the f32 path. Whether the activation qualifies is known
+ * only at run time (NVFP4 W4A16 and BF16 weights with f32 x, odd K): those calls take the f32
+ * path of this same file, with the same exact products. FP8 128x128 never qualifies (D4·s_g).
  * Threads: OpenMP over 16-row tiles (N); the activation pass over M.
  */
 #include <immintrin.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/cpu/act_quant.h"
@@ -44,12 +52,18 @@ void moq_linear_panel_pack(const moq_weight *w, void *dst) {
     if (sf_cols(w)) moq_layout_rows16_pack(w->scale, w->N, sf_cols(w), 1, (uint8_t *)dst + codes_bytes(w));
 }
 
+/* Per thread: P f32 [KC, 16], PB u32 [KC/2, 16], C f32 [M, 16], quantizer scratch. */
 static size_t thread_bytes(const moq_weight *w, int64_t M) {
-    return (size_t)KC * 64 + (size_t)M * 64 + (((size_t)w->K * 2 + 64 + 63) & ~(size_t)63);
+    return (size_t)KC * 64 + (size_t)KC * 32 + (size_t)M * 64 + (((size_t)w->K * 2 + 64 + 63) & ~(size_t)63);
+}
+/* Shared: X f32 [M, K], sm f32 [M], Xb bf16 [M, K] (K rounded up to even). */
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return (((size_t)M * (size_t)w->K * 4 + (size_t)M * 4 + 63) & ~(size_t)63) +
+           (((size_t)M * (size_t)(w->K + 1) / 2 * 4 + 63) & ~(size_t)63);
 }
 
 size_t moq_linear_panel_workspace(const moq_weight *w, int64_t M, int n_threads) {
-    return (((size_t)M * (size_t)w->K * 4 + (size_t)M * 4 + 63) & ~(size_t)63) + (size_t)n_threads * thread_bytes(w, M);
+    return shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w, M);
 }
 
 /* e4m3 codes of 16 rows -> f32 values / 256 (exact, subnormals included). */
@@ -160,28 +174,109 @@ static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float
     }
 }
 
+/* bf16 pairs: C[i] += Σ_kp (X[i,2kp]·P[2kp] + X[i,2kp+1]·P[2kp+1]) with vdpbf16ps. */
+static inline __attribute__((always_inline)) void microb(const uint32_t *PB, const uint32_t *Xb, int64_t ldx, int kp, float *C, const int mr) {
+    __m512 acc[MR];
+    for (int i = 0; i < mr; i++) acc[i] = _mm512_load_ps(C + 16 * i);
+    for (int k = 0; k < kp; k++) {
+        const __m512bh w = (__m512bh)_mm512_load_si512(PB + 16 * k);
+        for (int i = 0; i < mr; i++) acc[i] = _mm512_dpbf16_ps(acc[i], w, (__m512bh)_mm512_set1_epi32((int)Xb[i * ldx + k]));
+    }
+    for (int i = 0; i < mr; i++) _mm512_store_ps(C + 16 * i, acc[i]);
+}
+
+static void microb1(const uint32_t *PB, const uint32_t *Xb, int kp, float *C) {
+    __m512 a0 = _mm512_load_ps(C), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 4 <= kp; k += 4) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_load_si512(PB + 16 * k), (__m512bh)_mm512_set1_epi32((int)Xb[k]));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_load_si512(PB + 16 * k + 16), (__m512bh)_mm512_set1_epi32((int)Xb[k + 1]));
+        a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_load_si512(PB + 16 * k + 32), (__m512bh)_mm512_set1_epi32((int)Xb[k + 2]));
+        a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_load_si512(PB + 16 * k + 48), (__m512bh)_mm512_set1_epi32((int)Xb[k + 3]));
+    }
+    for (; k < kp; k++) a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_load_si512(PB + 16 * k), (__m512bh)_mm512_set1_epi32((int)Xb[k]));
+    _mm512_store_ps(C, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+static void microb_any(const uint32_t *PB, const uint32_t *Xb, int64_t ldx, int kp, float *C, int mr) {
+    switch (mr) {
+#define CASE(n) case n: microb(PB, Xb, ldx, kp, C, n); break;
+        CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#undef CASE
+    default: microb1(PB, Xb, kp, C); break;
+    }
+}
+
+/* f32 panel [kc, 16] of bf16-exact values -> [kc/2, 16] dwords (bf16 of k low, of k+1 high). */
+static void panel_to_bf16_pairs(const float *P, int kc, uint32_t *PB) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int k = 0; k < kc; k += 2) {
+        const __m512i a = _mm512_srli_epi32(_mm512_castps_si512(_mm512_load_ps(P + 16 * k)), 16);
+        const __m512i b = _mm512_and_si512(_mm512_castps_si512(_mm512_load_ps(P + 16 * k + 16)), hi);
+        _mm512_store_si512(PB + 8 * k, _mm512_or_si512(a, b));
+    }
+}
+
+bool moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_len) {
+    if (w->K & 1) { snprintf(why, why_len, "k=%lld is odd, bf16 pairs need k even", (long long)w->K); return false; }
+    if (w->w.scale_elem == MOQ_ELEM_E8M0) { /* D4·2^(c-127) must stay a normal bf16: 10 <= c <= 246 */
+        const uint8_t *sc = w->scale;
+        for (int64_t i = 0; i < w->N * (w->K / 32); i++)
+            if (sc[i] < 10 || sc[i] > 246) {
+                snprintf(why, why_len, "e8m0 scale code %u at block %lld leaves bf16's normal range", sc[i], (long long)i);
+                return false;
+            }
+    }
+    return true;
+}
+
+/* True when this call's dequantized activations are exact bf16 values (see the file header). */
+static bool bf16_exact(const moq_linear_launch *l) {
+    if (l->k->variant != 1 || (l->w->K & 1)) return false;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: case MOQ_PAIR_FP8_ROW: case MOQ_PAIR_MXFP8: case MOQ_PAIR_NVFP4: return true;
+    case MOQ_PAIR_NVFP4_W4A16: case MOQ_PAIR_BF16: return l->x_elem == MOQ_ELEM_BF16;
+    default: return false;
+    }
+}
+
 moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
-    const int64_t M = l->M, N = w->N, K = w->K, tiles = (N + 15) / 16;
+    const int64_t M = l->M, N = w->N, K = w->K, tiles = (N + 15) / 16, K2 = (K + 1) / 2;
+    const bool bdot = bf16_exact(l);
     float *X = l->ws, *sm = X + M * K;
-    uint8_t *thr0 = (uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63);
+    uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
-        float *P = (float *)mine, *C = P + KC * 16;
+        float *P = (float *)mine;
+        uint32_t *PB = (uint32_t *)(P + KC * 16);
+        float *C = (float *)(PB + KC / 2 * 16);
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+        for (int64_t m = 0; m < M; m++) {
+            moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+            if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
+                for (int64_t k = 0; k < K; k += 2)
+                    Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
+        }
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
             for (int64_t k0 = 0; k0 < K; k0 += KC) {
                 const int kc = (int)(K - k0 < KC ? K - k0 : KC);
                 const float *Pt = decode_panel(l, t, k0, kc, P);
-                for (int64_t m0 = 0; m0 < M; m0 += MR)
-                    micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                if (bdot) {
+                    panel_to_bf16_pairs(Pt, kc, PB);
+                    for (int64_t m0 = 0; m0 < M; m0 += MR)
+                        microb_any(PB, Xb + m0 * K2 + k0 / 2, K2, kc / 2, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                } else {
+                    for (int64_t m0 = 0; m0 < M; m0 += MR)
+                        micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                }
             }
             for (int64_t m = 0; m < M; m++)
                 for (int r = 0; r < 16 && 16 * t + r < N; r++) {
