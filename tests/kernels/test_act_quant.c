@@ -105,6 +105,39 @@ static void test_nvfp4_random_exact(void **state) {
 
 static uint8_t *g_corr;
 
+/* The AVX-512 twin against the reference, both reciprocal forms, bit for bit; a8/asum against the
+ * codes. Skipped (with a message) on a CPU without AVX-512. */
+static void test_nvfp4_avx512_twin(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX512)) { print_message("no avx512: twin not run\n"); skip(); }
+    enum { K = 2048 };
+    static float x[K];
+    uint8_t q[K / 2], sf[K / 16], q2[K / 2], sf2[K / 16];
+    int8_t a8[K];
+    int32_t asum[K / 16];
+    static const int twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (int rep = 0; rep < 40; rep++) {
+        const float is = urand(1e-4f, 0.05f);
+        fill(x, K, is * urand(100.0f, 3000.0f));
+        for (int i = 0; i < 16; i++) x[32 + i] = 0.0f, x[64 + i] = -1e-30f * (float)i; /* zero, tiny, -0 blocks */
+        x[100] = -0.0f;
+        const uint8_t *corr = (rep & 1) ? g_corr : NULL;
+        moq_act_nvfp4_ref(x, K, 1.0f / is, corr, q, sf);
+        moq_act_nvfp4_avx512(x, K, 1.0f / is, corr, q2, sf2, a8, asum);
+        assert_memory_equal(sf, sf2, sizeof sf);
+        assert_memory_equal(q, q2, sizeof q);
+        for (int b = 0; b < K / 16; b++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) {
+                const int k = 16 * b + i, c = (q[k / 2] >> (4 * (k & 1))) & 15;
+                assert_int_equal(a8[k], twice[c]);
+                s += twice[c];
+            }
+            assert_int_equal(asum[b], s);
+        }
+    }
+}
+
 static void test_rcpa_table_facts(void **state) {
     (void)state;
     if (!g_corr) skip();
@@ -229,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_g128),         cmocka_unit_test(test_nvfp4_worked_example),
         cmocka_unit_test(test_nvfp4_random_exact), cmocka_unit_test(test_rcpa_table_facts),
         cmocka_unit_test(test_nvfp4_rcpa_vs_exact), cmocka_unit_test(test_mxfp8),
+        cmocka_unit_test(test_nvfp4_avx512_twin),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
     if (r) fprintf(stderr, "seed %u\n", g_seed);
