@@ -334,7 +334,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
-            moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+            moq_act_dequant_row_avx512(l, m, X + m * K, &sm[m], tmp);
             if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
                 for (int64_t k = 0; k < K; k += 2)
                     Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
