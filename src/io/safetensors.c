@@ -307,9 +307,10 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
         goto fail;
     }
     cJSON *root;
-    st = moq_json_parse(&root, (const char *)h, (size_t)n, fn, NULL); /* R6 */
+    moq_error jerr = {0};
+    st = moq_json_parse(&root, (const char *)h, (size_t)n, fn, &jerr); /* R6 */
     if (st != MOQ_OK) {
-        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is not valid JSON");
+        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is %s", jerr.msg);
         goto fail;
     }
     if (!cJSON_IsObject(root)) {
