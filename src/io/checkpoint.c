@@ -209,6 +209,16 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
         st = moq_st_open(&c->shards[i], p, names[i], err);
         free(p);
         if (st == MOQ_OK) c->n_shards++;
+        else if (st == MOQ_ERR_IO && c->side[MOQ_SIDE_INDEX].json && err) {
+            /* A missing or unreadable shard: say who named it, and for which tensor. */
+            const cJSON *wm = cJSON_GetObjectItemCaseSensitive(c->side[MOQ_SIDE_INDEX].json, "weight_map");
+            const cJSON *e = wm ? wm->child : NULL;
+            while (e && strcmp(e->valuestring, names[i]) != 0) e = e->next;
+            char was[sizeof err->msg];
+            snprintf(was, sizeof was, "%s", err->msg);
+            st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "%s; %s lists it for tensor %s", was, side_names[MOQ_SIDE_INDEX],
+                          e ? e->string : "?");
+        }
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
@@ -237,29 +247,39 @@ static moq_status index_tensors(moq_checkpoint *c, moq_error *err) {
     const moq_side_file *ix = &c->side[MOQ_SIDE_INDEX];
     if (!ix->json) return MOQ_OK;
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix->json, "weight_map");
-    size_t listed = 0;
-    for (const cJSON *e = wm->child; e; e = e->next, listed++) {
+    /* The index's own names, for duplicate keys and for the unlisted check in O(n) (cJSON's
+     * object lookup is linear, which is quadratic over 100k tensors). */
+    moq_strmap listed;
+    if (!moq_strmap_init(&listed, (size_t)cJSON_GetArraySize(wm)))
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate the weight_map table");
+    moq_status st = MOQ_OK;
+    for (const cJSON *e = wm->child; e && st == MOQ_OK; e = e->next) {
+        if (!moq_strmap_put(&listed, e->string, 0, NULL)) {
+            st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "tensor %s is listed twice in weight_map", e->string);
+            break;
+        }
         size_t at;
-        if (!moq_strmap_get(&c->by_name, e->string, &at))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but %s does not contain it",
-                            e->string, e->valuestring, e->valuestring);
+        if (!moq_strmap_get(&c->by_name, e->string, &at)) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but %s does not contain it",
+                          e->string, e->valuestring, e->valuestring);
+            break;
+        }
         const char *in = c->shards[c->tensors[at]->shard].name;
         if (strcmp(in, e->valuestring) != 0)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but it is in %s",
-                            e->string, e->valuestring, in);
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but it is in %s",
+                          e->string, e->valuestring, in);
     }
-    if (listed != c->n_tensors) {
-        /* Some shard tensors are not in the index: keep them, say which. */
-        int shown = 0;
-        for (size_t i = 0; i < c->n_tensors; i++) {
-            if (cJSON_GetObjectItemCaseSensitive(wm, c->tensors[i]->name)) continue;
-            if (shown++ < 5)
-                MOQ_TRY(warn(c, err, "%s: tensor %s is in shard %s but not listed in the index", ix->name,
-                             c->tensors[i]->name, c->shards[c->tensors[i]->shard].name));
-        }
-        if (shown > 5) MOQ_TRY(warn(c, err, "%s: %d more tensors are in shards but not in the index", ix->name, shown - 5));
+    /* Shard tensors the index omits are kept (the index is a lookup aid); say which, at most 5. */
+    int unlisted = 0;
+    for (size_t i = 0; i < c->n_tensors && st == MOQ_OK; i++) {
+        if (moq_strmap_get(&listed, c->tensors[i]->name, NULL)) continue;
+        if (unlisted++ < 5)
+            st = warn(c, err, "%s: tensor %s is in shard %s but not listed in the index", ix->name, c->tensors[i]->name,
+                      c->shards[c->tensors[i]->shard].name);
     }
-    return MOQ_OK;
+    if (st == MOQ_OK && unlisted > 5) st = warn(c, err, "%s: %d more tensors are in shards but not in the index", ix->name, unlisted - 5);
+    moq_strmap_free(&listed);
+    return st;
 }
 
 moq_status moq_checkpoint_open(moq_checkpoint **out, const char *path, const moq_checkpoint_opts *opts,
