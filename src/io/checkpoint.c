@@ -97,20 +97,20 @@ static moq_status read_side(moq_checkpoint *c, int which, moq_error *err) {
 }
 
 /* Shard names from an index must stay inside the checkpoint directory. */
-static moq_status check_shard_name(const char *name, const char *where, moq_error *err) {
-    if (!name[0]) return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "weight_map names an empty shard file");
+static moq_status check_shard_name(const char *name, const char *tensor, const char *where, moq_error *err) {
+    if (!name[0]) return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: weight_map names an empty shard file", tensor);
     if (name[0] == '/')
-        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" is an absolute path; shards must be inside the checkpoint directory", name);
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" is an absolute path; shards must be inside the checkpoint directory", tensor, name);
     for (const char *p = name; *p;) {
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         if (len == 2 && p[0] == '.' && p[1] == '.')
-            return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" has a \"..\" component; shards must be inside the checkpoint directory", name);
+            return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" has a \"..\" component; shards must be inside the checkpoint directory", tensor, name);
         p += len + (slash ? 1 : 0);
         if (!slash) break;
     }
     if (strchr(name, '\\'))
-        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" contains a backslash", name);
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" contains a backslash", tensor, name);
     return MOQ_OK;
 }
 
@@ -137,7 +137,7 @@ static moq_status list_shards(moq_checkpoint *c, char ***names, int *n, moq_erro
                 free(v);
                 return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map.%s is %s, expected a shard file name", e->string, moq_json_type(e));
             }
-            moq_status st = check_shard_name(e->valuestring, ix->name, err);
+            moq_status st = check_shard_name(e->valuestring, e->string, ix->name, err);
             if (st != MOQ_OK) {
                 for (int i = 0; i < cnt; i++) free(v[i]);
                 free(v);
