@@ -298,7 +298,8 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
     }
     const uint8_t *h = buf + 8;
     if (n == 0 || h[0] != '{') { /* R4 */
-        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found %s)", n ? "another byte" : "an empty header");
+        if (n) st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found byte 0x%02x)", h[0]);
+        else st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found an empty header)");
         goto fail;
     }
     size_t bad = utf8_invalid_at(h, (size_t)n); /* R5 */

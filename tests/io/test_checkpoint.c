@@ -506,6 +506,7 @@ static const cfg_case cfg_cases[] = {
     {"rope_scaling not object", "{\"rope_scaling\": 8}", MOQ_ERR_CONFIG, "rope_scaling is a number, expected an object or null"},
     {"rope_scaling.factor string", "{\"rope_scaling\": {\"factor\": \"8\"}}", MOQ_ERR_CONFIG, "rope_scaling.factor is a string"},
     {"text_config field", "{\"text_config\": {\"hidden_size\": \"x\"}}", MOQ_ERR_CONFIG, "text_config.hidden_size is a string"},
+    {"text_config negative", "{\"text_config\": {\"vocab_size\": -1}}", MOQ_ERR_CONFIG, "text_config.vocab_size is -1, expected a value >= 0"},
 };
 
 static void test_config_errors(void **state) {
