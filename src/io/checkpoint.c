@@ -130,30 +130,34 @@ static moq_status list_shards(moq_checkpoint *c, char ***names, int *n, moq_erro
             return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is %s, expected an object {tensor: shard}", moq_json_type(wm));
         int total = cJSON_GetArraySize(wm);
         v = calloc((size_t)(total ? total : 1), sizeof *v);
-        if (!v) return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
-        for (const cJSON *e = wm->child; e; e = e->next) {
-            if (!cJSON_IsString(e)) {
-                for (int i = 0; i < cnt; i++) free(v[i]);
-                free(v);
-                return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map.%s is %s, expected a shard file name", e->string, moq_json_type(e));
-            }
-            moq_status st = check_shard_name(e->valuestring, e->string, ix->name, err);
-            if (st != MOQ_OK) {
-                for (int i = 0; i < cnt; i++) free(v[i]);
-                free(v);
-                return st;
-            }
-            bool dup = false;
-            for (int i = 0; i < cnt && !dup; i++) dup = strcmp(v[i], e->valuestring) == 0;
-            if (!dup && !(v[cnt++] = strdup(e->valuestring))) {
-                for (int i = 0; i < cnt - 1; i++) free(v[i]);
-                free(v);
-                return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
-            }
-        }
-        if (cnt == 0) {
+        moq_strmap seen; /* shard names already collected: hundreds of shards x 100k tensors */
+        if (!v || !moq_strmap_init(&seen, (size_t)total)) {
             free(v);
-            return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is empty; expected at least one tensor");
+            return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
+        }
+        moq_status st = MOQ_OK;
+        for (const cJSON *e = wm->child; e && st == MOQ_OK; e = e->next) {
+            if (!cJSON_IsString(e)) {
+                st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map.%s is %s, expected a shard file name", e->string, moq_json_type(e));
+                break;
+            }
+            if (moq_strmap_get(&seen, e->valuestring, NULL)) continue;
+            st = check_shard_name(e->valuestring, e->string, ix->name, err);
+            if (st != MOQ_OK) break;
+            if (!(v[cnt] = strdup(e->valuestring))) {
+                st = MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
+                break;
+            }
+            moq_strmap_put(&seen, v[cnt], (size_t)cnt, NULL);
+            cnt++;
+        }
+        moq_strmap_free(&seen);
+        if (st == MOQ_OK && cnt == 0)
+            st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is empty; expected at least one tensor");
+        if (st != MOQ_OK) {
+            for (int i = 0; i < cnt; i++) free(v[i]);
+            free(v);
+            return st;
         }
         qsort(v, (size_t)cnt, sizeof *v, cmp_str);
     } else if (file_exists(c->dir, "model.safetensors")) {
