@@ -298,6 +298,16 @@ static void test_directory_of_loose_shards(void **state) {
     TU_ERR(&e, moq_checkpoint_open(&c, dir, NULL, &e), MOQ_ERR_FORMAT, "c.safetensors", "tensor x is also in a.safetensors");
     assert_string_equal(e.where, "c.safetensors");
     assert_null(c);
+
+    /* The same with an index that lists x once: the shards still disagree. */
+    free(tu_write_st(dir, "c.safetensors",
+                     "{\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                     "\"z\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2));
+    write_text(dir, "model.safetensors.index.json",
+               "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"b.safetensors\", \"z\": \"c.safetensors\"}}");
+    e = (moq_error){0};
+    TU_ERR(&e, moq_checkpoint_open(&c, dir, NULL, &e), MOQ_ERR_FORMAT, "c.safetensors", "tensor x is also in a.safetensors");
+    assert_string_equal(e.where, "c.safetensors");
     tu_rmtree(dir);
     free(dir);
 }
