@@ -401,22 +401,6 @@ static void test_usage(void **state) {
     }
 }
 
-/* docs/ERRORS.md is generated: it must equal `moq errors --markdown` (found next to this source). */
-static void test_errors_doc_current(void **state) {
-    (void)state;
-    char doc[4096];
-    snprintf(doc, sizeof doc, "%s", __FILE__);
-    char *slash = strstr(doc, "/tests/e2e/");
-    struct stat sb;
-    if (!slash || (strcpy(slash, "/docs/ERRORS.md"), stat(doc, &sb) != 0)) skip();
-    cli_out r = run_moq("errors --markdown");
-    assert_int_equal(r.status, 0);
-    char *want = tu_read_file(doc, NULL);
-    if (strcmp(r.out, want) != 0) fail_msg("%s is out of date; regenerate: build/moq errors --markdown > docs/ERRORS.md", doc);
-    free(want);
-    cli_free(&r);
-}
-
 static int setup(void **state) {
     (void)state;
     g_tmp = tu_tmpdir("cli_io");
@@ -437,7 +421,6 @@ int main(void) {
         cmocka_unit_test(test_inspect_bad_files),
         cmocka_unit_test(test_inspect_bad_checkpoints),
         cmocka_unit_test(test_inspect_warning),
-        cmocka_unit_test(test_errors_doc_current),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
