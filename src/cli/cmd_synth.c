@@ -154,7 +154,7 @@ int cmd_synth(int argc, char **argv) {
         long v = optarg ? strtol(optarg, &end, 10) : 0;
         bool num_ok = optarg && end && *end == '\0' && v > 0 && v <= (1L << 20);
         switch (ch) {
-        case 'a': algo = optarg; break;
+        case 'a': algo = optarg ? optarg : algo; break;
         case 'l': case 'H': case 'I': case 'h': case 'k': case 'v': case 's': case 'S':
             if (!num_ok) return cli_usage_error("synth", "--%s needs a positive integer, got \"%s\"",
                                                 ch == 'l' ? "layers" : ch == 'H' ? "hidden" : ch == 'I' ? "inter" : ch == 'h' ? "heads"
@@ -166,7 +166,7 @@ int cmd_synth(int argc, char **argv) {
         }
     }
     if (optind != argc - 1) return cli_usage_error("synth", "expected one DIR");
-    if (strcmp(algo, "NVFP4") && strcmp(algo, "FP8") && strcmp(algo, "BF16"))
+    if (strcmp(algo, "NVFP4") != 0 && strcmp(algo, "FP8") != 0 && strcmp(algo, "BF16") != 0)
         return cli_usage_error("synth", "--algo \"%s\" is not one of NVFP4, FP8, BF16", algo);
     if (H % heads || heads % kvh || H % 16 || I % 16)
         return cli_usage_error("synth", "hidden %ld must divide by heads %ld and 16, heads by kv-heads %ld, inter %ld by 16", H, heads, kvh, I);

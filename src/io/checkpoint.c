@@ -193,7 +193,7 @@ static moq_status list_shards(moq_checkpoint *c, char ***names, int *n, moq_erro
             free(v);
             return st;
         }
-        qsort(v, (size_t)cnt, sizeof *v, cmp_str);
+        if (v) qsort(v, (size_t)cnt, sizeof *v, cmp_str);
     }
     *names = v;
     *n = cnt;
@@ -205,7 +205,7 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
     int n;
     MOQ_TRY(list_shards(c, &names, &n, err));
     moq_status st = MOQ_OK;
-    c->shards = calloc((size_t)n, sizeof *c->shards);
+    c->shards = calloc((size_t)(n > 0 ? n : 1), sizeof *c->shards);
     if (!c->shards) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate %d shards", n);
     for (int i = 0; i < n && st == MOQ_OK; i++) {
         char *p = moq_path_join(c->dir, names[i]);
@@ -233,7 +233,7 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
 static moq_status index_tensors(moq_checkpoint *c, moq_error *err) {
     size_t total = 0;
     for (int i = 0; i < c->n_shards; i++) total += c->shards[i].n_tensors;
-    c->tensors = calloc(total ? total : 1, sizeof *c->tensors);
+    c->tensors = calloc(total ? total : 1, sizeof(moq_tensor *));
     if (!c->tensors || !moq_strmap_init(&c->by_name, total))
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate the table of %zu tensors", total);
     for (int i = 0; i < c->n_shards; i++) {

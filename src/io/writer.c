@@ -236,6 +236,7 @@ moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err) {
     int nfiles = n_shards + (n_shards > 1) + w->n_files;
     char **names = calloc((size_t)nfiles, sizeof *names), **tmps = calloc((size_t)nfiles, sizeof *tmps);
     moq_status st = MOQ_OK;
+    int renamed = 0; /* files already moved into place (rolled back on failure) */
     if (!start || !names || !tmps) {
         st = MOQ_FAIL(err, MOQ_ERR_NOMEM, w->dir, "cannot allocate");
         goto done;
@@ -296,17 +297,16 @@ moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err) {
      * before renaming anything. */
     for (int i = 0; i < nfiles && st == MOQ_OK; i++) {
         struct stat sb;
-        if (lstat(names[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+        if (names[i] && lstat(names[i], &sb) == 0 && S_ISDIR(sb.st_mode))
             st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "is a directory; cannot write the file there");
     }
-    int renamed = 0;
     for (int i = 0; i < nfiles && st == MOQ_OK; i++) {
         if (rename(tmps[i], names[i]) != 0) st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "cannot rename into place: %s", strerror(errno));
         else renamed++;
     }
 done:
     for (int i = 0; names && tmps && i < nfiles; i++) {
-        if (st != MOQ_OK && i < renamed) unlink(names[i]); /* roll back: no half-written checkpoint */
+        if (st != MOQ_OK && i < renamed && names[i]) unlink(names[i]); /* roll back: no half-written checkpoint */
         else if (st != MOQ_OK && tmps[i]) unlink(tmps[i]);
         free(names[i]);
         free(tmps[i]);
