@@ -6,7 +6,8 @@
  * Encode: round to nearest even on the binary32 input; |x| >= 65520 -> ±inf; subnormals rounded on
  * the 2^-24 grid; NaN keeps its sign and the top 10 payload bits and is made quiet:
  * s | 0x7E00 | m >> 13 — torch's CPU cast (the x86 F16C vcvtps2ph rule), measured in
- * golden/formats/f16_torch.bin (4,075 NaN inputs). Decode is exact.
+ * golden/formats/f16_torch.bin (4,075 NaN inputs). Decode is exact for numbers; a NaN keeps its
+ * sign and payload and is made quiet (bit 22 set), as vcvtph2ps does.
  * Tested by tests/unit/test_format_golden.c against torch (1,066,068 inputs, zero mismatches) and
  * tests/unit/test_format_scalar.c (all 65,536 codes).
  */
@@ -16,7 +17,8 @@
 
 float moq_f16_decode(uint16_t h) {
     const uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FFu;
-    if (e == 0x1F) return moq_f32_from_bits(s | 0x7F800000u | (m << 13));
+    if (e == 0x1F) /* inf; NaN quieted, payload kept: what vcvtph2ps and torch's CPU cast do */
+        return moq_f32_from_bits(s | 0x7F800000u | (m ? 0x400000u : 0) | (m << 13));
     if (e == 0) {
         const float v = (float)m * 0x1p-24f;
         return s ? -v : v;
