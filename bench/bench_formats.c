@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     memset(fout, 0, n * 4);
     memset(cout, 0, n * 4);
 
-    printf("bench_formats: %zu Mi elements (%zu MiB of f32), best of %d; CPU features: %s\n", n >> 20, mib, reps,
+    printf("bench_formats: %zu elements (%zu MiB of f32), best of %d; CPU features: %s\n", n, mib, reps,
            moq_cpu_features_str());
     printf("%-22s %-7s %3s %9s %9s\n", "row", "target", "thr", "GB/s", "Gelem/s");
     static const char *const target_names[] = {"ref", "avx2", "avx512"};

@@ -5,8 +5,9 @@
  * Same integer rules as format_avx512.c and the scalar files (e4m3.c, e8m0.c, e2m1.c, bf16.c,
  * f16.c), lane-wise on the binary32 bits: the same bits on every input, NaN payloads included.
  * Comparisons are signed (AVX2 has no unsigned compare); every operand is |x| bits < 2^31, where
- * signed and unsigned order agree. The e4m3 subnormal step rounds with vcvtps2dq, which follows
- * MXCSR like the scalar rintf it mirrors (round to nearest even unless the caller changed it).
+ * signed and unsigned order agree. Rounding steps done in float (the e4m3 and e2m1 subnormal grids)
+ * use an explicit round-to-nearest-even immediate, so they do not depend on MXCSR; the scalar
+ * rintf in e4m3.c uses the current mode, which is round-to-nearest unless a caller changed it.
  * f16 uses F16C vcvtps2ph (RNE immediate) / vcvtph2ps: see format_avx512.c for why that is
  * bit-exact with f16.c.
  *
@@ -38,7 +39,7 @@ static inline __m256i e4m3_mag(__m256i a) {
     __m256i nrm = _mm256_add_epi32(a, I32(0x7FFFFu - (120u << 23)));
     nrm = _mm256_srli_epi32(_mm256_add_epi32(nrm, odd), 20);
     const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f));
-    const __m256i sub = _mm256_cvtps_epi32(scaled);
+    const __m256i sub = _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     return blend(nrm, sub, _mm256_cmpgt_epi32(I32(0x3C800000u), a));
 }
 
@@ -141,17 +142,16 @@ void moq_e8m0_decode_avx2(const void *in, float *out, size_t n) {
 
 /* ---- e2m1 ------------------------------------------------------------------------------------ */
 
-/* 4-bit codes of 8 inputs: the number of decision thresholds |x| passes (see format_avx512.c). */
+/* 4-bit codes of 8 inputs: |x| >= 1 by exponent rebias + RNE on the 22 dropped bits, saturating
+ * at 7; |x| < 1 on the 0.5 grid (see format_avx512.c). */
 static inline __m256i e2m1_codes8(__m256i u) {
     const __m256i a = abs_bits(u);
-    __m256i m = _mm256_setzero_si256(); /* each passed threshold subtracts -1 */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x3E800000u)));     /* > 0.25  */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x3F400000u - 1))); /* >= 0.75 */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x3FA00000u)));     /* > 1.25  */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x3FE00000u - 1))); /* >= 1.75 */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x40200000u)));     /* > 2.5   */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x40600000u - 1))); /* >= 3.5  */
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(a, I32(0x40A00000u)));     /* > 5.0   */
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 22), I32(1));
+    __m256i nrm = _mm256_add_epi32(_mm256_add_epi32(a, I32(0x1FFFFFu - (126u << 23))), odd);
+    nrm = _mm256_min_epu32(_mm256_srli_epi32(nrm, 22), I32(7));
+    const __m256 twice = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(a));
+    const __m256i sub = _mm256_cvttps_epi32(_mm256_round_ps(twice, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i m = blend(nrm, sub, _mm256_cmpgt_epi32(I32(0x3F800000u), a));
     const __m256i s = _mm256_and_si256(_mm256_srli_epi32(u, 28), I32(8));
     const __m256i c = _mm256_or_si256(m, s);
     return blend(c, _mm256_xor_si256(s, I32(8)), _mm256_cmpgt_epi32(a, I32(0x7F800000u))); /* NaN */

@@ -129,24 +129,23 @@ void moq_e8m0_decode_avx512(const void *in, float *out, size_t n) {
 
 /* ---- e2m1 ------------------------------------------------------------------------------------ */
 
-/* 4-bit codes of 16 inputs, one per 32-bit lane. The magnitude code is the number of decision
- * thresholds |x| passes (NUMERICS §1.3); ties go to the even code, so thresholds at a tie that
- * rounds up (0.75, 1.75, 3.5) are ">=", written as "> bits - 1" (|x| bits order like |x|). */
+/* 4-bit codes of 16 inputs, one per 32-bit lane. e2m1 is a float with 1 mantissa bit and bias 1,
+ * so the e4m3 method applies: |x| >= 1 rebiases the exponent (127 -> 1) and rounds the 22 dropped
+ * mantissa bits to nearest even, saturating at code 7 (6.0; 5 is the tie that goes to 4, above 5
+ * goes to 6); |x| < 1 is the 0.5 grid, rint(2|x|) (0.25 -> 0, 0.75 -> 2 = 1.0). Same results as
+ * the threshold table of NUMERICS §1.3 that e2m1.c spells out. */
 static inline __m512i e2m1_codes(__m512i u) {
     const __m512i a = abs_bits(u);
-    __m512i m = _mm512_setzero_si512();
-    const __m512i one = I32(1);
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x3E800000u)), m, one);      /* > 0.25  */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x3F400000u - 1)), m, one);  /* >= 0.75 */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x3FA00000u)), m, one);      /* > 1.25  */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x3FE00000u - 1)), m, one);  /* >= 1.75 */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x40200000u)), m, one);      /* > 2.5   */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x40600000u - 1)), m, one);  /* >= 3.5  */
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epi32_mask(a, I32(0x40A00000u)), m, one);      /* > 5.0   */
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 22), I32(1));
+    __m512i nrm = _mm512_add_epi32(_mm512_add_epi32(a, I32(0x1FFFFFu - (126u << 23))), odd);
+    nrm = _mm512_min_epu32(_mm512_srli_epi32(nrm, 22), I32(7));
+    const __m512 twice = _mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(a));
+    const __m512i sub = _mm512_cvt_roundps_epi32(twice, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i m = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, I32(0x3F800000u)), nrm, sub);
     const __m512i s = _mm512_and_si512(_mm512_srli_epi32(u, 28), I32(8));
-    __m512i c = _mm512_or_si512(m, s);
+    const __m512i c = _mm512_or_si512(m, s);
     /* NaN: a zero with the sign bit inverted, as ml_dtypes */
-    return _mm512_mask_mov_epi32(c, _mm512_cmpgt_epi32_mask(a, I32(0x7F800000u)), _mm512_xor_si512(s, I32(8)));
+    return _mm512_mask_mov_epi32(c, _mm512_cmpgt_epu32_mask(a, I32(0x7F800000u)), _mm512_xor_si512(s, I32(8)));
 }
 
 /* 32 codes (bytes, element order) -> 16 bytes, element 2i in the low nibble of byte i. */
