@@ -129,6 +129,8 @@ static void *encode_scalar(const golden_case *c) {
     return out;
 }
 
+static const char *const k_mode_names[MOQ_ROUND_COUNT] = {"RNE", "RNE_SAT", "UP_SAT"};
+
 static void test_encoders(void **state) {
     (void)state;
     size_t total_bad = 0;
@@ -138,12 +140,12 @@ static void test_encoders(void **state) {
         char what[128];
         void *got = encode_bulk(c);
         snprintf(what, sizeof what, "%s %s bulk (%s) vs %s", moq_elem_name(c->elem),
-                 (const char *[]){"RNE", "RNE_SAT", "UP_SAT"}[c->mode], moq_cpu_features_str(), c->file);
+                 k_mode_names[c->mode], moq_cpu_features_str(), c->file);
         total_bad += compare_codes(what, got, want, c->width, N_INPUTS);
         free(got);
         got = encode_scalar(c);
         snprintf(what, sizeof what, "%s %s scalar vs %s", moq_elem_name(c->elem),
-                 (const char *[]){"RNE", "RNE_SAT", "UP_SAT"}[c->mode], c->file);
+                 k_mode_names[c->mode], c->file);
         total_bad += compare_codes(what, got, want, c->width, N_INPUTS);
         free(got);
         free(want);
