@@ -204,7 +204,7 @@ static void check_module(moq_modules *m, const moq_module *mod, const moq_checkp
     const moq_tensor *w = module_tensor(c, mod, "weight");
     const moq_method meth = method_of(mod->res.method);
     const bool unq = meth == MOQ_METHOD_NONE || meth == MOQ_METHOD_UNQUANTIZED_LINEAR;
-    char b1[96], b2[96];
+    char b1[96], b2[96], b3[48];
     if (mod->kind == MOQ_MOD_EMBEDDING) {
         if (w && !float_dtype(w->dtype))
             problem(m, MOQ_ERR_TENSOR, w->name, "dtype %s, expected BF16, F16 or F32 (neither engine quantizes embeddings)", moq_dtype_name(w->dtype));
@@ -271,7 +271,7 @@ static void check_module(moq_modules *m, const moq_module *mod, const moq_checkp
         if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
             problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
                     expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
-                    G ? (snprintf(b1, sizeof b1, ", group %lld", (long long)G), b1) : "");
+                    G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");
     }
     for (int i = 0; i < mod->n_tensors; i++) {
         const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
