@@ -246,16 +246,15 @@ static moq_status mp_lookup(const moq_qconfig *q, const char *prefix, const moq_
             if (strncmp(q->layers[k].name, prefix, pn) == 0) return *out = &q->layers[k], *rule = "mp-experts-parent", MOQ_OK;
     }
     if (r->mp_builtin_shards) {
+        /* vLLM's built-in fused projections, used when the model gives no packed mapping. */
         static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"}, *const gu[] = {"gate_proj", "up_proj"};
-        const char *const *sh = NULL;
-        int nsh = 0;
-        if (strcmp(proj, "qkv_proj") == 0) sh = qkv, nsh = 3;
-        else if (strcmp(proj, "gate_up_proj") == 0) sh = gu, nsh = 2;
-        for (int i = 0; sh && i < c.n; i++) {
+        static const moq_packed builtin[] = {{"qkv_proj", qkv, 3}, {"gate_up_proj", gu, 2}};
+        const moq_packed *bp = find_packed(builtin, 2, proj);
+        for (int i = 0; bp && i < c.n; i++) {
             char parent[520];
             const char *d = strrchr(c.buf[i], '.');
             snprintf(parent, sizeof parent, "%.*s.", (int)(d ? d - c.buf[i] : (long)strlen(c.buf[i])), c.buf[i]);
-            MOQ_TRY(shard_algos(q, prefix, parent, sh, nsh, out, err));
+            MOQ_TRY(shard_algos(q, prefix, parent, bp->shards, bp->n_shards, out, err));
             if (*out) return *rule = "mp-builtin-shards", MOQ_OK;
         }
     }
