@@ -40,15 +40,10 @@ int cmd_check(int argc, char **argv) {
     const char *path = argv[optind];
     moq_checkpoint *c = NULL;
     if (moq_checkpoint_open(&c, path, NULL, &err) != MOQ_OK) return cli_report(&err);
-    moq_qconfig *q = NULL;
-    const bool has_quant = moq_checkpoint_json_text(c, "hf_quant_config.json") || moq_checkpoint_json_text(c, "config.json");
-    if (has_quant && moq_qconfig_open(&q, path, prof, &err) != MOQ_OK) {
-        /* A checkpoint with no quantization config at all is checked as unquantized. */
-        if (!strstr(err.msg, "not a quantized checkpoint")) {
-            moq_checkpoint_free(c);
-            return cli_report(&err);
-        }
-        q = NULL;
+    moq_qconfig *q = NULL; /* no quantization config: every module is checked as unquantized */
+    if (moq_checkpoint_has_qconfig(c) && moq_qconfig_open(&q, path, prof, &err) != MOQ_OK) {
+        moq_checkpoint_free(c);
+        return cli_report(&err);
     }
     moq_modules m;
     int rc = 0;

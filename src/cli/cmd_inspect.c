@@ -114,8 +114,7 @@ int cmd_inspect(int argc, char **argv) {
     /* Per-module rows (the config resolved with the chosen rules). */
     moq_qconfig *q = NULL;
     moq_modules mods = {0};
-    if ((moq_checkpoint_json_text(c, "hf_quant_config.json") || moq_checkpoint_json_text(c, "config.json")) &&
-        moq_qconfig_open(&q, path, prof, &err) != MOQ_OK && !strstr(err.msg, "not a quantized checkpoint")) {
+    if (moq_checkpoint_has_qconfig(c) && moq_qconfig_open(&q, path, prof, &err) != MOQ_OK) {
         cJSON_Delete(quant);
         moq_checkpoint_free(c);
         return cli_report(&err);

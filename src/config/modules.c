@@ -4,6 +4,7 @@
  * moq_resolve and checked against the scheme table's contract for its method. */
 #include "config/modules.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,15 @@
 const char *moq_module_kind_name(moq_module_kind k) {
     static const char *const n[] = {"linear", "lm_head", "moe", "embedding", "other"};
     return (unsigned)k <= MOQ_MOD_OTHER ? n[k] : "?";
+}
+
+bool moq_checkpoint_has_qconfig(const moq_checkpoint *c) {
+    if (moq_checkpoint_json_text(c, "hf_quant_config.json")) return true;
+    const char *t = moq_checkpoint_json_text(c, "config.json");
+    cJSON *j = t ? cJSON_Parse(t) : NULL;
+    const bool has = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "quantization_config"));
+    cJSON_Delete(j);
+    return has;
 }
 
 /* Name rules, first match wins (last part of the module name). */
@@ -139,6 +149,13 @@ moq_status moq_modules_build(moq_modules *out, const moq_checkpoint *c, const mo
         if (!q) {
             const bool lin = mod->kind == MOQ_MOD_LINEAR || mod->kind == MOQ_MOD_LM_HEAD;
             mod->res = (moq_resolution){.method = lin ? "unquantized_linear" : "none", .rule = "no-quantization-config"};
+            continue;
+        }
+        /* Experts of one layer share their resolution: reuse the previous module's when the prefix matches. */
+        const moq_module *prev = k ? &out->mods[k - 1] : NULL;
+        if (prev && prev->resolved && prev->kind == mod->kind && prev->resolve_prefix && mod->resolve_prefix &&
+            strcmp(prev->resolve_prefix, mod->resolve_prefix) == 0) {
+            mod->res = prev->res;
             continue;
         }
         moq_error e = {0};

@@ -37,7 +37,11 @@ typedef struct moq_modules {
     int          cap_probs;
 } moq_modules;
 
-const char *moq_module_kind_name(moq_module_kind k); /* "linear", "lm_head", "moe", "embedding", "other" */
+const char *moq_module_kind_name(moq_module_kind k);
+
+/* True when the checkpoint carries a quantization config (hf_quant_config.json, or config.json with
+ * a quantization_config object); false means an unquantized checkpoint. */
+bool moq_checkpoint_has_qconfig(const moq_checkpoint *c); /* "linear", "lm_head", "moe", "embedding", "other" */
 
 /* Groups and resolves every module of c under q (q NULL: an unquantized checkpoint, every module
  * unquantized). Resolution errors become problems. Allocation failure is the only error. */
