@@ -47,6 +47,8 @@ typedef struct moq_compat_rules {
     bool ex_fnmatch_stripped;     /* moq: fnmatch also over the prefix without "language_model."           */
     bool ex_regex_parts;          /* SGLang: `*`->`.*` full match of the prefix and of each dotted part    */
     bool ex_fused_patterns;       /* SGLang: q_a_proj/... inside fused_qkv_a_proj_with_mqa                 */
+    bool ex_skipped_dot_boundary; /* SGLang (#23467): an entry matches the prefix itself, a dotted suffix
+                                     ("mlp.gate"), or, ending in ".", every module under it            */
     bool ex_skipped_linear_only;  /* SGLang: exact/packed is_layer_skipped only for linears (vLLM: all)   */
     bool vision_rule;             /* vLLM: vision_tower / vision_model / vit_large_projector unquantized  */
     bool vision_moe_linear;       /* vLLM: the vision rule hands MoE layers an unquantized *linear* method */

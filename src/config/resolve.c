@@ -37,9 +37,18 @@ static const moq_packed *find_packed(const moq_packed *p, int n, const char *nam
     return NULL;
 }
 
+/* SGLang's dot-boundary module-path match: equal, a dotted suffix, or a prefix ending in ".". */
+static bool path_match(const char *prefix, const char *entry) {
+    const size_t np = strlen(prefix), ne = strlen(entry);
+    if (strcmp(prefix, entry) == 0) return true;
+    if (ne && np > ne && prefix[np - ne - 1] == '.' && strcmp(prefix + np - ne, entry) == 0) return true;
+    return ne && entry[ne - 1] == '.' && strncmp(prefix, entry, ne) == 0;
+}
+
+/* Is `s` listed? Exact membership (vLLM) or SGLang's dot-boundary match. */
 static bool in_list(const moq_qconfig *q, const char *s) {
     for (int i = 0; i < q->n_exclude; i++)
-        if (strcmp(q->exclude[i], s) == 0) return true;
+        if (q->r->ex_skipped_dot_boundary ? path_match(s, q->exclude[i]) : strcmp(q->exclude[i], s) == 0) return true;
     return false;
 }
 
@@ -89,7 +98,7 @@ static moq_status layer_skipped(const moq_qconfig *q, const char *prefix, const 
         *rule = "exclude-packed-shards";
         return MOQ_OK;
     }
-    if (strstr(prefix, "experts")) {
+    if (strstr(prefix, "experts") && !q->r->ex_skipped_dot_boundary) {
         for (int i = 0; i < q->n_exclude && !*skipped; i++)
             *skipped = strstr(q->exclude[i], "experts") && strstr(q->exclude[i], prefix);
         *rule = "exclude-experts";

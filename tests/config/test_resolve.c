@@ -42,7 +42,8 @@ static const row rows[] = {
     {M, NV("\"model.layers.0.self_attn*\""), "language_model.model.layers.0.self_attn.o_proj", "linear", NULL, "unquantized_linear|-|1|exclude-wildcard-stripped"},
     {S, NV("\"model.layers.0.self_attn*\""), "language_model.model.layers.0.self_attn.o_proj", "linear", NULL, "unquantized_linear|-|1|exclude-wildcard"},
     {V | M, NV("\"model.layers.0.self_attn.o_proj\""), "language_model.model.layers.0.self_attn.o_proj", "linear", NULL, "unquantized_linear|-|1|exclude-substring"},
-    {S, NV("\"model.layers.0.self_attn.o_proj\""), "language_model.model.layers.0.self_attn.o_proj", "linear", NULL, "unquantized_linear|-|1|exclude-wildcard"},
+    {S, NV("\"model.layers.0.self_attn.o_proj\""), "language_model.model.layers.0.self_attn.o_proj", "linear", NULL, "unquantized_linear|-|1|exclude-exact"},
+    {S, NV("\"model.layers.0.self_attn.o_proj\""), "language_model.model.layers.0.self_attn.experts", "moe", NULL, "nvfp4_moe|NVFP4|0|quant_algo"},
     /* SGLang part-by-part: "mtp*" matches the part "mtp_layers". */
     {S, NV("\"mtp*\""), "model.mtp_layers.0.fc", "linear", NULL, "unquantized_linear|-|1|exclude-part"},
     {V | M, NV("\"mtp*\""), "model.mtp_layers.0.fc", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
@@ -91,6 +92,17 @@ static const row rows[] = {
     {V | M, ALGO("MXFP8"), L0 "mlp.experts", "moe", NULL, "mxfp8_moe|MXFP8|0|quant_algo"},
     {V | M, "{\"quantization\":{\"quant_algo\":\"W4A16_NVFP4\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[]}}", L0 "mlp.experts", "moe", NULL,
      "w4a16_nvfp4_moe|W4A16_NVFP4|0|quant_algo"},
+    /* PEER SGLang test/registered/quant/test_is_layer_skipped.py (sgl-project/sglang @12ad6cb0): its
+     * is_layer_skipped matches on dot boundaries; vLLM reaches the same or more through substrings. */
+    {ALL, NV("\"layers.0.linear_attn.in_proj_ba\",\"model.layers.0.linear_attn.in_proj_ba\""), L0 "linear_attn.in_proj_ba", "linear",
+     QKV ";gate_up_proj=gate_proj,up_proj", "unquantized_linear|-|1|exclude-exact"},
+    {S, NV("\"mlp.gate\""), L0 "mlp.gate", "linear", NULL, "unquantized_linear|-|1|exclude-exact"},
+    {S, NV("\"mlp.gate\""), L0 "mlp.gate_up_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
+    {V | M, NV("\"mlp.gate\""), L0 "mlp.gate", "linear", NULL, "unquantized_linear|-|1|exclude-substring"},
+    {V | M, NV("\"mlp.gate\""), L0 "mlp.gate_up_proj", "linear", NULL, "unquantized_linear|-|1|exclude-substring"},
+    {S, NV("\"model.layers.34.\""), "model.layers.34.mlp.experts.0.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-exact"},
+    {V | M, NV("\"model.layers.34.\""), "model.layers.34.mlp.experts.0.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-substring"},
+    {ALL, NV("\"model.layers.34.\""), "model.layers.340.mlp.experts.0.down_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
     /* ---- mixed precision ---- */
     /* PEER test_modelopt_mixed_precision_quantizes_parallel_lm_head */
     {ALL, MP(L("lm_head", "NVFP4")), "lm_head", "lm_head", NULL, "nvfp4_linear|NVFP4|0|mp-direct"},
