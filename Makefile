@@ -5,13 +5,15 @@
 #   make demo       generate a small two-shard NVFP4 checkpoint in demo/ and run `moq inspect` on it
 #   make asan       ASan+UBSan build and ctest only (build-asan/)
 #   make bench      build and run the benchmarks in bench/
+#   make fuzz       build the libFuzzer targets with clang and run each FUZZ_SECONDS (default 60)
 #   make install    cmake --install (PREFIX=/usr/local)
 #   make clean
 JOBS   ?= $(shell nproc)
 PREFIX ?= /usr/local
 CMAKE  := cmake
 
-.PHONY: all deps build test asan demo bench install clean
+.PHONY: all deps build test asan demo bench fuzz install clean
+FUZZ_SECONDS ?= 60
 all: build
 
 deps:
@@ -34,8 +36,11 @@ demo: build
 bench: build
 	@for b in build/bench_*; do echo "== $$b"; $$b; done
 
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
 install: build
 	@$(CMAKE) --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan demo
+	rm -rf build build-asan build-fuzz demo

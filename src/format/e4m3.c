@@ -10,7 +10,9 @@
  *   rne      torch/ml_dtypes cast: |x| >= 480 (past the 464 tie) and ±inf -> NaN 0x7F|s.
  *   rne_sat  clamp to ±448 first (cvt.rn.satfinite, every quantizer): ±inf -> ±448.
  * NaN -> 0x7F with the input sign (torch CPU; the H200's cvt drops the sign, see golden/rcp).
- * Tested bit-exact by tests/unit/test_format_golden.c (1,066,068 inputs, three references).
+ * Tested bit-exact by tests/unit/test_format_golden.c (1,066,068 inputs; rne vs torch CPU, torch
+ * CUDA and ml_dtypes, rne_sat vs torch clamp+cast: zero mismatches) and
+ * tests/unit/test_format_scalar.c (all codes, every midpoint). Vector twins: format_avx2.c/avx512.c.
  */
 #include <math.h>
 

@@ -23,11 +23,11 @@ float    moq_e8m0_decode(uint8_t c);
 uint8_t  moq_e8m0_encode_rne(float x);      /* torch cast                         */
 uint8_t  moq_e8m0_encode_up_sat(float x);   /* CUDA cvt.rp.satfinite.ue8m0        */
 float    moq_e2m1_decode(uint8_t c);        /* low nibble of c                    */
-uint8_t  moq_e2m1_encode_rne_sat(float x);  /* returns a 4-bit code               */
+uint8_t  moq_e2m1_encode_rne_sat(float x);  /* 4-bit code; NaN -> 0x8 / 0x0 (ml_dtypes) */
 float    moq_bf16_decode(uint16_t h);
-uint16_t moq_bf16_encode_rne(float x);
+uint16_t moq_bf16_encode_rne(float x);      /* NaN -> 0xFFFF (torch CPU cast)      */
 float    moq_f16_decode(uint16_t h);
-uint16_t moq_f16_encode_rne(float x);
+uint16_t moq_f16_encode_rne(float x);       /* NaN -> s|0x7E00|payload (vcvtps2ph) */
 
 /* ---- bulk converters ---- */
 /* Encode n f32 values. E2M1 output: (n+1)/2 bytes, element 2i in the low nibble; callers split

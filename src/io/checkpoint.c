@@ -97,20 +97,20 @@ static moq_status read_side(moq_checkpoint *c, int which, moq_error *err) {
 }
 
 /* Shard names from an index must stay inside the checkpoint directory. */
-static moq_status check_shard_name(const char *name, const char *where, moq_error *err) {
-    if (!name[0]) return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "weight_map names an empty shard file");
+static moq_status check_shard_name(const char *name, const char *tensor, const char *where, moq_error *err) {
+    if (!name[0]) return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: weight_map names an empty shard file", tensor);
     if (name[0] == '/')
-        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" is an absolute path; shards must be inside the checkpoint directory", name);
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" is an absolute path; shards must be inside the checkpoint directory", tensor, name);
     for (const char *p = name; *p;) {
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         if (len == 2 && p[0] == '.' && p[1] == '.')
-            return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" has a \"..\" component; shards must be inside the checkpoint directory", name);
+            return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" has a \"..\" component; shards must be inside the checkpoint directory", tensor, name);
         p += len + (slash ? 1 : 0);
         if (!slash) break;
     }
     if (strchr(name, '\\'))
-        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "shard \"%s\" contains a backslash", name);
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, where, "tensor %s: shard \"%s\" contains a backslash", tensor, name);
     return MOQ_OK;
 }
 
@@ -130,30 +130,34 @@ static moq_status list_shards(moq_checkpoint *c, char ***names, int *n, moq_erro
             return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is %s, expected an object {tensor: shard}", moq_json_type(wm));
         int total = cJSON_GetArraySize(wm);
         v = calloc((size_t)(total ? total : 1), sizeof *v);
-        if (!v) return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
-        for (const cJSON *e = wm->child; e; e = e->next) {
-            if (!cJSON_IsString(e)) {
-                for (int i = 0; i < cnt; i++) free(v[i]);
-                free(v);
-                return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map.%s is %s, expected a shard file name", e->string, moq_json_type(e));
-            }
-            moq_status st = check_shard_name(e->valuestring, ix->name, err);
-            if (st != MOQ_OK) {
-                for (int i = 0; i < cnt; i++) free(v[i]);
-                free(v);
-                return st;
-            }
-            bool dup = false;
-            for (int i = 0; i < cnt && !dup; i++) dup = strcmp(v[i], e->valuestring) == 0;
-            if (!dup && !(v[cnt++] = strdup(e->valuestring))) {
-                for (int i = 0; i < cnt - 1; i++) free(v[i]);
-                free(v);
-                return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
-            }
-        }
-        if (cnt == 0) {
+        moq_strmap seen; /* shard names already collected: hundreds of shards x 100k tensors */
+        if (!v || !moq_strmap_init(&seen, (size_t)total)) {
             free(v);
-            return MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is empty; expected at least one tensor");
+            return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
+        }
+        moq_status st = MOQ_OK;
+        for (const cJSON *e = wm->child; e && st == MOQ_OK; e = e->next) {
+            if (!cJSON_IsString(e)) {
+                st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map.%s is %s, expected a shard file name", e->string, moq_json_type(e));
+                break;
+            }
+            if (moq_strmap_get(&seen, e->valuestring, NULL)) continue;
+            st = check_shard_name(e->valuestring, e->string, ix->name, err);
+            if (st != MOQ_OK) break;
+            if (!(v[cnt] = strdup(e->valuestring))) {
+                st = MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate");
+                break;
+            }
+            moq_strmap_put(&seen, v[cnt], (size_t)cnt, NULL);
+            cnt++;
+        }
+        moq_strmap_free(&seen);
+        if (st == MOQ_OK && cnt == 0)
+            st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "weight_map is empty; expected at least one tensor");
+        if (st != MOQ_OK) {
+            for (int i = 0; i < cnt; i++) free(v[i]);
+            free(v);
+            return st;
         }
         qsort(v, (size_t)cnt, sizeof *v, cmp_str);
     } else if (file_exists(c->dir, "model.safetensors")) {
@@ -189,7 +193,7 @@ static moq_status list_shards(moq_checkpoint *c, char ***names, int *n, moq_erro
             free(v);
             return st;
         }
-        qsort(v, (size_t)cnt, sizeof *v, cmp_str);
+        if (v) qsort(v, (size_t)cnt, sizeof *v, cmp_str);
     }
     *names = v;
     *n = cnt;
@@ -201,7 +205,7 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
     int n;
     MOQ_TRY(list_shards(c, &names, &n, err));
     moq_status st = MOQ_OK;
-    c->shards = calloc((size_t)n, sizeof *c->shards);
+    c->shards = calloc((size_t)(n > 0 ? n : 1), sizeof *c->shards);
     if (!c->shards) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate %d shards", n);
     for (int i = 0; i < n && st == MOQ_OK; i++) {
         char *p = moq_path_join(c->dir, names[i]);
@@ -209,6 +213,16 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
         st = moq_st_open(&c->shards[i], p, names[i], err);
         free(p);
         if (st == MOQ_OK) c->n_shards++;
+        else if (st == MOQ_ERR_IO && c->side[MOQ_SIDE_INDEX].json && err) {
+            /* A missing or unreadable shard: say who named it, and for which tensor. */
+            const cJSON *wm = cJSON_GetObjectItemCaseSensitive(c->side[MOQ_SIDE_INDEX].json, "weight_map");
+            const cJSON *e = wm ? wm->child : NULL;
+            while (e && strcmp(e->valuestring, names[i]) != 0) e = e->next;
+            char was[sizeof err->msg];
+            snprintf(was, sizeof was, "%s", err->msg);
+            st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "%s; %s lists it for tensor %s", was, side_names[MOQ_SIDE_INDEX],
+                          e ? e->string : "?");
+        }
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
@@ -219,7 +233,7 @@ static moq_status open_shards(moq_checkpoint *c, moq_error *err) {
 static moq_status index_tensors(moq_checkpoint *c, moq_error *err) {
     size_t total = 0;
     for (int i = 0; i < c->n_shards; i++) total += c->shards[i].n_tensors;
-    c->tensors = calloc(total ? total : 1, sizeof *c->tensors);
+    c->tensors = calloc(total ? total : 1, sizeof(moq_tensor *));
     if (!c->tensors || !moq_strmap_init(&c->by_name, total))
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate the table of %zu tensors", total);
     for (int i = 0; i < c->n_shards; i++) {
@@ -237,29 +251,39 @@ static moq_status index_tensors(moq_checkpoint *c, moq_error *err) {
     const moq_side_file *ix = &c->side[MOQ_SIDE_INDEX];
     if (!ix->json) return MOQ_OK;
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix->json, "weight_map");
-    size_t listed = 0;
-    for (const cJSON *e = wm->child; e; e = e->next, listed++) {
+    /* The index's own names, for duplicate keys and for the unlisted check in O(n) (cJSON's
+     * object lookup is linear, which is quadratic over 100k tensors). */
+    moq_strmap listed;
+    if (!moq_strmap_init(&listed, (size_t)cJSON_GetArraySize(wm)))
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, ix->name, "cannot allocate the weight_map table");
+    moq_status st = MOQ_OK;
+    for (const cJSON *e = wm->child; e && st == MOQ_OK; e = e->next) {
+        if (!moq_strmap_put(&listed, e->string, 0, NULL)) {
+            st = MOQ_FAIL(err, MOQ_ERR_FORMAT, ix->name, "tensor %s is listed twice in weight_map", e->string);
+            break;
+        }
         size_t at;
-        if (!moq_strmap_get(&c->by_name, e->string, &at))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but %s does not contain it",
-                            e->string, e->valuestring, e->valuestring);
+        if (!moq_strmap_get(&c->by_name, e->string, &at)) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but %s does not contain it",
+                          e->string, e->valuestring, e->valuestring);
+            break;
+        }
         const char *in = c->shards[c->tensors[at]->shard].name;
         if (strcmp(in, e->valuestring) != 0)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but it is in %s",
-                            e->string, e->valuestring, in);
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, ix->name, "tensor %s is listed in shard %s, but it is in %s",
+                          e->string, e->valuestring, in);
     }
-    if (listed != c->n_tensors) {
-        /* Some shard tensors are not in the index: keep them, say which. */
-        int shown = 0;
-        for (size_t i = 0; i < c->n_tensors; i++) {
-            if (cJSON_GetObjectItemCaseSensitive(wm, c->tensors[i]->name)) continue;
-            if (shown++ < 5)
-                MOQ_TRY(warn(c, err, "%s: tensor %s is in shard %s but not listed in the index", ix->name,
-                             c->tensors[i]->name, c->shards[c->tensors[i]->shard].name));
-        }
-        if (shown > 5) MOQ_TRY(warn(c, err, "%s: %d more tensors are in shards but not in the index", ix->name, shown - 5));
+    /* Shard tensors the index omits are kept (the index is a lookup aid); say which, at most 5. */
+    int unlisted = 0;
+    for (size_t i = 0; i < c->n_tensors && st == MOQ_OK; i++) {
+        if (moq_strmap_get(&listed, c->tensors[i]->name, NULL)) continue;
+        if (unlisted++ < 5)
+            st = warn(c, err, "%s: tensor %s is in shard %s but not listed in the index", ix->name, c->tensors[i]->name,
+                      c->shards[c->tensors[i]->shard].name);
     }
-    return MOQ_OK;
+    if (st == MOQ_OK && unlisted > 5) st = warn(c, err, "%s: %d more tensors are in shards but not in the index", ix->name, unlisted - 5);
+    moq_strmap_free(&listed);
+    return st;
 }
 
 moq_status moq_checkpoint_open(moq_checkpoint **out, const char *path, const moq_checkpoint_opts *opts,

@@ -39,10 +39,14 @@ static const int_field int_fields[] = {
 
 static moq_status get_int(const cJSON *top, const cJSON *text, const char *key, int64_t *out, bool *found,
                           const char *file, moq_error *err) {
-    bool p = false;
+    bool p = false, in_text = false;
     MOQ_TRY(moq_json_int(top, key, out, &p, file, NULL, err));
-    if (!p && text) MOQ_TRY(moq_json_int(text, key, out, &p, file, "text_config", err));
-    if (p && *out < 0) return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is %lld, expected a value >= 0", key, (long long)*out);
+    if (!p && text) {
+        MOQ_TRY(moq_json_int(text, key, out, &p, file, "text_config", err));
+        in_text = p;
+    }
+    if (p && *out < 0)
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s%s is %lld, expected a value >= 0", in_text ? "text_config." : "", key, (long long)*out);
     *found = p;
     return MOQ_OK;
 }

@@ -20,6 +20,13 @@ moq_status moq_json_parse(cJSON **out, const char *text, size_t len, const char 
         }
         return MOQ_FAIL(err, MOQ_ERR_FORMAT, file, "not valid JSON (parse error at byte %zu of %zu)", off, len);
     }
+    /* cJSON stops after the first value; only whitespace may follow it (RFC 8259 §2). */
+    size_t at = (end && end >= text && end <= text + len) ? (size_t)(end - text) : len;
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r')) at++;
+    if (at < len) {
+        cJSON_Delete(j);
+        return MOQ_FAIL(err, MOQ_ERR_FORMAT, file, "not valid JSON (bytes after the JSON value at byte %zu of %zu)", at, len);
+    }
     *out = j;
     return MOQ_OK;
 }

@@ -82,12 +82,9 @@ moq_status moq_read_file(const char *path, const char *where, uint64_t max_bytes
 }
 
 char *moq_path_join(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
+    const size_t a = strlen(dir), n = a + strlen(name) + 2;
+    char *p = malloc(n);
     if (!p) return NULL;
-    memcpy(p, dir, a);
-    size_t k = a;
-    if (a && dir[a - 1] != '/') p[k++] = '/';
-    memcpy(p + k, name, b + 1);
+    snprintf(p, n, "%s%s%s", dir, (a && dir[a - 1] != '/') ? "/" : "", name);
     return p;
 }

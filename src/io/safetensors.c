@@ -298,7 +298,8 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
     }
     const uint8_t *h = buf + 8;
     if (n == 0 || h[0] != '{') { /* R4 */
-        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found %s)", n ? "another byte" : "an empty header");
+        if (n) st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found byte 0x%02x)", h[0]);
+        else st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found an empty header)");
         goto fail;
     }
     size_t bad = utf8_invalid_at(h, (size_t)n); /* R5 */
@@ -307,9 +308,10 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
         goto fail;
     }
     cJSON *root;
-    st = moq_json_parse(&root, (const char *)h, (size_t)n, fn, NULL); /* R6 */
+    moq_error jerr = {0};
+    st = moq_json_parse(&root, (const char *)h, (size_t)n, fn, &jerr); /* R6 */
     if (st != MOQ_OK) {
-        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is not valid JSON");
+        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is %s", jerr.msg);
         goto fail;
     }
     if (!cJSON_IsObject(root)) {

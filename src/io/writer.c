@@ -5,10 +5,11 @@
  * multiple of 8 bytes | tensor data in insertion order, contiguous. Every file is written to
  * "<name>.tmp-moq" first; only when all files are complete are they renamed into place, so a
  * failure leaves the directory as it was (no partial shard, no index naming a missing shard).
- * Tested by tests/io/test_writer.c (write -> moq_checkpoint_open round trip).
+ * Tested by tests/io/test_checkpoint.c (write -> moq_checkpoint_open round trip, failures).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,7 +225,8 @@ moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err) {
     if (!w) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_writer_finish", "NULL writer");
     if (n_shards < 1 || (size_t)n_shards > (w->n ? w->n : 1) || n_shards > 99999)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, w->dir, "%d shards requested for %zu tensors", n_shards, w->n);
-    if (mkdir(w->dir, 0777) != 0 && errno != EEXIST)
+    bool made_dir = mkdir(w->dir, 0777) == 0;
+    if (!made_dir && errno != EEXIST)
         return MOQ_FAIL(err, MOQ_ERR_IO, w->dir, "cannot create directory: %s", strerror(errno));
 
     /* Split in insertion order into shards of about total/n_shards bytes, each non-empty. */
@@ -234,6 +236,7 @@ moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err) {
     int nfiles = n_shards + (n_shards > 1) + w->n_files;
     char **names = calloc((size_t)nfiles, sizeof *names), **tmps = calloc((size_t)nfiles, sizeof *tmps);
     moq_status st = MOQ_OK;
+    int renamed = 0; /* files already moved into place (rolled back on failure) */
     if (!start || !names || !tmps) {
         st = MOQ_FAIL(err, MOQ_ERR_NOMEM, w->dir, "cannot allocate");
         goto done;
@@ -290,16 +293,27 @@ moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err) {
         sprintf(tmps[k], "%s.tmp-moq", names[k]);
         st = write_text(tmps[k], w->files[i].name, w->files[i].text, err);
     }
-    for (int i = 0; i < nfiles && st == MOQ_OK; i++)
+    /* A target that is a directory would make its rename fail after others succeeded: refuse
+     * before renaming anything. */
+    for (int i = 0; i < nfiles && st == MOQ_OK; i++) {
+        struct stat sb;
+        if (names[i] && lstat(names[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+            st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "is a directory; cannot write the file there");
+    }
+    for (int i = 0; i < nfiles && st == MOQ_OK; i++) {
         if (rename(tmps[i], names[i]) != 0) st = MOQ_FAIL(err, MOQ_ERR_IO, names[i], "cannot rename into place: %s", strerror(errno));
+        else renamed++;
+    }
 done:
     for (int i = 0; names && tmps && i < nfiles; i++) {
-        if (st != MOQ_OK && tmps[i]) unlink(tmps[i]);
+        if (st != MOQ_OK && i < renamed && names[i]) unlink(names[i]); /* roll back: no half-written checkpoint */
+        else if (st != MOQ_OK && tmps[i]) unlink(tmps[i]);
         free(names[i]);
         free(tmps[i]);
     }
     free(names);
     free(tmps);
     free(start);
+    if (st != MOQ_OK && made_dir) rmdir(w->dir);
     return st;
 }

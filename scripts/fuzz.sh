@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# fuzz.sh — build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang + ASan + UBSan and run each
+# for SECONDS (default 60) with a seed corpus and a dictionary. Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+# Writes build-fuzz/fuzz-report.txt (one line per target: seconds, execs, coverage); crashing inputs go
+# to build-fuzz/artifacts/ and make the script exit non-zero. Regression inputs live in
+# tests/fuzz/regress/<target>/ and are replayed by the normal test suite (tests/e2e/fuzz_regress.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}; shift || true
+scripts/setup.sh clang libclang-rt-14-dev libomp-dev
+CC=clang cmake -S . -B build-fuzz -DMOQ_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=($(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//'))
+cmake --build build-fuzz -j "$(nproc)" --target moq "${targets[@]}" >/dev/null
+mkdir -p build-fuzz/artifacts
+report=build-fuzz/fuzz-report.txt; : > "$report"
+status=0
+for t in "${targets[@]}"; do
+  corpus=build-fuzz/corpus/$t; mkdir -p "$corpus"
+  short=${t#fuzz_}
+  # Seed corpora: the project's own generated files and the real ModelOpt configs.
+  case "$short" in
+    safetensors)
+      build-fuzz/moq synth build-fuzz/seed-ckpt --layers 1 --hidden 32 --inter 32 --heads 2 --kv-heads 1 --vocab 16 --shards 2 >/dev/null
+      cp build-fuzz/seed-ckpt/*.safetensors "$corpus/" ;;
+    checkpoint)
+      i=0
+      for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*config.json; do
+        { cat "$f"; printf '\0{"weight_map":{"a":"model-00001-of-00001.safetensors","b":"model-00001-of-00001.safetensors"}}'; } > "$corpus/seed$i"; i=$((i+1))
+      done ;;
+    config)
+      # First byte: profile (value % 3) and layout (bit 2: 0 = hf_quant_config.json, 1 = config.json).
+      i=0
+      for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do
+        for p in 0 1 2; do
+          case "$f" in *hf_quant_config.json) sel=$p ;; *) sel=$((p + 4)) ;; esac
+          { printf "\\$(printf '%03o' $sel)"; cat "$f"; } > "$corpus/seed$i.$p"
+        done; i=$((i+1))
+      done ;;
+    *) for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
+  esac
+  [ -d "tests/fuzz/regress/$t" ] && cp tests/fuzz/regress/$t/* "$corpus/" 2>/dev/null || true
+  dict=tests/fuzz/$short.dict; dictarg=(); [ -f "$dict" ] && dictarg=(-dict="$dict")
+  log=build-fuzz/$t.log
+  if ! ./build-fuzz/$t "$corpus" "${dictarg[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix=build-fuzz/artifacts/$t- -print_final_stats=1 >"$log" 2>&1; then
+    status=1; echo "FUZZ FAILURE: $t (see $log and build-fuzz/artifacts/)"; tail -30 "$log"
+  fi
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
+  printf '%-22s %6ss  execs %-10s cov %-6s ft %s\n' "$t" "$secs" "$execs" "$cov" "$ft" | tee -a "$report"
+done
+exit $status
