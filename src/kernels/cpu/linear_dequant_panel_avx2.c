@@ -146,7 +146,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
             for (int64_t k0 = 0; k0 < K; k0 += KC) {

@@ -15,13 +15,14 @@
  * scales multiply exactly (D2·D4 and D4·2^e are exact in f32) except FP8 128x128 (D4·s rounds
  * once). Accumulation is f32 in k order per lane; tests/kernels/test_linear.c compares with
  * linear_ref.c (double) at relative Frobenius error <= 1e-5.
- * Variant 1 (rows *_bf16dot, AVX512_BF16): when every decoded weight and every dequantized
- * activation value is exactly a bf16 (e4m3 values and e4m3·2^e: 4 significant bits; e2m1·e4m3:
- * 5 bits; bf16 weights with bf16 activations), the panel is turned into bf16 pairs (k, k+1) by
- * truncation (exact) and vdpbf16ps does two products per lane per instruction with f32
- * accumulation: half the instructions of the f32 path. Whether the activation qualifies is known
- * only at run time (NVFP4 W4A16 and BF16 weights with f32 x, odd K): those calls take the f32
- * path of this same file, with the same exact products. FP8 128x128 never qualifies (D4·s_g).
+ * Variant 1 (rows *_bf16dot, AVX512_BF16), decode only (M <= GEMV_M = 4): when every weight and
+ * every dequantized activation value is exactly a bf16 (e4m3 and e4m3·2^e: 4 significant bits;
+ * e2m1: 2 bits; bf16 weights with bf16 x), the weights are decoded straight from the packed codes
+ * to bf16 pairs (k, k+1) in registers (no panel) and vdpbf16ps does two exact products per lane
+ * with f32 accumulation; NVFP4 / MXFP8 block scales multiply a per-block f32 accumulator.
+ * For M > 4 these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
+ * docs/PERFORMANCE.md). Calls whose activation does not qualify (NVFP4 W4A16 or BF16 weights
+ * with f32 x) take the f32 panel too: same exact products, so this is not a fallback in accuracy.
  * Threads: OpenMP over 16-row tiles (N); the activation pass over M.
  */
 #include <immintrin.h>
@@ -345,6 +346,15 @@ static bool bf16_exact(const moq_linear_launch *l) {
     }
 }
 
+/* Activation row m: quantize + dequantize (X, per-token scale sm), and bf16 pairs (Xb) when bdot. */
+static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, uint32_t *Xb, bool bdot, uint8_t *tmp) {
+    const int64_t K = l->w->K, K2 = (K + 1) / 2;
+    moq_act_dequant_row_avx512(l, m, X + m * K, &sm[m], tmp);
+    if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
+        for (int64_t k = 0; k < K; k += 2)
+            Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
+}
+
 moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
@@ -356,6 +366,10 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
+    /* Decode: the 1-4 rows are prepared here, before the team starts, so the only sync point is
+     * the join (a barrier costs more than the rows, and far more on a shared, oversubscribed VM). */
+    if (M <= GEMV_M)
+        for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, Xb, bdot, thr0 + (size_t)KC * 96 + (size_t)M * 64);
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
@@ -363,14 +377,11 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         uint32_t *PB = (uint32_t *)(P + KC * 16);
         float *C = (float *)(PB + KC / 2 * 16);
         uint8_t *tmp = (uint8_t *)(C + M * 16);
+        if (M > GEMV_M) {
 #pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) {
-            moq_act_dequant_row_avx512(l, m, X + m * K, &sm[m], tmp);
-            if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
-                for (int64_t k = 0; k < K; k += 2)
-                    Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
+            for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, Xb, bdot, tmp);
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
             if (bdot && gemv_fits(l)) {

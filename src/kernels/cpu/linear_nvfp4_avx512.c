@@ -121,12 +121,17 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
     const size_t tstride = token_bytes(K);
     uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
+    /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
+    if (M <= 4)
+        for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(K);
+        if (M > 4) {
 #pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
-#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
+        }
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++)
             for (int64_t m0 = 0; m0 < M; m0 += MT) {
                 switch (M - m0 < MT ? M - m0 : MT) {
