@@ -344,6 +344,66 @@ MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
 
+
+/* ---- models ---------------------------------------------------------------------------------- */
+/* A decoder-only language model loaded from a checkpoint directory: LlamaForCausalLM (llama3 rope
+ * scaling, SmolLM2), MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (q/k
+ * RMSNorm). Every linear goes through resolution + the kernel registry, so any scheme above (and
+ * MIXED_PRECISION) runs. The KV cache and all forward workspace are allocated at open for opts.ctx
+ * positions: prefill and decode never allocate. A moq_model is not thread-safe (one sequence);
+ * its linears use opts.n_threads threads. Architecture notes: docs/ARCHITECTURE.md "Model runner". */
+typedef struct moq_model moq_model;
+
+/* Load progress: phase ("load"), done of total units (layers). Called on the opening thread. */
+typedef void (*moq_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
+
+typedef struct moq_model_opts {
+    int             n_threads;          /* <= 0: OpenMP's default                                   */
+    int64_t         ctx;                /* positions preallocated; <= 0: min(max_position_embeddings, 4096) */
+    moq_compat      compat;             /* resolution rules (MOQ_COMPAT_MOQ)                         */
+    moq_elem        kv_elem;            /* cache encoding when the config declares no KV quantization:
+                                           MOQ_ELEM_F32 (default) or MOQ_ELEM_BF16                   */
+    float           kv_scales_default;  /* > 0: use for FP8 KV layers without k_scale/v_scale; 0 (default):
+                                           such a checkpoint is MOQ_ERR_TENSOR. Never silently 1.0.  */
+    uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
+    moq_progress_fn progress;           /* NULL: none                                                */
+    void           *progress_user;
+    int             reserved[8];
+} moq_model_opts;
+MOQ_API moq_model_opts moq_model_opts_default(void);
+
+/* Opens the checkpoint at dir, resolves and validates every layer, packs every weight for its
+ * kernel, and allocates the KV cache and workspace. On failure *out is NULL and err names the
+ * checkpoint tensor, module or file. An unsupported architecture is MOQ_ERR_UNSUPPORTED listing
+ * the supported ones. Free with moq_model_free. */
+MOQ_API moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err);
+MOQ_API void       moq_model_free(moq_model *m);
+
+/* Runs tokens [n] at positions pos..pos+n-1 (pos = tokens already in the cache) and leaves the
+ * logits of the last one in moq_model_logits. logits_all: NULL, or caller-owned f32 [n, vocab]
+ * receiving every position's logits (perplexity). Errors: a token outside [0, vocab), or the cache
+ * full (pos + n > ctx: MOQ_ERR_INVALID_ARG; call moq_model_reset). */
+MOQ_API moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err);
+/* One decode step: moq_model_prefill(m, &token, 1, NULL, err). */
+MOQ_API moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err);
+/* f32 [vocab] logits of the last token run; borrowed, valid until the next prefill/decode/free. */
+MOQ_API const float *moq_model_logits(const moq_model *m);
+/* Forgets the sequence (position 0); keeps weights, cache memory and workspace. */
+MOQ_API void       moq_model_reset(moq_model *m);
+
+MOQ_API int64_t     moq_model_vocab_size(const moq_model *m);
+MOQ_API int64_t     moq_model_ctx(const moq_model *m);        /* positions preallocated        */
+MOQ_API int64_t     moq_model_pos(const moq_model *m);        /* tokens in the cache           */
+MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json architectures[0] */
+/* Bytes of weight data a decode step reads (all linears + one embedding row): the bound that
+ * `moq bench model` divides by the measured bandwidth. */
+MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
+
+/* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (resolution
+ * and tensor contracts of every layer), pack (kernel choice and weight packing). */
+typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
+MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
+
 #ifdef __cplusplus
 }
 #endif
