@@ -57,7 +57,7 @@ static role role_weight_scale(const moq_scheme *s) {
     return s->w->group_rows == -1 && s->w->group_cols == -1 ? ROLE_SHARD_W : ROLE_SCALE_ARRAY;
 }
 static role role_weight_scale_2(const moq_scheme *s) { return s->w->global_scale ? ROLE_SHARD_W : ROLE_IGNORE; }
-static role role_input_scale(const moq_scheme *s) { return s->a->scale_static ? ROLE_SHARD_IN : ROLE_IGNORE; }
+static role role_input_scale(const moq_scheme *s) { return s->a->scale_static || s->a->global_scale ? ROLE_SHARD_IN : ROLE_IGNORE; }
 
 static const role_row roles[] = {
     {"weight", role_weight},
