@@ -12,6 +12,9 @@ Writes, next to this script:
       llama3   Split(Llama-3 regex) + ByteLevel, ignore_merges, TemplateProcessing adding bos
       qwen2    NFC normalizer + Split(Qwen2 regex) + ByteLevel
       smollm2  Digits(individual) + ByteLevel (GPT-2 regex), as SmolLM2 / StarCoder
+      tiny     hand-written vocab + merges (ignore_merges, merge order and equal-rank ties), and
+               the same with the Llama-3 / Qwen2 Split and Digits pre-tokenizers (tiny_*): merges
+               across digits and whitespace make every split boundary visible in the ids
   <style>/tokenizer_config.json   bos/eos tokens and the model's chat template
   <style>/config.json             bos_token_id / eos_token_id
   expected.json                   encodings of CASES per style, chat renderings, lossy UTF-8 cases
@@ -54,11 +57,16 @@ STYLES = {
                 "eos": "<|im_end|>"},
     "smollm2": {"special": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "added": [], "bos": "<|im_start|>",
                 "eos": "<|im_end|>"},
+    "tiny":    {"special": [], "added": [], "bos": None, "eos": None},
+    "tiny_llama3": {"special": [], "added": [], "bos": None, "eos": None},
+    "tiny_qwen2": {"special": [], "added": [], "bos": None, "eos": None},
+    "tiny_digits": {"special": [], "added": [], "bos": None, "eos": None},
 }
 
 # Chat templates as published with the models (tokenizer_config.json "chat_template").
 TEMPLATES = {
     "gpt2": None,
+    "tiny": None, "tiny_llama3": None, "tiny_qwen2": None, "tiny_digits": None,
     "llama3": ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
                "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
                "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
@@ -78,7 +86,7 @@ TEMPLATES = {
 CASES = [
     "", " ", "  ", "\n", "a", "Hello world", "Hello world!",
     "I'M here, you're THERE; we'll've 'tis it's IT'S 'Re 'rE",
-    "'s's 'S 'ſ x'll'd'm",
+    "'s's 'S 'ſ x'll'd'm", "'Sx 'ſx 'REx 'rEx 'sx x'S x'ſx x'Sx x'REx", 
     "numbers 1234567 and 3.14159, 42nd, 12345678901234567890",
     "  leading and trailing spaces   ", "multiple     spaces    between",
     "tabs\tand\nnewlines\r\n\n\nmore\n", " \n \n  x \n", "\r\r\n\n\r",
@@ -96,6 +104,8 @@ CASES = [
     "<|im_start|><|im_start|><|im_end|>",
     "xmoqtoky moqtok moqto",
     "ﬁ ﬀ ℌ Å Ω",
+    "abc abcd aaaaa aaaa aaa abab bcbc xabcx",
+    "ab" * 1500, " " * 1200 + "x", "1" * 100 + " " + "\n" * 50, "😀" * 300,
 ]
 # Not NFC: the qwen2 tokenizer (NFC normalizer) changes them; moq reports MOQ_ERR_UNSUPPORTED.
 NOT_NFC = ["e\u0301", "\u212b"]
@@ -112,8 +122,36 @@ CHATS = [
 ]
 
 
+def build_tiny(style):
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    byte_chars = sorted(alphabet, key=lambda ch: ord(ch))
+    vocab = {ch: i for i, ch in enumerate(byte_chars)}
+    G, C = "\u0120", "\u010a"  # byte-level space and newline
+    merges = [("b", "c"), ("a", "b"), ("a", "a"), ("aa", "a"), (G, "a"), ("1", "2"), ("12", "3"), ("3", "4"),
+              (G, G), (C, C), (G, "1"), ("'", "s"), (G, "'"), (G, C), (G + G, G), (",", G), ("x", "'"),
+              ("\u00c3", "\u00a9"), ("x", "1"), ("S", "x"), ("\u00bf", "x"), ("E", "x")]
+    # "abc" is in the vocabulary but no merge builds it: only ignore_merges can produce it.
+    for tok in ["abc"] + ["".join(m) for m in merges]:
+        vocab.setdefault(tok, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=(style == "tiny")))
+    if style == "tiny":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif style == "tiny_digits":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_RE if style == "tiny_llama3" else QWEN2_RE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
 def build(style):
     spec = STYLES[style]
+    if style.startswith("tiny"):
+        return build_tiny(style)
     bpe = models.BPE(ignore_merges=(style == "llama3"))
     tok = Tokenizer(bpe)
     if style == "gpt2":
@@ -175,15 +213,19 @@ def main():
         write_json(os.path.join(d, "tokenizer_config.json"), cfg)
         write_json(os.path.join(d, "config.json"), {
             "bos_token_id": tok.token_to_id(spec["bos"]) if spec["bos"] else None,
-            "eos_token_id": tok.token_to_id(spec["eos"]), "vocab_size": tok.get_vocab_size()})
+            "eos_token_id": tok.token_to_id(spec["eos"]) if spec["eos"] else None,
+            "vocab_size": tok.get_vocab_size()})
         for text in CASES + (NOT_NFC if style == "qwen2" else []):
             for flags in (["plain"], ["add_special"], ["special_as_text"]):
                 if flags == ["add_special"] and style != "llama3":
                     continue
+                if flags == ["special_as_text"] and "<|" not in text and "moqtok" not in text:
+                    continue
                 tok.encode_special_tokens = flags == ["special_as_text"]
                 enc = tok.encode(text, add_special_tokens=(flags == ["add_special"]))
                 tok.encode_special_tokens = False
-                row = {"tokenizer": style, "flags": flags, "text_hex": text.encode().hex(), "text": text,
+                row = {"tokenizer": style, "flags": flags, "text_hex": text.encode().hex(),
+                       "text": text if len(text) <= 100 else text[:40] + "...",
                        "ids": enc.ids,
                        "decoded_hex": tok.decode(enc.ids, skip_special_tokens=False).encode().hex()}
                 if style == "qwen2" and text in NOT_NFC:
@@ -201,7 +243,17 @@ def main():
                                         "text": text, "ids": tok.encode(text, add_special_tokens=False).ids})
     for b in LOSSY:
         out["lossy"].append({"in_hex": b.hex(), "out_hex": b.decode("utf-8", errors="replace").encode().hex()})
-    write_json(os.path.join(HERE, "expected.json"), out)
+    with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:  # one row per line
+        f.write("{\n")
+        items = list(out.items())
+        for i, (k, v) in enumerate(items):
+            end = ",\n" if i + 1 < len(items) else "\n"
+            if isinstance(v, list):
+                rows = ",\n  ".join(json.dumps(r, ensure_ascii=False) for r in v)
+                f.write(f' "{k}": [\n  {rows}\n ]{end}')
+            else:
+                f.write(f' "{k}": {json.dumps(v)}{end}')
+        f.write("}\n")
     for root, _, files in sorted(os.walk(HERE)):
         for f in sorted(files):
             if f.endswith(".json"):
