@@ -99,30 +99,34 @@ moq_status moq_chat_template_from_config(moq_chat_template *out, const char *con
     } else if (ct && !cJSON_IsNull(ct)) {
         st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "chat_template is %s, expected a string or a list", moq_json_type(ct));
     }
-    if (st == MOQ_OK && tmpl) {
-        for (int f = MOQ_CHAT_NONE + 1; f < MOQ_CHAT_FORMAT_COUNT; f++)
-            if (strstr(tmpl, k_chat[f].marker)) { out->format = (moq_chat_format)f; break; }
-        if (out->format == MOQ_CHAT_NONE)
-            st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE,
-                          "chat_template \"%.80s...\" has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3)", tmpl);
-    }
-    if (st == MOQ_OK && out->format != MOQ_CHAT_NONE) {
-        const chat_row *r = &k_chat[out->format];
-        find_default_system(r, tmpl, out->default_system, sizeof out->default_system);
-        const cJSON *bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token");
-        if (cJSON_IsObject(bos)) bos = cJSON_GetObjectItemCaseSensitive(bos, "content");
-        if (r->bos_first && strstr(tmpl, "bos_token")) {
-            if (!cJSON_IsString(bos))
-                st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "chat_template uses bos_token but bos_token is %s", moq_json_type(bos));
-            else if (strlen(bos->valuestring) >= sizeof out->bos)
-                st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "bos_token is %zu bytes, longer than %zu", strlen(bos->valuestring), sizeof out->bos - 1);
-            else
-                snprintf(out->bos, sizeof out->bos, "%s", bos->valuestring);
-        }
-    }
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token");
+    if (cJSON_IsObject(bos)) bos = cJSON_GetObjectItemCaseSensitive(bos, "content");
+    if (st == MOQ_OK && tmpl)
+        st = moq_chat_template_detect(out, tmpl, cJSON_IsString(bos) ? bos->valuestring : NULL, "chat_template", err);
     cJSON_Delete(cfg);
     if (st != MOQ_OK) memset(out, 0, sizeof *out);
     return st;
+}
+
+moq_status moq_chat_template_detect(moq_chat_template *out, const char *tmpl, const char *bos, const char *what, moq_error *err) {
+    memset(out, 0, sizeof *out);
+    for (int f = MOQ_CHAT_NONE + 1; f < MOQ_CHAT_FORMAT_COUNT; f++)
+        if (strstr(tmpl, k_chat[f].marker)) { out->format = (moq_chat_format)f; break; }
+    if (out->format == MOQ_CHAT_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE,
+                        "%s \"%.80s...\" has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3)", what, tmpl);
+    const chat_row *r = &k_chat[out->format];
+    find_default_system(r, tmpl, out->default_system, sizeof out->default_system);
+    if (r->bos_first && strstr(tmpl, "bos_token")) {
+        moq_status st = MOQ_OK;
+        if (!bos)
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "%s uses bos_token but bos_token is absent or not a string", what);
+        else if (strlen(bos) >= sizeof out->bos)
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "bos_token is %zu bytes, longer than %zu", strlen(bos), sizeof out->bos - 1);
+        if (st != MOQ_OK) { memset(out, 0, sizeof *out); return st; }
+        snprintf(out->bos, sizeof out->bos, "%s", bos);
+    }
+    return MOQ_OK;
 }
 
 typedef struct sink { char *out; size_t cap, n; } sink;

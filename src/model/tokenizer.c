@@ -801,6 +801,21 @@ moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *
         st = parse_tokenizer_config(t, text, (size_t)len, err);
         free(text);
     }
+    /* newer snapshots keep the template in its own file */
+    if (st == MOQ_OK && t->chat.format == MOQ_CHAT_NONE) st = read_side(dir, "chat_template.jinja", &text, &len, err);
+    if (st == MOQ_OK && t->chat.format == MOQ_CHAT_NONE && text) {
+        const char *bos = NULL;
+        const uint8_t *b;
+        size_t bl;
+        char bos_text[64] = "";
+        if (t->bos >= 0 && moq_tokenizer_decode_token(t, t->bos, &b, &bl, NULL) == MOQ_OK && bl < sizeof bos_text) {
+            memcpy(bos_text, b, bl);
+            bos = bos_text;
+        }
+        if (moq_chat_template_detect(&t->chat, text, bos, "chat_template.jinja", err) != MOQ_OK)
+            memset(&t->chat, 0, sizeof t->chat); /* plain prompts still work */
+        free(text);
+    }
     if (st != MOQ_OK) { moq_tokenizer_free(t); return st; }
     *out = t;
     return MOQ_OK;

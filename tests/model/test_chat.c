@@ -145,12 +145,37 @@ static void test_render_edges(void **state) {
     TU_ERR(&e, moq_chat_render(&ct, &bad, 1, false, out, sizeof out, &ol, &e), MOQ_ERR_INVALID_ARG, "", "message 0");
 }
 
+/* Newer snapshots keep the template in chat_template.jinja instead of tokenizer_config.json. */
+static void test_jinja_file(void **state) {
+    (void)state;
+    char *src = golden_path("llama3/tokenizer.json"), *cfgp = golden_path("llama3/tokenizer_config.json");
+    size_t len, clen;
+    char *tok = tu_read_file(src, &len), *cfg_text = tu_read_file(cfgp, &clen);
+    cJSON *cfg = cJSON_ParseWithLength(cfg_text, clen);
+    char *tmpl = strdup(cJSON_GetObjectItem(cfg, "chat_template")->valuestring);
+    cJSON_DeleteItemFromObject(cfg, "chat_template");
+    char *cfg_out = cJSON_PrintUnformatted(cfg);
+    char *dir = tu_tmpdir("chat_jinja");
+    free(tu_write_file(dir, "tokenizer.json", tok, len));
+    free(tu_write_file(dir, "tokenizer_config.json", cfg_out, strlen(cfg_out)));
+    free(tu_write_file(dir, "chat_template.jinja", tmpl, strlen(tmpl)));
+    moq_tokenizer *t = NULL;
+    TU_OK(moq_tokenizer_open(&t, dir, err_));
+    const moq_chat_template *ct = moq_tokenizer_chat_template(t);
+    assert_int_equal(ct->format, MOQ_CHAT_LLAMA3);
+    assert_string_equal(ct->bos, "<|begin_of_text|>");
+    moq_tokenizer_free(t);
+    tu_rmtree(dir);
+    free(dir); free(cfg_out); free(tmpl); cJSON_Delete(cfg); free(tok); free(cfg_text); free(src); free(cfgp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_chats),
         cmocka_unit_test(test_detection),
         cmocka_unit_test(test_config_forms),
         cmocka_unit_test(test_render_edges),
+        cmocka_unit_test(test_jinja_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
