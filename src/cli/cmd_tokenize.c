@@ -119,7 +119,13 @@ int cmd_tokenize(int argc, char **argv) {
         moq_chat_message m[2] = { { "system", system ? system : "" }, { "user", "" } };
         size_t n = 0;
         if (system) n++;
-        if (owned) { owned = realloc(owned, len + 1); owned[len] = '\0'; text = owned; } /* NUL for the message */
+        if (owned) { /* NUL for the message */
+            char *nb = realloc(owned, len + 1);
+            if (!nb) { rc = MOQ_ERR_NOMEM; goto done; }
+            owned = nb;
+            owned[len] = '\0';
+            text = owned;
+        }
         m[n++].content = text;
         const moq_chat_template *ct = moq_tokenizer_chat_template(t);
         size_t need = 0;

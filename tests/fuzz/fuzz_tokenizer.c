@@ -1,6 +1,7 @@
 /* fuzz_tokenizer.c — libFuzzer target: encode arbitrary bytes with each generated tokenizer in
  * tests/golden/tokenizer (GPT-2, Llama-3, Qwen2, SmolLM2 and tiny styles) and decode them back.
- * Input: byte 0 picks the tokenizer and the flags, the rest is the text. Checks: the byte-level
+ * Input: byte 0 picks the tokenizer and the flags, the rest is the text (an input starting with '{'
+ * is instead loaded as a tokenizer.json, which must fail with a message or load). Checks: the byte-level
  * round trip is exact (decode(encode(x)) == x; with NFC an error may refuse the text instead, and
  * then must say why), the needed count is the same with a too small buffer, and the streaming
  * UTF-8 decoder gives the same text whatever the chunking. Built by `make fuzz` /
@@ -51,6 +52,19 @@ static size_t lossy(const uint8_t *in, size_t n, size_t step, char *out) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
     if (size < 1 || size > 4096) return 0; /* larger inputs only slow the search down */
+    if (data[0] == '{') { /* the input is a tokenizer.json: loading must fail cleanly or succeed */
+        moq_tokenizer *t = NULL;
+        moq_error err;
+        if (moq_tokenizer_open_text(&t, (const char *)data, size, NULL, &err) == MOQ_OK) {
+            int32_t ids[64];
+            size_t n;
+            (void)moq_tokenizer_encode(t, "Hello world 123 'll", 19, 0, ids, 64, &n, &err);
+            moq_tokenizer_free(t);
+        } else if (err.msg[0] == '\0' || t) {
+            __builtin_trap();
+        }
+        return 0;
+    }
     moq_tokenizer *t = g_tok[data[0] % N_STYLES];
     uint32_t flags = (data[0] & 0x80) ? MOQ_ENCODE_SPECIAL_AS_TEXT : 0;
     const char *text = (const char *)data + 1;
