@@ -235,7 +235,9 @@ typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; 
 
 /* Opens `path`: a model directory holding tokenizer.json, or a tokenizer.json file. Side files in
  * the same directory are read when present: tokenizer_config.json (bos_token, eos_token,
- * chat_template), config.json and generation_config.json (bos_token_id, eos_token_id).
+ * chat_template), chat_template.jinja (when tokenizer_config.json has no template), config.json and
+ * generation_config.json (bos_token_id, eos_token_id). A chat template of another family leaves the
+ * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
  * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
  * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
  * Qwen2 pattern, Digits, an NFC normalizer (input that NFC would change is refused at encode).

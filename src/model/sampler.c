@@ -6,8 +6,9 @@
  *     top_p < 1           then keep the shortest prefix, in decreasing probability, whose mass
  *                         (renormalised after top-k) reaches top_p: the token that crosses the
  *                         threshold is kept (vLLM/HF semantics)
- *     draw                u = uniform[0, 1) * kept mass; first kept id (in decreasing order)
- *                         whose cumulative mass exceeds u
+ *     draw                u = uniform[0, 1) * kept mass; first kept id whose cumulative mass
+ *                         exceeds u, walking in decreasing probability (or in id order when
+ *                         neither top-k nor top-p truncates: no sort is needed then)
  * The order of candidates is (probability desc, id asc), so results do not depend on the sort
  * algorithm. The PRNG is xoshiro256** seeded with splitmix64 (no rand(), same stream everywhere).
  * Scratch: one {f64 p, i32 id} pair per vocabulary entry, caller-owned.
@@ -17,7 +18,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/error.h"
 
@@ -79,36 +79,44 @@ void moq_sampler_free(moq_sampler *s) { free(s); }
 size_t moq_sampler_scratch_size(size_t n) { return n * sizeof(cand); }
 
 /* (p desc, id asc) */
-static int cand_cmp(const void *a, const void *b) {
-    const cand *x = a, *y = b;
+static int cand_cmp(const cand *x, const cand *y) {
     if (x->p != y->p) return x->p > y->p ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Moves the k best candidates (by cand_cmp) to c[0..k), sorted; O(n log k) with a heap. */
-static void top_k_sorted(cand *c, size_t n, size_t k) {
-    /* max-heap by "worseness" on c[0..k): the root is the worst of the kept */
-    for (size_t i = 1; i < k; i++) {
-        size_t j = i;
-        while (j > 0 && cand_cmp(&c[(j - 1) / 2], &c[j]) < 0) {
-            cand tmp = c[j]; c[j] = c[(j - 1) / 2]; c[(j - 1) / 2] = tmp;
-            j = (j - 1) / 2;
-        }
+static void swap(cand *a, cand *b) { cand t = *a; *a = *b; *b = t; }
+
+/* Sift c[j] down a heap of n whose root is the candidate ranked last (a max-heap on cand_cmp). */
+static void sift_down(cand *c, size_t n, size_t j) {
+    for (;;) {
+        size_t l = 2 * j + 1, r = l + 1, m = j;
+        if (l < n && cand_cmp(&c[l], &c[m]) > 0) m = l;
+        if (r < n && cand_cmp(&c[r], &c[m]) > 0) m = r;
+        if (m == j) return;
+        swap(&c[j], &c[m]);
+        j = m;
     }
+}
+
+/* Heapsort of c[0..n) into cand_cmp order: in place, no allocation (glibc's qsort may malloc). */
+static void sort_cands(cand *c, size_t n) {
+    for (size_t i = n / 2; i-- > 0;) sift_down(c, n, i);
+    for (size_t i = n; i-- > 1;) {
+        swap(&c[0], &c[i]);
+        sift_down(c, i, 0);
+    }
+}
+
+/* Moves the k best candidates of c[0..n) to c[0..k), sorted; the others stay in c[k..n).
+ * O(n log k): a heap of the k best so far whose root is the worst of them. */
+static void select_top_k(cand *c, size_t n, size_t k) {
+    for (size_t i = k / 2; i-- > 0;) sift_down(c, k, i);
     for (size_t i = k; i < n; i++) {
         if (cand_cmp(&c[i], &c[0]) >= 0) continue;
-        c[0] = c[i];
-        size_t j = 0;
-        for (;;) {
-            size_t l = 2 * j + 1, r = l + 1, m = j;
-            if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
-            if (r < k && cand_cmp(&c[r], &c[m]) > 0) m = r;
-            if (m == j) break;
-            cand tmp = c[j]; c[j] = c[m]; c[m] = tmp;
-            j = m;
-        }
+        swap(&c[0], &c[i]);
+        sift_down(c, k, 0);
     }
-    qsort(c, k, sizeof *c, cand_cmp);
+    sort_cands(c, k);
 }
 
 moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch, size_t scratch_size,
@@ -134,19 +142,22 @@ moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, voi
     size_t k = n;
     if (s->opts.top_k > 0 && (size_t)s->opts.top_k < n) {
         k = (size_t)s->opts.top_k;
-        top_k_sorted(c, n, k);
+        select_top_k(c, n, k);
     } else if (s->opts.top_p < 1.0f) {
         /* Only candidates with p >= (1 - top_p) * total / n can be needed before the mass is
-         * reached (the others together hold less than 1 - top_p): sort those only. */
-        double cut = (1.0 - (double)s->opts.top_p) * total / (double)n;
+         * reached (the others together hold less than 1 - top_p); of those, select the best 64,
+         * 256, ... until they hold the mass (peaked distributions stop at the first round). */
+        double cut = (1.0 - (double)s->opts.top_p) * total / (double)n, want = (double)s->opts.top_p * total;
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (c[i].p >= cut) c[m++] = c[i];
-        k = m;
-        qsort(c, k, sizeof *c, cand_cmp);
-    } else {
-        qsort(c, k, sizeof *c, cand_cmp);
-    }
+        for (k = m < 64 ? m : 64;; k = k * 4 < m ? k * 4 : m) {
+            select_top_k(c, m, k);
+            double sum = 0.0;
+            for (size_t i = 0; i < k; i++) sum += c[i].p;
+            if (sum >= want || k == m) break;
+        }
+    } /* else: no truncation, so no order is needed: the draw walks the ids in increasing order */
     double mass = total; /* the mass top-p is measured against: all ids, or the top-k ones */
     if (k < n && s->opts.top_k > 0) {
         mass = 0.0;
