@@ -38,5 +38,7 @@ int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+int  cmd_tokenize(int argc, char **argv);
+void cmd_tokenize_help(FILE *out);
 
 #endif
