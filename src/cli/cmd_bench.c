@@ -122,10 +122,16 @@ void cmd_bench_help(FILE *out) {
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
-            "  --json        one JSON object instead of the table\n");
+            "  --json        one JSON object instead of the table\n\n"
+            "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json]\n\n"
+            "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
+            "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n");
 }
 
+double cli_dram_read_gbs(int threads) { return dram_read_gbs(threads); }
+
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "model") == 0) return cmd_bench_model(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`");
     const char *algo = NULL, *kernel = NULL;
     long long M = 1, N = 4096, K = 4096;
