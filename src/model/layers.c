@@ -131,8 +131,9 @@ static int64_t k_of(const moq_tensor_rule *wr, const moq_tensor *t) {
     return wr->shape[1] == MOQ_DIM_K_HALF ? t->shape[1] * 2 : t->shape[1];
 }
 
-static moq_status build_weight(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
-                                  moq_layer_kind kind, const char *const *shards, int n_shards, moq_blobs *blobs, moq_error *err) {
+static moq_status build_weight(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const moq_resolution *given,
+                               const char *prefix, moq_layer_kind kind, const char *const *shards, int n_shards, moq_blobs *blobs,
+                               moq_error *err) {
     memset(out, 0, sizeof *out);
     if (!shards) n_shards = 1;
     if (n_shards < 1 || n_shards > MOQ_MAX_SHARDS)
@@ -146,12 +147,14 @@ static moq_status build_weight(moq_layer_linear *out, const moq_checkpoint *c, c
         else snprintf(names[s], sizeof names[s], "%s", prefix);
     }
     moq_resolution res = {.method = "unquantized_linear", .rule = "no-quantization-config"};
-    if (q) {
+    if (given) {
+        res = *given;
+    } else if (q) {
         moq_packed pk = {dot ? dot + 1 : prefix, shards, n_shards};
         MOQ_TRY(moq_resolve(q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, &res, err));
     }
     const moq_scheme *sc = NULL;
-    if (res.algo && !res.excluded) {
+    if (res.algo && !res.excluded && strcmp(res.method, moq_method_name(MOQ_METHOD_NONE)) != 0) {
         sc = moq_scheme_find(res.algo, false);
         if (!sc) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "resolved to %s (%s), which has no linear scheme", res.method, res.algo);
     }
@@ -267,11 +270,11 @@ static moq_status build_weight(moq_layer_linear *out, const moq_checkpoint *c, c
     return MOQ_OK;
 }
 
-moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
-                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
-                                  moq_blobs *blobs, moq_error *err) {
+static moq_status open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const moq_resolution *given,
+                              const char *prefix, moq_layer_kind kind, const char *const *shards, int n_shards,
+                              const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err) {
     const double t0 = now_s();
-    moq_status st = build_weight(out, c, q, prefix, kind, shards, n_shards, blobs, err);
+    moq_status st = build_weight(out, c, q, given, prefix, kind, shards, n_shards, blobs, err);
     const double t1 = now_s();
     blobs->validate_s += t1 - t0;
     if (st != MOQ_OK) return st;
@@ -280,6 +283,18 @@ moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c
     st = moq_linear_create_from_weight(&out->lin, &out->w, &lo, err);
     blobs->pack_s += now_s() - t1;
     return st;
+}
+
+moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                  moq_blobs *blobs, moq_error *err) {
+    return open_linear(out, c, q, NULL, prefix, kind, shards, n_shards, lopts, blobs, err);
+}
+
+moq_status moq_layers_open_with(moq_layer_linear *out, const moq_checkpoint *c, const moq_resolution *res, const char *prefix,
+                                const char *const *shards, int n_shards, const moq_linear_opts *lopts, moq_blobs *blobs,
+                                moq_error *err) {
+    return open_linear(out, c, NULL, res, prefix, MOQ_KIND_MOE, shards, n_shards, lopts, blobs, err);
 }
 
 void moq_layers_close_linear(moq_layer_linear *l) {

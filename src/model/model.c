@@ -40,18 +40,20 @@
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. */
 typedef struct arch_row {
     const char *name;
-    bool        qk_norm;   /* per-head RMSNorm of q and k before RoPE (Qwen3)              */
-    bool        moe;       /* routed experts in place of the MLP (needs src/moe)           */
+    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
+    const char *moe_block;     /* module holding the router and experts; NULL = dense SwiGLU MLP    */
+    const char *expert[3];     /* one expert's gate, up, down projections                            */
+    bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    qk_norm moe  */
-    {"LlamaForCausalLM",       false,  false},
-    {"MistralForCausalLM",     false,  false},
-    {"Qwen2ForCausalLM",       false,  false},
-    {"Qwen3ForCausalLM",       true,   false},
-    {"Qwen3MoeForCausalLM",    true,   true},
-    {"MixtralForCausalLM",     false,  true},
+    /* name                    qk_norm moe block            expert gate, up, down                 norm_topk */
+    {"LlamaForCausalLM",       false,  NULL,               {NULL, NULL, NULL},                   false},
+    {"MistralForCausalLM",     false,  NULL,               {NULL, NULL, NULL},                   false},
+    {"Qwen2ForCausalLM",       false,  NULL,               {NULL, NULL, NULL},                   false},
+    {"Qwen3ForCausalLM",       true,   NULL,               {NULL, NULL, NULL},                   false},
+    {"Qwen3MoeForCausalLM",    true,   "mlp",              {"gate_proj", "up_proj", "down_proj"}, false},
+    {"MixtralForCausalLM",     false,  "block_sparse_moe", {"w1", "w3", "w2"},                   true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -79,6 +81,9 @@ const char *moq_model_supported_list(char *buf, size_t n) {
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
+    moq_layer_linear router;             /* MoE: f32 [E, H], never quantized (the engines build it
+                                            without a quant config)                          */
+    moq_layer_linear *egu, *edown;       /* MoE: per expert [2 Ie, H] and [H, Ie], E each     */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
 } layer;
@@ -90,6 +95,8 @@ struct moq_model {
     moq_model_opts    opts;
     int               n_threads;
     int64_t           H, A, KV, D, I, V, L, T, chunk;
+    int64_t           E, topk, Ie;       /* experts, experts per token, expert intermediate  */
+    bool              norm_topk;
     double            eps;
     layer            *layers;
     moq_layer_linear  embed, lm_head_own;
@@ -102,6 +109,8 @@ struct moq_model {
     int64_t           pos;
     /* workspace, allocated at open for `chunk` tokens */
     float  *x, *h, *qkv, *att, *tmp, *gu, *act, *logits_ws, *logits;
+    float  *rl, *rw, *xg, *acc;        /* MoE: router logits [C, E], weights [C, k], gathered rows [C, H], sum [C, H] */
+    int32_t *rsel;                     /* MoE: chosen experts [C, k]                        */
     float  *scratch;                   /* per thread: [T] scores + [D] row          */
     double *erow;                      /* f64 [H] embedding row                     */
     void   *lws;
@@ -122,6 +131,19 @@ moq_model_opts moq_model_opts_default(void) {
     o.kv_elem = MOQ_ELEM_F32;
     o.cpu_mask = ~0u;
     return o;
+}
+
+/* A top-level boolean of config.json; *v unchanged when absent. */
+static moq_status read_bool(const moq_checkpoint *c, const char *key, bool *v, moq_error *err) {
+    const char *text = moq_checkpoint_json_text(c, "config.json");
+    if (!text) return MOQ_OK;
+    cJSON *j = NULL;
+    MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
+    bool present = false, b = false;
+    const moq_status st = moq_json_bool(j, key, &b, &present, "config.json", NULL, err);
+    if (st == MOQ_OK && present) *v = b;
+    cJSON_Delete(j);
+    return st;
 }
 
 /* rope_scaling details beyond moq_arch (llama3 and yarn parameters). */
@@ -167,6 +189,39 @@ static void progress(const moq_model *m, uint64_t done, uint64_t total) {
     if (m->opts.progress) m->opts.progress(m->opts.progress_user, "load", done, total);
 }
 
+/* Router and experts of layer l: the experts module is resolved once (kind MOQ_KIND_MOE) and each
+ * expert's gate/up pair is fused like a dense gate_up_proj. */
+static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
+    layer *ly = &m->layers[l];
+    const arch_row *a = m->arch;
+    char p[256];
+    const moq_resolution unq = {.method = moq_method_name(MOQ_METHOD_UNQUANTIZED_LINEAR), .rule = "router-unquantized"};
+    snprintf(p, sizeof p, "model.layers.%lld.%s.gate", (long long)l, a->moe_block);
+    MOQ_TRY(moq_layers_open_with(&ly->router, m->ckpt, &unq, p, NULL, 1, lo, &m->blobs, err));
+    if (ly->router.w.N != m->E || ly->router.w.K != m->H)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "router shape [%lld, %lld], expected [num_experts %lld, hidden %lld]", (long long)ly->router.w.N,
+                        (long long)ly->router.w.K, (long long)m->E, (long long)m->H);
+    snprintf(p, sizeof p, "model.layers.%lld.%s.experts", (long long)l, a->moe_block);
+    moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
+    if (m->q) MOQ_TRY(moq_resolve(m->q, p, MOQ_KIND_MOE, NULL, 0, &res, err));
+    ly->egu = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *ly->egu);
+    ly->edown = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *ly->edown);
+    if (!ly->egu || !ly->edown) return MOQ_FAIL(err, MOQ_ERR_NOMEM, p, "out of memory for %lld experts", (long long)m->E);
+    const char *const gu[2] = {a->expert[0], a->expert[1]};
+    for (int64_t e = 0; e < m->E; e++) {
+        snprintf(p, sizeof p, "model.layers.%lld.%s.experts.%lld.gate_up", (long long)l, a->moe_block, (long long)e);
+        MOQ_TRY(moq_layers_open_with(&ly->egu[e], m->ckpt, &res, p, gu, 2, lo, &m->blobs, err));
+        snprintf(p, sizeof p, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, a->moe_block, (long long)e, a->expert[2]);
+        MOQ_TRY(moq_layers_open_with(&ly->edown[e], m->ckpt, &res, p, NULL, 1, lo, &m->blobs, err));
+        if (ly->egu[e].w.N != 2 * m->Ie || ly->egu[e].w.row0[1] != m->Ie || ly->egu[e].w.K != m->H || ly->edown[e].w.N != m->H ||
+            ly->edown[e].w.K != m->Ie)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "expert shapes gate+up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
+                            (long long)ly->egu[e].w.N, (long long)ly->egu[e].w.K, (long long)ly->edown[e].w.N, (long long)ly->edown[e].w.K,
+                            (long long)m->Ie, (long long)m->H, (long long)m->H, (long long)m->Ie);
+    }
+    return MOQ_OK;
+}
+
 static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
     const moq_checkpoint *c = m->ckpt;
     char p[256], n[320];
@@ -176,10 +231,13 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         MOQ_TRY(moq_layers_open_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
         snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
         MOQ_TRY(moq_layers_open_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
-        snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
-        MOQ_TRY(moq_layers_open_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-        snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
-        MOQ_TRY(moq_layers_open_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        if (m->arch->moe_block) MOQ_TRY(open_moe(m, l, lo, err));
+        else {
+            snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
+            MOQ_TRY(moq_layers_open_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+            snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
+            MOQ_TRY(moq_layers_open_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        }
         const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
         if (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
@@ -188,7 +246,7 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         if (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
-        if (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I)
+        if (!m->arch->moe_block && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
@@ -238,11 +296,12 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D;
+    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I > m->Ie ? m->I : m->Ie, E = m->E ? m->E : 1, k = m->topk ? m->topk : 1;
     struct { float **p; int64_t n; } bufs[] = {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
-        {&m->gu, C * 2 * m->I}, {&m->act, C * m->I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
+        {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
+        {&m->rl, C * E}, {&m->rw, C * k}, {&m->xg, C * m->H}, {&m->acc, C * m->H}, {(float **)&m->rsel, C * k},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
@@ -252,10 +311,15 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
-        for (int i = 0; i < 4; i++) {
-            size_t s = moq_linear_workspace_size(ls[i]->lin, C);
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->router};
+        for (int i = 0; i < 5; i++) {
+            size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
+        }
+        for (int64_t e = 0; ly->egu && e < m->E; e++) {
+            size_t s = moq_linear_workspace_size(ly->egu[e].lin, C), s2 = moq_linear_workspace_size(ly->edown[e].lin, C);
+            if (s > ws) ws = s;
+            if (s2 > ws) ws = s2;
         }
     }
     m->lws_size = ws;
@@ -275,9 +339,6 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (!m->arch)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "architecture \"%s\", expected one of %s", a->architecture,
                         moq_model_supported_list(list, sizeof list));
-    if (m->arch->moe)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "architecture %s has routed experts; the MoE block (src/moe) is not in this build yet; dense ones run: %s",
-                        a->architecture, moq_model_supported_list(list, sizeof list));
     if (moq_checkpoint_has_qconfig(m->ckpt)) MOQ_TRY(moq_qconfig_open(&m->q, dir, m->opts.compat, err));
     m->H = a->hidden_size;
     m->A = a->num_attention_heads;
@@ -287,6 +348,17 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->V = a->vocab_size;
     m->L = a->num_hidden_layers;
     m->eps = a->rms_norm_eps > 0 ? a->rms_norm_eps : 1e-6;
+    if (m->arch->moe_block) {
+        m->E = a->num_experts;
+        m->topk = a->num_experts_per_tok;
+        m->Ie = a->moe_intermediate_size ? a->moe_intermediate_size : a->intermediate_size;
+        m->norm_topk = m->arch->norm_topk;
+        MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
+        if (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1)
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
+                            (long long)m->E, (long long)m->topk, (long long)m->Ie);
+        if (!m->I) m->I = m->Ie;
+    }
     if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->I < 1 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
                         "intermediate_size %lld, vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
@@ -358,6 +430,11 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].o);
         moq_layers_close_linear(&m->layers[l].gate_up);
         moq_layers_close_linear(&m->layers[l].down);
+        moq_layers_close_linear(&m->layers[l].router);
+        for (int64_t e = 0; m->layers[l].egu && e < m->E; e++) {
+            moq_layers_close_linear(&m->layers[l].egu[e]);
+            moq_layers_close_linear(&m->layers[l].edown[e]);
+        }
     }
     moq_layers_close_linear(&m->embed);
     moq_layers_close_linear(&m->lm_head_own);
@@ -412,6 +489,64 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     }
 }
 
+/* act [M, I] = silu(gate) * up of gu [M, 2I] (gate = first half; NUMERICS §7, one f32 rounding). */
+static void swiglu(const float *gu, int64_t M, int64_t I, float *act) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t e = 0; e < I; e++) {
+            const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
+            act[i * I + e] = g / (1.0f + expf(-g)) * u;
+        }
+}
+
+/* Routed experts on h [M, H], added into x: softmax over the router logits (f32), top-k (ties to
+ * the lower expert id), optional renormalization of the k weights; each expert runs once on the
+ * rows routed to it (gathered), results scattered back weighted, summed in expert order. */
+static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
+    const int64_t H = m->H, E = m->E, k = m->topk, Ie = m->Ie;
+    MOQ_TRY(run_linear(m, &ly->router, m->h, M, m->rl, err));
+    for (int64_t i = 0; i < M; i++) {
+        float *r = m->rl + i * E, mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, r[e]);
+        for (int64_t e = 0; e < E; e++) sum += (r[e] = expf(r[e] - mx));
+        for (int64_t e = 0; e < E; e++) r[e] /= sum;
+        float wsum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t b = -1;
+            for (int64_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int64_t t = 0; t < j; t++) taken |= m->rsel[i * k + t] == e;
+                if (!taken && (b < 0 || r[e] > r[b])) b = e;
+            }
+            m->rsel[i * k + j] = (int32_t)b;
+            m->rw[i * k + j] = r[b];
+            wsum += r[b];
+        }
+        if (m->norm_topk)
+            for (int64_t j = 0; j < k; j++) m->rw[i * k + j] /= wsum;
+    }
+    memset(m->acc, 0, (size_t)(M * H) * sizeof(float));
+    int64_t rows[MOQ_MODEL_CHUNK];
+    float wts[MOQ_MODEL_CHUNK];
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < k; j++)
+                if (m->rsel[i * k + j] == e) {
+                    rows[n] = i, wts[n] = m->rw[i * k + j];
+                    memcpy(m->xg + n * H, m->h + i * H, (size_t)H * sizeof(float));
+                    n++;
+                }
+        if (!n) continue;
+        MOQ_TRY(run_linear(m, &ly->egu[e], m->xg, n, m->gu, err));
+        swiglu(m->gu, n, Ie, m->act);
+        MOQ_TRY(run_linear(m, &ly->edown[e], m->act, n, m->tmp, err));
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < H; c++) m->acc[rows[r] * H + c] += wts[r] * m->tmp[r * H + c];
+    }
+    for (int64_t c = 0; c < M * H; c++) m->x[c] += m->acc[c];
+    return MOQ_OK;
+}
+
 /* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only). */
 static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, I = m->I, qkvN = (A + 2 * KV) * D, p0 = m->pos;
@@ -439,12 +574,12 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
+        if (m->arch->moe_block) {
+            MOQ_TRY(moe_block(m, ly, M, err));
+            continue;
+        }
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t e = 0; e < I; e++) {
-                const float g = m->gu[i * 2 * I + e], u = m->gu[i * 2 * I + I + e];
-                m->act[i * I + e] = g / (1.0f + expf(-g)) * u;
-            }
+        swiglu(m->gu, M, I, m->act);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
     }
@@ -499,8 +634,11 @@ static uint64_t weight_bytes(const moq_weight *w) {
 uint64_t moq_model_decode_bytes(const moq_model *m) {
     if (!m) return 0;
     uint64_t b = weight_bytes(&m->lm_head->w) + (uint64_t)m->H * (uint64_t)moq_elem_bits(m->embed.w.w.elem) / 8;
-    for (int64_t l = 0; l < m->L; l++)
-        b += weight_bytes(&m->layers[l].qkv.w) + weight_bytes(&m->layers[l].o.w) + weight_bytes(&m->layers[l].gate_up.w) +
-             weight_bytes(&m->layers[l].down.w);
+    for (int64_t l = 0; l < m->L; l++) {
+        const layer *ly = &m->layers[l];
+        b += weight_bytes(&ly->qkv.w) + weight_bytes(&ly->o.w) + weight_bytes(&ly->gate_up.w) + weight_bytes(&ly->down.w);
+        /* MoE: the router and the k experts a token is routed to (all experts are the same size) */
+        if (ly->egu) b += weight_bytes(&ly->router.w) + (uint64_t)m->topk * (weight_bytes(&ly->egu[0].w) + weight_bytes(&ly->edown[0].w));
+    }
     return b;
 }

@@ -27,7 +27,7 @@
 #include "format/format.h"
 #include "quant/export_ref.h"
 
-enum { L_ = 2, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4 };
+enum { L_ = 2, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4, E_ = 4, TOPK = 2, IE_ = 128 };
 
 /* ---- the oracle's own bit formats (NUMERICS §1) ---------------------------------------------- */
 static double d_e4m3(uint8_t c) {
@@ -80,12 +80,16 @@ typedef struct spec {
     bool        bias, qk_norm, tied, fp8_kv, kv_scales;
     const char *rope;           /* config.json "rope_scaling" value                        */
     double      tol;
+    bool        moe;            /* E_ routed experts, top TOPK, in place of the MLP           */
+    bool        norm_topk;      /* config.json norm_topk_prob                               */
 } spec;
 
 typedef struct oracle {
     double *emb;                /* [V, H] */
     double *in_norm[L_], *post_norm[L_], *q_norm[L_], *k_norm[L_], *final_norm;
     olin    q[L_], k[L_], v[L_], o[L_], gate[L_], up[L_], down[L_], head;
+    bool    moe, norm_topk;
+    olin    router[L_], eg[L_][E_], eu[L_][E_], ed[L_][E_];
     double  k_scale, v_scale;
     bool    fp8_kv, qk_norm;
     double  inv_freq[D_ / 2], mscale;
@@ -317,15 +321,33 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
         }
         snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
         o->post_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
-        snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
-        static const char *const gu[2] = {"gate_proj", "up_proj"};
-        const int64_t ngu[2] = {I_, I_};
-        memset(t, 0, sizeof t);
-        add_linears(&g, pre, gu, ngu, 2, H_, s->mlp_algo, false, t);
-        o->gate[l] = t[0], o->up[l] = t[1];
-        static const char *const dn[1] = {"down_proj"};
-        const int64_t nd[1] = {H_};
-        add_linears(&g, pre, dn, nd, 1, I_, s->mlp_algo, false, &o->down[l]);
+        if (s->moe) { /* Mixtral: block_sparse_moe.experts.e.{w1,w3,w2}; Qwen3-MoE: mlp.experts.e.{gate,up,down}_proj */
+            const bool mx = strstr(s->arch, "Mixtral") != NULL;
+            static const char *const rn[1] = {"gate"};
+            const int64_t nr[1] = {E_};
+            snprintf(pre, sizeof pre, "model.layers.%d.%s", l, mx ? "block_sparse_moe" : "mlp");
+            add_linears(&g, pre, rn, nr, 1, H_, "BF16", false, &o->router[l]);
+            for (int e = 0; e < E_; e++) {
+                static const char *const gmx[2] = {"w1", "w3"}, *const gq[2] = {"gate_proj", "up_proj"};
+                static const char *const dmx[1] = {"w2"}, *const dq[1] = {"down_proj"};
+                const int64_t ngu[2] = {IE_, IE_}, nd[1] = {H_};
+                snprintf(pre, sizeof pre, "model.layers.%d.%s.experts.%d", l, mx ? "block_sparse_moe" : "mlp", e);
+                memset(t, 0, sizeof t);
+                add_linears(&g, pre, mx ? gmx : gq, ngu, 2, H_, s->mlp_algo, false, t);
+                o->eg[l][e] = t[0], o->eu[l][e] = t[1];
+                add_linears(&g, pre, mx ? dmx : dq, nd, 1, IE_, s->mlp_algo, false, &o->ed[l][e]);
+            }
+        } else {
+            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            static const char *const gu[2] = {"gate_proj", "up_proj"};
+            const int64_t ngu[2] = {I_, I_};
+            memset(t, 0, sizeof t);
+            add_linears(&g, pre, gu, ngu, 2, H_, s->mlp_algo, false, t);
+            o->gate[l] = t[0], o->up[l] = t[1];
+            static const char *const dn[1] = {"down_proj"};
+            const int64_t nd[1] = {H_};
+            add_linears(&g, pre, dn, nd, 1, I_, s->mlp_algo, false, &o->down[l]);
+        }
     }
     o->final_norm = add_bf16(&g, "model.norm.weight", H_, 0, 0.1, 1.0);
     if (s->tied) {
@@ -338,6 +360,7 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
         add_linears(&g, "", hn, nh, 1, H_, s->head_algo, false, &o->head);
     }
     o->fp8_kv = s->fp8_kv;
+    o->moe = s->moe, o->norm_topk = s->norm_topk;
 
     /* configs */
     const bool mixed = strcmp(s->attn_algo, s->mlp_algo) != 0 || strcmp(s->attn_algo, s->head_algo) != 0;
@@ -357,8 +380,10 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
              "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": %d, "
              "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
              "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, "
-             "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s}",
-             s->arch, H_, I_, L_, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false");
+             "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
+             "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s}",
+             s->arch, H_, I_, L_, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
+             strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false");
     TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(g.w, 2, err_));
     moq_writer_free(g.w);
@@ -382,7 +407,8 @@ static void oracle_free(oracle *o) {
     for (int l = 0; l < L_; l++) {
         free(o->in_norm[l]), free(o->post_norm[l]), free(o->q_norm[l]), free(o->k_norm[l]);
         olin_free(&o->q[l]), olin_free(&o->k[l]), olin_free(&o->v[l]), olin_free(&o->o[l]);
-        olin_free(&o->gate[l]), olin_free(&o->up[l]), olin_free(&o->down[l]);
+        olin_free(&o->gate[l]), olin_free(&o->up[l]), olin_free(&o->down[l]), olin_free(&o->router[l]);
+        for (int e = 0; e < E_; e++) olin_free(&o->eg[l][e]), olin_free(&o->eu[l][e]), olin_free(&o->ed[l][e]);
     }
     olin_free(&o->head);
 }
@@ -505,10 +531,34 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
             for (int e = 0; e < H_; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
             rms(h, o->post_norm[l], H_);
-            lin(&o->gate[l], h, g), lin(&o->up[l], h, u);
-            for (int e = 0; e < I_; e++) g[e] = g[e] / (1 + exp(-g[e])) * u[e];
-            lin(&o->down[l], g, t);
-            for (int e = 0; e < H_; e++) x[e] += t[e];
+            if (o->moe) { /* softmax router, top-k (ties: lower id), optional renormalization */
+                double r[E_], mx = -INFINITY, sum = 0, w[TOPK], ws = 0;
+                int sel[TOPK];
+                lin(&o->router[l], h, r);
+                for (int e = 0; e < E_; e++) mx = fmax(mx, r[e]);
+                for (int e = 0; e < E_; e++) sum += (r[e] = exp(r[e] - mx));
+                for (int j = 0; j < TOPK; j++) {
+                    int b = -1;
+                    for (int e = 0; e < E_; e++) {
+                        bool taken = false;
+                        for (int z = 0; z < j; z++) taken |= sel[z] == e;
+                        if (!taken && (b < 0 || r[e] > r[b])) b = e;
+                    }
+                    sel[j] = b, w[j] = r[b] / sum, ws += w[j];
+                }
+                for (int j = 0; j < TOPK; j++) {
+                    const int e = sel[j];
+                    lin(&o->eg[l][e], h, g), lin(&o->eu[l][e], h, u);
+                    for (int c = 0; c < IE_; c++) g[c] = g[c] / (1 + exp(-g[c])) * u[c];
+                    lin(&o->ed[l][e], g, t);
+                    for (int c = 0; c < H_; c++) x[c] += (o->norm_topk ? w[j] / ws : w[j]) * t[c];
+                }
+            } else {
+                lin(&o->gate[l], h, g), lin(&o->up[l], h, u);
+                for (int e = 0; e < I_; e++) g[e] = g[e] / (1 + exp(-g[e])) * u[e];
+                lin(&o->down[l], g, t);
+                for (int e = 0; e < H_; e++) x[e] += t[e];
+            }
         }
         memcpy(h, x, sizeof h);
         rms(h, o->final_norm, H_);
@@ -569,21 +619,27 @@ static void check_case(const spec *s) {
 #define LLAMA "LlamaForCausalLM"
 static const spec cases[] = {
     /* name              arch                 attn                         mlp                          lm_head   bias  qkn   tied  fp8kv scales rope  tol */
-    {"llama_bf16",       LLAMA,               "BF16",                      "BF16",                      "BF16",   false, false, false, false, false, NULL, 2e-5},
-    {"llama_fp8",        LLAMA,               "FP8",                       "FP8",                       "BF16",   false, false, false, false, false, NULL, 2e-3},
-    {"llama_fp8_pcpt",   LLAMA,               "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16",   false, false, false, false, false, NULL, 2e-3},
-    {"llama_fp8_pb_wo",  LLAMA,               "FP8_PB_WO",                 "FP8_PB_WO",                 "BF16",   false, false, false, false, false, NULL, 2e-3},
-    {"llama_nvfp4",      LLAMA,               "NVFP4",                     "NVFP4",                     "BF16",   false, false, false, false, false, NULL, 2e-3},
-    {"llama_w4a16",      LLAMA,               "W4A16_NVFP4",               "W4A16_NVFP4",               "BF16",   false, false, false, false, false, NULL, 2e-5},
-    {"llama_mxfp8",      LLAMA,               "MXFP8",                     "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3},
-    {"llama_mixed",      LLAMA,               "FP8",                       "W4A16_NVFP4",               "NVFP4",  false, false, false, false, false, NULL, 2e-3},
+    {"llama_bf16",       LLAMA,               "BF16",                      "BF16",                      "BF16",   false, false, false, false, false, NULL, 2e-5, false, false},
+    {"llama_fp8",        LLAMA,               "FP8",                       "FP8",                       "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_fp8_pcpt",   LLAMA,               "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_fp8_pb_wo",  LLAMA,               "FP8_PB_WO",                 "FP8_PB_WO",                 "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_nvfp4",      LLAMA,               "NVFP4",                     "NVFP4",                     "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_w4a16",      LLAMA,               "W4A16_NVFP4",               "W4A16_NVFP4",               "BF16",   false, false, false, false, false, NULL, 2e-5, false, false},
+    {"llama_mxfp8",      LLAMA,               "MXFP8",                     "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_mixed",      LLAMA,               "FP8",                       "W4A16_NVFP4",               "NVFP4",  false, false, false, false, false, NULL, 2e-3, false, false},
     {"llama3_rope_fp8kv", LLAMA,              "FP8",                       "FP8",                       "BF16",   false, false, false, true,  true,
-     "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-3},
-    {"mistral_nvfp4_fp8kv", "MistralForCausalLM", "NVFP4",                 "NVFP4",                     "BF16",   false, false, false, true,  true,  NULL, 2e-3},
+     "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-3, false, false},
+    {"mistral_nvfp4_fp8kv", "MistralForCausalLM", "NVFP4",                 "NVFP4",                     "BF16",   false, false, false, true,  true,  NULL, 2e-3, false, false},
     {"qwen2_bias_yarn",  "Qwen2ForCausalLM",  "BF16",                      "BF16",                      "BF16",   true,  false, false, false, false,
-     "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-5},
-    {"qwen2_bias_fp8",   "Qwen2ForCausalLM",  "FP8",                       "FP8",                       "BF16",   true,  false, false, false, false, NULL, 2e-3},
-    {"qwen3_qknorm_tied", "Qwen3ForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "MXFP8",                     "BF16",   false, true,  true,  false, false, NULL, 2e-3},
+     "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-5, false, false},
+    {"qwen2_bias_fp8",   "Qwen2ForCausalLM",  "FP8",                       "FP8",                       "BF16",   true,  false, false, false, false, NULL, 2e-3, false, false},
+    {"qwen3_qknorm_tied", "Qwen3ForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "MXFP8",                     "BF16",   false, true,  true,  false, false, NULL, 2e-3, false, false},
+    /* MoE: 4 experts, top 2 */
+    {"qwen3moe_bf16",    "Qwen3MoeForCausalLM", "BF16",                    "BF16",                      "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
+    {"qwen3moe_nvfp4",   "Qwen3MoeForCausalLM", "NVFP4",                   "NVFP4",                     "BF16",   false, true,  false, false, false, NULL, 2e-3, true, false},
+    {"mixtral_fp8_kv",   "MixtralForCausalLM", "FP8",                      "FP8",                       "BF16",   false, false, false, true,  true,  NULL, 2e-3, true, true},
+    {"mixtral_mxfp8",    "MixtralForCausalLM", "MXFP8",                    "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, true, true},
+    {"qwen3moe_w4a16",   "Qwen3MoeForCausalLM", "W4A16_NVFP4",             "W4A16_NVFP4",               "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -624,7 +680,7 @@ static void greedy(const char *dir, int threads, int32_t *out, int n, float *las
 
 static void test_greedy_reproducible(void **state) {
     (void)state;
-    static const spec s = {"greedy_nvfp4", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, true, true, NULL, 0};
+    static const spec s = {"greedy_nvfp4", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, true, true, NULL, 0, false, false};
     char *dir = tu_tmpdir(s.name);
     oracle o;
     make_model(&s, dir, &o, 99);
@@ -649,7 +705,7 @@ static void test_errors(void **state) {
     moq_model_opts opts = moq_model_opts_default();
     opts.ctx = 8;
     /* FP8 KV declared, no scales: an error naming the tensor, unless a default is given */
-    static const spec nokv = {"kv_noscale", LLAMA, "FP8", "FP8", "BF16", false, false, false, true, false, NULL, 0};
+    static const spec nokv = {"kv_noscale", LLAMA, "FP8", "FP8", "BF16", false, false, false, true, false, NULL, 0, false, false};
     char *dir = tu_tmpdir(nokv.name);
     oracle o;
     make_model(&nokv, dir, &o, 7);
@@ -672,7 +728,7 @@ static void test_errors(void **state) {
     free(dir);
 
     /* unsupported architecture lists the supported ones */
-    static const spec bad = {"arch_bad", "GPT2LMHeadModel", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 0};
+    static const spec bad = {"arch_bad", "GPT2LMHeadModel", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 0, false, false};
     dir = tu_tmpdir(bad.name);
     make_model(&bad, dir, &o, 7);
     st = moq_model_open(&m, dir, &opts, &e);
@@ -683,7 +739,7 @@ static void test_errors(void **state) {
     free(dir);
 
     /* a missing shard tensor names it */
-    static const spec miss = {"tensor_missing", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, false, false, NULL, 0};
+    static const spec miss = {"tensor_missing", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, false, false, NULL, 0, false, false};
     dir = tu_tmpdir(miss.name);
     make_model(&miss, dir, &o, 7);
     char path[512];
