@@ -38,6 +38,19 @@ check 0 "run streaming with chat" "$MOQ" run "$TMP/FP8" -p "Hi" -n 4 --chat --sy
 grep -q "prefill .* tok/s; decode .* tok/s" "$TMP/err" || { echo "FAIL: run prints no tok/s on stderr"; cat "$TMP/err"; fail=1; }
 grep -q "validate" "$TMP/err" || { echo "FAIL: run prints no load phases on stderr"; cat "$TMP/err"; fail=1; }
 
+# MoE checkpoints of every format: run, and eval against their BF16 twin (same weights)
+for arch in qwen3moe mixtral; do
+    for algo in BF16 FP8 FP8_PER_CHANNEL_PER_TOKEN FP8_PB_WO NVFP4 W4A16_NVFP4 MXFP8 MIXED_PRECISION; do
+        d="$TMP/$arch-$algo"
+        check 0 "synth $arch $algo" "$MOQ" synth "$d" --arch "$arch" --algo "$algo" --layers 1 --vocab 1024 --hidden 256 --inter 128 --experts 4 --top-k 2
+        cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
+        check 0 "run $arch $algo" "$MOQ" run "$d" -p "Hello" -n 3 --threads 1 --json
+    done
+    printf 'Hello world, hello moq. The quick brown fox.\n' > "$TMP/moe.txt"
+    check 0 "eval $arch NVFP4 vs BF16" "$MOQ" eval "$TMP/$arch-NVFP4" --text "$TMP/moe.txt" --ref "$TMP/$arch-BF16" --ctx 32 --json
+    grep -q '"kl_mean":0,' "$TMP/out" && { echo "FAIL: $arch NVFP4 vs BF16 gives KL 0"; cat "$TMP/out"; fail=1; }
+done
+
 printf 'The quick brown fox jumps over the lazy dog. Hello world, hello moq.\n%.0s' 1 2 3 > "$TMP/text.txt"
 check 0 "eval self" "$MOQ" eval "$TMP/BF16" --text "$TMP/text.txt" --ref "$TMP/BF16" --ctx 32 --json
 grep -q '"kl_mean":0,' "$TMP/out" && grep -q '"top1_agree":1.000000' "$TMP/out" || { echo "FAIL: a model vs itself must give KL 0, agreement 1"; cat "$TMP/out"; fail=1; }
