@@ -275,6 +275,7 @@ static moq_status open_linear(moq_layer_linear *out, const moq_checkpoint *c, co
                               const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err) {
     const double t0 = now_s();
     moq_status st = build_weight(out, c, q, given, prefix, kind, shards, n_shards, blobs, err);
+    snprintf(out->name, sizeof out->name, "%s", prefix);
     const double t1 = now_s();
     blobs->validate_s += t1 - t0;
     if (st != MOQ_OK) return st;

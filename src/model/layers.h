@@ -38,6 +38,7 @@ typedef struct moq_layer_linear {
     moq_weight      w;
     moq_linear     *lin;
     moq_resolution  res;
+    char            name[256];   /* module name, for messages ("model.layers.0.self_attn.qkv_proj") */
 } moq_layer_linear;
 
 /* Opens module `prefix` of kind `kind`. When `shards` is not NULL the module is the fused one

@@ -240,14 +240,14 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         }
         const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
         if (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
                             (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->KV,
                             (long long)m->D, (long long)(m->A * m->D), (long long)m->H);
         if (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
         if (!m->arch->moe_block && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
         snprintf(n, sizeof n, "model.layers.%lld.input_layernorm.weight", (long long)l);
