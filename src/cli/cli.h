@@ -50,7 +50,7 @@ double cli_now_s(void);
 /* Opens a model (progress bar on a TTY, load timings on stderr unless quiet); 0 or an exit code. */
 int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet);
 /* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,
- * 'P' --compat. 0 or an exit code. */
+ * 'P' --compat, 'V' --kv-cache. 0 or an exit code. */
 int  cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *cmd);
 /* Whole file (or "-" = standard input), NUL-terminated; NULL when unreadable. Caller frees. */
 char *cli_read_file(const char *path, size_t *len);

@@ -41,7 +41,7 @@ static int64_t argmax_f(const float *x, int64_t n) {
 int cmd_eval(int argc, char **argv) {
     static const struct option lo[] = {{"text", 1, 0, 'x'}, {"ref", 1, 0, 'r'}, {"tokenizer", 1, 0, 'z'}, {"json", 0, 0, 'j'},
                                        {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'}, {"kv-scales-default", 1, 0, 'K'},
-                                       {"compat", 1, 0, 'P'}, {0, 0, 0, 0}};
+                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {0, 0, 0, 0}};
     const char *file = NULL, *ref_dir = NULL, *tok_path = NULL;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();

@@ -17,14 +17,17 @@ void cmd_run_help(FILE *out) {
     fprintf(out,
             "usage: moq run DIR [-p PROMPT | -f FILE] [-n MAX_TOKENS] [--chat] [--system TEXT] [--temp T]\n"
             "               [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--json]\n"
-            "               [--kv-scales-default S] [--compat moq|vllm|sglang]\n\n"
+            "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n\n"
             "Generates up to MAX_TOKENS (default 64) tokens after PROMPT (or FILE's text, or standard input)\n"
             "and streams them to stdout; stops early at an end-of-sequence token. --chat wraps the prompt as a\n"
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
             "--temp 0 (the default) is greedy; else softmax(logits / T) limited to --top-k and --top-p, drawn\n"
             "with --seed (same seed, same text). --ctx N preallocates N positions (default: the model's,\n"
             "at most 4096). A checkpoint declaring an FP8 KV cache without k_scale/v_scale tensors is an\n"
-            "error unless --kv-scales-default S (e.g. 1.0) says which scale to use.\n"
+            "error unless --kv-scales-default S (e.g. 1.0) says which scale to use. --kv-cache picks the cache\n"
+            "encoding when the checkpoint declares no KV quantization (default f32).\n"
+            "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
+            "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
             "--json prints one JSON object (text, ids, timings) instead of streaming.\n");
 }
@@ -78,6 +81,10 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
         o->kv_scales_default = v;
         return 0;
     }
+    case 'V':
+        if (strcmp(arg, "f32") && strcmp(arg, "bf16")) return cli_usage_error(cmd, "--kv-cache %s, expected f32 or bf16", arg);
+        o->kv_elem = strcmp(arg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+        return 0;
     case 'P': {
         moq_error err;
         if (moq_compat_parse(arg, &o->compat, &err) != MOQ_OK) return cli_report(&err);
@@ -149,7 +156,7 @@ int cmd_run(int argc, char **argv) {
     static const struct option lo[] = {
         {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"max-tokens", 1, 0, 'n'}, {"chat", 0, 0, 'c'}, {"system", 1, 0, 's'},
         {"temp", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"top-p", 1, 0, 'q'}, {"seed", 1, 0, 'S'}, {"threads", 1, 0, 'T'},
-        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {0, 0, 0, 0}};
     const char *prompt = NULL, *file = NULL, *system = NULL;
     long max_tokens = 64;
     bool chat = false, json = false;
@@ -188,7 +195,7 @@ int cmd_run(int argc, char **argv) {
             so.seed = strtoull(optarg, &end, 10);
             if (*end || errno) return cli_usage_error("run", "--seed %s, expected an unsigned integer", optarg);
             break;
-        case 'T': case 'C': case 'K': case 'P': {
+        case 'T': case 'C': case 'K': case 'P': case 'V': {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "run");
             if (rc) return rc;
             break;

@@ -91,7 +91,7 @@ typedef struct oracle {
     bool    moe, norm_topk;
     olin    router[L_], eg[L_][E_], eu[L_][E_], ed[L_][E_];
     double  k_scale, v_scale;
-    bool    fp8_kv, qk_norm;
+    bool    fp8_kv, qk_norm, kv_bf16;
     double  inv_freq[D_ / 2], mscale;
 } oracle;
 
@@ -507,8 +507,8 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
             }
             double *kc = K + ((size_t)l * n + p) * KV_ * D_, *vc = Vc + ((size_t)l * n + p) * KV_ * D_;
             for (int e = 0; e < KV_ * D_; e++) {
-                kc[e] = o->fp8_kv ? q_e4m3(k[e] / o->k_scale) * o->k_scale : k[e];
-                vc[e] = o->fp8_kv ? q_e4m3(v[e] / o->v_scale) * o->v_scale : v[e];
+                kc[e] = o->fp8_kv ? q_e4m3(k[e] / o->k_scale) * o->k_scale : o->kv_bf16 ? bf16r(k[e]) : k[e];
+                vc[e] = o->fp8_kv ? q_e4m3(v[e] / o->v_scale) * o->v_scale : o->kv_bf16 ? bf16r(v[e]) : v[e];
             }
             for (int a = 0; a < A_; a++) {
                 const int kvh = a / (A_ / KV_);
@@ -581,16 +581,18 @@ static double rel_err(const float *got, const double *ref, size_t n, size_t *wor
     return md / mr;
 }
 
-static void check_case(const spec *s) {
+static void check_case_kv(const spec *s, moq_elem kv_elem) {
     char *dir = tu_tmpdir(s->name);
     oracle o;
     make_model(s, dir, &o, 0x5EED0000u + (uint64_t)strlen(s->name));
+    o.kv_bf16 = kv_elem == MOQ_ELEM_BF16;
     double *ref = malloc(sizeof(double) * NTOK * V_);
     oracle_run(&o, prompt, NTOK, ref);
 
     moq_model_opts opts = moq_model_opts_default();
     opts.n_threads = 2;
     opts.ctx = 16;
+    opts.kv_elem = kv_elem;
     moq_model *m = NULL;
     TU_OK(moq_model_open(&m, dir, &opts, err_));
     assert_int_equal(moq_model_vocab_size(m), V_);
@@ -615,6 +617,8 @@ static void check_case(const spec *s) {
     tu_rmtree(dir);
     free(dir);
 }
+
+static void check_case(const spec *s) { check_case_kv(s, MOQ_ELEM_F32); }
 
 #define LLAMA "LlamaForCausalLM"
 static const spec cases[] = {
@@ -646,6 +650,15 @@ static const spec cases[] = {
 static void test_logits_vs_fp64(void **state) {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++) check_case(&cases[i]);
+}
+
+/* bf16 KV cache (opts.kv_elem): the oracle rounds K and V to bf16 (RNE) as they enter the cache.
+ * Rounding moves cached values by <= 2^-9 relative, logits by ~1e-3, so the f32-cache limit of
+ * 2e-5 would fail if the runner ignored the option; f32 arithmetic otherwise as above. */
+static void test_bf16_kv_cache(void **state) {
+    (void)state;
+    static const spec s = {"qwen3_bf16_kv", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    check_case_kv(&s, MOQ_ELEM_BF16);
 }
 
 static int argmax(const float *x, int64_t n) {
@@ -773,6 +786,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_vs_fp64),
+        cmocka_unit_test(test_bf16_kv_cache),
         cmocka_unit_test(test_greedy_reproducible),
         cmocka_unit_test(test_errors),
     };
