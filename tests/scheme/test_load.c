@@ -685,6 +685,33 @@ static void test_fused_fp8_row_and_block(void **state) {
     }
 }
 
+/* `moq inspect --kernels`: per module the kernel and the loader's note, under each profile (the
+ * seeds' rule: vLLM requantizes fused FP8 shards whose scales differ, moq keeps them). */
+static void test_inspect_kernels(void **state) {
+    (void)state;
+    ck c;
+    ck_begin(&c, "load_inspect");
+    shard_ref r[2];
+    r[0] = emit(&c, "model.layers.0.mlp.gate_proj", TP_FP8_TENSOR, 32, K_, 0.05f, -1, 0.01f, F_NONE);
+    r[1] = emit(&c, "model.layers.0.mlp.up_proj", TP_FP8_TENSOR, 32, K_, 0.2f, -1, 0.01f, F_NONE);
+    ck_finish(&c, "FP8", NULL);
+    static const struct { const char *compat, *note; } want[] = {
+        {"moq", "model.layers.0.mlp.gate_up_proj: keeps per-shard weight_scale (gate_proj="},
+        {"vllm", "model.layers.0.mlp.gate_up_proj: requantized to the max weight_scale"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char cmd[1024], out[8192];
+        snprintf(cmd, sizeof cmd, "%s inspect %s --kernels --compat %s", tu_moq_bin(), c.dir, want[i].compat);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        const char *row = strstr(out, "model.layers.0.mlp.up_proj ");
+        assert_non_null(row);
+        const char *eol = strchr(row, '\n'), *k = strstr(row, "  kernel cpu_"), *n = strstr(row, want[i].note);
+        if (!k || !n || (eol && (k > eol || n > eol))) fail_msg("profile %s: row lacks kernel or note:\n%s", want[i].compat, out);
+    }
+    ref_free(r, 2);
+    ck_done(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_algo),
@@ -701,6 +728,7 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_k_not_divisible),
         cmocka_unit_test(test_fused_errors),
+        cmocka_unit_test(test_inspect_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
