@@ -120,6 +120,27 @@ static moq_status canon_unquantized(moq_load_ctx *x, moq_error *err) {
     return MOQ_OK;
 }
 
+/* Static activation scales of fused shards: both engines quantize the activation once per layer
+ * with the max, and so does the kernel (kernels/linear.c); say so when they differ. */
+static void note_input_scales(moq_load_ctx *x) {
+    const moq_weight *w = x->w;
+    if (!w->a.scale_static || x->n < 2) return;
+    bool differ = false;
+    float mx = 0.0f;
+    char list[256];
+    size_t o = 0;
+    list[0] = 0;
+    for (int s = 0; s < x->n; s++) {
+        differ |= w->shard_in_scale[s] != w->shard_in_scale[0];
+        mx = w->shard_in_scale[s] > mx ? w->shard_in_scale[s] : mx;
+        if (o < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)w->shard_in_scale[s]);
+    }
+    if (differ)
+        moq_load_note(x, "%s: input_scale differs across shards (%s); activations are quantized once with the max %.9g, as both engines do",
+                      x->layer, list, (double)mx);
+}
+
 static moq_method method_of(const char *name) {
     for (int i = 0; i < MOQ_METHOD_COUNT; i++)
         if (strcmp(moq_method_name((moq_method)i), name) == 0) return (moq_method)i;
@@ -281,6 +302,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     l->w.N = x.N, l->w.K = x.K, l->w.n_shards = x.n;
     for (int s = 0; s < x.n; s++) l->w.row0[s + 1] = l->w.row0[s] + x.sh[s].N;
     if ((st = canon_table[hook].canon(&x, err)) != MOQ_OK) goto fail;
+    note_input_scales(&x);
     const moq_tensor *bias[MOQ_MAX_SHARDS];
     for (int s = 0; s < x.n; s++) bias[s] = role_tensor(c, x.sh[s].name, "bias");
     if ((st = check_bias(&x, bias, err)) != MOQ_OK) goto fail;
