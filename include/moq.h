@@ -339,11 +339,10 @@ MOQ_API size_t     moq_linear_workspace_size(const moq_linear *l, int64_t M);
  * ws: caller-owned, at least moq_linear_workspace_size(l, M) bytes. */
 MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M,
                                   void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
-/* Name of the chosen kernel ("cpu_avx512_nvfp4_vnni"); borrowed, lives as long as l. */
+/* Name of the chosen kernel ("cpu_avx512_nvfp4_w4a4_vnni16"); borrowed, lives as long as l. */
 MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
-
 
 /* ---- loading layers from a checkpoint -------------------------------------------------------- */
 /* One linear layer loaded from an open checkpoint: the module is resolved against the config
