@@ -439,6 +439,17 @@ static void test_fused_fp8_equal_scales(void **state) {
                 changed += want != r[s].q[i];
             }
         if (p == MOQ_COMPAT_SGLANG) assert_true(changed > 0);
+        /* An unfused layer: SGLang requantizes it too (s_max = its own scale), vLLM never does. */
+        moq_linear_layer_free(l);
+        TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.up_proj", MOQ_KIND_LINEAR, NULL, 0, NULL, err_));
+        w = moq_linear_layer_weight(l);
+        changed = 0;
+        for (int64_t i = 0; i < 32 * K_; i++) {
+            const uint8_t want = p == MOQ_COMPAT_VLLM ? r[1].q[i] : t_requant(r[1].q[i], r[1].s, 1.0f / r[1].s);
+            assert_int_equal(((const uint8_t *)w->q)[i], want);
+            changed += want != r[1].q[i];
+        }
+        assert_true(p == MOQ_COMPAT_VLLM ? changed == 0 : changed > 0);
         close_layer(l, cp, q);
         ref_free(r, 2);
         ck_done(&c);
@@ -521,15 +532,19 @@ static void test_mxfp8_row_blocks(void **state) {
     ck_done(&c);
 }
 
-/* MIXED_PRECISION: FP8 attention, W4A16 MLP, resolved per layer. */
+/* MIXED_PRECISION: FP8 o_proj, MXFP8 gate/up (fused from per-shard entries), W4A16 down_proj. */
 static void test_mixed_precision(void **state) {
     (void)state;
     ck c;
     ck_begin(&c, "load_mixed");
     shard_ref a = emit(&c, "model.layers.0.self_attn.o_proj", TP_FP8_TENSOR, 64, K_, 0.05f, -1, 2.0f / 448, F_NONE);
     shard_ref b = emit(&c, "model.layers.0.mlp.down_proj", TP_NVFP4_W4A16, 64, K_, 0.05f, -1, 0, F_NONE);
+    shard_ref g[2];
+    g[0] = emit(&c, "model.layers.0.mlp.gate_proj", TP_MXFP8, 32, K_, 0.05f, -1, 0, F_NONE);
+    g[1] = emit(&c, "model.layers.0.mlp.up_proj", TP_MXFP8, 32, K_, 0.05f, -1, 0, F_NONE);
     ck_finish(&c, "MIXED_PRECISION",
               "\"model.layers.0.self_attn.o_proj\": {\"quant_algo\": \"FP8\"}, "
+              "\"model.layers.0.mlp.gate_proj\": {\"quant_algo\": \"MXFP8\"}, \"model.layers.0.mlp.up_proj\": {\"quant_algo\": \"MXFP8\"}, "
               "\"model.layers.0.mlp.down_proj\": {\"quant_algo\": \"W4A16_NVFP4\", \"group_size\": 16}");
     moq_linear_layer *l;
     moq_checkpoint *cp;
@@ -545,8 +560,14 @@ static void test_mixed_precision(void **state) {
     t = ref_layer(TP_NVFP4_W4A16, &b, 1, K_);
     run_compare("mixed w4a16", l, &t);
     tw_free(&t);
+    moq_linear_layer_free(l);
+    TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.gate_up_proj", MOQ_KIND_LINEAR, packed, 2, NULL, err_));
+    assert_string_equal(moq_linear_layer_resolution(l)->method, "mxfp8_linear");
+    t = ref_layer(TP_MXFP8, g, 2, K_);
+    run_compare("mixed mxfp8 gate_up", l, &t);
+    tw_free(&t);
     close_layer(l, cp, q);
-    ref_free(&a, 1), ref_free(&b, 1);
+    ref_free(&a, 1), ref_free(&b, 1), ref_free(g, 2);
     ck_done(&c);
 }
 
