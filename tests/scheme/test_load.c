@@ -223,6 +223,7 @@ static void ref_free(shard_ref *r, int n) {
 }
 
 /* ---- load + run + compare ---------------------------------------------------------------------- */
+static uint32_t g_cpu_mask = ~0u; /* MOQ_CPU_* bits the layers may use (0: the _ref rows) */
 static moq_status open_layer(const char *dir, moq_compat prof, bool with_config, const char *prefix, moq_layer_kind kind,
                              moq_linear_layer **l, moq_checkpoint **c, moq_qconfig **q, moq_error *e) {
     *l = NULL, *q = NULL;
@@ -230,6 +231,7 @@ static moq_status open_layer(const char *dir, moq_compat prof, bool with_config,
     if (with_config) TU_OK(moq_qconfig_open(q, dir, prof, err_));
     moq_linear_opts o = moq_linear_opts_default();
     o.n_threads = 2;
+    o.cpu_mask = g_cpu_mask;
     return moq_linear_layer_open(l, *c, *q, prefix, kind, packed, 2, &o, e);
 }
 
@@ -274,21 +276,24 @@ static const struct { const char *algo; tpair p; int64_t N; const char *method; 
 
 static void test_every_algo(void **state) {
     (void)state;
-    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+    static const uint32_t masks[] = {~0u, MOQ_CPU_AVX2, 0}; /* widest rows, AVX2 rows, _ref rows */
+    for (size_t a = 0; a < 3 * (sizeof algos / sizeof algos[0]); a++) {
+        g_cpu_mask = masks[a % 3];
         ck c;
         ck_begin(&c, "load_algo");
-        shard_ref r = emit(&c, "model.layers.0.mlp.down_proj", algos[a].p, algos[a].N, K_, 0.05f, -1.0f, 2.0f / 448.0f, F_NONE);
+        shard_ref r = emit(&c, "model.layers.0.mlp.down_proj", algos[a / 3].p, algos[a / 3].N, K_, 0.05f, -1.0f, 2.0f / 448.0f, F_NONE);
         shard_ref h = emit(&c, "lm_head", TP_BF16, 32, K_, 0.05f, -1.0f, 0, F_NONE); /* excluded: stays BF16 */
-        if (algos[a].p == TP_NVFP4) r.s_in = 2.0f / 448.0f;
-        ck_finish(&c, algos[a].algo, NULL);
+        if (algos[a / 3].p == TP_NVFP4) r.s_in = 2.0f / 448.0f;
+        ck_finish(&c, algos[a / 3].algo, NULL);
         moq_linear_layer *l;
         moq_checkpoint *cp;
         moq_qconfig *q;
         TU_OK(open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, &l, &cp, &q, err_));
-        assert_string_equal(moq_linear_layer_resolution(l)->method, algos[a].method);
+        assert_string_equal(moq_linear_layer_resolution(l)->method, algos[a / 3].method);
         assert_int_equal(moq_linear_layer_warning_count(l), 0);
-        tw t = ref_layer(algos[a].p, &r, 1, K_);
-        run_compare(algos[a].algo, l, &t);
+        if (!g_cpu_mask) assert_non_null(strstr(moq_linear_layer_kernel_name(l), "_ref"));
+        tw t = ref_layer(algos[a / 3].p, &r, 1, K_);
+        run_compare(algos[a / 3].algo, l, &t);
         tw_free(&t);
         moq_linear_layer_free(l);
         TU_OK(moq_linear_layer_open(&l, cp, q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 0, NULL, err_));
@@ -301,6 +306,7 @@ static void test_every_algo(void **state) {
         ref_free(&r, 1), ref_free(&h, 1);
         ck_done(&c);
     }
+    g_cpu_mask = ~0u;
 }
 
 /* No quantization config: F32 and BF16 linears, with a bias (f32 of the bf16 values). */
