@@ -23,7 +23,9 @@ moq_status moq_canon_mxfp8(moq_load_ctx *x, moq_error *err) {
     const moq_tensor *tq[MOQ_MAX_SHARDS], *ts[MOQ_MAX_SHARDS];
     int64_t rows[MOQ_MAX_SHARDS];
     bool row_blocks = false;
-    for (int s = 0; s < x->n; s++) {
+    const int n_sh = x->n;
+    for (int s = 0; s < n_sh; s++) {
+        if (!x->sh[s].scale) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->sh[s].name, "weight_scale missing after the contract check");
         tq[s] = x->sh[s].weight, ts[s] = x->sh[s].scale, rows[s] = x->sh[s].N;
         row_blocks |= ts[s]->shape[0] != x->sh[s].N;
     }
@@ -33,7 +35,7 @@ moq_status moq_canon_mxfp8(moq_load_ctx *x, moq_error *err) {
     } else {
         uint8_t *sc = moq_load_take(x, (size_t)x->N * kb);
         if (!sc) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
-        for (int s = 0; s < x->n; s++) {
+        for (int s = 0; s < n_sh; s++) {
             const int64_t r = x->sh[s].N / ts[s]->shape[0]; /* the contract check guarantees it divides */
             const uint8_t *src = ts[s]->data;
             for (int64_t n = 0; n < x->sh[s].N; n++) memcpy(sc + (size_t)(w->row0[s] + n) * kb, src + (size_t)(n / r) * kb, kb);
