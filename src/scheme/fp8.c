@@ -40,16 +40,13 @@ moq_status moq_canon_fp8_tensor(moq_load_ctx *x, moq_error *err) {
     float s_max = 0.0f;
     bool differ = false;
     char list[256];
-    size_t o = 0;
-    list[0] = 0;
     for (int s = 0; s < x->n; s++) {
         w->shard_scale[s] = moq_load_scalar(x->sh[s].scale);
         w->shard_in_scale[s] = moq_load_scalar(x->sh[s].in_scale);
         differ |= w->shard_scale[s] != w->shard_scale[0];
         s_max = fmaxf(s_max, w->shard_scale[s]);
-        if (o < sizeof list)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)w->shard_scale[s]);
     }
+    moq_load_shard_values(x, w->shard_scale, list, sizeof list);
     const moq_fp8_fused rule = x->rules->fp8_fused;
     const bool requant = rule == MOQ_FP8_FUSED_REQUANT_ALWAYS || (rule == MOQ_FP8_FUSED_REQUANT_DIFFER && differ);
     if (!requant) {

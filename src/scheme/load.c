@@ -72,6 +72,14 @@ const char *moq_load_short(const char *module) {
     return d ? d + 1 : module;
 }
 
+const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int s = 0; s < x->n && o < n; s++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)v[s]);
+    return buf;
+}
+
 const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
                                  moq_error *err) {
     if (x->n == 1) return t[0]->data;
@@ -128,17 +136,13 @@ static void note_input_scales(moq_load_ctx *x) {
     bool differ = false;
     float mx = 0.0f;
     char list[256];
-    size_t o = 0;
-    list[0] = 0;
     for (int s = 0; s < x->n; s++) {
         differ |= w->shard_in_scale[s] != w->shard_in_scale[0];
         mx = w->shard_in_scale[s] > mx ? w->shard_in_scale[s] : mx;
-        if (o < sizeof list)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)w->shard_in_scale[s]);
     }
     if (differ)
         moq_load_note(x, "%s: input_scale differs across shards (%s); activations are quantized once with the max %.9g, as both engines do",
-                      x->layer, list, (double)mx);
+                      x->layer, moq_load_shard_values(x, w->shard_in_scale, list, sizeof list), (double)mx);
 }
 
 static moq_method method_of(const char *name) {

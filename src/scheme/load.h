@@ -58,6 +58,8 @@ float moq_load_scalar(const moq_tensor *t);
 /* Codes of the shards concatenated along N (row_bytes per row), borrowed when there is one. */
 const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
                                  moq_error *err);
+/* "q_proj=0.01, k_proj=0.02": one value per shard, for notes. */
+const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *buf, size_t n);
 /* Last dotted part of a module name ("q_proj"), for notes. */
 const char *moq_load_short(const char *module);
 

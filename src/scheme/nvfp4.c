@@ -33,17 +33,14 @@ moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
     float ws2_max = 0.0f;
     bool differ = false, legacy_in = false;
     char list[256];
-    size_t o = 0;
-    list[0] = 0;
     for (int s = 0; s < x->n; s++) {
         w->shard_scale[s] = moq_load_scalar(x->sh[s].scale2);
         w->shard_in_scale[s] = w4a16 ? 1.0f : moq_load_scalar(x->sh[s].in_scale);
         legacy_in |= w4a16 && x->sh[s].in_scale;
         differ |= w->shard_scale[s] != w->shard_scale[0];
         ws2_max = fmaxf(ws2_max, w->shard_scale[s]);
-        if (o < sizeof list)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)w->shard_scale[s]);
     }
+    moq_load_shard_values(x, w->shard_scale, list, sizeof list);
     if (legacy_in) moq_load_note(x, "%s: input_scale of a W4A16_NVFP4 checkpoint ignored (legacy export; activations stay unquantized)", x->layer);
     if (differ && x->rules->nvfp4_fused_ws2_max) {
         for (int s = 0; s < x->n; s++) w->shard_scale[s] = ws2_max;
