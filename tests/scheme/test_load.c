@@ -114,6 +114,16 @@ static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, flo
         r.q = (uint8_t *)h;
         break;
     }
+    case TP_F16: { /* random f16 codes of magnitude < 1 (subnormals included), sign random */
+        uint16_t *h = malloc((size_t)(N * K) * 2);
+        for (int64_t i = 0; i < N * K; i++) {
+            g_wrng = g_wrng * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = (uint16_t)(((g_wrng >> 33) % 0x3C00) | ((g_wrng >> 20) & 0x8000));
+        }
+        put(c, mod, "weight", MOQ_DT_F16, 2, sq, h, (size_t)(N * K) * 2);
+        r.q = (uint8_t *)h;
+        break;
+    }
     case TP_F32:
         put(c, mod, "weight", MOQ_DT_F32, 2, sq, W, (size_t)(N * K) * 4);
         r.q = malloc((size_t)(N * K) * 4);
@@ -185,7 +195,7 @@ static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, flo
 }
 
 static size_t elem_bytes(tpair p, int64_t K) { /* bytes of one weight row */
-    return p == TP_F32 ? (size_t)K * 4 : p == TP_BF16 ? (size_t)K * 2 : (p == TP_NVFP4 || p == TP_NVFP4_W4A16) ? (size_t)K / 2 : (size_t)K;
+    return p == TP_F32 ? (size_t)K * 4 : p == TP_BF16 || p == TP_F16 ? (size_t)K * 2 : (p == TP_NVFP4 || p == TP_NVFP4_W4A16) ? (size_t)K / 2 : (size_t)K;
 }
 static size_t scale_row_bytes(tpair p, int64_t K) {
     return p == TP_FP8_ROW ? 4 : (p == TP_NVFP4 || p == TP_NVFP4_W4A16) ? (size_t)K / 16 : p == TP_MXFP8 ? (size_t)K / 32 : 0;
@@ -309,13 +319,14 @@ static void test_every_algo(void **state) {
     g_cpu_mask = ~0u;
 }
 
-/* No quantization config: F32 and BF16 linears, with a bias (f32 of the bf16 values). */
+/* No quantization config: F32, BF16 (with a bias: f32 of the bf16 values) and F16 linears. */
 static void test_unquantized_no_config(void **state) {
     (void)state;
     ck c;
     ck_begin(&c, "load_unq");
     shard_ref a = emit(&c, "model.layers.0.mlp.up_proj", TP_F32, 40, K_, 0.1f, -1, 0, F_NONE);
     shard_ref b = emit(&c, "model.layers.0.mlp.down_proj", TP_BF16, 24, K_, 0.1f, -1, 0, F_NONE);
+    shard_ref h = emit(&c, "model.layers.0.mlp.gate_proj", TP_F16, 16, K_, 0.1f, -1, 0, F_NONE);
     uint16_t bias[24];
     float biasf[24];
     for (int i = 0; i < 24; i++) biasf[i] = bf16_round(wrand()), bias[i] = (uint16_t)(moq_f32_bits(biasf[i]) >> 16);
@@ -336,8 +347,13 @@ static void test_unquantized_no_config(void **state) {
     memcpy(t.bias, biasf, sizeof biasf);
     run_compare("bf16 + bias no config", l, &t);
     tw_free(&t);
+    moq_linear_layer_free(l);
+    TU_OK(moq_linear_layer_open(&l, cp, NULL, "model.layers.0.mlp.gate_proj", MOQ_KIND_LINEAR, NULL, 0, NULL, err_));
+    t = ref_layer(TP_F16, &h, 1, K_);
+    run_compare("f16 no config", l, &t);
+    tw_free(&t);
     close_layer(l, cp, q);
-    ref_free(&a, 1), ref_free(&b, 1);
+    ref_free(&a, 1), ref_free(&b, 1), ref_free(&h, 1);
     ck_done(&c);
 }
 
