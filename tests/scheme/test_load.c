@@ -694,6 +694,18 @@ static void test_fused_errors(void **state) {
     ref_free(r, 4);
     ck_done(&c);
 
+    /* Mixed precision whose q/k/v shards disagree: the resolution error names every shard. */
+    ck_begin(&c, "load_mixed_disagree");
+    r[0] = emit(&c, "model.layers.0.self_attn.q_proj", TP_FP8_TENSOR, 32, K_, 0.05f, -1, 0.01f, F_NONE);
+    r[1] = emit(&c, "model.layers.0.self_attn.k_proj", TP_NVFP4, 32, K_, 0.05f, -1, 0.01f, F_NONE);
+    ck_finish(&c, "MIXED_PRECISION",
+              "\"model.layers.0.self_attn.q_proj\": {\"quant_algo\": \"FP8\"}, "
+              "\"model.layers.0.self_attn.k_proj\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16}, "
+              "\"model.layers.0.self_attn.v_proj\": {\"quant_algo\": \"FP8\"}");
+    expect_error(c.dir, "model.layers.0.self_attn.qkv_proj", MOQ_ERR_CONFIG, "model.layers.0.self_attn.qkv_proj", "shards q_proj=FP8 and k_proj=NVFP4 and v_proj=FP8 disagree");
+    ref_free(r, 2);
+    ck_done(&c);
+
     ck_begin(&c, "load_pbwo_unaligned");
     r[0] = emit(&c, "model.layers.0.mlp.gate_proj", TP_FP8_BLK128, 100, K_, 0.05f, -1, 0, F_NONE);
     r[1] = emit(&c, "model.layers.0.mlp.up_proj", TP_FP8_BLK128, 128, K_, 0.05f, -1, 0, F_NONE);
