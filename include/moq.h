@@ -339,7 +339,7 @@ MOQ_API size_t     moq_linear_workspace_size(const moq_linear *l, int64_t M);
  * ws: caller-owned, at least moq_linear_workspace_size(l, M) bytes. */
 MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M,
                                   void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
-/* Name of the chosen kernel ("cpu_avx512_nvfp4_vnni"); borrowed, lives as long as l. */
+/* Name of the chosen kernel ("cpu_avx512_nvfp4_w4a4_vnni16"); borrowed, lives as long as l. */
 MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
@@ -527,6 +527,39 @@ MOQ_API size_t     moq_sampler_scratch_size(size_t n);
  * Never allocates. */
 MOQ_API moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch,
                                       size_t scratch_size, int32_t *id, moq_error *err);
+/* ---- loading layers from a checkpoint -------------------------------------------------------- */
+/* One linear layer loaded from an open checkpoint: the module is resolved against the config
+ * (moq_resolve), its tensors are validated against the scheme's contract (the same check as
+ * `moq check`: presence, dtype, shape, K divisibility, NaN/Inf/zero/negative scales), turned into
+ * the scheme's canonical weight and handed to moq_linear_create_from_weight.
+ *
+ * Fused modules (qkv_proj, gate_up_proj) whose shards the checkpoint stores separately are loaded
+ * when `prefix` ends in the name of a `packed` entry: the shards are concatenated along N into
+ * memory the layer owns. Their static scales are kept per shard (profile moq: no requantization,
+ * no accuracy loss); profiles vllm and sglang reproduce the engines instead: FP8 shards are
+ * requantized to the max weight scale (vllm when the scales differ, sglang always, NUMERICS §5.1)
+ * and NVFP4 shards share the max weight_scale_2. Every such decision is a warning on the layer.
+ * A W4A16_NVFP4 input_scale is accepted and ignored (warning). */
+typedef struct moq_linear_layer moq_linear_layer;
+
+/* c, q: borrowed, must outlive the layer (codes may be read from c's mmap). q NULL: an unquantized
+ * checkpoint (every linear is F32/BF16/F16). kind: MOQ_KIND_LINEAR or MOQ_KIND_LM_HEAD.
+ * packed/n_packed: the model's packed-modules mapping (may be NULL/0). opts: as for
+ * moq_linear_create_from_weight (opts->name is ignored: errors name the module). On failure *out
+ * is NULL and err names the tensor, module or layer. */
+MOQ_API moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q,
+                                         const char *prefix, moq_layer_kind kind, const moq_packed *packed,
+                                         int n_packed, const moq_linear_opts *opts, moq_error *err);
+MOQ_API void       moq_linear_layer_free(moq_linear_layer *l);
+/* The layer's linear, for moq_linear_workspace_size / moq_linear_run; borrowed, lives as long as l. */
+MOQ_API const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l);
+/* The resolution that decided the layer (method, algo, rule, group size); borrowed. */
+MOQ_API const moq_resolution *moq_linear_layer_resolution(const moq_linear_layer *l);
+/* Chosen kernel ("cpu_ref_fp8_tensor"), borrowed. */
+MOQ_API const char *moq_linear_layer_kernel_name(const moq_linear_layer *l);
+/* Warnings kept while loading ("keeps per-shard weight_scale (q_proj=0.01, k_proj=0.02)"). */
+MOQ_API int         moq_linear_layer_warning_count(const moq_linear_layer *l);
+MOQ_API const char *moq_linear_layer_warning(const moq_linear_layer *l, int i);
 
 #ifdef __cplusplus
 }

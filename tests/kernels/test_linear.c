@@ -132,6 +132,10 @@ static void test_choice_follows_cpu_mask(void **state) {
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2 | MOQ_CPU_AVX512, NULL, &name);
         assert_string_equal(name, "cpu_avx512_nvfp4_w4a4_dequant_fma");
     }
+    if (f & MOQ_CPU_AVX2) { /* MOQ_CPU_MASK=1 equivalent */
+        klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2, NULL, &name);
+        assert_string_equal(name, "cpu_avx2_nvfp4_w4a4_dequant_fma");
+    }
     if ((f & MOQ_CPU_AVX512VNNI) && (f & MOQ_CPU_AVX512)) {
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, ~0u, NULL, &name);
         assert_string_equal(name, "cpu_avx512_nvfp4_w4a4_vnni16");

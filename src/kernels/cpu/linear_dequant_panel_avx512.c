@@ -320,7 +320,9 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     (void)err;
     const moq_weight *w = l->w;
     const int64_t M = l->M, N = w->N, K = w->K, tiles = (N + 15) / 16, K2 = (K + 1) / 2;
-    const bool bdot = bf16_exact(l);
+    /* vdpbf16ps (one port) does not beat two FMA ports once the panel is reused by many tokens:
+     * measured 48-57 vs 74 GFLOP/s at M=512 (docs/PERFORMANCE.md). bf16 pairs for decode only. */
+    const bool bdot = bf16_exact(l) && M <= GEMV_M;
     float *X = l->ws, *sm = X + M * K;
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
@@ -334,7 +336,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
-            moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+            moq_act_dequant_row_avx512(l, m, X + m * K, &sm[m], tmp);
             if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
                 for (int64_t k = 0; k < K; k += 2)
                     Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
