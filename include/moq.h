@@ -399,8 +399,15 @@ MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json a
  * `moq bench model` divides by the measured bandwidth. */
 MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
 
-/* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (resolution
- * and tensor contracts of every layer), pack (kernel choice and weight packing). */
+/* Findings of the validation pass that do not stop the model ("where: msg", e.g. fused shards with
+ * different input_scale that the engines collapse to the max); at most 16 kept. Borrowed. */
+MOQ_API int         moq_model_warning_count(const moq_model *m);
+MOQ_API const char *moq_model_warning(const moq_model *m, int i);
+
+/* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (every module
+ * resolved and checked against its scheme's contract, the `moq check` pass), pack (each layer loaded
+ * through moq_linear_layer_open or moq's embedding/expert glue: canonical weight, kernel choice,
+ * packing). */
 typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
 MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
 /* ---- tokenizer and sampling ------------------------------------------------------------------ */

@@ -52,6 +52,7 @@ int cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet)
     if (!quiet && cli_stderr_is_tty()) o->progress = progress_bar;
     if (moq_model_open(m, dir, o, &err) != MOQ_OK) return cli_report(&err);
     if (!quiet) {
+        for (int i = 0; i < moq_model_warning_count(*m); i++) fprintf(stderr, "moq: warning: %s\n", moq_model_warning(*m, i));
         const moq_model_timings t = moq_model_load_timings(*m);
         fprintf(stderr, "moq: %s, %lld positions; load %.3f s (open %.3f, validate %.3f, pack %.3f)\n", moq_model_architecture(*m),
                 (long long)moq_model_ctx(*m), t.open_s + t.validate_s + t.pack_s, t.open_s, t.validate_s, t.pack_s);

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "format/format.h"
+#include "scheme/load.h"
 #include "scheme/scheme.h"
 
 static double now_s(void) {
@@ -281,9 +282,27 @@ static moq_status open_linear(moq_layer_linear *out, const moq_checkpoint *c, co
     if (st != MOQ_OK) return st;
     moq_linear_opts lo = lopts ? *lopts : moq_linear_opts_default();
     lo.name = prefix;
-    st = moq_linear_create_from_weight(&out->lin, &out->w, &lo, err);
+    st = moq_linear_create_from_weight(&out->own, &out->w, &lo, err);
+    out->lin = out->own;
     blobs->pack_s += now_s() - t1;
     return st;
+}
+
+moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                  moq_blobs *blobs, moq_error *err) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", prefix);
+    const char *dot = strrchr(prefix, '.');
+    const moq_packed pk = {dot ? dot + 1 : prefix, shards, n_shards};
+    const double t0 = now_s();
+    const moq_status st = moq_linear_layer_open(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, err);
+    blobs->pack_s += now_s() - t0;
+    if (st != MOQ_OK) return st;
+    out->w = *moq_linear_layer_weight(out->ll);
+    out->lin = moq_linear_layer_linear(out->ll);
+    out->res = *moq_linear_layer_resolution(out->ll);
+    return MOQ_OK;
 }
 
 moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
@@ -300,6 +319,9 @@ moq_status moq_layers_open_with(moq_layer_linear *out, const moq_checkpoint *c, 
 
 void moq_layers_close_linear(moq_layer_linear *l) {
     if (!l) return;
-    moq_linear_free(l->lin);
+    moq_linear_free(l->own);
+    moq_linear_layer_free(l->ll);
+    l->own = NULL;
+    l->ll = NULL;
     l->lin = NULL;
 }

@@ -35,13 +35,21 @@ void  moq_blobs_free(moq_blobs *b);
 /* One prepared linear: the canonical weight (kept: embeddings dequantize rows from it) and the
  * kernel-bound layer. */
 typedef struct moq_layer_linear {
-    moq_weight      w;
-    moq_linear     *lin;
+    moq_weight        w;          /* copy of the canonical weight (pointers borrowed)          */
+    const moq_linear *lin;        /* the kernel-bound layer, owned by own or ll               */
+    moq_linear       *own;        /* created here (embeddings, routers, experts)              */
+    moq_linear_layer *ll;         /* opened by the loader (moq_linear_layer_open: dense linears) */
     moq_resolution  res;
     char            name[256];   /* module name, for messages ("model.layers.0.self_attn.qkv_proj") */
 } moq_layer_linear;
 
-/* Opens module `prefix` of kind `kind`. When `shards` is not NULL the module is the fused one
+/* Opens the dense linear `prefix` (kind MOQ_KIND_LINEAR or MOQ_KIND_LM_HEAD) through the loader,
+ * moq_linear_layer_open, with the packed mapping {fused: shards} when shards is not NULL. */
+moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                  moq_blobs *blobs, moq_error *err);
+
+/* Opens module `prefix` of kind `kind` with moq's own glue (used for embeddings). When `shards` is not NULL the module is the fused one
  * `prefix` = <parent>.<fused> built from <parent>.<shards[i]> (n_shards entries); the packed
  * mapping passed to resolution is {fused, shards}. q may be NULL (unquantized checkpoint).
  * Errors name the checkpoint tensor or the module. */

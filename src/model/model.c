@@ -35,6 +35,7 @@
 #include "model/rope.h"
 
 #define MOQ_MODEL_CHUNK 32
+#define MOQ_MODEL_MAX_WARN 16
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. */
@@ -116,6 +117,8 @@ struct moq_model {
     void   *lws;
     size_t  lws_size;
     moq_model_timings tm;
+    const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
+    int         n_warn;
 };
 
 static double now_s(void) {
@@ -228,15 +231,15 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
     for (int64_t l = 0; l < m->L; l++) {
         layer *ly = &m->layers[l];
         snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
-        MOQ_TRY(moq_layers_open_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
+        MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
         snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
-        MOQ_TRY(moq_layers_open_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         if (m->arch->moe_block) MOQ_TRY(open_moe(m, l, lo, err));
         else {
             snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
-            MOQ_TRY(moq_layers_open_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
             snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
-            MOQ_TRY(moq_layers_open_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
         if (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D)
@@ -373,6 +376,25 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
     m->tm.open_s = now_s() - t0;
 
+    /* validate: every module of the checkpoint against its resolved scheme's contract, all at once
+     * (the `moq check` pass); the first problem is the error */
+    const double tv = now_s();
+    moq_modules mods;
+    memset(&mods, 0, sizeof mods);
+    moq_status vst = moq_modules_build(&mods, m->ckpt, m->q, err);
+    if (vst == MOQ_OK) vst = moq_modules_check(&mods, m->ckpt, m->q, false, err);
+    /* what `moq check` reports is kept as warnings: the loader below decides what is fatal (a missing
+     * or malformed tensor), the rest (fused shards with different input scales, ...) runs */
+    for (int i = 0; vst == MOQ_OK && i < mods.n_probs && m->n_warn < MOQ_MODEL_MAX_WARN; i++) {
+        char *w = moq_blobs_alloc(&m->blobs, 800);
+        if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        else snprintf(w, 800, "%.256s: %.512s", mods.probs[i].where, mods.probs[i].msg);
+        m->warn[m->n_warn++] = w;
+    }
+    moq_modules_free(&mods);
+    m->tm.validate_s = now_s() - tv;
+    MOQ_TRY(vst);
+
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
@@ -383,7 +405,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     MOQ_TRY(open_layers(m, &lo, err));
     MOQ_TRY(moq_layers_f32(&m->final_norm, m->ckpt, "model.norm.weight", m->H, &m->blobs, err));
     if (moq_checkpoint_tensor(m->ckpt, "lm_head.weight") || !a->tie_word_embeddings) {
-        MOQ_TRY(moq_layers_open_linear(&m->lm_head_own, m->ckpt, m->q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
+        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
         if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, "lm_head.weight", "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
                             (long long)m->lm_head_own.w.K, (long long)m->V, (long long)m->H);
@@ -391,8 +413,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     } else {
         m->lm_head = &m->embed;
     }
-    m->tm.validate_s = m->blobs.validate_s;
-    m->tm.pack_s = m->blobs.pack_s;
+    m->tm.pack_s = m->blobs.validate_s + m->blobs.pack_s; /* loading and packing every layer */
 
     /* KV cache: the config's kv_cache_quant_algo picks the encoding (kv_cache.c table) */
     moq_elem ke;
@@ -618,6 +639,9 @@ int64_t moq_model_vocab_size(const moq_model *m) { return m ? m->V : 0; }
 int64_t moq_model_ctx(const moq_model *m) { return m ? m->T : 0; }
 int64_t moq_model_pos(const moq_model *m) { return m ? m->pos : 0; }
 const char *moq_model_architecture(const moq_model *m) { return m ? m->arch->name : ""; }
+int moq_model_warning_count(const moq_model *m) { return m ? m->n_warn : 0; }
+const char *moq_model_warning(const moq_model *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : ""; }
+
 moq_model_timings moq_model_load_timings(const moq_model *m) {
     moq_model_timings t = {0, 0, 0};
     return m ? m->tm : t;
