@@ -29,5 +29,7 @@ int  cmd_synth(int argc, char **argv);
 void cmd_synth_help(FILE *out);
 int  cmd_errors(int argc, char **argv);
 void cmd_errors_help(FILE *out);
+int  cmd_bench(int argc, char **argv);
+void cmd_bench_help(FILE *out);
 
 #endif
