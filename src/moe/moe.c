@@ -619,7 +619,7 @@ static size_t ws_layout(const moq_moe *m, int64_t T, uint8_t *base, moe_ws *w) {
     TAKE(o, float *, A * H * 4);
     TAKE(so, float *, m->has_shared ? (size_t)T * H * 4 : 0);
     w->lin_ws = lin_ws_max(m, T);
-    w->slot = al64((size_t)T * (size_t)m->N13 * 4) + al64((size_t)T * (size_t)m->Ip * 4) + w->lin_ws;
+    w->slot = al64((size_t)T * (size_t)m->N13 * 4) + al64((size_t)T * (size_t)m->Ip * 4) + al64((size_t)T * (size_t)m->Ip * 2) + w->lin_ws;
     TAKE(thr, uint8_t *, nt * w->slot);
 #undef TAKE
     return o + 64;
@@ -635,19 +635,16 @@ size_t moq_moe_workspace_size(const moq_moe *m, int64_t T) {
 static moq_status run_expert(const moq_moe *m, const moe_expert *ex, const void *x, moq_elem xe, int64_t c, float *out, uint8_t *slot,
                              size_t lin_ws, moq_error *err) {
     float *h = (float *)(void *)slot;
-    uint8_t *a = slot + al64((size_t)c * (size_t)m->N13 * 4);
-    void *lws = a + al64((size_t)c * (size_t)m->Ip * 4);
+    float *a = (float *)(void *)(slot + al64((size_t)c * (size_t)m->N13 * 4));
+    uint16_t *ab = (uint16_t *)(void *)((uint8_t *)a + al64((size_t)c * (size_t)m->Ip * 4));
+    void *lws = (uint8_t *)ab + al64((size_t)c * (size_t)m->Ip * 2);
     MOQ_TRY(moq_linear_run(ex->l13, x, xe, c, h, MOQ_ELEM_F32, lws, lin_ws, err));
     const int64_t Ip = m->Ip;
-    for (int64_t r = 0; r < c; r++) {
-        float *ar = (float *)(void *)(a + (size_t)(r * Ip) * 4); /* f32 row; bf16 rows are written packed below */
-        moq_moe_act_ref(m->act, &m->ap, h + r * m->N13, Ip, ar);
-        if (xe == MOQ_ELEM_BF16) {
-            uint16_t *ab = (uint16_t *)(void *)a + r * Ip;
-            for (int64_t i = 0; i < Ip; i++) ab[i] = moq_bf16_encode_rne(ar[i]); /* ab trails ar: safe in order */
-        }
-    }
-    return moq_linear_run(ex->l2, a, xe, c, out, MOQ_ELEM_F32, lws, lin_ws, err);
+    for (int64_t r = 0; r < c; r++) moq_moe_act_ref(m->act, &m->ap, h + r * m->N13, Ip, a + r * Ip);
+    if (xe == MOQ_ELEM_BF16) /* the engines hand the second GEMM activations in the model dtype */
+        for (int64_t i = 0; i < c * Ip; i++) ab[i] = moq_bf16_encode_rne(a[i]);
+    const void *a_in = xe == MOQ_ELEM_BF16 ? (const void *)ab : (const void *)a;
+    return moq_linear_run(ex->l2, a_in, xe, c, out, MOQ_ELEM_F32, lws, lin_ws, err);
 }
 
 moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
