@@ -435,6 +435,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
                    : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})", eb, eb);
             goto fail;
         }
+        if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
         m->I = t->shape[0];
         m->H = t->shape[1] * f->per_byte;
     }

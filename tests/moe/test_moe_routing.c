@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "moe/routing.h"
+#include "tmoe_ref.h"
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 static uint32_t rnd(void) { g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(g_rng >> 33); }
@@ -23,60 +24,19 @@ static void make_logits(float *l, int E) {
     free(perm);
 }
 
-/* fp64 naive router: sort-free, k passes of "best remaining, lowest id on ties". */
-static void route_fp64(const moq_moe_routing *r, int E, const float *logit, int *ids, double *w) {
-    double p[512], sel[512];
-    int allowed[512];
-    if (r->scoring == MOQ_MOE_SCORE_SOFTMAX) {
-        double mx = -INFINITY, s = 0;
-        for (int e = 0; e < E; e++) mx = fmax(mx, logit[e]);
-        for (int e = 0; e < E; e++) s += exp(logit[e] - mx);
-        for (int e = 0; e < E; e++) p[e] = exp(logit[e] - mx) / s;
-    } else {
-        for (int e = 0; e < E; e++) p[e] = 1.0 / (1.0 + exp(-(double)logit[e]));
-    }
-    for (int e = 0; e < E; e++) sel[e] = p[e] + (r->correction_bias ? r->correction_bias[e] : 0.0), allowed[e] = 1;
-    if (r->num_expert_group > 1) {
-        const int G = r->num_expert_group, per = E / G;
-        double gs[64];
-        int gok[64];
-        for (int g = 0; g < G; g++) {
-            double b1 = -INFINITY, b2 = -INFINITY;
-            for (int i = 0; i < per; i++) {
-                const double v = sel[g * per + i];
-                if (v > b1) b2 = b1, b1 = v; else if (v > b2) b2 = v;
-            }
-            gs[g] = r->correction_bias ? b1 + b2 : b1;
-            gok[g] = 0;
-        }
-        for (int t = 0; t < r->topk_group; t++) {
-            int best = -1;
-            for (int g = 0; g < G; g++) if (!gok[g] && (best < 0 || gs[g] > gs[best])) best = g;
-            gok[best] = 1;
-        }
-        for (int e = 0; e < E; e++) allowed[e] = gok[e / per];
-    }
-    double sum = 0;
-    for (int j = 0; j < r->top_k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) if (allowed[e] && (best < 0 || sel[e] > sel[best])) best = e;
-        allowed[best] = 0;
-        ids[j] = best, w[j] = p[best], sum += p[best];
-    }
-    for (int j = 0; j < r->top_k; j++) w[j] = (r->renormalize ? w[j] / sum : w[j]) * r->routed_scaling_factor;
-}
-
 static void check_mode(const char *what, moq_moe_routing r, int E, int tokens) {
     moq_error e = {0};
     TU_OK(moq_moe_routing_check(&r, E, "test.mlp", err_));
     float logit[512], scr[3 * 512], w[64];
+    double dl[512];
     int32_t ids[64];
     int rid[64];
     double rw[64];
     for (int t = 0; t < tokens; t++) {
         make_logits(logit, E);
         moq_moe_route_ref(&r, E, logit, ids, w, scr);
-        route_fp64(&r, E, logit, rid, rw);
+        for (int i = 0; i < E; i++) dl[i] = logit[i];
+        route_fp64(&r, E, dl, rid, rw);
         for (int j = 0; j < r.top_k; j++) {
             if (ids[j] != rid[j]) fail_msg("%s E=%d token %d slot %d: expert %d, expected %d", what, E, t, j, ids[j], rid[j]);
             if (fabs(w[j] - rw[j]) > 1e-6 * fabs(rw[j]) + 1e-9) fail_msg("%s token %d slot %d: weight %.9g, expected %.9g", what, t, j, (double)w[j], rw[j]);
@@ -153,21 +113,6 @@ static void test_config_errors(void **state) {
     TU_ERR(&e, moq_moe_routing_check(&r, 8, "model.layers.1.mlp", &e), MOQ_ERR_CONFIG, "model.layers.1.mlp", "top_k 1");
     r.weight_on_input = false, r.routed_scaling_factor = NAN;
     TU_ERR(&e, moq_moe_routing_check(&r, 8, "model.layers.1.mlp", &e), MOQ_ERR_CONFIG, "model.layers.1.mlp", "routed_scaling_factor");
-}
-
-/* ---- activations vs fp64 (NUMERICS §7) ---- */
-static double act_fp64(moq_moe_act a, double g, double u, double L, double al, double be) {
-    switch (a) {
-    case MOQ_MOE_ACT_SILU: return g / (1 + exp(-g)) * u;
-    case MOQ_MOE_ACT_GELU_ERF: return 0.5 * g * (1 + erf(g / sqrt(2.0))) * u;
-    case MOQ_MOE_ACT_GELU_TANH: return 0.5 * g * (1 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
-    case MOQ_MOE_ACT_RELU2: return g > 0 ? g * g : 0;
-    case MOQ_MOE_ACT_SWIGLU_LIMIT: {
-        const double gg = fmin(g, L), uu = fmax(fmin(u, L), -L);
-        return gg / (1 + exp(-al * gg)) * (uu + be);
-    }
-    default: return NAN;
-    }
 }
 
 static void test_activations(void **state) {
