@@ -83,7 +83,7 @@ static size_t weight_bytes(const moq_weight *w) {
     return b;
 }
 
-static double dram_read_gbs(int threads) {
+double dram_read_gbs(int threads) {
     const size_t n = ((size_t)1 << 30) / 8;
     uint64_t *buf = malloc(n * 8);
     if (!buf) return 0;
@@ -122,11 +122,13 @@ void cmd_bench_help(FILE *out) {
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
-            "  --json        one JSON object instead of the table\n");
+            "  --json        one JSON object instead of the table\n\n");
+    cmd_bench_moe_help(out);
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`");
+    if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc, argv);
+    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...` or `moq bench moe ...`");
     const char *algo = NULL, *kernel = NULL;
     long long M = 1, N = 4096, K = 4096;
     int threads = omp_get_max_threads(), json = 0;

@@ -40,6 +40,7 @@
 #include "core/error.h"
 #include "format/format.h"
 #include "kernels/kernels.h"
+#include "moe/moe.h"
 #include "moe/routing.h"
 
 /* ---- format rows --------------------------------------------------------------------------- */
@@ -667,7 +668,9 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
         MOQ_TRY(moq_linear_run(m->router, x, x_elem, T, w.logits, MOQ_ELEM_F32, w.rws, w.rws_size, err));
         logits = w.logits;
     }
-#pragma omp parallel for num_threads(nt) schedule(static)
+    /* Small steps stay on one thread: at decode a parallel region costs more than the work. */
+    const bool par_tok = T * E >= 4096, par_rows = T * k * H >= 65536;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_tok)
     for (int64_t t = 0; t < T; t++)
         moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E));
 
@@ -690,7 +693,7 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
     const int64_t rows = w.off[L];
     const bool on_in = m->routing.weight_on_input;
     const moq_elem ge = on_in ? MOQ_ELEM_F32 : x_elem; /* Llama-4 scales x in f32 */
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_rows)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t t = w.tok[r];
         if (ge == MOQ_ELEM_BF16) {
@@ -725,7 +728,7 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
     if (m->has_shared) MOQ_TRY(run_expert(m, &m->shared, x, x_elem, T, w.so, w.thr, w.lin_ws, err));
 
     /* Combine in slot order. */
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_rows)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < H; i++) {
             float v = 0.0f;
@@ -749,3 +752,75 @@ const char *moq_moe_kernel_name(const moq_moe *m, int which) {
 }
 int         moq_moe_warning_count(const moq_moe *m) { return m ? m->n_warn : 0; }
 const char *moq_moe_warning(const moq_moe *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : NULL; }
+
+/* ---- synthetic experts (bench) ------------------------------------------------------------- */
+static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17; return *s; }
+
+/* Bytes of one projection [N, K]: weight, block scales (SC_GROUP / SC_BLK128); scalars apart. */
+static uint64_t synth_proj_bytes(const moe_fmt *f, int64_t N, int64_t K, uint64_t *wb, uint64_t *sb) {
+    const int bits = f->wdt == MOQ_DT_COUNT ? 16 : moq_dtype_bits(f->wdt);
+    *wb = (uint64_t)(N * cdiv(K, f->per_byte)) * (uint64_t)bits / 8;
+    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4 : 0;
+    return *wb + *sb + (f->scale == SC_TENSOR ? 4u : 0u) + (f->ws2 ? 4u : 0u) + (f->in_scale ? 4u : 0u);
+}
+
+uint64_t moq_moe_expert_bytes(moq_moe_format fmt, int64_t H, int64_t I) {
+    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT) return 0;
+    uint64_t wb, sb;
+    return 2 * synth_proj_bytes(&moe_fmts[fmt], I, H, &wb, &sb) + synth_proj_bytes(&moe_fmts[fmt], H, I, &wb, &sb);
+}
+
+moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, int64_t E, int64_t H, int64_t I, uint64_t seed, void **keep,
+                         moq_error *err) {
+    *keep = NULL;
+    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT || E < 1 || H < 1 || I < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "bad synthetic MoE shape");
+    const moe_fmt *f = &moe_fmts[fmt];
+    const uint64_t per = moq_moe_expert_bytes(fmt, H, I);
+    uint8_t *blk = malloc((size_t)(per * (uint64_t)E) + 64);
+    if (!blk) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %llu bytes of synthetic experts", (unsigned long long)(per * (uint64_t)E));
+    *keep = blk;
+    uint64_t s = seed | 1, off = 0;
+    char nm[320];
+    const moq_dtype wdt = f->wdt == MOQ_DT_COUNT ? MOQ_DT_BF16 : f->wdt;
+    for (int64_t e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            const int64_t N = j == 2 ? H : I, K = j == 2 ? I : H;
+            uint64_t wb, sb;
+            synth_proj_bytes(f, N, K, &wb, &sb);
+            uint8_t *q = blk + off;
+            for (uint64_t i = 0; i < wb; i += 8) { const uint64_t r = synth_next(&s); memcpy(q + i, &r, wb - i < 8 ? wb - i : 8); }
+            if (wdt == MOQ_DT_F8_E4M3)
+                for (uint64_t i = 0; i < wb; i++) if ((q[i] & 0x7F) == 0x7F) q[i] = 0x38;
+            if (wdt == MOQ_DT_BF16) /* |w| in [2^-8, 2^-1): a plausible weight range */
+                for (uint64_t i = 0; i < wb; i += 2) { const uint16_t h = (uint16_t)(0x3B80 + (q[i] | (q[i + 1] & 0x3) << 8) + ((q[i + 1] & 0x80) << 8)); memcpy(q + i, &h, 2); }
+            snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight", prefix, (long long)e, moe_layouts[0][j]);
+            MOQ_TRY(moq_writer_add(w, nm, wdt, 2, (int64_t[]){N, cdiv(K, f->per_byte)}, q, wb, err));
+            off += wb;
+            uint8_t *sc = blk + off;
+            snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight_scale", prefix, (long long)e, moe_layouts[0][j]);
+            if (f->scale == SC_GROUP) {
+                for (uint64_t i = 0; i < sb; i++) sc[i] = f->sdt == MOQ_DT_F8_E8M0 ? (uint8_t)(120 + synth_next(&s) % 8) : (uint8_t)(0x30 + synth_next(&s) % 0x40);
+                MOQ_TRY(moq_writer_add(w, nm, f->sdt, 2, (int64_t[]){N, cdiv(K, f->group)}, sc, sb, err));
+            } else if (f->scale == SC_BLK128) {
+                for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 4, (int64_t[]){cdiv(N, 128), 1, cdiv(K, 128), 1}, sc, sb, err));
+            }
+            off += sb;
+            static const float scal[3] = {2e-3f, 1e-3f, 3e-3f}; /* weight_scale, weight_scale_2, input_scale */
+            static const char *const suf[3] = {"weight_scale", "weight_scale_2", "input_scale"};
+            const bool has[3] = {f->scale == SC_TENSOR, f->ws2, f->in_scale};
+            for (int i = 0; i < 3; i++) {
+                if (!has[i]) continue;
+                memcpy(blk + off, &scal[i], 4);
+                snprintf(nm, sizeof nm, "%s.experts.%lld.%s.%s", prefix, (long long)e, moe_layouts[0][j], suf[i]);
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 0, NULL, blk + off, 4, err));
+                off += 4;
+            }
+        }
+    return MOQ_OK;
+}
+
+const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which) {
+    if (!m || l < 0 || l >= m->n_local) return NULL;
+    return which ? m->ex[l].l2 : m->ex[l].l13;
+}
