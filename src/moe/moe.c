@@ -720,7 +720,7 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
         const moq_status s = run_expert(m, &m->ex[l], (const uint8_t *)w.xg + (size_t)w.off[l] * (size_t)H * eb, ge, c, w.o + w.off[l] * H,
                                         w.thr + (size_t)omp_get_thread_num() * w.slot, w.lin_ws, &e);
         if (s != MOQ_OK) {
-#pragma omp critical(moq_moe_err)
+#pragma omp critical
             if (st == MOQ_OK) st = s, first = e;
         }
     }
