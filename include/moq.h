@@ -228,6 +228,85 @@ MOQ_API moq_status moq_writer_file(moq_writer *w, const char *name, const char *
  * n_shards == 1 writes model.safetensors. */
 MOQ_API moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err);
 
+
+/* ---- quantization config and resolution ------------------------------------------------------ */
+/* A ModelOpt quantization config (hf_quant_config.json or config.json "quantization_config"),
+ * normalized, and the per-module decision of which scheme applies. Rules: docs/COMPAT.md. */
+typedef struct moq_qconfig moq_qconfig;
+
+/* Whose rules to follow where the two reference engines differ (docs/COMPAT.md). */
+typedef enum moq_compat {
+    MOQ_COMPAT_MOQ = 0,   /* default: vLLM's rules plus what only SGLang supports, where no conflict */
+    MOQ_COMPAT_VLLM,      /* vLLM's modelopt.py exactly                                         */
+    MOQ_COMPAT_SGLANG,    /* SGLang's modelopt_quant.py exactly                                 */
+    MOQ_COMPAT_COUNT
+} moq_compat;
+MOQ_API const char *moq_compat_name(moq_compat p);                 /* "moq", "vllm", "sglang" */
+/* Parses "moq" | "vllm" | "sglang"; MOQ_ERR_INVALID_ARG otherwise. */
+MOQ_API moq_status  moq_compat_parse(const char *name, moq_compat *out, moq_error *err);
+
+/* Opens the config of `path`: a checkpoint directory (config.json's quantization_config when it is
+ * a ModelOpt one, else hf_quant_config.json; disagreements between the two become notes) or one
+ * JSON file (hf_quant_config.json layout, a config.json, or a bare quantization_config object).
+ * Errors name the file and the key. *out is NULL on failure. Free with moq_qconfig_free. */
+MOQ_API moq_status moq_qconfig_open(moq_qconfig **out, const char *path, moq_compat profile, moq_error *err);
+/* Same from JSON text; `file` names it in errors ("hf_quant_config.json", "config.json", ...). */
+MOQ_API moq_status moq_qconfig_parse(moq_qconfig **out, const char *json_text, const char *file,
+                                     moq_compat profile, moq_error *err);
+MOQ_API void       moq_qconfig_free(moq_qconfig *q);
+
+/* Accessors; strings are borrowed from q. NULL means "absent" (printed as null by the CLI). */
+MOQ_API moq_compat  moq_qconfig_profile(const moq_qconfig *q);
+MOQ_API const char *moq_qconfig_source(const moq_qconfig *q);        /* file (and key) used   */
+MOQ_API const char *moq_qconfig_quant_method(const moq_qconfig *q);  /* modelopt, modelopt_fp4, modelopt_mxfp8, modelopt_mixed, fp8 (hybrid) */
+MOQ_API const char *moq_qconfig_quant_algo(const moq_qconfig *q);    /* normalized: "NVFP4"    */
+MOQ_API const char *moq_qconfig_kv_cache_quant_algo(const moq_qconfig *q); /* "FP8", "NVFP4", "auto" or NULL */
+MOQ_API const char *moq_qconfig_moe_quant_algo(const moq_qconfig *q);      /* hybrid form, else NULL */
+/* Group size as the engine uses it (NVFP4 family: 16 when the file says nothing); 0 when none. */
+MOQ_API int64_t     moq_qconfig_group_size(const moq_qconfig *q);
+MOQ_API int         moq_qconfig_exclude_count(const moq_qconfig *q);
+MOQ_API const char *moq_qconfig_exclude_at(const moq_qconfig *q, int i);
+/* MIXED_PRECISION per-layer entries, in file order: name, algo (upper case), group_size (0 = absent). */
+MOQ_API int         moq_qconfig_layer_count(const moq_qconfig *q);
+MOQ_API bool        moq_qconfig_layer_at(const moq_qconfig *q, int i, const char **name,
+                                         const char **algo, int64_t *group_size);
+/* Notes: which file was used and every disagreement between the two files. */
+MOQ_API int         moq_qconfig_note_count(const moq_qconfig *q);
+MOQ_API const char *moq_qconfig_note_at(const moq_qconfig *q, int i);
+
+typedef enum moq_layer_kind {
+    MOQ_KIND_LINEAR = 0, MOQ_KIND_LM_HEAD, MOQ_KIND_MOE, MOQ_KIND_ATTENTION, MOQ_KIND_EMBEDDING,
+    MOQ_KIND_COUNT
+} moq_layer_kind;
+MOQ_API const char *moq_layer_kind_name(moq_layer_kind k);          /* "linear", "lm_head", ... */
+MOQ_API moq_status  moq_layer_kind_parse(const char *name, moq_layer_kind *out, moq_error *err);
+
+/* One packed-modules mapping entry: fused module name -> its shard names
+ * ({"qkv_proj", {"q_proj","k_proj","v_proj"}, 3}). */
+typedef struct moq_packed {
+    const char        *name;
+    const char *const *shards;
+    int                n_shards;
+} moq_packed;
+
+/* The decision for one module. Strings are static. `method` is one of: unquantized_linear,
+ * fp8_linear, fp8_pcpt_linear, fp8_pbwo_linear, nvfp4_linear, w4a16_nvfp4_linear, mxfp8_linear,
+ * fp8_moe, fp8_block_moe, nvfp4_moe, w4a16_nvfp4_moe, mxfp8_moe, kv_cache, none. */
+typedef struct moq_resolution {
+    const char *method;
+    const char *algo;       /* scheme quant_algo ("NVFP4"), the KV algo for kv_cache, or NULL    */
+    bool        excluded;   /* an exclude_modules / ignore pattern (or the vision rule) matched  */
+    const char *rule;       /* name of the rule that decided (docs/COMPAT.md)                     */
+    int64_t     group_size; /* NVFP4 16, MXFP8 32, FP8_PB_WO 128; 0 otherwise                     */
+} moq_resolution;
+
+/* Decides the scheme of module `prefix` (runtime name, e.g. "model.layers.0.self_attn.qkv_proj")
+ * of the given kind, with the config's profile. `packed` (n_packed entries, may be NULL) is the
+ * model's packed-modules mapping. Errors (MOQ_ERR_CONFIG): shards of one fused module that
+ * disagree (exclusion or algo), naming every shard. Pure; thread-safe on a shared q. */
+MOQ_API moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind kind,
+                               const moq_packed *packed, int n_packed, moq_resolution *out,
+                               moq_error *err);
 /* ---- linear layers --------------------------------------------------------------------------- */
 /* y = x · Wᵀ (+ bias) for one quantized linear layer, any format of the seeds (NVFP4 W4A4 and
  * W4A16, FP8 per-tensor / per-channel / 128x128 block, MXFP8, unquantized F32/BF16/F16). The
@@ -260,7 +339,7 @@ MOQ_API size_t     moq_linear_workspace_size(const moq_linear *l, int64_t M);
  * ws: caller-owned, at least moq_linear_workspace_size(l, M) bytes. */
 MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M,
                                   void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
-/* Name of the chosen kernel ("cpu_avx512_nvfp4_vnni"); borrowed, lives as long as l. */
+/* Name of the chosen kernel ("cpu_avx512_nvfp4_w4a4_vnni16"); borrowed, lives as long as l. */
 MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);

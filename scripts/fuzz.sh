@@ -28,6 +28,15 @@ for t in "${targets[@]}"; do
       for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*config.json; do
         { cat "$f"; printf '\0{"weight_map":{"a":"model-00001-of-00001.safetensors","b":"model-00001-of-00001.safetensors"}}'; } > "$corpus/seed$i"; i=$((i+1))
       done ;;
+    config)
+      # First byte: profile (value % 3) and layout (bit 2: 0 = hf_quant_config.json, 1 = config.json).
+      i=0
+      for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do
+        for p in 0 1 2; do
+          case "$f" in *hf_quant_config.json) sel=$p ;; *) sel=$((p + 4)) ;; esac
+          { printf "\\$(printf '%03o' $sel)"; cat "$f"; } > "$corpus/seed$i.$p"
+        done; i=$((i+1))
+      done ;;
     *) for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
   esac
   [ -d "tests/fuzz/regress/$t" ] && cp tests/fuzz/regress/$t/* "$corpus/" 2>/dev/null || true

@@ -29,6 +29,13 @@ int  cmd_synth(int argc, char **argv);
 void cmd_synth_help(FILE *out);
 int  cmd_errors(int argc, char **argv);
 void cmd_errors_help(FILE *out);
+/* quantization config, resolution and checks (tests/config) */
+int  cmd_config(int argc, char **argv);
+void cmd_config_help(FILE *out);
+int  cmd_resolve(int argc, char **argv);
+void cmd_resolve_help(FILE *out);
+int  cmd_check(int argc, char **argv);
+void cmd_check_help(FILE *out);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
 /* `moq bench moe` (cmd_bench_moe.c), reached through cmd_bench. */

@@ -6,15 +6,19 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config/modules.h"
 
 void cmd_inspect_help(FILE *out) {
     fprintf(out,
-            "usage: moq inspect PATH [--json]\n\n"
+            "usage: moq inspect PATH [--compat moq|vllm|sglang] [--json]\n\n"
             "Opens a checkpoint directory (config.json, hf_quant_config.json, safetensors shards) or a single\n"
             ".safetensors file, validates every header, and prints: the architecture from config.json, the\n"
             "shards, the tensor count and bytes per dtype, and the quantization sections found (raw values).\n"
-            "No tensor data is read.\n\n"
-            "  --json   print the same as one JSON object on stdout\n");
+            "Then one row per module (tensors grouped by name up to the last dot): kind, method and the rule\n"
+            "that decided it (docs/COMPAT.md), tensors found against the scheme's contract, bytes; then the\n"
+            "excluded modules and the count per method. No tensor data is read.\n\n"
+            "  --compat P  resolution rules: moq (default), vllm, sglang\n"
+            "  --json      print the same as one JSON object on stdout\n");
 }
 
 /* The raw quantization fields of hf_quant_config.json ("quantization" object) and of config.json's
@@ -78,12 +82,16 @@ static cJSON *arch_json(const moq_arch *a) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"compat", required_argument, NULL, 'c'}, {NULL, 0, NULL, 0}};
     int json = 0, ch;
+    moq_compat prof = MOQ_COMPAT_MOQ;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "j", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "jc:", opts, NULL)) != -1) {
         if (ch == 'j') json = 1;
-        else return cli_usage_error("inspect", "unknown option");
+        else if (ch == 'c') {
+            moq_error e = {0};
+            if (moq_compat_parse(optarg, &prof, &e) != MOQ_OK) return cli_report(&e);
+        } else return cli_usage_error("inspect", "unknown option");
     }
     if (optind != argc - 1) return cli_usage_error("inspect", "expected one PATH");
     const char *path = argv[optind];
@@ -103,6 +111,32 @@ int cmd_inspect(int argc, char **argv) {
     }
     const moq_arch *a = moq_checkpoint_arch(c);
     cJSON *quant = quant_sections(c);
+    /* Per-module rows (the config resolved with the chosen rules). */
+    moq_qconfig *q = NULL;
+    moq_modules mods = {0};
+    if (moq_checkpoint_has_qconfig(c) && moq_qconfig_open(&q, path, prof, &err) != MOQ_OK) {
+        cJSON_Delete(quant);
+        moq_checkpoint_free(c);
+        return cli_report(&err);
+    }
+    if (moq_modules_build(&mods, c, q, &err) != MOQ_OK || moq_modules_check(&mods, c, q, false, &err) != MOQ_OK) {
+        cJSON_Delete(quant);
+        moq_modules_free(&mods);
+        moq_qconfig_free(q);
+        moq_checkpoint_free(c);
+        return cli_report(&err);
+    }
+    const char *mnames[32];
+    int mcount[32] = {0}, nm = 0, n_excl = 0;
+    for (int k = 0; k < mods.n; k++) {
+        const moq_module *md = &mods.mods[k];
+        if (md->kind == MOQ_MOD_OTHER) continue;
+        n_excl += md->res.excluded;
+        int i = 0;
+        while (i < nm && strcmp(mnames[i], md->res.method) != 0) i++;
+        if (i == nm && nm < 32) mnames[nm++] = md->res.method;
+        if (i < 32) mcount[i]++;
+    }
     char b1[32];
 
     if (json) {
@@ -128,6 +162,29 @@ int cmd_inspect(int argc, char **argv) {
         }
         cJSON_AddItemToObject(o, "quantization", quant);
         quant = NULL;
+        cJSON *ms = cJSON_AddArrayToObject(o, "modules");
+        cJSON *ex = cJSON_AddArrayToObject(o, "excluded");
+        for (int k = 0; k < mods.n; k++) {
+            const moq_module *md = &mods.mods[k];
+            if (md->kind == MOQ_MOD_OTHER) continue;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", md->name);
+            cJSON_AddStringToObject(e, "kind", moq_module_kind_name(md->kind));
+            cJSON_AddStringToObject(e, "method", md->res.method);
+            if (md->res.algo) cJSON_AddStringToObject(e, "algo", md->res.algo);
+            else cJSON_AddNullToObject(e, "algo");
+            cJSON_AddBoolToObject(e, "excluded", md->res.excluded);
+            cJSON_AddStringToObject(e, "rule", md->res.rule);
+            cJSON_AddNumberToObject(e, "tensors", md->n_tensors);
+            cJSON_AddNumberToObject(e, "contract_found", md->n_found);
+            cJSON_AddNumberToObject(e, "contract_expected", md->n_expected);
+            cJSON_AddNumberToObject(e, "bytes", (double)md->bytes);
+            cJSON_AddItemToArray(ms, e);
+            if (md->res.excluded) cJSON_AddItemToArray(ex, cJSON_CreateString(md->name));
+        }
+        cJSON *mc = cJSON_AddObjectToObject(o, "methods");
+        for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(mc, mnames[i], mcount[i]);
+        cJSON_AddNumberToObject(o, "problems", mods.n_probs);
         cJSON *w = cJSON_AddArrayToObject(o, "warnings");
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++)
             cJSON_AddItemToArray(w, cJSON_CreateString(moq_checkpoint_warning(c, i)));
@@ -170,8 +227,26 @@ int cmd_inspect(int argc, char **argv) {
         for (int d = 0; d < MOQ_DT_COUNT; d++)
             if (dt_count[d])
                 printf("  %-8s %6zu tensors  %s\n", moq_dtype_name((moq_dtype)d), dt_count[d], cli_bytes(dt_bytes[d], b1, sizeof b1));
+        printf("modules      (%s, compat %s)\n", q ? moq_qconfig_source(q) : "no quantization config", moq_compat_name(prof));
+        printf("  %-52s %-9s %-19s %-26s %-7s %s\n", "module", "kind", "method", "rule", "tensors", "bytes");
+        for (int k = 0; k < mods.n; k++) {
+            const moq_module *md = &mods.mods[k];
+            if (md->kind == MOQ_MOD_OTHER) continue;
+            char tn[32];
+            snprintf(tn, sizeof tn, "%d/%d", md->n_found, md->n_expected);
+            printf("  %-52s %-9s %-19s %-26s %-7s %s\n", md->name, moq_module_kind_name(md->kind), md->res.method, md->res.rule, tn,
+                   cli_bytes(md->bytes, b1, sizeof b1));
+        }
+        printf("excluded     %d module%s\n", n_excl, n_excl == 1 ? "" : "s");
+        for (int k = 0; k < mods.n; k++)
+            if (mods.mods[k].kind != MOQ_MOD_OTHER && mods.mods[k].res.excluded) printf("  %s (%s)\n", mods.mods[k].name, mods.mods[k].res.rule);
+        printf("methods\n");
+        for (int i = 0; i < nm; i++) printf("  %-19s %d\n", mnames[i], mcount[i]);
+        if (mods.n_probs) printf("problems     %d (run `moq check %s`)\n", mods.n_probs, path);
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));
     }
+    moq_modules_free(&mods);
+    moq_qconfig_free(q);
     cJSON_Delete(quant);
     moq_checkpoint_free(c);
     return 0;

@@ -12,13 +12,15 @@
 
 void cmd_synth_help(FILE *out) {
     fprintf(out,
-            "usage: moq synth DIR [--algo NVFP4|FP8|BF16] [--layers L] [--hidden H] [--inter I] [--heads A]\n"
+            "usage: moq synth DIR [--algo A] [--layers L] [--hidden H] [--inter I] [--heads A]\n"
             "                     [--kv-heads KV] [--vocab V] [--shards S] [--seed N]\n\n"
             "Writes a LlamaForCausalLM checkpoint with deterministic random weights into DIR (created if\n"
             "missing): config.json (with quantization_config), hf_quant_config.json, and S safetensors\n"
             "shards (+ model.safetensors.index.json when S > 1). Linear layers are quantized as ModelOpt's\n"
             "exporter does (NUMERICS.md §2.3, §5.1); q/k/v and gate/up share their global scales; embeddings,\n"
-            "norms and lm_head stay BF16 (lm_head is excluded). Defaults: NVFP4, 2 layers, hidden 256,\n"
+            "norms and lm_head stay BF16 (lm_head is excluded). A: NVFP4, FP8, BF16, FP8_PER_CHANNEL_PER_TOKEN,\n"
+            "FP8_PB_WO, W4A16_NVFP4, MXFP8 (NUMERICS.md §5.2, §5.3, §4.2), or MIXED_PRECISION (FP8 attention and\n"
+            "W4A16_NVFP4 MLP, like nvidia/Qwen3.6-27B-NVFP4). Defaults: NVFP4, 2 layers, hidden 256,\n"
             "inter 512, 4 heads, 2 kv heads, vocab 512, 1 shard, seed 1.\n");
 }
 
@@ -28,6 +30,8 @@ typedef struct synth {
     size_t      n_bufs;
     uint64_t    rng;
     const char *algo;
+    char       *layers_json;  /* MIXED_PRECISION: the quantized_layers entries written so far */
+    size_t      layers_cap;
 } synth;
 
 static void *keep(synth *s, size_t n) {
@@ -83,7 +87,7 @@ static moq_status add_scalar(synth *s, const char *name, float v, moq_error *err
 
 /* A fused group (q/k/v or gate/up): shards share the weight amax and the input scale. */
 static moq_status add_group(synth *s, const char *prefix, const char *const *names, const int64_t *ns, int count,
-                            int64_t K, moq_error *err) {
+                            int64_t K, const char *algo, moq_error *err) {
     float *w[4] = {0};
     float amax = 0;
     moq_status st = MOQ_OK;
@@ -98,7 +102,12 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
     for (int i = 0; i < count && st == MOQ_OK; i++) {
         char nm[256];
         const int64_t N = ns[i];
-        if (strcmp(s->algo, "NVFP4") == 0) {
+        if (s->layers_json) { /* MIXED_PRECISION: record the per-layer algo */
+            size_t o = strlen(s->layers_json);
+            snprintf(s->layers_json + o, s->layers_cap - o, "%s\"%s.%s\": {\"quant_algo\": \"%s\"%s}", o ? ", " : "", prefix, names[i], algo,
+                     strstr(algo, "NVFP4") ? ", \"group_size\": 16" : "");
+        }
+        if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
             uint8_t *q = keep(s, (size_t)(N * K / 2)), *sf = keep(s, (size_t)(N * K / 16));
             float ws2;
             if (!q || !sf) { st = MOQ_ERR_NOMEM; break; }
@@ -110,9 +119,29 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
             if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (uint64_t)(N * K / 16), err))) break;
             snprintf(nm, sizeof nm, "%s.%s.weight_scale_2", prefix, names[i]);
             if ((st = add_scalar(s, nm, ws2, err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
-            if ((st = add_scalar(s, nm, act_amax / 2688.0f, err))) break;
-        } else if (strcmp(s->algo, "FP8") == 0) {
+            if (strcmp(algo, "NVFP4") == 0) { /* W4A16 checkpoints carry no input scale */
+                snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
+                if ((st = add_scalar(s, nm, act_amax / 2688.0f, err))) break;
+            }
+        } else if (strcmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") == 0 || strcmp(algo, "FP8_PB_WO") == 0 || strcmp(algo, "MXFP8") == 0) {
+            /* NUMERICS.md §5.2, §5.3, §4.2: no input scale (dynamic activations). */
+            const bool row = algo[4] == 'P' && algo[5] == 'E', blk = strcmp(algo, "FP8_PB_WO") == 0;
+            const size_t nsc = row ? (size_t)N : blk ? (size_t)((N + 127) / 128 * (K / 128)) : (size_t)(N * K / 32);
+            uint8_t *q = keep(s, (size_t)(N * K));
+            void *sc = keep(s, nsc * (row || blk ? 4 : 1));
+            if (!q || !sc) { st = MOQ_ERR_NOMEM; break; }
+            if (row) moq_export_fp8_row_weight(w[i], (size_t)N, (size_t)K, q, sc);
+            else if (blk) moq_export_fp8_block_weight(w[i], (size_t)N, (size_t)K, q, sc);
+            else moq_export_mxfp8_weight(w[i], (size_t)N, (size_t)K, q, sc);
+            const int64_t sq[2] = {N, K}, s_row[1] = {N}, s_blk[4] = {(N + 127) / 128, 1, K / 128, 1}, s_mx[2] = {N, K / 32};
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
+            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, sq, q, (uint64_t)(N * K), err))) break;
+            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
+            if (row) st = moq_writer_add(s->w, nm, MOQ_DT_F32, 1, s_row, sc, nsc * 4, err);
+            else if (blk) st = moq_writer_add(s->w, nm, MOQ_DT_F32, 4, s_blk, sc, nsc * 4, err);
+            else st = moq_writer_add(s->w, nm, MOQ_DT_U8, 2, s_mx, sc, nsc, err);
+            if (st) break;
+        } else if (strcmp(algo, "FP8") == 0) {
             uint8_t *q = keep(s, (size_t)(N * K));
             float sc;
             if (!q) { st = MOQ_ERR_NOMEM; break; }
@@ -166,14 +195,28 @@ int cmd_synth(int argc, char **argv) {
         }
     }
     if (optind != argc - 1) return cli_usage_error("synth", "expected one DIR");
-    if (strcmp(algo, "NVFP4") != 0 && strcmp(algo, "FP8") != 0 && strcmp(algo, "BF16") != 0)
-        return cli_usage_error("synth", "--algo \"%s\" is not one of NVFP4, FP8, BF16", algo);
+    static const char *const algos[] = {"NVFP4", "FP8", "BF16", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION"};
+    bool algo_ok = false;
+    for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++) algo_ok |= strcmp(algo, algos[i]) == 0;
+    if (!algo_ok)
+        return cli_usage_error("synth", "--algo \"%s\" is not one of NVFP4, FP8, BF16, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, W4A16_NVFP4, MXFP8, MIXED_PRECISION", algo);
+    if (strcmp(algo, "FP8_PB_WO") == 0 && (H % 128 || I % 128))
+        return cli_usage_error("synth", "FP8_PB_WO needs hidden and inter divisible by 128 (got %ld, %ld)", H, I);
+    if (strcmp(algo, "MXFP8") == 0 && (H % 32 || I % 32))
+        return cli_usage_error("synth", "MXFP8 needs hidden and inter divisible by 32 (got %ld, %ld)", H, I);
+    /* MIXED_PRECISION is shaped like nvidia/Qwen3.6-27B-NVFP4: FP8 attention, W4A16_NVFP4 MLP. */
+    const bool mixed = strcmp(algo, "MIXED_PRECISION") == 0;
+    const char *attn_algo = mixed ? "FP8" : algo, *mlp_algo = mixed ? "W4A16_NVFP4" : algo;
     if (H % heads || heads % kvh || H % 16 || I % 16)
         return cli_usage_error("synth", "hidden %ld must divide by heads %ld and 16, heads by kv-heads %ld, inter %ld by 16", H, heads, kvh, I);
     const char *dir = argv[optind];
     const long hd = H / heads;
 
     synth s = {.rng = (uint64_t)seed, .algo = algo};
+    if (mixed) {
+        s.layers_cap = (size_t)layers * 7 * 160 + 64;
+        if (!(s.layers_json = calloc(1, s.layers_cap))) return MOQ_ERR_NOMEM;
+    }
     moq_error err = {0};
     moq_status st = moq_writer_create(&s.w, dir, &err);
     if (st) return cli_report(&err);
@@ -187,33 +230,41 @@ int cmd_synth(int argc, char **argv) {
         snprintf(pre, sizeof pre, "model.layers.%ld.self_attn", l);
         static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
         const int64_t nqkv[3] = {heads * hd, kvh * hd, kvh * hd};
-        if ((st = add_group(&s, pre, qkv, nqkv, 3, H, &err))) break;
+        if ((st = add_group(&s, pre, qkv, nqkv, 3, H, attn_algo, &err))) break;
         static const char *const o[1] = {"o_proj"};
         const int64_t no[1] = {H};
-        if ((st = add_group(&s, pre, o, no, 1, heads * hd, &err))) break;
+        if ((st = add_group(&s, pre, o, no, 1, heads * hd, attn_algo, &err))) break;
         snprintf(nm, sizeof nm, "model.layers.%ld.post_attention_layernorm.weight", l);
         if ((st = add_bf16(&s, nm, 1, hv, 0.05, 1.0, &err))) break;
         snprintf(pre, sizeof pre, "model.layers.%ld.mlp", l);
         static const char *const gu[2] = {"gate_proj", "up_proj"};
         const int64_t ngu[2] = {I, I};
-        if ((st = add_group(&s, pre, gu, ngu, 2, H, &err))) break;
+        if ((st = add_group(&s, pre, gu, ngu, 2, H, mlp_algo, &err))) break;
         static const char *const dn[1] = {"down_proj"};
-        if ((st = add_group(&s, pre, dn, hv, 1, I, &err))) break;
+        if ((st = add_group(&s, pre, dn, hv, 1, I, mlp_algo, &err))) break;
     }
     if (!st) st = add_bf16(&s, "model.norm.weight", 1, hv, 0.05, 1.0, &err);
     if (!st) st = add_bf16(&s, "lm_head.weight", 2, ev, 0.02, 0, &err);
 
-    char cfg[4096], hq[1024], qc[1024];
+    const size_t extra = s.layers_json ? strlen(s.layers_json) + 64 : 0;
+    char *cfg = malloc(4096 + extra), *hq = malloc(1024 + extra), *qc = malloc(1024 + extra), ql[64 + 1];
+    if (!cfg || !hq || !qc) {
+        free(cfg), free(hq), free(qc), free(s.layers_json);
+        return MOQ_ERR_NOMEM;
+    }
     const bool quant = strcmp(algo, "BF16") != 0;
-    const char *gs = strcmp(algo, "NVFP4") == 0 ? ", \"group_size\": 16" : "";
-    snprintf(hq, sizeof hq,
+    const char *gs = strstr(algo, "NVFP4") || mixed ? ", \"group_size\": 16" : "";
+    ql[0] = 0;
+    const char *layers_txt = s.layers_json ? s.layers_json : "";
+    if (mixed) snprintf(ql, sizeof ql, ", \"quantized_layers\": {");
+    snprintf(hq, 1024 + extra,
              "{\n  \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"},\n  \"quantization\": {\n"
-             "    \"quant_algo\": \"%s\",\n    \"kv_cache_quant_algo\": null%s,\n    \"exclude_modules\": [\"lm_head\"]\n  }\n}\n",
-             algo, gs);
-    snprintf(qc, sizeof qc, ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"%s\"%s, "
-             "\"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"], \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}}",
-             algo, gs);
-    snprintf(cfg, sizeof cfg,
+             "    \"quant_algo\": \"%s\",\n    \"kv_cache_quant_algo\": null%s,\n    \"exclude_modules\": [\"lm_head\"]%s%s%s\n  }\n}\n",
+             algo, gs, ql, layers_txt, mixed ? "}" : "");
+    snprintf(qc, 1024 + extra, ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"%s\"%s, "
+             "\"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"]%s%s%s, \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}}",
+             algo, gs, ql, layers_txt, mixed ? "}" : "");
+    snprintf(cfg, 4096 + extra,
              "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"torch_dtype\": \"bfloat16\",\n"
              "  \"hidden_size\": %ld,\n  \"intermediate_size\": %ld,\n  \"num_hidden_layers\": %ld,\n"
              "  \"num_attention_heads\": %ld,\n  \"num_key_value_heads\": %ld,\n  \"head_dim\": %ld,\n  \"vocab_size\": %ld,\n"
@@ -228,6 +279,7 @@ int cmd_synth(int argc, char **argv) {
     moq_writer_free(s.w);
     for (size_t i = 0; i < s.n_bufs; i++) free(s.bufs[i]);
     free(s.bufs);
+    free(s.layers_json), free(cfg), free(hq), free(qc);
     if (st == MOQ_ERR_NOMEM && !err.msg[0]) moq_error_format(&err, nm, 1), snprintf(err.msg, sizeof err.msg, "out of memory");
     if (st) return cli_report(&err);
     printf("%s: %s checkpoint, %ld layers, %ld shard%s\n", dir, algo, layers, shards, shards == 1 ? "" : "s");

@@ -12,6 +12,9 @@ static const cli_cmd commands[] = {
     {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help},
     {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help},
     {"errors",  "list exit codes and what they mean (--markdown for docs/ERRORS.md)", cmd_errors, cmd_errors_help},
+    {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help},
+    {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help},
+    {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help},
     {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];

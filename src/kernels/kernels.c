@@ -14,6 +14,8 @@
                       moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
 #define BF16DOT(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 1, moq_linear_panel_bf16_supports, \
                       moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
+#define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
+                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2}
 #define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run}
 
 const moq_kernel moq_kernel_table[] = {
@@ -36,6 +38,16 @@ const moq_kernel moq_kernel_table[] = {
     PANEL("cpu_avx512_bf16_dequant_fma",        MOQ_PAIR_BF16),
     PANEL("cpu_avx512_f16_dequant_fma",         MOQ_PAIR_F16),
     PANEL("cpu_avx512_f32_fma",                 MOQ_PAIR_F32),
+    /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
+    PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
+    PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),
+    PANEL2("cpu_avx2_fp8_tensor_dequant_fma",  MOQ_PAIR_FP8_TENSOR),
+    PANEL2("cpu_avx2_fp8_row_dequant_fma",     MOQ_PAIR_FP8_ROW),
+    PANEL2("cpu_avx2_fp8_blk128_dequant_fma",  MOQ_PAIR_FP8_BLK128),
+    PANEL2("cpu_avx2_mxfp8_dequant_fma",       MOQ_PAIR_MXFP8),
+    PANEL2("cpu_avx2_bf16_dequant_fma",        MOQ_PAIR_BF16),
+    PANEL2("cpu_avx2_f16_dequant_fma",         MOQ_PAIR_F16),
+    PANEL2("cpu_avx2_f32_fma",                 MOQ_PAIR_F32),
     /* References: always present, always last. */
     REF("cpu_ref_nvfp4_w4a4",  MOQ_PAIR_NVFP4),
     REF("cpu_ref_nvfp4_w4a16", MOQ_PAIR_NVFP4_W4A16),

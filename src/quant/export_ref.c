@@ -52,3 +52,58 @@ void moq_export_fp8_tensor_weight(const float *W, size_t N, size_t K, float amax
         q[i] = moq_e4m3_encode_rne(r);
     }
 }
+
+void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale) {
+    for (size_t n = 0; n < N; n++) {
+        float a = moq_amax_f32(W + n * K, K);
+        if (a == 0.0f) a = 448.0f; /* export_amax: zero row -> scale 1.0 */
+        const float s = a / 448.0f;
+        scale[n] = s;
+        for (size_t k = 0; k < K; k++) q[n * K + k] = moq_e4m3_encode_rne(W[n * K + k] / s);
+    }
+}
+
+void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale) {
+    const size_t nb = (N + 127) / 128, kb = K / 128;
+    for (size_t bn = 0; bn < nb; bn++)
+        for (size_t bk = 0; bk < kb; bk++) {
+            const size_t n1 = bn * 128 + 128 < N ? bn * 128 + 128 : N;
+            float a = 0.0f;
+            for (size_t n = bn * 128; n < n1; n++) {
+                const float r = moq_amax_f32(W + n * K + bk * 128, 128);
+                if (r > a) a = r;
+            }
+            if (a == 0.0f) a = 448.0f;
+            const float s = a / 448.0f;
+            scale[bn * kb + bk] = s;
+            for (size_t n = bn * 128; n < n1; n++)
+                for (size_t k = bk * 128; k < bk * 128 + 128; k++) q[n * K + k] = moq_e4m3_encode_rne(W[n * K + k] / s);
+        }
+}
+
+/* ceil(log2(x)) for a positive finite f32, exactly (frexp: x = m * 2^e, m in [0.5, 1)). */
+static int ceil_log2_f32(float x) {
+    int e;
+    const float m = frexpf(x, &e);
+    return m == 0.5f ? e - 1 : e;
+}
+
+void moq_export_mxfp8_weight(const float *W, size_t N, size_t K, uint8_t *q, uint8_t *scale) {
+    for (size_t n = 0; n < N; n++)
+        for (size_t b = 0; b < K / 32; b++) {
+            const float *blk = W + n * K + b * 32;
+            const float a = moq_amax_f32(blk, 32);
+            int e = a > 0.0f ? ceil_log2_f32(a / 448.0f) : -127;
+            if (e < -127) e = -127;
+            if (e > 127) e = 127;
+            const int code = e + 127;
+            scale[n * (K / 32) + b] = (uint8_t)code;
+            const float mult = ldexpf(1.0f, 127 - code);
+            for (size_t j = 0; j < 32; j++) {
+                float v = blk[j] * mult;
+                if (v > 448.0f) v = 448.0f;
+                if (v < -448.0f) v = -448.0f;
+                q[n * K + b * 32 + j] = moq_e4m3_encode_rne(v);
+            }
+        }
+}

@@ -19,6 +19,21 @@ void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uin
 void moq_export_fp8_tensor_weight(const float *W, size_t N, size_t K, float amax, int model_bf16,
                                   uint8_t *q, float *scale);
 
+/* FP8 per-channel weight (FP8_PER_CHANNEL_PER_TOKEN, NUMERICS.md §5.2): scale f32 [N] with
+ * scale[n] = f32(rowamax / 448) (zero row -> 1.0), q e4m3 [N, K] = E4n(f32(w / scale[n])): single
+ * rounding, the scale being a 2-D tensor. */
+void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale);
+
+/* FP8 128x128 block weight (FP8_PB_WO, NUMERICS.md §5.3), K % 128 == 0 (N may end in a partial
+ * block): scale f32 [ceil(N/128), K/128] (written as [.., 1, .., 1]) = f32(blockamax / 448) (zero
+ * block -> 1.0), q e4m3 [N, K] = E4n(f32(w / scale)). */
+void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale);
+
+/* MXFP8 weight (NUMERICS.md §4.2), K % 32 == 0: per 32 values e = clamp(ceil(log2(f32(bamax / 448))),
+ * -127, 127) (zero block -> -127), code u8 [N, K/32] = e + 127, q e4m3 [N, K] =
+ * E4n(clamp(f32(w * 2^(127 - code)), ±448)). */
+void moq_export_mxfp8_weight(const float *W, size_t N, size_t K, uint8_t *q, uint8_t *scale);
+
 /* amax over n values (max |x|). */
 float moq_amax_f32(const float *x, size_t n);
 

@@ -99,7 +99,14 @@ static inline double t_f16(uint16_t h) {
 }
 static inline double t_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 
-static inline uint8_t t_rand_e4m3(void) { uint8_t c; do c = (uint8_t)rnd(); while ((c & 0x7F) == 0x7F); return c; }
+/* When set, e4m3 weight codes are drawn from magnitudes 0..15 only (subnormals and the first
+ * binade), so a decoder's subnormal handling dominates the result instead of vanishing in it. */
+static int g_small_e4m3;
+static inline uint8_t t_rand_e4m3(void) {
+    uint8_t c;
+    do c = (uint8_t)rnd(); while ((c & 0x7F) == 0x7F);
+    return g_small_e4m3 ? (uint8_t)(c & 0x8F) : c;
+}
 
 /* Random canonical weight of pair p with n_shards shards of different static scales. */
 static inline tw tw_make(tpair p, int64_t N, int64_t K, int n_shards, int with_bias) {

@@ -105,6 +105,73 @@ static void test_nvfp4_random_exact(void **state) {
 
 static uint8_t *g_corr;
 
+/* The AVX-512 FP8 / MXFP8 twins against the references, codes, scales and dequantized values. */
+static void test_fp8_mxfp8_avx512_twins(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX512)) { print_message("no avx512: twins not run\n"); skip(); }
+    enum { K = 1024 + 128 };
+    static float x[K], d[K];
+    static uint8_t q[K], q2[K], sf[K / 32], sf2[K / 32];
+    float s1, s2, g1[K / 128], g2[K / 128];
+    for (int rep = 0; rep < 30; rep++) {
+        fill(x, K, urand(1e-6f, 1e4f));
+        for (int i = 0; i < 32; i++) x[i] = 0.0f;                  /* zero group/block */
+        for (int i = 32; i < 40; i++) x[i] = 1e-5f * (float)(i - 36); /* e4m3 subnormals after scaling */
+        x[50] = 1e30f;                                            /* saturation */
+        const float sc = urand(1e-4f, 1.0f);
+        moq_act_fp8_static_ref(x, K - 3, sc, q);
+        moq_act_fp8_static_avx512(x, K - 3, sc, q2, d);            /* odd length: masked tail */
+        assert_memory_equal(q, q2, K - 3);
+        for (int i = 0; i < K - 3; i++) assert_true(d[i] == (float)((q[i] & 0x80 ? -1 : 1) * e4m3_val(q[i] & 0x7F)));
+        moq_act_fp8_token_ref(x, K, q, &s1);
+        moq_act_fp8_token_avx512(x, K, q2, &s2, NULL);
+        assert_true(s1 == s2);
+        assert_memory_equal(q, q2, K);
+        moq_act_fp8_g128_ref(x, K, q, g1);
+        moq_act_fp8_g128_avx512(x, K, q2, g2, d);
+        assert_memory_equal(g1, g2, sizeof g1);
+        assert_memory_equal(q, q2, K);
+        for (int i = 0; i < K; i++) assert_true(d[i] == (float)((q[i] & 0x80 ? -1 : 1) * e4m3_val(q[i] & 0x7F)) * g1[i / 128]);
+        moq_act_mxfp8_ref(x, K, q, sf);
+        moq_act_mxfp8_avx512(x, K, q2, sf2, NULL);
+        assert_memory_equal(sf, sf2, sizeof sf);
+        assert_memory_equal(q, q2, K);
+    }
+}
+
+/* The AVX-512 twin against the reference, both reciprocal forms, bit for bit; a8/asum against the
+ * codes. Skipped (with a message) on a CPU without AVX-512. */
+static void test_nvfp4_avx512_twin(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX512)) { print_message("no avx512: twin not run\n"); skip(); }
+    enum { K = 2048 };
+    static float x[K];
+    uint8_t q[K / 2], sf[K / 16], q2[K / 2], sf2[K / 16];
+    int8_t a8[K];
+    int32_t asum[K / 16];
+    static const int twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (int rep = 0; rep < 40; rep++) {
+        const float is = urand(1e-4f, 0.05f);
+        fill(x, K, is * urand(100.0f, 3000.0f));
+        for (int i = 0; i < 16; i++) x[32 + i] = 0.0f, x[64 + i] = -1e-30f * (float)i; /* zero, tiny, -0 blocks */
+        x[100] = -0.0f;
+        const uint8_t *corr = (rep & 1) ? g_corr : NULL;
+        moq_act_nvfp4_ref(x, K, 1.0f / is, corr, q, sf);
+        moq_act_nvfp4_avx512(x, K, 1.0f / is, corr, q2, sf2, a8, asum);
+        assert_memory_equal(sf, sf2, sizeof sf);
+        assert_memory_equal(q, q2, sizeof q);
+        for (int b = 0; b < K / 16; b++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) {
+                const int k = 16 * b + i, c = (q[k / 2] >> (4 * (k & 1))) & 15;
+                assert_int_equal(a8[k], twice[c]);
+                s += twice[c];
+            }
+            assert_int_equal(asum[b], s);
+        }
+    }
+}
+
 static void test_rcpa_table_facts(void **state) {
     (void)state;
     if (!g_corr) skip();
@@ -229,6 +296,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_g128),         cmocka_unit_test(test_nvfp4_worked_example),
         cmocka_unit_test(test_nvfp4_random_exact), cmocka_unit_test(test_rcpa_table_facts),
         cmocka_unit_test(test_nvfp4_rcpa_vs_exact), cmocka_unit_test(test_mxfp8),
+        cmocka_unit_test(test_nvfp4_avx512_twin),   cmocka_unit_test(test_fp8_mxfp8_avx512_twins),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
     if (r) fprintf(stderr, "seed %u\n", g_seed);

@@ -105,6 +105,19 @@ static void test_every_fast_row(void **state) {
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
 
+/* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
+static void test_e4m3_subnormal_weights(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    g_small_e4m3 = 1;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->target == MOQ_TARGET_CPU_REF || (k->need & feat) != k->need || moq_pairs[k->pair].w->elem != MOQ_ELEM_E4M3) continue;
+        for (int64_t M = 1; M <= 5; M += 4) check_row(k, M, 33, 256, MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+    g_small_e4m3 = 0;
+}
+
 /* The registry's choice follows the allowed features; _ref is always there. */
 static void test_choice_follows_cpu_mask(void **state) {
     (void)state;
@@ -118,6 +131,10 @@ static void test_choice_follows_cpu_mask(void **state) {
     if (f & MOQ_CPU_AVX512) {
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2 | MOQ_CPU_AVX512, NULL, &name);
         assert_string_equal(name, "cpu_avx512_nvfp4_w4a4_dequant_fma");
+    }
+    if (f & MOQ_CPU_AVX2) { /* MOQ_CPU_MASK=1 equivalent */
+        klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2, NULL, &name);
+        assert_string_equal(name, "cpu_avx2_nvfp4_w4a4_dequant_fma");
     }
     if ((f & MOQ_CPU_AVX512VNNI) && (f & MOQ_CPU_AVX512)) {
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, ~0u, NULL, &name);
@@ -148,6 +165,7 @@ int main(void) {
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
+        cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_choice_follows_cpu_mask),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);

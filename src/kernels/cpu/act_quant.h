@@ -32,6 +32,21 @@ void moq_act_nvfp4_ref(const float *x, size_t K, float S, const uint8_t *corr, u
  * c == 0 multiplies by 0 (FTZ on the GPU). q e4m3 [K], sf e8m0 [K/32]. */
 void moq_act_mxfp8_ref(const float *x, size_t K, uint8_t *q, uint8_t *sf);
 
+/* AVX-512 twin of moq_act_nvfp4_ref (bit-exact for finite x). When a8 is not NULL also writes
+ * a8 = 2·D2(code) as int8 [K] and asum[b] = Σ of a8 over block b (the VNNI kernel's operands). */
+void moq_act_nvfp4_avx512(const float *x, size_t K, float S, const uint8_t *corr, uint8_t *q, uint8_t *sf, int8_t *a8,
+                          int32_t *asum);
+
+/* AVX-512 twins of the FP8 / MXFP8 quantizers (bit-exact for finite x). q may be NULL; deq, when
+ * not NULL, receives the dequantized f32 values with the group scales of g128/MXFP8 applied and
+ * without the per-token / static scale (as moq_act_dequant_row). */
+void moq_act_fp8_static_avx512(const float *x, size_t K, float s_in, uint8_t *q, float *deq);
+void moq_act_fp8_token_avx512(const float *x, size_t K, uint8_t *q, float *scale, float *deq);
+void moq_act_fp8_g128_avx512(const float *x, size_t K, uint8_t *q, float *scales, float *deq);
+void moq_act_mxfp8_avx512(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq);
+/* moq_act_dequant_row with the AVX-512 quantizers (same results, bit for bit). */
+void moq_act_dequant_row_avx512(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp);
+
 /* Quantize activation row m the way launch l's pair says, then dequantize it back to f32 with
  * every per-group scale folded in, except the per-token scale (returned in *row_scale, 1 when
  * none) and the static tensor scale (folded into the pair's row_scale). Pair without activation

@@ -81,7 +81,7 @@ void moq_act_mxfp8_ref(const float *x, size_t K, uint8_t *q, uint8_t *sf) {
     for (size_t b = 0; b < K / 32; b++) {
         const float *xb = x + 32 * b;
         const uint8_t c = moq_e8m0_encode_up_sat(amax_of(xb, 32) * r448);
-        const float mult = c == 0 ? 0.0f : moq_f32_from_bits((uint32_t)(254 - c) << 23); /* 2^(127-c) */
+        const float mult = c == 0 ? 0.0f : ldexpf(1.0f, 127 - (int)c); /* exact power of two */
         sf[b] = c;
         for (size_t i = 0; i < 32; i++) q[32 * b + i] = moq_e4m3_encode_rne_sat(clamp448(xb[i] * mult));
     }

@@ -230,6 +230,82 @@ bool moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_l
     return true;
 }
 
+
+/* ---- decode (M <= GEMV_M) on the bf16 rows: bf16 pairs decoded straight from the packed codes
+ * into registers, no panel. Per 32 weights of e4m3 this is ~9 vector ops + 1 vdpbf16ps instead
+ * of ~20 through the f32 panel; NVFP4 and MXFP8 keep their block scale out of the bf16 values
+ * (D2·D4 is not a bf16 bit pattern one can build with integer ops) and apply it per block to a
+ * block accumulator in f32. */
+#define GEMV_M 4
+
+/* 32 e4m3 codes, one word each (any order) -> bf16 bits, exact (subnormals from a table). */
+static inline __m512i e4m3w_to_bf16(__m512i v) {
+    static const uint16_t tab[32] = {0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60}; /* bf16 of m·2^-9 */
+    const __m512i sub = _mm512_loadu_si512(tab);
+    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi16(0x7F));
+    __m512i r = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00)); /* (e+120, m) */
+    r = _mm512_mask_permutexvar_epi16(r, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), mag, sub);
+    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(v, 8), _mm512_set1_epi16((short)0x8000), 0xD8); /* C ? B : A */
+}
+
+/* rows16 e4m3 codes of columns k, k+1 (32 bytes) -> dword lane r = (bf16 w[r,k], bf16 w[r,k+1]). */
+static inline __m512i e4m3_pair_bf16(const uint8_t *p) {
+    static const uint16_t tab[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i il = _mm512_loadu_si512(tab);
+    return e4m3w_to_bf16(_mm512_permutexvar_epi16(il, _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p))));
+}
+
+/* rows16 e2m1 bytes of columns k, k+1 (16 bytes) -> dword lane r = (bf16 D2 w[r,k], bf16 D2 w[r,k+1]). */
+static inline __m512i e2m1_pair_bf16(const uint8_t *p) {
+    static const uint16_t tab[32] = {0, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, /* bf16 of D2(code) */
+                                     0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+    const __m512i lut = _mm512_loadu_si512(tab);
+    const __m512i d = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p));
+    const __m512i codes = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0x000F000F), 0xA8); /* (A|B)&C */
+    return _mm512_permutexvar_epi16(codes, lut);
+}
+
+#define DPB(acc, w, xw) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)_mm512_set1_epi32((int)(xw)))
+
+/* C[i] (16 rows of tile t) = Σ_k X[i, k] · W[row, k] for mr <= GEMV_M tokens. */
+static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, int64_t t, const uint32_t *Xb, int64_t K2,
+                                                           float *C, const int mr) {
+    const moq_weight *w = l->w;
+    const int64_t K = w->K;
+    const uint8_t *pk = l->packed;
+    __m512 acc[GEMV_M][2];
+    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    if (l->pair == MOQ_PAIR_FP8_TENSOR || l->pair == MOQ_PAIR_FP8_ROW) {
+        const uint8_t *q = pk + t * K * 16;
+        for (int64_t kp = 0; kp < K / 2; kp++) {
+            const __m512i wv = e4m3_pair_bf16(q + 32 * kp);
+            for (int i = 0; i < mr; i++) acc[i][kp & 1] = DPB(acc[i][kp & 1], wv, Xb[i * K2 + kp]);
+        }
+    } else { /* block-scaled: NVFP4 (16 along K, e4m3 scale) or MXFP8 (32, e8m0) */
+        const bool nv = l->pair == MOQ_PAIR_NVFP4_W4A16 || l->pair == MOQ_PAIR_NVFP4;
+        const int bk = nv ? 16 : 32;
+        const uint8_t *q = pk + t * (nv ? K / 2 : K) * 16, *sf = pk + codes_bytes(w) + t * (K / bk) * 16;
+        for (int64_t b = 0; b < K / bk; b++) {
+            const __m128i sc = _mm_load_si128((const __m128i *)(sf + 16 * b));
+            const __m512 s = nv ? _mm512_mul_ps(e4m3x16_div256(sc), _mm512_set1_ps(256.0f)) : e8m0x16(sc);
+            __m512 ab[GEMV_M][2];
+            for (int i = 0; i < mr; i++) ab[i][0] = ab[i][1] = _mm512_setzero_ps();
+            for (int j = 0; j < bk / 2; j++) {
+                const int64_t kp = b * bk / 2 + j;
+                const __m512i wv = nv ? e2m1_pair_bf16(q + 16 * kp) : e4m3_pair_bf16(q + 32 * kp);
+                for (int i = 0; i < mr; i++) ab[i][j & 1] = DPB(ab[i][j & 1], wv, Xb[i * K2 + kp]);
+            }
+            for (int i = 0; i < mr; i++) acc[i][b & 1] = _mm512_fmadd_ps(_mm512_add_ps(ab[i][0], ab[i][1]), s, acc[i][b & 1]);
+        }
+    }
+    for (int i = 0; i < mr; i++) _mm512_store_ps(C + 16 * i, _mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+static bool gemv_fits(const moq_linear_launch *l) {
+    return l->M <= GEMV_M && (l->pair == MOQ_PAIR_FP8_TENSOR || l->pair == MOQ_PAIR_FP8_ROW || l->pair == MOQ_PAIR_NVFP4_W4A16 ||
+                              l->pair == MOQ_PAIR_MXFP8);
+}
+
 /* True when this call's dequantized activations are exact bf16 values (see the file header). */
 static bool bf16_exact(const moq_linear_launch *l) {
     if (l->k->variant != 1 || (l->w->K & 1)) return false;
@@ -244,7 +320,9 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     (void)err;
     const moq_weight *w = l->w;
     const int64_t M = l->M, N = w->N, K = w->K, tiles = (N + 15) / 16, K2 = (K + 1) / 2;
-    const bool bdot = bf16_exact(l);
+    /* vdpbf16ps (one port) does not beat two FMA ports once the panel is reused by many tokens:
+     * measured 48-57 vs 74 GFLOP/s at M=512 (docs/PERFORMANCE.md). bf16 pairs for decode only. */
+    const bool bdot = bf16_exact(l) && M <= GEMV_M;
     float *X = l->ws, *sm = X + M * K;
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
@@ -258,7 +336,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
-            moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+            moq_act_dequant_row_avx512(l, m, X + m * K, &sm[m], tmp);
             if (bdot) /* exact: the values are bf16 numbers, truncation keeps them */
                 for (int64_t k = 0; k < K; k += 2)
                     Xb[m * K2 + k / 2] = moq_f32_bits(X[m * K + k]) >> 16 | (moq_f32_bits(X[m * K + k + 1]) & 0xFFFF0000u);
@@ -266,6 +344,14 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
+            if (bdot && gemv_fits(l)) {
+                switch (M) {
+                case 1: gemv_tile(l, t, Xb, K2, C, 1); break;
+                case 2: gemv_tile(l, t, Xb, K2, C, 2); break;
+                case 3: gemv_tile(l, t, Xb, K2, C, 3); break;
+                default: gemv_tile(l, t, Xb, K2, C, 4); break;
+                }
+            } else
             for (int64_t k0 = 0; k0 < K; k0 += KC) {
                 const int kc = (int)(K - k0 < KC ? K - k0 : KC);
                 const float *Pt = decode_panel(l, t, k0, kc, P);

@@ -11,7 +11,8 @@
  *   W     u8   [N/16, K/8, 16, 4]   layout/rows16.c nvfp4_vnni16: one 64-byte line = k 8g..8g+7
  *                                   of 16 rows, low nibbles k 8g..+3, high nibbles k 8g+4..+7
  *   SFw   e4m3 [N/16, K/16, 16]     rows16 of weight_scale
- *   A8    s8   [M, K]               2·D2(activation code), from moq_act_nvfp4_ref (bit-exact)
+ *   A8    s8   [M, K]               2·D2(activation code), from moq_act_nvfp4_avx512 (bit-exact
+ *                                   twin of moq_act_nvfp4_ref)
  *   AOF   i32  [M, K/16]            −12 · Σ_block A8
  *   SFa   f32  [M, K/16]            D4(activation block scale) · 64  (= ·256 for the weight-scale
  *                                   decode's 2^-8, ·1/4 for the two doublings)
@@ -55,8 +56,6 @@ static inline __m512 e4m3x16_div256(__m128i c) {
     return _mm512_cvtph_ps(t);
 }
 
-static const int8_t twice_e2m1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
     const int64_t K = l->w->K;
     float *xf = (float *)tmp;
@@ -65,15 +64,9 @@ static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, u
     int32_t *aof = (int32_t *)(tok + K);
     float *sfa = (float *)(aof + K / 16);
     moq_x_row_f32(l->x, l->x_elem, K, m, xf);
-    moq_act_nvfp4_ref(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, q, sf);
+    moq_act_nvfp4_avx512(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, q, sf, a8, aof);
     for (int64_t b = 0; b < K / 16; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < 16; i++) {
-            const int64_t k = 16 * b + i;
-            a8[k] = twice_e2m1[(q[k / 2] >> (4 * (k & 1))) & 0xF];
-            s += a8[k];
-        }
-        aof[b] = -12 * s;
+        aof[b] *= -12;
         sfa[b] = moq_e4m3_decode(sf[b]) * 64.0f;
     }
 }

@@ -1,0 +1,412 @@
+/* modules.c — see modules.h. A module is every tensor sharing a name up to its last dot
+ * ("model.layers.0.mlp.down_proj.weight_scale" -> module "model.layers.0.mlp.down_proj", role
+ * "weight_scale"). Kinds come from one table of name rules; each module is resolved with
+ * moq_resolve and checked against the scheme table's contract for its method. */
+#include "config/modules.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/resolve.h"
+#include "core/error.h"
+#include "core/strmap.h"
+#include "format/format.h"
+
+const char *moq_module_kind_name(moq_module_kind k) {
+    static const char *const n[] = {"linear", "lm_head", "moe", "embedding", "other"};
+    return (unsigned)k <= MOQ_MOD_OTHER ? n[k] : "?";
+}
+
+bool moq_checkpoint_has_qconfig(const moq_checkpoint *c) {
+    if (moq_checkpoint_json_text(c, "hf_quant_config.json")) return true;
+    const char *t = moq_checkpoint_json_text(c, "config.json");
+    cJSON *j = t ? cJSON_Parse(t) : NULL;
+    const bool has = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "quantization_config"));
+    cJSON_Delete(j);
+    return has;
+}
+
+/* Name rules, first match wins (last part of the module name). */
+static const struct { const char *last; moq_module_kind kind; } kind_rules[] = {
+    {"embed_tokens", MOQ_MOD_EMBEDDING}, {"embeddings", MOQ_MOD_EMBEDDING}, {"wte", MOQ_MOD_EMBEDDING},
+    {"word_embeddings", MOQ_MOD_EMBEDDING}, {"embed", MOQ_MOD_EMBEDDING},
+    {"lm_head", MOQ_MOD_LM_HEAD}, {"head", MOQ_MOD_LM_HEAD},
+};
+
+/* Fused projections whose shards the checkpoint stores separately (runtime name = first column). */
+static const char *const fused_qkv[] = {"q_proj", "k_proj", "v_proj"};
+static const char *const fused_gu[] = {"gate_proj", "up_proj"};
+static const char *const fused_w13[] = {"w1", "w3"};
+static const moq_packed fused_groups[] = {
+    {"qkv_proj", fused_qkv, 3}, {"gate_up_proj", fused_gu, 2}, {"w13", fused_w13, 2}};
+enum { N_FUSED = sizeof fused_groups / sizeof fused_groups[0] };
+
+/* Tensor roles that belong to the KV cache, not to the module's weight contract. */
+static bool kv_role(const char *r) { return strcmp(r, "k_scale") == 0 || strcmp(r, "v_scale") == 0; }
+
+static const char *last_part(const char *s) {
+    const char *d = strrchr(s, '.');
+    return d ? d + 1 : s;
+}
+
+static void problem(moq_modules *m, moq_status code, const char *where, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void problem(moq_modules *m, moq_status code, const char *where, const char *fmt, ...) {
+    if (m->n_probs == m->cap_probs) {
+        int cap = m->cap_probs ? m->cap_probs * 2 : 16;
+        moq_problem *p = realloc(m->probs, (size_t)cap * sizeof *p);
+        if (!p) return;
+        m->probs = p, m->cap_probs = cap;
+    }
+    moq_problem *p = &m->probs[m->n_probs++];
+    p->code = code;
+    snprintf(p->where, sizeof p->where, "%s", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->msg, sizeof p->msg, fmt, ap);
+    va_end(ap);
+}
+
+static const moq_tensor *module_tensor(const moq_checkpoint *c, const moq_module *mod, const char *role) {
+    char nm[600];
+    snprintf(nm, sizeof nm, "%s.%s", mod->name, role);
+    return moq_checkpoint_tensor(c, nm);
+}
+
+static moq_module_kind classify(const moq_checkpoint *c, moq_module *mod, char **resolve_prefix) {
+    const char *last = last_part(mod->name);
+    *resolve_prefix = NULL;
+    for (size_t i = 0; i < sizeof kind_rules / sizeof kind_rules[0]; i++)
+        if (strcmp(last, kind_rules[i].last) == 0) return kind_rules[i].kind;
+    const char *e = strstr(mod->name, ".experts.");
+    if (e && e[9] >= '0' && e[9] <= '9') {
+        size_t n = (size_t)(e - mod->name) + 8;
+        if ((*resolve_prefix = malloc(n + 1))) memcpy(*resolve_prefix, mod->name, n), (*resolve_prefix)[n] = 0;
+        return MOQ_MOD_EXPERT;
+    }
+    const moq_tensor *w = module_tensor(c, mod, "weight");
+    if (w && w->ndim >= 2) return MOQ_MOD_LINEAR;
+    if (module_tensor(c, mod, "weight_scale") || module_tensor(c, mod, "input_scale")) return MOQ_MOD_LINEAR;
+    return MOQ_MOD_OTHER;
+}
+
+static const moq_layer_kind resolve_kind[] = {
+    [MOQ_MOD_LINEAR] = MOQ_KIND_LINEAR, [MOQ_MOD_LM_HEAD] = MOQ_KIND_LM_HEAD, [MOQ_MOD_EXPERT] = MOQ_KIND_MOE,
+    [MOQ_MOD_EMBEDDING] = MOQ_KIND_EMBEDDING, [MOQ_MOD_OTHER] = MOQ_KIND_EMBEDDING};
+
+moq_status moq_modules_build(moq_modules *out, const moq_checkpoint *c, const moq_qconfig *q, moq_error *err) {
+    memset(out, 0, sizeof *out);
+    const size_t nt = moq_checkpoint_tensor_count(c);
+    moq_strmap map;
+    if (!moq_strmap_init(&map, nt + 1) || !(out->mods = calloc(nt + 1, sizeof *out->mods))) {
+        moq_strmap_free(&map);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(c), "out of memory");
+    }
+    size_t *count = calloc(nt + 1, sizeof *count), *owner = calloc(nt + 1, sizeof *owner);
+    if (!count || !owner) {
+        free(count), free(owner), moq_strmap_free(&map);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(c), "out of memory");
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, i);
+        const char *dot = strrchr(t->name, '.');
+        size_t len = dot ? (size_t)(dot - t->name) : strlen(t->name);
+        char *name = malloc(len + 1);
+        if (!name) continue;
+        memcpy(name, t->name, len), name[len] = 0;
+        size_t idx;
+        if (moq_strmap_get(&map, name, &idx)) free(name);
+        else {
+            idx = (size_t)out->n++;
+            out->mods[idx].name = name;
+            moq_strmap_put(&map, name, idx, NULL);
+        }
+        owner[i] = idx;
+        count[idx]++;
+    }
+    for (int k = 0; k < out->n; k++) out->mods[k].tensors = calloc(count[k] ? count[k] : 1, sizeof(size_t));
+    for (size_t i = 0; i < nt; i++) {
+        moq_module *mod = &out->mods[owner[i]];
+        if (!mod->tensors) continue;
+        mod->tensors[mod->n_tensors++] = i;
+        mod->bytes += moq_checkpoint_tensor_at(c, i)->nbytes;
+    }
+    free(count), free(owner);
+    moq_strmap_free(&map);
+
+    for (int k = 0; k < out->n; k++) {
+        moq_module *mod = &out->mods[k];
+        mod->kind = classify(c, mod, &mod->resolve_prefix);
+        const char *rp = mod->resolve_prefix ? mod->resolve_prefix : mod->name;
+        mod->resolved = true;
+        if (mod->kind == MOQ_MOD_OTHER) {
+            mod->res = (moq_resolution){.method = "none", .rule = "not-a-layer"};
+            continue;
+        }
+        if (!q) {
+            const bool lin = mod->kind == MOQ_MOD_LINEAR || mod->kind == MOQ_MOD_LM_HEAD;
+            mod->res = (moq_resolution){.method = lin ? "unquantized_linear" : "none", .rule = "no-quantization-config"};
+            continue;
+        }
+        /* Experts of one layer share their resolution: reuse the previous module's when the prefix matches. */
+        const moq_module *prev = k ? &out->mods[k - 1] : NULL;
+        if (prev && prev->resolved && prev->kind == mod->kind && prev->resolve_prefix && mod->resolve_prefix &&
+            strcmp(prev->resolve_prefix, mod->resolve_prefix) == 0) {
+            mod->res = prev->res;
+            continue;
+        }
+        moq_error e = {0};
+        if (moq_resolve(q, rp, resolve_kind[mod->kind], fused_groups, N_FUSED, &mod->res, &e) != MOQ_OK) {
+            mod->resolved = false;
+            mod->res = (moq_resolution){.method = "none", .rule = "error"};
+            problem(out, e.code, e.where[0] ? e.where : mod->name, "%s", e.msg);
+        }
+    }
+    return MOQ_OK;
+}
+
+void moq_modules_free(moq_modules *m) {
+    if (!m) return;
+    for (int k = 0; k < m->n; k++) free(m->mods[k].name), free(m->mods[k].resolve_prefix), free(m->mods[k].tensors);
+    free(m->mods);
+    free(m->probs);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- checks ---------------------------------------------------------------------------------- */
+
+static moq_method method_of(const char *name) {
+    for (int i = 0; i < MOQ_METHOD_COUNT; i++)
+        if (strcmp(moq_method_name((moq_method)i), name) == 0) return (moq_method)i;
+    return MOQ_METHOD_NONE;
+}
+
+static bool float_dtype(moq_dtype d) { return d == MOQ_DT_BF16 || d == MOQ_DT_F16 || d == MOQ_DT_F32; }
+
+static bool shape_is(const moq_tensor *t, const moq_dim *dims, int64_t N, int64_t K, int64_t G) {
+    int nd = 0;
+    while (nd < MOQ_RULE_MAX_DIMS && dims[nd] != MOQ_DIM_END) nd++;
+    if (t->ndim != nd) return false;
+    for (int d = 0; d < nd; d++) {
+        int64_t v = moq_dim_eval(dims[d], N, K, G);
+        if (v < 0 || v != t->shape[d]) return false;
+    }
+    return true;
+}
+
+static const char *shape_str(const moq_tensor *t, char *b, size_t n) {
+    size_t o = (size_t)snprintf(b, n, "[");
+    for (int d = 0; d < t->ndim && o < n; d++) o += (size_t)snprintf(b + o, n - o, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (o < n) snprintf(b + o, n - o, "]");
+    return b;
+}
+
+static const char *expect_str(const moq_dim *dims, int64_t N, int64_t K, int64_t G, char *b, size_t n) {
+    size_t o = (size_t)snprintf(b, n, "[");
+    for (int d = 0; d < MOQ_RULE_MAX_DIMS && dims[d] != MOQ_DIM_END && o < n; d++) {
+        int64_t v = moq_dim_eval(dims[d], N, K, G);
+        if (v < 0) o += (size_t)snprintf(b + o, n - o, "%s?", d ? ", " : "");
+        else o += (size_t)snprintf(b + o, n - o, "%s%lld", d ? ", " : "", (long long)v);
+    }
+    if (o < n) snprintf(b + o, n - o, "]");
+    return b;
+}
+
+static void check_module(moq_modules *m, const moq_module *mod, const moq_checkpoint *c, const moq_qconfig *q, int *expected, int *found) {
+    *expected = *found = 0;
+    if (mod->kind == MOQ_MOD_OTHER || !mod->resolved) return;
+    const moq_tensor *w = module_tensor(c, mod, "weight");
+    const moq_method meth = method_of(mod->res.method);
+    const bool unq = meth == MOQ_METHOD_NONE || meth == MOQ_METHOD_UNQUANTIZED_LINEAR;
+    char b1[96], b2[96], b3[48];
+    if (mod->kind == MOQ_MOD_EMBEDDING) {
+        if (w && !float_dtype(w->dtype))
+            problem(m, MOQ_ERR_TENSOR, w->name, "dtype %s, expected BF16, F16 or F32 (neither engine quantizes embeddings)", moq_dtype_name(w->dtype));
+        return;
+    }
+    /* KV-cache scales ride on k_proj / v_proj. */
+    for (int i = 0; i < mod->n_tensors; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
+        if (kv_role(last_part(t->name)) && (!q || !q->kv))
+            problem(m, MOQ_ERR_CONFIG, t->name, "KV-cache scale present but the config sets no kv_cache_quant_algo; the scale would be ignored");
+    }
+    if (unq) {
+        /* Quantized tensors in a module resolved as unquantized. */
+        char held[160] = "";
+        size_t o = 0;
+        if (w && !float_dtype(w->dtype)) o += (size_t)snprintf(held + o, sizeof held - o, "weight %s", moq_dtype_name(w->dtype));
+        static const char *const qroles[] = {"weight_scale", "weight_scale_2", "input_scale", "weight_scale_inv"};
+        for (size_t r = 0; r < sizeof qroles / sizeof qroles[0] && o < sizeof held; r++)
+            if (module_tensor(c, mod, qroles[r])) o += (size_t)snprintf(held + o, sizeof held - o, "%s%s", o ? ", " : "", qroles[r]);
+        if (o) {
+            problem(m, MOQ_ERR_CONFIG, mod->name, "holds quantized tensors (%s) but resolves to %s (rule %s)", held, mod->res.method, mod->res.rule);
+            return;
+        }
+        const moq_tensor_rule *cr = moq_scheme_unquantized_contract();
+        *expected = 1;
+        if (!w) problem(m, MOQ_ERR_TENSOR, mod->name, "missing tensor weight (%s)", cr[0].note);
+        else *found = 1;
+        for (int i = 0; i < mod->n_tensors; i++) {
+            const char *role = last_part(moq_checkpoint_tensor_at(c, mod->tensors[i])->name);
+            if (strcmp(role, "weight") && strcmp(role, "bias") && !kv_role(role))
+                problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, mod->tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
+        }
+        return;
+    }
+    const moq_scheme *s = moq_scheme_for_method(meth);
+    if (!s) return;
+    if (w && float_dtype(w->dtype)) {
+        problem(m, MOQ_ERR_CONFIG, mod->name, "stored as %s but resolves to %s (rule %s); exclude it in the config or re-export",
+                moq_dtype_name(w->dtype), mod->res.method, mod->res.rule);
+        return;
+    }
+    const moq_tensor_rule *rules = s->contract;
+    int64_t N = -1, K = -1, G = mod->res.group_size ? mod->res.group_size : s->group;
+    if (w && w->ndim == 2) {
+        N = w->shape[0];
+        K = rules[0].shape[1] == MOQ_DIM_K_HALF ? 2 * w->shape[1] : w->shape[1];
+    }
+    for (const moq_tensor_rule *r = rules; r->suffix; r++) {
+        const moq_tensor *t = module_tensor(c, mod, r->suffix);
+        if (!t) {
+            if (!r->optional) {
+                (*expected)++;
+                problem(m, MOQ_ERR_TENSOR, mod->name, "missing tensor %s (scheme %s: %s)", r->suffix, s->algo, r->note);
+            }
+            continue;
+        }
+        (*expected)++, (*found)++;
+        if (t->dtype != r->dtype && t->dtype != r->dtype_alt)
+            problem(m, MOQ_ERR_TENSOR, t->name, "dtype %s, expected %s (scheme %s: %s)", moq_dtype_name(t->dtype), moq_dtype_name(r->dtype), s->algo, r->note);
+        if (N < 0) {
+            if (t == w) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
+            continue;
+        }
+        if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
+            problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
+                    expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
+                    G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");
+    }
+    for (int i = 0; i < mod->n_tensors; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
+        const char *role = last_part(t->name);
+        bool known = strcmp(role, "bias") == 0 || kv_role(role);
+        for (const moq_tensor_rule *r = rules; r->suffix && !known; r++) known = strcmp(role, r->suffix) == 0;
+        if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of scheme %s", role, s->algo);
+    }
+}
+
+static bool scalar_f32(const moq_tensor *t, float *v) {
+    if (!t || t->dtype != MOQ_DT_F32 || t->nelem != 1 || !t->data) return false;
+    memcpy(v, t->data, 4);
+    return true;
+}
+
+/* Shards of a fused projection: one method, one NVFP4 global scale, one static input scale. */
+static void check_fused(moq_modules *m, const moq_module *first, const moq_checkpoint *c, const moq_qconfig *q, const moq_strmap *by_name) {
+    const char *last = last_part(first->name);
+    for (int g = 0; g < N_FUSED; g++) {
+        const moq_packed *fg = &fused_groups[g];
+        if (strcmp(last, fg->shards[0]) != 0) continue;
+        const size_t plen = (size_t)(last - first->name);
+        const moq_module *sh[MOQ_MAX_SHARDS];
+        int n = 0;
+        char nm[600];
+        for (int s = 0; s < fg->n_shards; s++) {
+            snprintf(nm, sizeof nm, "%.*s%s", (int)plen, first->name, fg->shards[s]);
+            size_t idx;
+            if (moq_strmap_get(by_name, nm, &idx)) sh[n++] = &m->mods[idx];
+        }
+        if (n < 2) return;
+        char fused[600];
+        snprintf(fused, sizeof fused, "%.*s%s", (int)plen, first->name, fg->name);
+        if (q && first->kind == MOQ_MOD_LINEAR) {
+            moq_resolution res;
+            moq_error e = {0};
+            if (moq_resolve(q, fused, MOQ_KIND_LINEAR, fg, 1, &res, &e) != MOQ_OK) {
+                problem(m, e.code, e.where, "%s", e.msg);
+                return;
+            }
+        }
+        char detail[400];
+        size_t o = 0;
+        bool differ = false;
+        for (int s = 0; s < n; s++) {
+            differ |= strcmp(sh[s]->res.method, sh[0]->res.method) != 0;
+            if (o < sizeof detail) o += (size_t)snprintf(detail + o, sizeof detail - o, "%s%s=%s", s ? " and " : "", last_part(sh[s]->name), sh[s]->res.method);
+        }
+        if (differ) {
+            problem(m, MOQ_ERR_CONFIG, fused, "fused shards %s disagree; a fused layer needs one scheme", detail);
+            return;
+        }
+        static const char *const globals[] = {"weight_scale_2", "input_scale"};
+        for (size_t r = 0; r < 2; r++) {
+            float v0 = 0, v;
+            bool have0 = false, diff = false;
+            o = 0;
+            for (int s = 0; s < n; s++) {
+                if (!scalar_f32(module_tensor(c, sh[s], globals[r]), &v)) continue;
+                if (!have0) v0 = v, have0 = true;
+                else diff |= v != v0;
+                if (o < sizeof detail) o += (size_t)snprintf(detail + o, sizeof detail - o, "%s%s=%g", o ? ", " : "", last_part(sh[s]->name), (double)v);
+            }
+            if (diff)
+                problem(m, MOQ_ERR_TENSOR, fused, "fused shards have different %s (%s); the engines collapse them to the max, which loses accuracy",
+                        globals[r], detail);
+        }
+        return;
+    }
+}
+
+/* One value of a scale tensor as f32; false when the dtype is not a scale dtype. */
+static bool scale_value(const moq_tensor *t, uint64_t i, float *v) {
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case MOQ_DT_F32: memcpy(v, p + 4 * i, 4); return true;
+    case MOQ_DT_BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); *v = moq_bf16_decode(h); return true; }
+    case MOQ_DT_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); *v = moq_f16_decode(h); return true; }
+    case MOQ_DT_F8_E4M3: *v = moq_e4m3_decode(p[i]); return true;
+    case MOQ_DT_F8_E8M0: case MOQ_DT_U8: *v = moq_e8m0_decode(p[i]); return true;
+    default: return false;
+    }
+}
+
+static void check_values(moq_modules *m, const moq_module *mod, const moq_checkpoint *c) {
+    for (int k = 0; k < mod->n_tensors; k++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[k]);
+        if (!strstr(last_part(t->name), "scale") || !t->data) continue;
+        uint64_t nan = 0, inf = 0, zero = 0, neg = 0, first = UINT64_MAX;
+        float v;
+        for (uint64_t i = 0; i < t->nelem; i++) {
+            if (!scale_value(t, i, &v)) break;
+            const bool bad = isnan(v) || isinf(v) || v == 0.0f || v < 0.0f;
+            nan += isnan(v) != 0, inf += isinf(v) != 0, zero += v == 0.0f, neg += v < 0.0f;
+            if (bad && first == UINT64_MAX) first = i;
+        }
+        if (first == UINT64_MAX) continue;
+        char at[96];
+        if (t->ndim == 2) snprintf(at, sizeof at, "block %llu (row %llu, column %llu)", (unsigned long long)first,
+                                   (unsigned long long)(first / (uint64_t)t->shape[1]), (unsigned long long)(first % (uint64_t)t->shape[1]));
+        else snprintf(at, sizeof at, "block %llu", (unsigned long long)first);
+        problem(m, MOQ_ERR_TENSOR, t->name, "%llu NaN, %llu Inf, %llu zero, %llu negative of %llu scale values; first at %s",
+                (unsigned long long)nan, (unsigned long long)inf, (unsigned long long)zero, (unsigned long long)neg,
+                (unsigned long long)t->nelem, at);
+    }
+}
+
+moq_status moq_modules_check(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q, bool values, moq_error *err) {
+    moq_strmap by_name;
+    if (!moq_strmap_init(&by_name, (size_t)m->n + 1)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(c), "out of memory");
+    for (int k = 0; k < m->n; k++) moq_strmap_put(&by_name, m->mods[k].name, (size_t)k, NULL);
+    for (int k = 0; k < m->n; k++) {
+        moq_module *mod = &m->mods[k];
+        check_module(m, mod, c, q, &mod->n_expected, &mod->n_found);
+        if (mod->resolved && (mod->kind == MOQ_MOD_LINEAR || mod->kind == MOQ_MOD_EXPERT)) check_fused(m, mod, c, q, &by_name);
+        if (values && mod->kind != MOQ_MOD_OTHER) check_values(m, mod, c);
+    }
+    moq_strmap_free(&by_name);
+    return MOQ_OK;
+}

@@ -1,0 +1,54 @@
+/* modules.h — a checkpoint's tensors grouped into modules (tensor name minus its last part), each
+ * classified by kind, resolved against the quantization config, and validated against its scheme's
+ * tensor contract (scheme/scheme.c). Used by `moq inspect` (per-module rows) and `moq check`
+ * (every problem, not just the first). Tested by tests/config/test_check.c. */
+#ifndef MOQ_CONFIG_MODULES_H
+#define MOQ_CONFIG_MODULES_H
+
+#include "config/modelopt.h"
+#include "moq.h"
+
+typedef enum moq_module_kind { MOQ_MOD_LINEAR = 0, MOQ_MOD_LM_HEAD, MOQ_MOD_EXPERT, MOQ_MOD_EMBEDDING, MOQ_MOD_OTHER } moq_module_kind;
+
+typedef struct moq_module {
+    char            *name;          /* "model.layers.0.self_attn.q_proj"                        */
+    moq_module_kind  kind;
+    char            *resolve_prefix;/* what is resolved: the name, or "<...>.experts" for experts */
+    moq_resolution   res;
+    bool             resolved;      /* false: resolution failed (a problem says why)            */
+    size_t          *tensors;       /* indices into moq_checkpoint_tensor_at                     */
+    int              n_tensors;
+    int              n_expected;    /* tensors the contract names (required + present optional) */
+    int              n_found;       /* of those, present                                         */
+    uint64_t         bytes;
+} moq_module;
+
+typedef struct moq_problem {
+    moq_status code;                /* MOQ_ERR_TENSOR or MOQ_ERR_CONFIG                         */
+    char       where[256];          /* tensor or module name                                    */
+    char       msg[512];
+} moq_problem;
+
+typedef struct moq_modules {
+    moq_module  *mods;
+    int          n;
+    moq_problem *probs;
+    int          n_probs;
+    int          cap_probs;
+} moq_modules;
+
+const char *moq_module_kind_name(moq_module_kind k);
+
+/* True when the checkpoint carries a quantization config (hf_quant_config.json, or config.json with
+ * a quantization_config object); false means an unquantized checkpoint. */
+bool moq_checkpoint_has_qconfig(const moq_checkpoint *c); /* "linear", "lm_head", "moe", "embedding", "other" */
+
+/* Groups and resolves every module of c under q (q NULL: an unquantized checkpoint, every module
+ * unquantized). Resolution errors become problems. Allocation failure is the only error. */
+moq_status moq_modules_build(moq_modules *out, const moq_checkpoint *c, const moq_qconfig *q, moq_error *err);
+/* Validates every module against its contract, fused shards against each other, and (values) every
+ * scale tensor for NaN, Inf, zero and negative entries. Appends problems. */
+moq_status moq_modules_check(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q, bool values, moq_error *err);
+void       moq_modules_free(moq_modules *m);
+
+#endif
