@@ -13,7 +13,6 @@
 
 #include "../kernels/kref.h"
 #include "../kernels/klin.h"
-#include "quant/export_moe_ref.h"
 #include "quant/export_ref.h"
 #include "tmoe_ref.h"
 
@@ -39,6 +38,21 @@ typedef struct tmoe {
 static const char *const proj_names[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
 
 /* ---- checkpoint generation ---- */
+/* FP8_PB_WO blocks for any K (moq_export_fp8_block_weight wants K % 128 == 0; the layer must also
+ * take the partial last block that a ragged intermediate size gives): NUMERICS §5.3. */
+static void export_fp8_block_ragged(const float *W, int64_t N, int64_t K, uint8_t *q, float *scale) {
+    const int64_t bn = (N + 127) / 128, bk = (K + 127) / 128;
+    for (int64_t i = 0; i < bn; i++)
+        for (int64_t j = 0; j < bk; j++) {
+            float a = 0.0f;
+            for (int64_t n = i * 128; n < N && n < i * 128 + 128; n++)
+                for (int64_t k = j * 128; k < K && k < j * 128 + 128; k++) a = fmaxf(a, fabsf(W[n * K + k]));
+            const float s = a == 0.0f ? 1.0f : a / 448.0f;
+            scale[i * bk + j] = s;
+            for (int64_t n = i * 128; n < N && n < i * 128 + 128; n++)
+                for (int64_t k = j * 128; k < K && k < j * 128 + 128; k++) q[n * K + k] = t_e4s(W[n * K + k] / s); /* |w/s| <= 448: E4n = E4s */
+        }
+}
 typedef struct bufs { void *p[4096]; int n; } bufs;
 static void *keep(bufs *b, void *p) { b->p[b->n++] = p; return p; }
 
@@ -71,7 +85,7 @@ static void write_proj(moq_writer *w, bufs *b, tmoe *t, tproj *pr, const char *b
         const int64_t bn = (N + 127) / 128, bk = (K + 127) / 128;
         pr->q = keep(b, malloc(nk));
         pr->s = keep(b, malloc((size_t)(bn * bk) * 4));
-        moq_export_fp8_block_weight(W, (size_t)N, (size_t)K, pr->q, pr->s);
+        export_fp8_block_ragged(W, N, K, pr->q, pr->s);
         add(w, nm, MOQ_DT_F8_E4M3, 2, (int64_t[]){N, K}, pr->q, nk, omit);
         snprintf(nm, sizeof nm, "%s.weight_scale", base);
         add(w, nm, MOQ_DT_F32, 4, (int64_t[]){bn, 1, bk, 1}, pr->s, (uint64_t)(bn * bk) * 4, omit);
