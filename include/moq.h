@@ -431,6 +431,10 @@ typedef struct moq_moe_opts {
     uint32_t            cpu_mask;     /* as moq_linear_opts                                     */
     const uint8_t      *rcpa_corr;    /* as moq_linear_opts                                     */
 } moq_moe_opts;
+/* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
+ * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
+ * for a method that is not an expert one. */
+MOQ_API moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, moq_error *err);
 /* Defaults: unquantized, silu, softmax top-2 with renormalization, scale factor 1, router "gate". */
 MOQ_API moq_moe_opts moq_moe_opts_default(void);
 

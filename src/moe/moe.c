@@ -48,6 +48,7 @@ typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP } moe_scale_kind;
 
 typedef struct moe_fmt {
     const char    *name;     /* ModelOpt quant_algo                                             */
+    const char    *method;   /* the config resolver's method name for these experts             */
     moq_pair_id    pair;     /* MOQ_PAIR_COUNT: unquantized, the pair follows the weight dtype    */
     moq_dtype      wdt;      /* weight dtype on disk (MOQ_DT_COUNT: F32, BF16 or F16)             */
     int            per_byte; /* weight elements per stored element along K (2: packed e2m1)       */
@@ -58,14 +59,14 @@ typedef struct moe_fmt {
     bool           in_scale; /* input_scale f32 scalar                                            */
 } moe_fmt;
 
-/*                                   name           pair                   wdt             /B  scale      sdt             alias          grp ws2    in     */
+/*                              name           method              pair                   wdt            /B  scale      sdt             alias          grp  ws2    in     */
 static const moe_fmt moe_fmts[MOQ_MOE_FMT_COUNT] = {
-    [MOQ_MOE_FMT_UNQUANTIZED] = {"unquantized", MOQ_PAIR_COUNT,        MOQ_DT_COUNT,   1, SC_NONE,   MOQ_DT_COUNT,   MOQ_DT_COUNT,  0,   false, false},
-    [MOQ_MOE_FMT_FP8]         = {"FP8",         MOQ_PAIR_FP8_TENSOR,   MOQ_DT_F8_E4M3, 1, SC_TENSOR, MOQ_DT_F32,     MOQ_DT_COUNT,  0,   false, true},
-    [MOQ_MOE_FMT_FP8_PB_WO]   = {"FP8_PB_WO",   MOQ_PAIR_FP8_BLK128,   MOQ_DT_F8_E4M3, 1, SC_BLK128, MOQ_DT_F32,     MOQ_DT_COUNT,  128, false, false},
-    [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true},
-    [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false},
-    [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false},
+    [MOQ_MOE_FMT_UNQUANTIZED] = {"unquantized", "none",             MOQ_PAIR_COUNT,        MOQ_DT_COUNT,   1, SC_NONE,   MOQ_DT_COUNT,   MOQ_DT_COUNT,  0,   false, false},
+    [MOQ_MOE_FMT_FP8]         = {"FP8",         "fp8_moe",          MOQ_PAIR_FP8_TENSOR,   MOQ_DT_F8_E4M3, 1, SC_TENSOR, MOQ_DT_F32,     MOQ_DT_COUNT,  0,   false, true},
+    [MOQ_MOE_FMT_FP8_PB_WO]   = {"FP8_PB_WO",   "fp8_block_moe",    MOQ_PAIR_FP8_BLK128,   MOQ_DT_F8_E4M3, 1, SC_BLK128, MOQ_DT_F32,     MOQ_DT_COUNT,  128, false, false},
+    [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       "nvfp4_moe",        MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true},
+    [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", "w4a16_nvfp4_moe",  MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false},
+    [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       "mxfp8_moe",        MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false},
 };
 
 /* Checkpoint names of an expert's projections, one row per layout. [0] gate, [1] up, [2] down. */
@@ -823,4 +824,14 @@ moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, 
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which) {
     if (!m || l < 0 || l >= m->n_local) return NULL;
     return which ? m->ex[l].l2 : m->ex[l].l13;
+}
+
+moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, moq_error *err) {
+    for (int f = 0; method && f < MOQ_MOE_FMT_COUNT; f++)
+        if (strcmp(method, moe_fmts[f].method) == 0 || (f == MOQ_MOE_FMT_UNQUANTIZED && strcmp(method, "unquantized_linear") == 0)) {
+            *out = (moq_moe_format)f;
+            return MOQ_OK;
+        }
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "", "method \"%s\" is not an expert method (fp8_moe, fp8_block_moe, nvfp4_moe, "
+                    "w4a16_nvfp4_moe, mxfp8_moe, none)", method ? method : "(null)");
 }

@@ -118,6 +118,8 @@ static void write_proj(moq_writer *w, bufs *b, tmoe *t, tproj *pr, const char *b
     }
 }
 
+static const char *g_qcfg; /* hf_quant_config.json text to add, or NULL */
+
 static tmoe *tmoe_write(moq_moe_format fmt, int E, int H, int I, int layout, bool gated, bool shared, bool router, bool sync_amax,
                         const char *omit, int omit_expert) {
     tmoe *t = calloc(1, sizeof *t);
@@ -164,6 +166,7 @@ static tmoe *tmoe_write(moq_moe_format fmt, int E, int H, int I, int layout, boo
     }
     for (int e = 0; e < E; e++) t->corr[e] = urand(-0.2f, 0.2f);
     add(w, PREFIX ".gate.e_score_correction_bias", MOQ_DT_F32, 1, (int64_t[]){E}, t->corr, (uint64_t)E * 4, NULL);
+    if (g_qcfg) TU_OK(moq_writer_file(w, "hf_quant_config.json", g_qcfg, err_));
     TU_OK(moq_writer_finish(w, 1, err_));
     moq_writer_free(w);
     /* the bytes stay referenced from t->p: keep them (freed by tmoe_free) */
@@ -650,11 +653,49 @@ static void test_errors(void **state) {
     tmoe_free(t);
 }
 
+/* The path the model takes: hf_quant_config.json -> moq_resolve(experts, MOQ_KIND_MOE) -> method ->
+ * expert format -> layer. Every format, and the experts excluded by exclude_modules. */
+static void test_through_config_resolution(void **state) {
+    (void)state;
+    static const struct { const char *algo; int group; moq_moe_format f; const char *exclude; } rows[] = {
+        {"FP8", 0, MOQ_MOE_FMT_FP8, "lm_head"},           {"FP8_PB_WO", 128, MOQ_MOE_FMT_FP8_PB_WO, "lm_head"},
+        {"NVFP4", 16, MOQ_MOE_FMT_NVFP4, "lm_head"},      {"W4A16_NVFP4", 16, MOQ_MOE_FMT_W4A16_NVFP4, "lm_head"},
+        {"MXFP8", 32, MOQ_MOE_FMT_MXFP8, "lm_head"},      {"NVFP4", 16, MOQ_MOE_FMT_UNQUANTIZED, "*mlp.experts*"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg,
+                 "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": \"%s\", "
+                 "\"kv_cache_quant_algo\": null, \"group_size\": %d, \"exclude_modules\": [\"%s\"]}}",
+                 rows[i].algo, rows[i].group ? rows[i].group : 16, rows[i].exclude);
+        g_qcfg = cfg;
+        tmoe *t = tmoe_write(rows[i].f, 8, 128, 128, 0, true, false, false, true, NULL, -1);
+        g_qcfg = NULL;
+        moq_qconfig *q = NULL;
+        TU_OK(moq_qconfig_open(&q, t->dir, MOQ_COMPAT_MOQ, err_));
+        moq_resolution r;
+        TU_OK(moq_resolve(q, PREFIX ".experts", MOQ_KIND_MOE, NULL, 0, &r, err_));
+        moq_moe_format f = MOQ_MOE_FMT_COUNT;
+        TU_OK(moq_moe_format_from_method(r.method, &f, err_));
+        if (f != rows[i].f) fail_msg("%s (exclude %s): method %s gave format %d, expected %d", rows[i].algo, rows[i].exclude, r.method, (int)f, (int)rows[i].f);
+        moq_qconfig_free(q);
+        tcfg c = mode_cfg(0);
+        char what[64];
+        snprintf(what, sizeof what, "config/%s/%s", rows[i].algo, r.method);
+        run_case(what, t, &c, 3, false);
+        tmoe_free(t);
+    }
+    moq_moe_format f;
+    moq_error e = {0};
+    TU_ERR(&e, moq_moe_format_from_method("nvfp4_linear", &f, &e), MOQ_ERR_UNSUPPORTED, "", "nvfp4_linear");
+}
+
 int main(void) {
     g_rng = 0x5DEECE66Dull;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_format_and_routing), cmocka_unit_test(test_activations), cmocka_unit_test(test_router_and_bf16),
         cmocka_unit_test(test_threads_same_result),      cmocka_unit_test(test_compat_profiles), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_through_config_resolution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
