@@ -273,17 +273,18 @@ static void weight_init(moq_weight *w, moq_pair_id p, int64_t N, int64_t K, void
     w->shard_scale[0] = 1.0f, w->shard_in_scale[0] = 1.0f;
 }
 
+/* Name of projection j (0 gate, 1 up, 2 down) in layout l; non-gated Mixtral names up "w1". */
+static const char *proj_name(int l, int j, bool gated) { return (!gated && l == 1 && j == 1) ? "w1" : moe_layouts[l][j]; }
+
 /* Which layout row names this expert's tensors (the first whose first projection exists). */
 static int find_layout(const moq_checkpoint *ck, const char *ebase, bool gated) {
     char nm[320];
     for (int l = 0; l < N_LAYOUTS; l++) {
-        snprintf(nm, sizeof nm, "%s.%s.weight", ebase, moe_layouts[l][gated ? 0 : 1 - (l == 1)]);
+        snprintf(nm, sizeof nm, "%s.%s.weight", ebase, proj_name(l, gated ? 0 : 1, gated));
         if (moq_checkpoint_tensor(ck, nm)) return l;
     }
     return -1;
 }
-/* Name of projection j (0 gate, 1 up, 2 down) in layout l; non-gated Mixtral names up "w1". */
-static const char *proj_name(int l, int j, bool gated) { return (!gated && l == 1 && j == 1) ? "w1" : moe_layouts[l][j]; }
 
 typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
 
