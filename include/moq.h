@@ -451,7 +451,8 @@ MOQ_API void       moq_moe_free(moq_moe *m);
 MOQ_API size_t     moq_moe_workspace_size(const moq_moe *m, int64_t T);
 /* x: f32 | bf16 [T, H]; router_logits: f32 [T, E] or NULL (then the checkpoint router is run);
  * y: f32 | bf16 [T, H] = Σ_selected local experts w·expert(x) (+ shared expert). Tokens are grouped
- * by expert; each selected expert runs once over its tokens. Never allocates. */
+ * by expert; each selected expert runs once over its tokens. Never allocates. A moq_moe is
+ * immutable after create: concurrent runs with separate y and ws are safe. */
 MOQ_API moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T,
                                const float *router_logits, void *y, moq_elem y_elem, void *ws,
                                size_t ws_size, moq_error *err);

@@ -427,8 +427,9 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         for (int64_t g = 0; g < m->E; g++) cnt += m->local_of[g] >= 0;
         if (cnt != m->n_local) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds %lld experts but local ids reach %lld; expected 0..n-1 each once", (long long)cnt, (long long)m->n_local); goto fail; }
     }
+    if (first < 0) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds none of the %lld experts, expected at least one local", (long long)m->E); goto fail; }
     /* Sizes from the first local expert's first projection: [I, H]. */
-    if (first >= 0) {
+    {
         snprintf(eb, sizeof eb, "%s.experts.%lld", prefix, (long long)first);
         const int lay = find_layout(ck, eb, gated);
         snprintf(nm, sizeof nm, "%s.%s.weight", eb, lay < 0 ? (gated ? "gate_proj" : "up_proj") : proj_name(lay, gated ? 0 : 1, gated));
@@ -443,7 +444,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         m->H = t->shape[1] * f->per_byte;
     }
     const int kmul = f->pair == MOQ_PAIR_COUNT ? 1 : moq_pairs[f->pair].k_multiple;
-    if (first >= 0 && (m->I < 1 || m->H < 1 || m->H % kmul)) {
+    if ((m->I < 1 || m->H < 1 || m->H % kmul)) {
         st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "hidden size %lld is not a multiple of %d (%s groups along K)", (long long)m->H, kmul, f->name);
         goto fail;
     }

@@ -630,6 +630,20 @@ static void test_errors(void **state) {
     run_case("fp8_pb_wo/expert_3_absent_not_local", t, &c, 64, false);
     expect_create_error(t, MOQ_MOE_FMT_FP8_PB_WO, NULL, PREFIX ".experts.3.gate_proj.weight", "missing");
 
+    {   /* no local expert at all */
+        static const int32_t none[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        moq_checkpoint_opts co0 = moq_checkpoint_opts_default();
+        co0.require_config = false;
+        moq_checkpoint *ck0 = NULL;
+        TU_OK(moq_checkpoint_open(&ck0, t->dir, &co0, err_));
+        moq_moe_opts o0 = moq_moe_opts_default();
+        o0.format = MOQ_MOE_FMT_FP8_PB_WO, o0.num_experts = 8, o0.expert_map = none;
+        moq_moe *m0 = NULL;
+        moq_error e0 = {0};
+        TU_ERR(&e0, moq_moe_create(&m0, ck0, PREFIX, &o0, &e0), MOQ_ERR_INVALID_ARG, PREFIX, "none of the 8 experts");
+        assert_null(m0);
+        moq_checkpoint_free(ck0);
+    }
     /* run-time argument errors */
     moq_checkpoint_opts co = moq_checkpoint_opts_default();
     co.require_config = false;
