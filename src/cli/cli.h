@@ -56,5 +56,10 @@ int  cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char 
 char *cli_read_file(const char *path, size_t *len);
 /* DRAM read bandwidth in GB/s (cmd_bench.c). */
 double cli_dram_read_gbs(int threads);
+/* `moq bench moe` (cmd_bench_moe.c), reached through cmd_bench. */
+int  cmd_bench_moe(int argc, char **argv);
+void cmd_bench_moe_help(FILE *out);
+/* DRAM read bandwidth in GB/s: threads sum a 1 GiB buffer, best of 3 (cmd_bench.c). */
+double dram_read_gbs(int threads);
 
 #endif
