@@ -311,12 +311,6 @@ moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c
     return open_linear(out, c, q, NULL, prefix, kind, shards, n_shards, lopts, blobs, err);
 }
 
-moq_status moq_layers_open_with(moq_layer_linear *out, const moq_checkpoint *c, const moq_resolution *res, const char *prefix,
-                                const char *const *shards, int n_shards, const moq_linear_opts *lopts, moq_blobs *blobs,
-                                moq_error *err) {
-    return open_linear(out, c, NULL, res, prefix, MOQ_KIND_MOE, shards, n_shards, lopts, blobs, err);
-}
-
 void moq_layers_close_linear(moq_layer_linear *l) {
     if (!l) return;
     moq_linear_free(l->own);

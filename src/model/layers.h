@@ -56,11 +56,6 @@ moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c
 moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q,
                                   const char *prefix, moq_layer_kind kind, const char *const *shards,
                                   int n_shards, const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err);
-/* Same with a resolution decided by the caller (routed experts: the experts module is resolved
- * once, kind MOQ_KIND_MOE, and every expert projection is opened under that decision). */
-moq_status moq_layers_open_with(moq_layer_linear *out, const moq_checkpoint *c, const moq_resolution *res, const char *prefix,
-                                const char *const *shards, int n_shards, const moq_linear_opts *lopts, moq_blobs *blobs,
-                                moq_error *err);
 void moq_layers_close_linear(moq_layer_linear *l);
 
 /* A plain tensor (norm weight, bias) as f32 [n] in blobs; dtype F32/BF16/F16; shape must have

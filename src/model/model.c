@@ -8,8 +8,9 @@
  *               h = rmsnorm(x) ; gu = h · Wgate_upᵀ ; x += (silu(g) · u) · Wdownᵀ
  *   logits = rmsnorm(x) · Wlm_headᵀ                     f32 [M, V]
  *
- * Every linear is a moq_linear opened by checkpoint prefix (layers.c: resolution, contract,
- * canonical weight, kernel): no format appears here. Activations are f32 between layers; the
+ * Every dense linear is opened by the loader (moq_linear_layer_open: resolution, contract,
+ * canonical weight, kernel), routed experts by src/moe (moq_moe_create), embeddings by layers.c:
+ * no format appears here. Activations are f32 between layers; the
  * kernels quantize them per scheme (NUMERICS §2.4-§5.3). The embedding row is dequantized from the
  * canonical weight (moq_weight_dequant_row), so a tied lm_head shares the embedding's weight.
  * Attention reads K and V back from the cache for every position, the current one included, so
@@ -33,6 +34,7 @@
 #include "model/kv_cache.h"
 #include "model/layers.h"
 #include "model/rope.h"
+#include "moe/moe.h"
 
 #define MOQ_MODEL_CHUNK 32
 #define MOQ_MODEL_MAX_WARN 16
@@ -42,19 +44,19 @@
 typedef struct arch_row {
     const char *name;
     bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
-    const char *moe_block;     /* module holding the router and experts; NULL = dense SwiGLU MLP    */
-    const char *expert[3];     /* one expert's gate, up, down projections                            */
+    const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
+                                  experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
     bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    qk_norm moe block            expert gate, up, down                 norm_topk */
-    {"LlamaForCausalLM",       false,  NULL,               {NULL, NULL, NULL},                   false},
-    {"MistralForCausalLM",     false,  NULL,               {NULL, NULL, NULL},                   false},
-    {"Qwen2ForCausalLM",       false,  NULL,               {NULL, NULL, NULL},                   false},
-    {"Qwen3ForCausalLM",       true,   NULL,               {NULL, NULL, NULL},                   false},
-    {"Qwen3MoeForCausalLM",    true,   "mlp",              {"gate_proj", "up_proj", "down_proj"}, false},
-    {"MixtralForCausalLM",     false,  "block_sparse_moe", {"w1", "w3", "w2"},                   true},
+    /* name                    qk_norm moe block            norm_topk */
+    {"LlamaForCausalLM",       false,  NULL,               false},
+    {"MistralForCausalLM",     false,  NULL,               false},
+    {"Qwen2ForCausalLM",       false,  NULL,               false},
+    {"Qwen3ForCausalLM",       true,   NULL,               false},
+    {"Qwen3MoeForCausalLM",    true,   "mlp",              false},
+    {"MixtralForCausalLM",     false,  "block_sparse_moe", true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -82,9 +84,8 @@ const char *moq_model_supported_list(char *buf, size_t n) {
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
-    moq_layer_linear router;             /* MoE: f32 [E, H], never quantized (the engines build it
-                                            without a quant config)                          */
-    moq_layer_linear *egu, *edown;       /* MoE: per expert [2 Ie, H] and [H, Ie], E each     */
+    moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
+    moq_moe_format   moe_fmt;
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
 } layer;
@@ -110,8 +111,6 @@ struct moq_model {
     int64_t           pos;
     /* workspace, allocated at open for `chunk` tokens */
     float  *x, *h, *qkv, *att, *tmp, *gu, *act, *logits_ws, *logits;
-    float  *rl, *rw, *xg, *acc;        /* MoE: router logits [C, E], weights [C, k], gathered rows [C, H], sum [C, H] */
-    int32_t *rsel;                     /* MoE: chosen experts [C, k]                        */
     float  *scratch;                   /* per thread: [T] scores + [D] row          */
     double *erow;                      /* f64 [H] embedding row                     */
     void   *lws;
@@ -192,37 +191,37 @@ static void progress(const moq_model *m, uint64_t done, uint64_t total) {
     if (m->opts.progress) m->opts.progress(m->opts.progress_user, "load", done, total);
 }
 
-/* Router and experts of layer l: the experts module is resolved once (kind MOQ_KIND_MOE) and each
- * expert's gate/up pair is fused like a dense gate_up_proj. */
+/* Whose scale handling the experts follow, per resolution profile (one row each). */
+static const moq_moe_compat moe_compat_of[MOQ_COMPAT_COUNT] = {
+    [MOQ_COMPAT_MOQ] = MOQ_MOE_COMPAT_EXACT, [MOQ_COMPAT_VLLM] = MOQ_MOE_COMPAT_VLLM, [MOQ_COMPAT_SGLANG] = MOQ_MOE_COMPAT_SGLANG,
+};
+
+/* Router and experts of layer l through src/moe: the experts module is resolved once (kind
+ * MOQ_KIND_MOE), the method picks the expert format; softmax top-k routing, SiLU-gated experts. */
 static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
-    const arch_row *a = m->arch;
-    char p[256];
-    const moq_resolution unq = {.method = moq_method_name(MOQ_METHOD_UNQUANTIZED_LINEAR), .rule = "router-unquantized"};
-    snprintf(p, sizeof p, "model.layers.%lld.%s.gate", (long long)l, a->moe_block);
-    MOQ_TRY(moq_layers_open_with(&ly->router, m->ckpt, &unq, p, NULL, 1, lo, &m->blobs, err));
-    if (ly->router.w.N != m->E || ly->router.w.K != m->H)
-        return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "router shape [%lld, %lld], expected [num_experts %lld, hidden %lld]", (long long)ly->router.w.N,
-                        (long long)ly->router.w.K, (long long)m->E, (long long)m->H);
-    snprintf(p, sizeof p, "model.layers.%lld.%s.experts", (long long)l, a->moe_block);
+    char p[256], e[300];
+    snprintf(p, sizeof p, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
+    snprintf(e, sizeof e, "%s.experts", p);
     moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
-    if (m->q) MOQ_TRY(moq_resolve(m->q, p, MOQ_KIND_MOE, NULL, 0, &res, err));
-    ly->egu = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *ly->egu);
-    ly->edown = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *ly->edown);
-    if (!ly->egu || !ly->edown) return MOQ_FAIL(err, MOQ_ERR_NOMEM, p, "out of memory for %lld experts", (long long)m->E);
-    const char *const gu[2] = {a->expert[0], a->expert[1]};
-    for (int64_t e = 0; e < m->E; e++) {
-        snprintf(p, sizeof p, "model.layers.%lld.%s.experts.%lld.gate_up", (long long)l, a->moe_block, (long long)e);
-        MOQ_TRY(moq_layers_open_with(&ly->egu[e], m->ckpt, &res, p, gu, 2, lo, &m->blobs, err));
-        snprintf(p, sizeof p, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, a->moe_block, (long long)e, a->expert[2]);
-        MOQ_TRY(moq_layers_open_with(&ly->edown[e], m->ckpt, &res, p, NULL, 1, lo, &m->blobs, err));
-        if (ly->egu[e].w.N != 2 * m->Ie || ly->egu[e].w.row0[1] != m->Ie || ly->egu[e].w.K != m->H || ly->edown[e].w.N != m->H ||
-            ly->edown[e].w.K != m->Ie)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, p, "expert shapes gate+up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
-                            (long long)ly->egu[e].w.N, (long long)ly->egu[e].w.K, (long long)ly->edown[e].w.N, (long long)ly->edown[e].w.K,
-                            (long long)m->Ie, (long long)m->H, (long long)m->H, (long long)m->Ie);
-    }
-    return MOQ_OK;
+    if (m->q) MOQ_TRY(moq_resolve(m->q, e, MOQ_KIND_MOE, NULL, 0, &res, err));
+    moq_moe_opts mo = moq_moe_opts_default();
+    if (moq_moe_format_from_method(res.method, &mo.format, err) != MOQ_OK)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, e, "resolved to %s (rule %s), which is not an expert method", res.method, res.rule);
+    mo.act = MOQ_MOE_ACT_SILU;
+    mo.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
+    mo.routing.top_k = (int)m->topk;
+    mo.routing.renormalize = m->norm_topk;
+    mo.num_experts = m->E;
+    mo.router = "gate";
+    mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
+    mo.n_threads = lo->n_threads;
+    mo.cpu_mask = lo->cpu_mask;
+    ly->moe_fmt = mo.format;
+    const double t0 = now_s();
+    const moq_status st = moq_moe_create(&ly->moe, m->ckpt, p, &mo, err);
+    m->blobs.pack_s += now_s() - t0;
+    return st;
 }
 
 static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
@@ -299,12 +298,11 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I > m->Ie ? m->I : m->Ie, E = m->E ? m->E : 1, k = m->topk ? m->topk : 1;
+    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I;
     struct { float **p; int64_t n; } bufs[] = {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
-        {&m->rl, C * E}, {&m->rw, C * k}, {&m->xg, C * m->H}, {&m->acc, C * m->H}, {(float **)&m->rsel, C * k},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
@@ -314,16 +312,13 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->router};
-        for (int i = 0; i < 5; i++) {
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
+        for (int i = 0; i < 4; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
-        for (int64_t e = 0; ly->egu && e < m->E; e++) {
-            size_t s = moq_linear_workspace_size(ly->egu[e].lin, C), s2 = moq_linear_workspace_size(ly->edown[e].lin, C);
-            if (s > ws) ws = s;
-            if (s2 > ws) ws = s2;
-        }
+        const size_t sm = ly->moe ? moq_moe_workspace_size(ly->moe, C) : 0;
+        if (sm > ws) ws = sm;
     }
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
@@ -360,7 +355,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         if (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1)
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
                             (long long)m->E, (long long)m->topk, (long long)m->Ie);
-        if (!m->I) m->I = m->Ie;
+        m->I = 1; /* the dense MLP buffers are unused */
     }
     if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->I < 1 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
@@ -451,11 +446,7 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].o);
         moq_layers_close_linear(&m->layers[l].gate_up);
         moq_layers_close_linear(&m->layers[l].down);
-        moq_layers_close_linear(&m->layers[l].router);
-        for (int64_t e = 0; m->layers[l].egu && e < m->E; e++) {
-            moq_layers_close_linear(&m->layers[l].egu[e]);
-            moq_layers_close_linear(&m->layers[l].edown[e]);
-        }
+        moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
     moq_layers_close_linear(&m->lm_head_own);
@@ -519,52 +510,10 @@ static void swiglu(const float *gu, int64_t M, int64_t I, float *act) {
         }
 }
 
-/* Routed experts on h [M, H], added into x: softmax over the router logits (f32), top-k (ties to
- * the lower expert id), optional renormalization of the k weights; each expert runs once on the
- * rows routed to it (gathered), results scattered back weighted, summed in expert order. */
+/* Routed experts on h [M, H] (src/moe: router, top-k, each expert once over its tokens), added into x. */
 static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
-    const int64_t H = m->H, E = m->E, k = m->topk, Ie = m->Ie;
-    MOQ_TRY(run_linear(m, &ly->router, m->h, M, m->rl, err));
-    for (int64_t i = 0; i < M; i++) {
-        float *r = m->rl + i * E, mx = -INFINITY, sum = 0;
-        for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, r[e]);
-        for (int64_t e = 0; e < E; e++) sum += (r[e] = expf(r[e] - mx));
-        for (int64_t e = 0; e < E; e++) r[e] /= sum;
-        float wsum = 0;
-        for (int64_t j = 0; j < k; j++) {
-            int64_t b = -1;
-            for (int64_t e = 0; e < E; e++) {
-                bool taken = false;
-                for (int64_t t = 0; t < j; t++) taken |= m->rsel[i * k + t] == e;
-                if (!taken && (b < 0 || r[e] > r[b])) b = e;
-            }
-            m->rsel[i * k + j] = (int32_t)b;
-            m->rw[i * k + j] = r[b];
-            wsum += r[b];
-        }
-        if (m->norm_topk)
-            for (int64_t j = 0; j < k; j++) m->rw[i * k + j] /= wsum;
-    }
-    memset(m->acc, 0, (size_t)(M * H) * sizeof(float));
-    int64_t rows[MOQ_MODEL_CHUNK];
-    float wts[MOQ_MODEL_CHUNK];
-    for (int64_t e = 0; e < E; e++) {
-        int64_t n = 0;
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < k; j++)
-                if (m->rsel[i * k + j] == e) {
-                    rows[n] = i, wts[n] = m->rw[i * k + j];
-                    memcpy(m->xg + n * H, m->h + i * H, (size_t)H * sizeof(float));
-                    n++;
-                }
-        if (!n) continue;
-        MOQ_TRY(run_linear(m, &ly->egu[e], m->xg, n, m->gu, err));
-        swiglu(m->gu, n, Ie, m->act);
-        MOQ_TRY(run_linear(m, &ly->edown[e], m->act, n, m->tmp, err));
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t c = 0; c < H; c++) m->acc[rows[r] * H + c] += wts[r] * m->tmp[r * H + c];
-    }
-    for (int64_t c = 0; c < M * H; c++) m->x[c] += m->acc[c];
+    MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, NULL, m->tmp, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    for (int64_t c = 0; c < M * m->H; c++) m->x[c] += m->tmp[c];
     return MOQ_OK;
 }
 
@@ -662,7 +611,7 @@ uint64_t moq_model_decode_bytes(const moq_model *m) {
         const layer *ly = &m->layers[l];
         b += weight_bytes(&ly->qkv.w) + weight_bytes(&ly->o.w) + weight_bytes(&ly->gate_up.w) + weight_bytes(&ly->down.w);
         /* MoE: the router and the k experts a token is routed to (all experts are the same size) */
-        if (ly->egu) b += weight_bytes(&ly->router.w) + (uint64_t)m->topk * (weight_bytes(&ly->egu[0].w) + weight_bytes(&ly->edown[0].w));
+        if (ly->moe) b += (uint64_t)(m->E * m->H) * 2 + (uint64_t)m->topk * moq_moe_expert_bytes(ly->moe_fmt, m->H, m->Ie);
     }
     return b;
 }
