@@ -1,7 +1,8 @@
 /* test_model.c — the model runner (src/model/) end to end on tiny generated checkpoints.
  *
  * Each case writes a 2-layer decoder (H 256, 4 heads of 64, 2 KV heads, I 256, V 128; dims that
- * every scheme accepts, FP8_PB_WO's 128-row shards included) with deterministic random bf16
+ * every scheme accepts, FP8_PB_WO's 128-row shards included; MoE cases: 4 experts of I 128, top 2,
+ * softmax routing with or without renormalization) with deterministic random bf16
  * weights, exported per format with quant/export_ref.c (ModelOpt's exporter, tested on its own in
  * tests/quant/) through moq_writer. The oracle is a naive fp64 forward written here: it decodes
  * the checkpoint codes with its own e4m3/e2m1/e8m0 formulas (NUMERICS §1), quantizes activations
