@@ -83,7 +83,7 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
         return 0;
     }
     case 'V':
-        if (strcmp(arg, "f32") && strcmp(arg, "bf16")) return cli_usage_error(cmd, "--kv-cache %s, expected f32 or bf16", arg);
+        if (strcmp(arg, "f32") != 0 && strcmp(arg, "bf16") != 0) return cli_usage_error(cmd, "--kv-cache %s, expected f32 or bf16", arg);
         o->kv_elem = strcmp(arg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
         return 0;
     case 'P': {

@@ -43,20 +43,20 @@
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. */
 typedef struct arch_row {
     const char *name;
-    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
     const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
+    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
     bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    qk_norm moe block            norm_topk */
-    {"LlamaForCausalLM",       false,  NULL,               false},
-    {"MistralForCausalLM",     false,  NULL,               false},
-    {"Qwen2ForCausalLM",       false,  NULL,               false},
-    {"Qwen3ForCausalLM",       true,   NULL,               false},
-    {"Qwen3MoeForCausalLM",    true,   "mlp",              false},
-    {"MixtralForCausalLM",     false,  "block_sparse_moe", true},
+    /* name                    moe block           qk_norm norm_topk */
+    {"LlamaForCausalLM",       NULL,               false,  false},
+    {"MistralForCausalLM",     NULL,               false,  false},
+    {"Qwen2ForCausalLM",       NULL,               false,  false},
+    {"Qwen3ForCausalLM",       NULL,               true,   false},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
