@@ -240,7 +240,7 @@ typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; 
  * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
  * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
  * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
- * Qwen2 pattern, Digits, an NFC normalizer (input that NFC would change is refused at encode).
+ * Qwen2 pattern, Digits, an NFC normalizer.
  * Anything else is MOQ_ERR_UNSUPPORTED naming the key; a malformed file is MOQ_ERR_FORMAT or
  * MOQ_ERR_CONFIG naming "tokenizer.json" and the key. On failure *out is NULL. */
 MOQ_API moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err);
@@ -270,7 +270,8 @@ enum {
     MOQ_ENCODE_SPECIAL_AS_TEXT = 1u << 1, /* special tokens in the text are plain text (for user
                                              input), as Hugging Face's encode_special_tokens      */
 };
-/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes) into
+/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes; with an
+ * NFC normalizer the text is normalized first, so decoding gives NFC(text)) into
  * ids[0..cap). *n_ids receives the number of ids the whole text needs, also when cap is too small;
  * then the first cap ids are written and MOQ_ERR_NOMEM says so. Allocates scratch of about
  * 40 bytes per input byte. Thread-safe (t is not modified). */
