@@ -204,30 +204,6 @@ MOQ_API bool        moq_checkpoint_metadata_at(const moq_checkpoint *c, int shar
 MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
 MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
 
-/* ---- checkpoint writer ----------------------------------------------------------------------- */
-/* Writes a Hugging Face checkpoint directory: safetensors shards (+ index when more than one) and
- * JSON side files. Tensor data is borrowed until moq_writer_finish. Files are written to
- * temporary names and renamed only when all of them are complete: a failure leaves no partial
- * file behind. Not thread-safe. */
-typedef struct moq_writer moq_writer;
-
-MOQ_API moq_status moq_writer_create(moq_writer **out, const char *dir, moq_error *err);
-MOQ_API void       moq_writer_free(moq_writer *w);
-/* Adds a tensor; shape has ndim entries (0 = scalar). nbytes must match shape × dtype. */
-MOQ_API moq_status moq_writer_add(moq_writer *w, const char *name, moq_dtype dtype, int ndim,
-                                  const int64_t *shape, const void *data, uint64_t nbytes,
-                                  moq_error *err);
-/* Adds a __metadata__ entry (written into every shard). */
-MOQ_API moq_status moq_writer_metadata(moq_writer *w, const char *key, const char *value,
-                                       moq_error *err);
-/* Adds a side file (config.json, hf_quant_config.json, tokenizer.json, ...) with the given text. */
-MOQ_API moq_status moq_writer_file(moq_writer *w, const char *name, const char *text,
-                                   moq_error *err);
-/* Writes everything. n_shards >= 1: tensors are split in insertion order into n_shards files of
- * about equal size, named model-0000i-of-0000n.safetensors, with model.safetensors.index.json;
- * n_shards == 1 writes model.safetensors. */
-MOQ_API moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err);
-
 /* ---- tokenizer and sampling ------------------------------------------------------------------ */
 /* Byte-level BPE tokenizers from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2, SmolLM2
  * families), chat formatting without a template engine, and token sampling (src/model/). */
@@ -353,6 +329,30 @@ MOQ_API size_t     moq_sampler_scratch_size(size_t n);
  * Never allocates. */
 MOQ_API moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch,
                                       size_t scratch_size, int32_t *id, moq_error *err);
+
+/* ---- checkpoint writer ----------------------------------------------------------------------- */
+/* Writes a Hugging Face checkpoint directory: safetensors shards (+ index when more than one) and
+ * JSON side files. Tensor data is borrowed until moq_writer_finish. Files are written to
+ * temporary names and renamed only when all of them are complete: a failure leaves no partial
+ * file behind. Not thread-safe. */
+typedef struct moq_writer moq_writer;
+
+MOQ_API moq_status moq_writer_create(moq_writer **out, const char *dir, moq_error *err);
+MOQ_API void       moq_writer_free(moq_writer *w);
+/* Adds a tensor; shape has ndim entries (0 = scalar). nbytes must match shape × dtype. */
+MOQ_API moq_status moq_writer_add(moq_writer *w, const char *name, moq_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data, uint64_t nbytes,
+                                  moq_error *err);
+/* Adds a __metadata__ entry (written into every shard). */
+MOQ_API moq_status moq_writer_metadata(moq_writer *w, const char *key, const char *value,
+                                       moq_error *err);
+/* Adds a side file (config.json, hf_quant_config.json, tokenizer.json, ...) with the given text. */
+MOQ_API moq_status moq_writer_file(moq_writer *w, const char *name, const char *text,
+                                   moq_error *err);
+/* Writes everything. n_shards >= 1: tensors are split in insertion order into n_shards files of
+ * about equal size, named model-0000i-of-0000n.safetensors, with model.safetensors.index.json;
+ * n_shards == 1 writes model.safetensors. */
+MOQ_API moq_status moq_writer_finish(moq_writer *w, int n_shards, moq_error *err);
 
 #ifdef __cplusplus
 }

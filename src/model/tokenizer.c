@@ -16,12 +16,13 @@
  *   1. added tokens with normalized=false are cut out of the text, leftmost-longest match first;
  *   2. NFC (if declared; see below), then added tokens with normalized=true are cut out of the rest;
  *   3. each pre-tokenizer step splits each piece (the Split regexes are matched by hand: one
- *      function per pattern, see pretok_*);
+ *      function per pattern, match_gpt2 / match_llama3, written from the regex text);
  *   4. each piece's bytes become byte-level symbols and are merged lowest rank first, leftmost
  *      first on equal ranks (a binary heap: O(n log n) per piece); with ignore_merges a piece that
  *      is itself in the vocabulary is emitted whole first.
  * Bytes that are not valid UTF-8 are classed "other" one byte at a time and encoded as bytes, so
- * decode(encode(x)) == x for every byte string x when the text has no added-token content.
+ * decode(encode(x)) == x for every byte string x (without NFC; added tokens decode to their own
+ * text unless it holds byte-level symbols such as 'Ġ', which the ByteLevel decoder maps to bytes).
  *
  * NFC: the quick check (UAX #15 §9) passes most text unchanged without copying it; otherwise the
  * text is decomposed (tables + Hangul arithmetic), reordered by combining class and composed
