@@ -146,8 +146,9 @@ static void test_golden_encodings(void **state) {
          * reference gives the input back (not so with bos added, or when NFC changed the text) */
         size_t dl, ll;
         uint8_t *dec = decode_all(t, ids, n_got, &dl);
-        uint8_t *ref;
-        size_t rl = unhex(cJSON_GetObjectItem(r, "decoded_hex")->valuestring, &ref);
+        uint8_t *ref; /* the reference decode; absent when it is the text itself */
+        const cJSON *dh = cJSON_GetObjectItem(r, "decoded_hex");
+        size_t rl = unhex(dh ? dh->valuestring : cJSON_GetObjectItem(r, "text_hex")->valuestring, &ref);
         if (rl == len && memcmp(ref, text, len) == 0) {
             assert_int_equal(dl, len);
             assert_memory_equal(dec, text, len);
@@ -162,7 +163,7 @@ static void test_golden_encodings(void **state) {
     }
     assert_true(n_rows > 100);
     assert_true(n_round > 100);
-    assert_int_equal(n_changed, 60); /* 49 rows with the bos added (llama3) + 11 changed by NFC (qwen2) */
+    assert_int_equal(n_changed, 63); /* 50 rows with the bos added (llama3) + 13 changed by NFC (qwen2) */
     for (size_t s = 0; s < N_STYLES; s++) moq_tokenizer_free(toks[s]);
     cJSON_Delete(j);
 }
