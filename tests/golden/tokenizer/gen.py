@@ -84,6 +84,22 @@ TEMPLATES = {
                 "{% endif %}"),
 }
 
+# Templates of other models whose rendering moq must reproduce from the template text alone
+# (Qwen2.5: default system prompt inside a template with a tool-calling branch; written out from the
+# published tokenizer_config.json, with the tool branch shortened).
+EXTRA_TEMPLATES = {
+    "qwen2.5": ("{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+                "        {{- messages[0]['content'] }}\n    {%- else %}\n"
+                "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n"
+                "    {{- '<|im_end|>\\n' }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+                "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+                "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+                "    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n"
+                "    {%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or (message.role == 'assistant') %}\n"
+                "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+                "    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"),
+}
+
 CASES = [
     "", " ", "  ", "\n", "a", "Hello world", "Hello world!",
     "I'M here, you're THERE; we'll've 'tis it's IT'S 'Re 'rE",
@@ -253,6 +269,14 @@ def main():
                                     eos_token=spec["eos"])
                     out["chat"].append({"tokenizer": style, "messages": msgs, "add_generation_prompt": gen,
                                         "text": text, "ids": tok.encode(text, add_special_tokens=False).ids})
+    out["chat_extra"] = []
+    for name, tmpl in EXTRA_TEMPLATES.items():
+        t = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(tmpl)
+        for msgs in CHATS:
+            for gen in (False, True):
+                out["chat_extra"].append({"template": name, "config": json.dumps({"chat_template": tmpl}),
+                                          "messages": msgs, "add_generation_prompt": gen,
+                                          "text": t.render(messages=msgs, add_generation_prompt=gen, tools=None)})
     for b in LOSSY:
         out["lossy"].append({"in_hex": b.hex(), "out_hex": b.decode("utf-8", errors="replace").encode().hex()})
     with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:  # one row per line
