@@ -17,8 +17,12 @@ moq_status moq_fail(moq_error *err, moq_status code, const char *where, const ch
 
 /* Evaluates to `code` itself (not moq_fail's return) so static analyzers see which status a path
  * returns; `code` must be a constant or a side-effect-free expression. */
+static inline moq_status moq_fail_code(moq_status code, moq_status filled) {
+    (void)filled;
+    return code;
+}
 #define MOQ_FAIL(err, code, where, ...) \
-    ((void)moq_fail((err), (code), (where), __FILE__, __LINE__, __VA_ARGS__), (code))
+    moq_fail_code((code), moq_fail((err), (code), (where), __FILE__, __LINE__, __VA_ARGS__))
 #define MOQ_TRY(expr)                      \
     do {                                   \
         moq_status moq_try_st_ = (expr);   \
