@@ -40,5 +40,10 @@ int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+/* `moq bench moe` (cmd_bench_moe.c), reached through cmd_bench. */
+int  cmd_bench_moe(int argc, char **argv);
+void cmd_bench_moe_help(FILE *out);
+/* DRAM read bandwidth in GB/s: threads sum a 1 GiB buffer, best of 3 (cmd_bench.c). */
+double dram_read_gbs(int threads);
 
 #endif
