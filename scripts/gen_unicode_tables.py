@@ -16,6 +16,8 @@ hold the nonzero canonical combining classes. A string in which no char is in NF
 nonzero classes never decrease is already NFC. NFC_QC is computed conservatively: every second
 element of a two-code-point canonical decomposition counts (composition exclusions included),
 plus the Hangul vowel and trailing jamo.
+NFD table: the full canonical decomposition of every code point that has one (Hangul syllables are
+computed). NFC compose table: (first, second) -> primary composite, for composition (UAX #15 §1.3).
 """
 import sys
 import unicodedata
@@ -86,7 +88,41 @@ def main():
     w("const moq_urange moq_ccc_ranges[] = {\n")
     for lo, hi, c in ccc:
         w("    {0x%05X, 0x%05X, %d},\n" % (lo, hi, c))
-    w("};\nconst size_t moq_ccc_range_count = sizeof moq_ccc_ranges / sizeof moq_ccc_ranges[0];\n")
+    w("};\nconst size_t moq_ccc_range_count = sizeof moq_ccc_ranges / sizeof moq_ccc_ranges[0];\n\n")
+
+    # Full canonical decompositions (Hangul syllables excluded: algorithmic), as offsets into a pool.
+    decomp, pool = [], []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF or 0xAC00 <= cp <= 0xD7A3:
+            continue
+        d = unicodedata.normalize("NFD", chr(cp))
+        if d != chr(cp):
+            decomp.append((cp, len(pool), len(d)))
+            pool.extend(ord(x) for x in d)
+    w("const uint32_t moq_nfd_pool[] = {\n")
+    for i in range(0, len(pool), 10):
+        w("    " + ", ".join("0x%05X" % v for v in pool[i:i + 10]) + ",\n")
+    w("};\nconst moq_udecomp moq_nfd_table[] = {\n")
+    for cp, off, n in decomp:
+        w("    {0x%05X, %d, %d},\n" % (cp, off, n))
+    w("};\nconst size_t moq_nfd_count = sizeof moq_nfd_table / sizeof moq_nfd_table[0];\n\n")
+
+    # Primary composites: two-code-point canonical decompositions whose character NFC keeps
+    # (this leaves out composition exclusions and non-starter decompositions), sorted by pair.
+    comp = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<"):
+            parts = [int(x, 16) for x in d.split()]
+            if len(parts) == 2 and unicodedata.normalize("NFC", chr(cp)) == chr(cp):
+                comp.append((parts[0], parts[1], cp))
+    comp.sort()
+    w("const moq_ucompose moq_nfc_compose[] = {\n")
+    for a, b, c in comp:
+        w("    {0x%05X, 0x%05X, 0x%05X},\n" % (a, b, c))
+    w("};\nconst size_t moq_nfc_compose_count = sizeof moq_nfc_compose / sizeof moq_nfc_compose[0];\n")
 
 if __name__ == "__main__":
     main()

@@ -27,6 +27,8 @@ int  cmd_inspect(int argc, char **argv);
 void cmd_inspect_help(FILE *out);
 int  cmd_synth(int argc, char **argv);
 void cmd_synth_help(FILE *out);
+int  cmd_tokenize(int argc, char **argv);
+void cmd_tokenize_help(FILE *out);
 int  cmd_errors(int argc, char **argv);
 void cmd_errors_help(FILE *out);
 /* quantization config, resolution and checks (tests/config) */
@@ -38,8 +40,6 @@ int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
-int  cmd_tokenize(int argc, char **argv);
-void cmd_tokenize_help(FILE *out);
 /* models: run, eval, bench model (src/cli/cmd_run.c, cmd_eval.c, cmd_bench_model.c) */
 int  cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);

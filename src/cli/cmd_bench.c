@@ -121,7 +121,7 @@ static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); 
 void cmd_bench_help(FILE *out) {
     fprintf(out,
             "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
-            "Measures one quantized linear layer y = x·Wᵀ (x f32 [M, K], random weights of format A):\n"
+            "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
             "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_row | fp8_blk128 | mxfp8 | bf16 | f16 | f32\n"

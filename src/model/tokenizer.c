@@ -6,7 +6,7 @@
  *                   "ignore_merges": bool, dropout/unk_token/continuing_subword_prefix/
  *                   end_of_word_suffix null, byte_fallback false}
  *   added_tokens   [{"id", "content", "special", "normalized", lstrip/rstrip/single_word false}]
- *   normalizer     null | {"type": "NFC"}      (NFC: input NFC would change is refused, see below)
+ *   normalizer     null | {"type": "NFC"}
  *   pre_tokenizer  ByteLevel | Sequence of Split(pattern row in k_patterns, "Isolated"),
  *                  Digits, and exactly one ByteLevel (add_prefix_space false)
  *   decoder        ByteLevel
@@ -14,17 +14,19 @@
  *
  * Encoding follows the `tokenizers` library step by step:
  *   1. added tokens with normalized=false are cut out of the text, leftmost-longest match first;
- *   2. NFC (if declared), then added tokens with normalized=true are cut out of the rest;
+ *   2. NFC (if declared; see below), then added tokens with normalized=true are cut out of the rest;
  *   3. each pre-tokenizer step splits each piece (the Split regexes are matched by hand: one
- *      function per pattern, see pretok_*);
+ *      function per pattern, match_gpt2 / match_llama3, written from the regex text);
  *   4. each piece's bytes become byte-level symbols and are merged lowest rank first, leftmost
  *      first on equal ranks (a binary heap: O(n log n) per piece); with ignore_merges a piece that
  *      is itself in the vocabulary is emitted whole first.
  * Bytes that are not valid UTF-8 are classed "other" one byte at a time and encoded as bytes, so
- * decode(encode(x)) == x for every byte string x when the text has no added-token content.
+ * decode(encode(x)) == x for every byte string x (without NFC; added tokens decode to their own
+ * text unless it holds byte-level symbols such as 'Ġ', which the ByteLevel decoder maps to bytes).
  *
- * NFC: moq does not compose characters. It runs the NFC quick check (UAX #15 §9) with the tables
- * in unicode_tables.c and refuses (MOQ_ERR_UNSUPPORTED) text the check cannot prove unchanged.
+ * NFC: the quick check (UAX #15 §9) passes most text unchanged without copying it; otherwise the
+ * text is decomposed (tables + Hangul arithmetic), reordered by combining class and composed
+ * (UAX #15 §1.3), with the tables in unicode_tables.c. Then decode(encode(x)) == NFC(x).
  *
  * Byte-level mapping (GPT-2): bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF are the code points of the same
  * value; the other 68 bytes, in increasing order, are U+0100, U+0101, ... (space = U+0120 'Ġ').
@@ -176,6 +178,127 @@ static uint32_t nfc_quick_check(const uint8_t *s, size_t n) {
     return 0;
 }
 
+static size_t utf8_put(uint32_t cp, char *out) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
+}
+
+/* ---- NFC (UAX #15): decompose, reorder, compose ------------------------------------------------- */
+
+#define INVALID_MARK 0x80000000u /* a byte that is not valid UTF-8, kept as itself */
+enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7,
+       L_COUNT = 19, V_COUNT = 21, T_COUNT = 28, N_COUNT = V_COUNT * T_COUNT, S_COUNT = L_COUNT * N_COUNT };
+
+static uint8_t ccc_of(uint32_t cp) {
+    if (cp < 0x300 || (cp & INVALID_MARK)) return 0;
+    int k = range_find(moq_ccc_ranges, moq_ccc_range_count, cp);
+    return k < 0 ? 0 : moq_ccc_ranges[k].cls;
+}
+
+static uint32_t compose_pair(uint32_t a, uint32_t b) {
+    if (a - L_BASE < L_COUNT && b - V_BASE < V_COUNT) return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
+    if (a - S_BASE < S_COUNT && (a - S_BASE) % T_COUNT == 0 && b - T_BASE - 1 < T_COUNT - 1) return a + (b - T_BASE);
+    size_t lo = 0, hi = moq_nfc_compose_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const moq_ucompose *e = &moq_nfc_compose[mid];
+        if (e->first < a || (e->first == a && e->second < b)) lo = mid + 1;
+        else if (e->first == a && e->second == b) return e->composite;
+        else hi = mid;
+    }
+    return 0;
+}
+
+/* Appends the full canonical decomposition of cp to out; returns the count (<= 4). */
+static size_t decompose(uint32_t cp, uint32_t *out) {
+    if (cp - S_BASE < S_COUNT) {
+        uint32_t si = cp - S_BASE, t = si % T_COUNT;
+        out[0] = L_BASE + si / N_COUNT;
+        out[1] = V_BASE + (si % N_COUNT) / T_COUNT;
+        if (!t) return 2;
+        out[2] = T_BASE + t;
+        return 3;
+    }
+    if (cp >= 0xC0 && !(cp & INVALID_MARK)) {
+        size_t lo = 0, hi = moq_nfd_count;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (moq_nfd_table[mid].cp < cp) lo = mid + 1;
+            else if (moq_nfd_table[mid].cp > cp) hi = mid;
+            else {
+                const moq_udecomp *d = &moq_nfd_table[mid];
+                memcpy(out, moq_nfd_pool + d->off, d->len * sizeof *out);
+                return d->len;
+            }
+        }
+    }
+    out[0] = cp;
+    return 1;
+}
+
+/* NFC of s[0..n) into a malloc'd *out. Bytes that are not valid UTF-8 pass through unchanged and
+ * act as starters that compose with nothing. */
+static moq_status nfc_normalize(const uint8_t *s, size_t n, uint8_t **out, size_t *out_len, moq_error *err) {
+    *out = NULL;
+    uint32_t *cp = malloc(n * 4 * sizeof *cp), *tmp = malloc(n * 4 * sizeof *tmp);
+    uint8_t *o = malloc(n * 16 + 1);
+    if (!cp || !tmp || !o) {
+        free(cp); free(tmp); free(o);
+        (void)MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for NFC of %zu bytes", n);
+        return MOQ_ERR_NOMEM;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        size_t l = moq_utf8_next(s, n, i, &c);
+        if (c == MOQ_UTF8_INVALID) cp[m++] = INVALID_MARK | s[i];
+        else m += decompose(c, cp + m);
+        i += l;
+    }
+    /* canonical ordering: stable sort of each run of non-starters by combining class */
+    for (size_t a = 0; a < m;) {
+        if (!ccc_of(cp[a])) { a++; continue; }
+        size_t b = a;
+        while (b < m && ccc_of(cp[b])) b++;
+        size_t count[257] = {0};
+        for (size_t i = a; i < b; i++) count[ccc_of(cp[i]) + 1]++;
+        for (int k = 0; k < 256; k++) count[k + 1] += count[k];
+        for (size_t i = a; i < b; i++) tmp[count[ccc_of(cp[i])]++] = cp[i];
+        memcpy(cp + a, tmp, (b - a) * sizeof *cp);
+        a = b;
+    }
+    /* composition: each char joins the last starter unless a char of equal or higher class
+     * (or a starter) stands between them */
+    size_t w = 0, starter = SIZE_MAX;
+    int last = 0;
+    for (size_t i = 0; i < m; i++) {
+        uint32_t c = cp[i];
+        int cc = ccc_of(c);
+        if (starter != SIZE_MAX && (last < cc || (last == 0 && w == starter + 1))) {
+            uint32_t comp = compose_pair(cp[starter], c);
+            if (comp) { cp[starter] = comp; continue; }
+        }
+        if (cc == 0) { starter = w; last = 0; }
+        else last = cc;
+        cp[w++] = c;
+    }
+    size_t ol = 0;
+    for (size_t i = 0; i < w; i++) {
+        if (cp[i] & INVALID_MARK) o[ol++] = (uint8_t)cp[i];
+        else ol += utf8_put(cp[i], (char *)o + ol);
+    }
+    free(cp); free(tmp);
+    *out = o;
+    *out_len = ol;
+    return MOQ_OK;
+}
+
 /* ---- byte-level mapping ------------------------------------------------------------------------- */
 
 static bool byte_is_self(unsigned b) {
@@ -212,17 +335,6 @@ static size_t byte_level_decode(const char *s, size_t n, uint8_t *out) {
         out[k++] = (uint8_t)b;
     }
     return k;
-}
-
-static size_t utf8_put(uint32_t cp, char *out) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
 }
 
 /* ---- hash tables -------------------------------------------------------------------------------- */
@@ -722,11 +834,14 @@ static moq_status open_json(moq_tokenizer **out, const char *json, size_t len, m
     MOQ_TRY(moq_json_parse(&root, json, len, TOK_FILE, err));
     moq_tokenizer *t = calloc(1, sizeof *t);
     moq_strmap vmap = {0};
-    moq_status st = t ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
-    if (st == MOQ_OK) {
-        t->bos = -1;
-        if (!cJSON_IsObject(root)) st = MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "top level is %s, expected an object", moq_json_type(root));
+    if (!t) {
+        cJSON_Delete(root);
+        (void)MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+        return MOQ_ERR_NOMEM; /* spelled out: the analyzer cannot see that MOQ_FAIL returns its code */
     }
+    t->bos = -1;
+    moq_status st = MOQ_OK;
+    if (!cJSON_IsObject(root)) st = MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "top level is %s, expected an object", moq_json_type(root));
     if (st == MOQ_OK) st = parse_model(t, root, &vmap, err);
     if (st == MOQ_OK) st = parse_normalizer(t, root, err);
     if (st == MOQ_OK) st = parse_pretok(t, root, err);
@@ -805,8 +920,8 @@ moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *
     if (st == MOQ_OK && t->chat.format == MOQ_CHAT_NONE) st = read_side(dir, "chat_template.jinja", &text, &len, err);
     if (st == MOQ_OK && t->chat.format == MOQ_CHAT_NONE && text) {
         const char *bos = NULL;
-        const uint8_t *b;
-        size_t bl;
+        const uint8_t *b = NULL;
+        size_t bl = 0;
         char bos_text[64] = "";
         if (t->bos >= 0 && moq_tokenizer_decode_token(t, t->bos, &b, &bl, NULL) == MOQ_OK && bl < sizeof bos_text) {
             memcpy(bos_text, b, bl);
@@ -988,6 +1103,8 @@ typedef struct enc_ctx {
     uint32_t flags;
     int32_t *ids;
     size_t   cap, n;
+    void    *mem;               /* the scratch below, for pieces of up to mem_len bytes */
+    size_t   mem_len;
     int32_t *sym, *prev, *next; /* [len] BPE symbols of the current piece */
     uint64_t *heap;             /* [3 len] (rank << 32 | pos), min-heap    */
     moq_error *err;
@@ -1073,23 +1190,46 @@ static void pretok(enc_ctx *c, int step, const uint8_t *s, size_t n) {
     }
 }
 
-/* Cuts added tokens out of s (pass 0: normalized=false ones, pass 1: normalized=true ones),
- * leftmost-longest, and passes the text between them on. */
+/* Makes the BPE scratch hold pieces of n bytes. */
+static moq_status scratch_reserve(enc_ctx *c, size_t n) {
+    if (n <= c->mem_len) return MOQ_OK;
+    void *mem = malloc(n * (3 * sizeof(int32_t) + 3 * sizeof(uint64_t)));
+    if (!mem) return MOQ_FAIL(c->err, MOQ_ERR_NOMEM, "", "out of memory for encoding %zu bytes", n);
+    free(c->mem);
+    c->mem = mem;
+    c->mem_len = n;
+    c->heap = mem;
+    c->sym = (int32_t *)(c->heap + 3 * n);
+    c->prev = c->sym + n;
+    c->next = c->prev + n;
+    return MOQ_OK;
+}
+
+static moq_status split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n);
+
+/* NFC of a segment (when the quick check cannot prove it unchanged), then pass 1 on the result. */
+static moq_status split_normalized(enc_ctx *c, const uint8_t *s, size_t n) {
+    uint8_t *norm;
+    size_t nl;
+    MOQ_TRY(nfc_normalize(s, n, &norm, &nl, c->err));
+    moq_status st = scratch_reserve(c, nl);
+    if (st == MOQ_OK) st = split_added(c, 2, norm, nl);
+    free(norm);
+    return st;
+}
+
+/* Cuts added tokens out of s (pass 0: normalized=false ones; pass 1: normalized=true ones, after
+ * NFC when the tokenizer declares it; pass 2: pass 1 on text already normalized), leftmost-longest,
+ * and passes the text between them on. */
 static moq_status split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n) {
     const moq_tokenizer *t = c->t;
-    if (pass == 1 && t->nfc) {
-        uint32_t bad = nfc_quick_check(s, n);
-        if (bad)
-            return MOQ_FAIL(c->err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
-                            "normalizer NFC: the text has U+%04X, which NFC may change; moq does not implement NFC composition "
-                            "(normalize the text to NFC first)", bad);
-    }
+    if (pass == 1 && t->nfc && nfc_quick_check(s, n)) return split_normalized(c, s, n);
     size_t start = 0;
     for (size_t i = 0; i < n; i++) {
         const added_tok *best = NULL;
         for (uint32_t k = t->added_first[s[i]]; k < t->added_first[s[i] + 1]; k++) {
             const added_tok *a = &t->added[t->added_by_first[k]];
-            if (a->normalized != (pass == 1)) continue;
+            if (a->normalized != (pass >= 1)) continue;
             if (a->special && (c->flags & MOQ_ENCODE_SPECIAL_AS_TEXT)) continue;
             if (a->len <= n - i && (!best || a->len > best->len) && memcmp(t->pool + a->off, s + i, a->len) == 0) best = a;
         }
@@ -1121,14 +1261,9 @@ moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t
         for (int i = 0; i < t->n_prefix; i++) emit(&c, t->prefix[i]);
     moq_status st = MOQ_OK;
     if (len) {
-        void *mem = malloc(len * (3 * sizeof(int32_t) + 3 * sizeof(uint64_t)));
-        if (!mem) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for encoding %zu bytes", len);
-        c.heap = mem;
-        c.sym = (int32_t *)(c.heap + 3 * len);
-        c.prev = c.sym + len;
-        c.next = c.prev + len;
-        st = split_added(&c, 0, (const uint8_t *)text, len);
-        free(mem);
+        st = scratch_reserve(&c, len);
+        if (st == MOQ_OK) st = split_added(&c, 0, (const uint8_t *)text, len);
+        free(c.mem);
     }
     if (st != MOQ_OK) return st;
     if (flags & MOQ_ENCODE_ADD_SPECIAL)

@@ -23,6 +23,9 @@ typedef struct moq_urange {
     uint8_t  cls;       /* moq_ucls; MOQ_UCLS_OTHER in the NFC table; the class in the CCC table */
 } moq_urange;
 
+typedef struct moq_udecomp { uint32_t cp; uint16_t off, len; } moq_udecomp; /* moq_nfd_pool[off..off+len) */
+typedef struct moq_ucompose { uint32_t first, second, composite; } moq_ucompose;
+
 extern const char       moq_unicode_version[];
 extern const moq_urange moq_uclass_ranges[];
 extern const size_t     moq_uclass_range_count;
@@ -30,5 +33,10 @@ extern const moq_urange moq_nfc_unsafe_ranges[];
 extern const size_t     moq_nfc_unsafe_range_count;   /* NFC_Quick_Check != Yes (conservative)  */
 extern const moq_urange moq_ccc_ranges[];
 extern const size_t     moq_ccc_range_count;          /* nonzero canonical combining classes   */
+extern const uint32_t   moq_nfd_pool[];
+extern const moq_udecomp moq_nfd_table[];
+extern const size_t     moq_nfd_count;                /* sorted by cp; Hangul not included     */
+extern const moq_ucompose moq_nfc_compose[];
+extern const size_t     moq_nfc_compose_count;        /* sorted by (first, second)             */
 
 #endif

@@ -15,6 +15,7 @@
 #include "../kernels/klin.h"
 #include "quant/export_ref.h"
 #include "tmoe_ref.h"
+#include "format/format.h"
 
 #define PREFIX "model.layers.0.mlp"
 
@@ -23,6 +24,7 @@ typedef struct tproj {        /* one projection as written: codes and scales (co
     uint8_t *q;               /* bytes as stored                                      */
     void    *s;               /* e4m3 / e8m0 codes, or f32 block scales                */
     float    ws, in;          /* weight_scale / weight_scale_2, input_scale            */
+    moq_dtype dt;             /* unquantized: the dtype written                        */
 } tproj;
 
 typedef struct tmoe {
@@ -34,6 +36,8 @@ typedef struct tmoe {
     float          corr[32];  /* selection bias                                        */
     char          *dir;
 } tmoe;
+
+static moq_dtype g_unq_dtype = MOQ_DT_BF16; /* dtype of unquantized experts written */
 
 static const char *const proj_names[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
 
@@ -67,13 +71,24 @@ static void write_proj(moq_writer *w, bufs *b, tmoe *t, tproj *pr, const char *b
     const size_t nk = (size_t)(N * K);
     snprintf(nm, sizeof nm, "%s.weight", base);
     switch (t->fmt) {
-    case MOQ_MOE_FMT_UNQUANTIZED: {
-        uint16_t *h = keep(b, malloc(nk * 2));
-        for (size_t i = 0; i < nk; i++) { uint32_t u; memcpy(&u, &W[i], 4); h[i] = (uint16_t)(u >> 16); } /* W is bf16-exact */
-        add(w, nm, MOQ_DT_BF16, 2, (int64_t[]){N, K}, h, nk * 2, omit);
-        pr->q = (uint8_t *)h;
+    case MOQ_MOE_FMT_UNQUANTIZED:
+        if (g_unq_dtype == MOQ_DT_F32) {
+            float *f = keep(b, malloc(nk * 4));
+            memcpy(f, W, nk * 4);
+            add(w, nm, MOQ_DT_F32, 2, (int64_t[]){N, K}, f, nk * 4, omit);
+            pr->q = (uint8_t *)f;
+        } else {
+            uint16_t *h = keep(b, malloc(nk * 2));
+            for (size_t i = 0; i < nk; i++) {
+                uint32_t u;
+                memcpy(&u, &W[i], 4);
+                h[i] = g_unq_dtype == MOQ_DT_F16 ? moq_f16_encode_rne(W[i]) : (uint16_t)(u >> 16); /* W is bf16-exact */
+            }
+            add(w, nm, g_unq_dtype, 2, (int64_t[]){N, K}, h, nk * 2, omit);
+            pr->q = (uint8_t *)h;
+        }
+        pr->dt = g_unq_dtype;
         break;
-    }
     case MOQ_MOE_FMT_FP8:
         pr->q = keep(b, malloc(nk));
         moq_export_fp8_tensor_weight(W, (size_t)N, (size_t)K, -1.0f, 1, pr->q, &pr->ws);
@@ -227,7 +242,11 @@ static double *ref_weight(const tmoe *t, int e, int j, moq_moe_compat compat) {
         for (int64_t k = 0; k < K; k++) {
             double v = 0;
             switch (t->fmt) {
-            case MOQ_MOE_FMT_UNQUANTIZED: v = t_bf16(((const uint16_t *)(void *)p->q)[n * K + k]); break;
+            case MOQ_MOE_FMT_UNQUANTIZED:
+                v = p->dt == MOQ_DT_F32 ? ((const float *)(void *)p->q)[n * K + k]
+                  : p->dt == MOQ_DT_F16 ? t_f16(((const uint16_t *)(void *)p->q)[n * K + k])
+                                        : t_bf16(((const uint16_t *)(void *)p->q)[n * K + k]);
+                break;
             case MOQ_MOE_FMT_FP8: {
                 const float smax = fmaxf(ws, other);
                 const bool requant = pair && (compat == MOQ_MOE_COMPAT_SGLANG || (compat == MOQ_MOE_COMPAT_VLLM && ws != other));
@@ -501,6 +520,14 @@ static void test_activations(void **state) {
 
 static void test_router_and_bf16(void **state) {
     (void)state;
+    for (int d = 0; d < 2; d++) { /* F32 and F16 experts (BF16 everywhere else) */
+        g_unq_dtype = d ? MOQ_DT_F16 : MOQ_DT_F32;
+        tmoe *u = tmoe_write(MOQ_MOE_FMT_UNQUANTIZED, 8, 128, 48, 1, true, false, false, true, NULL, -1);
+        g_unq_dtype = MOQ_DT_BF16;
+        tcfg cu = mode_cfg(2);
+        run_case(d ? "unquantized_f16" : "unquantized_f32", u, &cu, 64, false);
+        tmoe_free(u);
+    }
     tmoe *t = tmoe_write(MOQ_MOE_FMT_UNQUANTIZED, 8, 128, 48, 0, true, true, true, true, NULL, -1);
     tcfg c = mode_cfg(0);
     run_case("unquantized/router_from_checkpoint", t, &c, 64, false);

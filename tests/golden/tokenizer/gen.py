@@ -23,6 +23,7 @@ Texts are stored as hex (bytes) so that NUL and controls survive every JSON read
 import hashlib
 import json
 import os
+import random
 
 import jinja2
 import tokenizers
@@ -83,6 +84,22 @@ TEMPLATES = {
                 "{% endif %}"),
 }
 
+# Templates of other models whose rendering moq must reproduce from the template text alone
+# (Qwen2.5: default system prompt inside a template with a tool-calling branch; written out from the
+# published tokenizer_config.json, with the tool branch shortened).
+EXTRA_TEMPLATES = {
+    "qwen2.5": ("{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+                "        {{- messages[0]['content'] }}\n    {%- else %}\n"
+                "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n"
+                "    {{- '<|im_end|>\\n' }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+                "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+                "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+                "    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n"
+                "    {%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or (message.role == 'assistant') %}\n"
+                "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+                "    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"),
+}
+
 CASES = [
     "", " ", "  ", "\n", "a", "Hello world", "Hello world!",
     "I'M here, you're THERE; we'll've 'tis it's IT'S 'Re 'rE",
@@ -107,8 +124,19 @@ CASES = [
     "abc abcd aaaaa aaaa aaa abab bcbc xabcx",
     "ab" * 1500, " " * 1200 + "x", "1" * 100 + " " + "\n" * 50, "😀" * 300,
 ]
-# Not NFC: the qwen2 tokenizer (NFC normalizer) changes them; moq reports MOQ_ERR_UNSUPPORTED.
-NOT_NFC = ["e\u0301", "\u212b"]
+# A seeded random mix of everything above (differential test: whatever the mix, the ids must agree).
+MIX_POOL = list("abcxyzABCXYZ'sStTmMdDlLrReEvV0123456789 .,;:!?-_()[]{}<>|/\\\"#@") + [
+    " ", "  ", "\n", "\r\n", "\t", "\u00a0", "\u3000", "\u2028", "\u0085", "\x1c", "é", "e\u0301", "\u0301", "\u0323",
+    "ſ", "ß", "日", "本", "한", "\u1100\u1161", "Ж", "λ", "٣", "３", "½", "Ⅻ", "😀", "👍🏽", "\u200d", "\u212b", "\u0958",
+    "<|im_start|>", "<|endoftext|>", "<|eot_id|>", "moqtok", "'ll", "'RE", "'ſ", "aaaa", "abc", "123", "1234567"]
+_rng = random.Random(7)
+CASES.append("".join(_rng.choice(MIX_POOL) for _ in range(1000)))
+
+# Not NFC: the qwen2 tokenizer (NFC normalizer) changes them (composition, reordering, Hangul jamo,
+# singletons, exclusions, leading combining marks); the others keep them as they are.
+NOT_NFC = ["e\u0301", "\u212b", "\u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8", "a\u0323\u0302 a\u0302\u0323",
+           "\u0921\u093c \u0958 \u0929", "\u0344x \u0345\u0300", "e\u0301\u0301 \u00e9\u0301 A\u030a\u0301",
+           "q\u0307\u0323 \u1e0b\u0323", "\u2126 \u00c5 \u0390", "caf\u0065\u0301 <|im_start|>\u0301 x"]
 
 LOSSY = [b"", b"abc", b"\xc3", b"\xc3\xa9", b"\xe6\x97", b"\xe6\x97\xa5", b"\xf0\x9f\x98", b"\xf0\x9f\x98\x80",
          b"\xff", b"\x80abc", b"\xc3\x28", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
@@ -215,7 +243,7 @@ def main():
             "bos_token_id": tok.token_to_id(spec["bos"]) if spec["bos"] else None,
             "eos_token_id": tok.token_to_id(spec["eos"]) if spec["eos"] else None,
             "vocab_size": tok.get_vocab_size()})
-        for text in CASES + (NOT_NFC if style == "qwen2" else []):
+        for text in CASES + NOT_NFC:
             for flags in (["plain"], ["add_special"], ["special_as_text"]):
                 if flags == ["add_special"] and style != "llama3":
                     continue
@@ -226,10 +254,10 @@ def main():
                 tok.encode_special_tokens = False
                 row = {"tokenizer": style, "flags": flags, "text_hex": text.encode().hex(),
                        "text": text if len(text) <= 100 else text[:40] + "...",
-                       "ids": enc.ids,
-                       "decoded_hex": tok.decode(enc.ids, skip_special_tokens=False).encode().hex()}
-                if style == "qwen2" and text in NOT_NFC:
-                    row["expect_error"] = "MOQ_ERR_UNSUPPORTED"
+                       "ids": enc.ids}
+                dec = tok.decode(enc.ids, skip_special_tokens=False).encode().hex()
+                if dec != row["text_hex"]:  # absent: decode() gave the text back
+                    row["decoded_hex"] = dec
                 out["encode"].append(row)
         tmpl = TEMPLATES[style]
         if tmpl:
@@ -241,6 +269,14 @@ def main():
                                     eos_token=spec["eos"])
                     out["chat"].append({"tokenizer": style, "messages": msgs, "add_generation_prompt": gen,
                                         "text": text, "ids": tok.encode(text, add_special_tokens=False).ids})
+    out["chat_extra"] = []
+    for name, tmpl in EXTRA_TEMPLATES.items():
+        t = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(tmpl)
+        for msgs in CHATS:
+            for gen in (False, True):
+                out["chat_extra"].append({"template": name, "config": json.dumps({"chat_template": tmpl}),
+                                          "messages": msgs, "add_generation_prompt": gen,
+                                          "text": t.render(messages=msgs, add_generation_prompt=gen, tools=None)})
     for b in LOSSY:
         out["lossy"].append({"in_hex": b.hex(), "out_hex": b.decode("utf-8", errors="replace").encode().hex()})
     with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:  # one row per line
