@@ -1,17 +1,10 @@
-/* layers.h — "open a linear by checkpoint prefix": resolution (config/resolve.c) -> the scheme's
- * tensor contract (scheme/scheme.c) -> one canonical moq_weight (scheme/quant_key.h) -> a
- * moq_linear from the kernel registry. The runner (model.c) only calls this; it never looks at a
- * format. When the `loader` branch's moq_linear_open lands, moq_layers_open_linear becomes a call
- * to it.
- *
- * Fused modules (qkv_proj, gate_up_proj) are resolved once under the fused name with the packed
- * mapping (so shards that disagree are an error naming every shard), then their shards' tensors
- * are concatenated along N into one weight whose per-shard static scales are kept
- * (moq_weight.shard_scale / shard_in_scale; no requantization).
- *
- * Memory: tensors are borrowed from the checkpoint mmap when they can be used in place; copies
- * (fused concatenation, bias and scales converted to f32, misaligned data) go to a moq_blobs list
- * that the model frees at once. Tested through tests/model/test_model.c.
+/* layers.h — what the runner needs to open its pieces by checkpoint name: every matrix (dense
+ * linears, fused qkv / gate_up through the packed mapping, lm_head, and the embedding table) goes
+ * through the one loader, moq_linear_layer_open (scheme/load.c: resolution -> contract check ->
+ * canonical moq_weight -> kernel), so the runner never looks at a format; norms and KV scales are
+ * small f32 vectors/scalars read here. Embedding rows are gathered from the layer's canonical
+ * weight (moq_weight_dequant_row). Memory: moq_blobs, freed with the model.
+ * Tested through tests/model/test_model.c.
  */
 #ifndef MOQ_MODEL_LAYERS_H
 #define MOQ_MODEL_LAYERS_H
@@ -36,9 +29,8 @@ void  moq_blobs_free(moq_blobs *b);
  * kernel-bound layer. */
 typedef struct moq_layer_linear {
     moq_weight        w;          /* copy of the canonical weight (pointers borrowed)          */
-    const moq_linear *lin;        /* the kernel-bound layer, owned by own or ll               */
-    moq_linear       *own;        /* created here (embeddings, routers, experts)              */
-    moq_linear_layer *ll;         /* opened by the loader (moq_linear_layer_open: dense linears) */
+    const moq_linear *lin;        /* the kernel-bound layer, owned by ll                      */
+    moq_linear_layer *ll;         /* opened by the loader (moq_linear_layer_open)             */
     moq_resolution  res;
     char            name[256];   /* module name, for messages ("model.layers.0.self_attn.qkv_proj") */
 } moq_layer_linear;
@@ -49,13 +41,6 @@ moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c
                                   moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
                                   moq_blobs *blobs, moq_error *err);
 
-/* Opens module `prefix` of kind `kind` with moq's own glue (used for embeddings). When `shards` is not NULL the module is the fused one
- * `prefix` = <parent>.<fused> built from <parent>.<shards[i]> (n_shards entries); the packed
- * mapping passed to resolution is {fused, shards}. q may be NULL (unquantized checkpoint).
- * Errors name the checkpoint tensor or the module. */
-moq_status moq_layers_open_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q,
-                                  const char *prefix, moq_layer_kind kind, const char *const *shards,
-                                  int n_shards, const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err);
 void moq_layers_close_linear(moq_layer_linear *l);
 
 /* A plain tensor (norm weight, bias) as f32 [n] in blobs; dtype F32/BF16/F16; shape must have

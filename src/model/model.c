@@ -393,7 +393,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
-    MOQ_TRY(moq_layers_open_linear(&m->embed, m->ckpt, m->q, "model.embed_tokens", MOQ_KIND_EMBEDDING, NULL, 1, &lo, &m->blobs, err));
+    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, "model.embed_tokens", MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
     if (m->embed.w.N != m->V || m->embed.w.K != m->H)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, "model.embed_tokens.weight", "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);

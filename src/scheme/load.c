@@ -226,8 +226,8 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
                                  moq_error *err) {
     if (!out || !c || !prefix) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix ? prefix : "", "out, c and prefix must not be NULL");
     *out = NULL;
-    if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "layer kind %s, expected linear or lm_head (this entry loads one linear)",
+    if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD && kind != MOQ_KIND_EMBEDDING)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "layer kind %s, expected linear, lm_head or embedding (this entry loads one matrix)",
                         moq_layer_kind_name(kind));
     moq_linear_layer *l = calloc(1, sizeof *l);
     if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory");
@@ -238,6 +238,9 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     /* 1. resolution */
     if (q) {
         if ((st = moq_resolve(q, prefix, kind, packed, n_packed, &l->res, err)) != MOQ_OK) goto fail;
+        /* An embedding table the config leaves alone is an unquantized matrix (rows are gathered
+         * from its canonical weight; a tied lm_head runs it as a linear). */
+        if (kind == MOQ_KIND_EMBEDDING && strcmp(l->res.method, "none") == 0) l->res.method = "unquantized_linear";
     } else {
         l->res = (moq_resolution){.method = "unquantized_linear", .rule = "no-quantization-config"};
     }
