@@ -20,7 +20,7 @@ typedef struct moq_blobs {
     void  **p;
     size_t  n, cap;
     uint64_t bytes;
-    double   validate_s, pack_s;  /* load time spent in moq_layers_open_linear, per phase */
+    double   validate_s, pack_s;  /* load time spent opening matrices, per phase        */
 } moq_blobs;
 void *moq_blobs_alloc(moq_blobs *b, size_t n);   /* 64-byte aligned, zeroed; NULL on failure */
 void  moq_blobs_free(moq_blobs *b);
