@@ -204,6 +204,132 @@ MOQ_API bool        moq_checkpoint_metadata_at(const moq_checkpoint *c, int shar
 MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
 MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
 
+/* ---- tokenizer and sampling ------------------------------------------------------------------ */
+/* Byte-level BPE tokenizers from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2, SmolLM2
+ * families), chat formatting without a template engine, and token sampling (src/model/). */
+typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; immutable once open */
+
+/* Opens `path`: a model directory holding tokenizer.json, or a tokenizer.json file. Side files in
+ * the same directory are read when present: tokenizer_config.json (bos_token, eos_token,
+ * chat_template), chat_template.jinja (when tokenizer_config.json has no template), config.json and
+ * generation_config.json (bos_token_id, eos_token_id). A chat template of another family leaves the
+ * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
+ * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
+ * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
+ * Qwen2 pattern, Digits, an NFC normalizer.
+ * Anything else is MOQ_ERR_UNSUPPORTED naming the key; a malformed file is MOQ_ERR_FORMAT or
+ * MOQ_ERR_CONFIG naming "tokenizer.json" and the key. On failure *out is NULL. */
+MOQ_API moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err);
+/* Same from text: `json` is the tokenizer.json text (len bytes); `config_json` is the text of
+ * tokenizer_config.json or NULL. The texts are not kept. */
+MOQ_API moq_status moq_tokenizer_open_text(moq_tokenizer **out, const char *json, size_t len,
+                                           const char *config_json, moq_error *err);
+MOQ_API void       moq_tokenizer_free(moq_tokenizer *t);
+
+/* Number of ids: the largest id in model.vocab or added_tokens, plus one. */
+MOQ_API int32_t moq_tokenizer_vocab_size(const moq_tokenizer *t);
+/* Beginning-of-sequence id (config.json bos_token_id, else tokenizer_config.json bos_token), or -1. */
+MOQ_API int32_t moq_tokenizer_bos(const moq_tokenizer *t);
+/* End-of-sequence ids: the union of config.json / generation_config.json eos_token_id and
+ * tokenizer_config.json eos_token. Returns the count; *ids (borrowed) receives the list. */
+MOQ_API int     moq_tokenizer_eos(const moq_tokenizer *t, const int32_t **ids);
+MOQ_API bool    moq_tokenizer_is_eos(const moq_tokenizer *t, int32_t id);
+/* True for added tokens marked "special" in tokenizer.json. */
+MOQ_API bool    moq_tokenizer_is_special(const moq_tokenizer *t, int32_t id);
+/* Id of a token given by its exact text (an added token's content, or a vocab entry whose
+ * byte-level decoding is `text`), or -1. */
+MOQ_API int32_t moq_tokenizer_token_id(const moq_tokenizer *t, const char *text);
+
+enum {
+    MOQ_ENCODE_ADD_SPECIAL     = 1u << 0, /* add the post-processor's tokens (e.g. Llama-3's bos),
+                                             as Hugging Face's add_special_tokens=True           */
+    MOQ_ENCODE_SPECIAL_AS_TEXT = 1u << 1, /* special tokens in the text are plain text (for user
+                                             input), as Hugging Face's encode_special_tokens      */
+};
+/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes; with an
+ * NFC normalizer the text is normalized first, so decoding gives NFC(text)) into
+ * ids[0..cap). *n_ids receives the number of ids the whole text needs, also when cap is too small;
+ * then the first cap ids are written and MOQ_ERR_NOMEM says so. Allocates scratch of about
+ * 40 bytes per input byte. Thread-safe (t is not modified). */
+MOQ_API moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t len,
+                                        uint32_t flags, int32_t *ids, size_t cap, size_t *n_ids,
+                                        moq_error *err);
+/* The bytes of one token (borrowed from t; not NUL-terminated; may be part of a UTF-8 character).
+ * An id outside the vocabulary, or a hole in it, is MOQ_ERR_INVALID_ARG. */
+MOQ_API moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id,
+                                              const uint8_t **bytes, size_t *len, moq_error *err);
+
+/* Streaming UTF-8 decoder: turns token bytes into valid UTF-8 text, holding back the start of a
+ * character split across tokens until the rest arrives. Invalid bytes become U+FFFD, one per
+ * maximal invalid subpart (Unicode §3.9, as Python's errors="replace" and Rust's
+ * from_utf8_lossy). Zero-initialise (or moq_utf8_stream_reset) before use. */
+typedef struct moq_utf8_stream { uint8_t pend[4]; uint8_t n_pend; } moq_utf8_stream;
+#define MOQ_UTF8_STREAM_OUT_MAX(n) (3 * (size_t)(n) + 12) /* bytes out needs at most, for n in */
+MOQ_API void moq_utf8_stream_reset(moq_utf8_stream *s);
+/* Appends in[0..n); writes the text now complete to out (cap >= MOQ_UTF8_STREAM_OUT_MAX(n),
+ * else MOQ_ERR_INVALID_ARG) and its length to *out_len. */
+MOQ_API moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, size_t n, char *out,
+                                        size_t cap, size_t *out_len, moq_error *err);
+/* Ends the stream: a held-back incomplete character becomes U+FFFD (out needs 3 bytes). */
+MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
+
+/* Chat formats built in (no template engine). tokenizer_config.json's chat_template picks one:
+ * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3. */
+typedef enum moq_chat_format {
+    MOQ_CHAT_NONE = 0,  /* no chat template, or one moq does not recognise               */
+    MOQ_CHAT_CHATML,    /* <|im_start|>role\ncontent<|im_end|>\n  (SmolLM2, Qwen)         */
+    MOQ_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content
+                           trimmed, bos text first (Llama-3)                               */
+    MOQ_CHAT_FORMAT_COUNT
+} moq_chat_format;
+
+typedef struct moq_chat_template {
+    moq_chat_format format;
+    char bos[64];               /* bos_token text the format starts with ("" if none)              */
+    char default_system[1024];  /* system prompt the template adds when the first message is not
+                                   a system message ("" if none); read from the template text     */
+} moq_chat_template;
+
+typedef struct moq_chat_message { const char *role; const char *content; } moq_chat_message;
+
+MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "none" */
+/* Reads tokenizer_config.json text: chat_template (a string, or a list of {name, template} where
+ * "default" is used) and bos_token. No chat_template gives MOQ_CHAT_NONE and MOQ_OK; a template of
+ * another family is MOQ_ERR_UNSUPPORTED quoting its start. */
+MOQ_API moq_status moq_chat_template_from_config(moq_chat_template *out, const char *config_json,
+                                                 size_t len, moq_error *err);
+/* The template read from the tokenizer's tokenizer_config.json (format NONE when none). */
+MOQ_API const moq_chat_template *moq_tokenizer_chat_template(const moq_tokenizer *t);
+/* Renders messages as the template would, into out[0..cap) NUL-terminated; *len receives the
+ * length needed without the NUL (MOQ_ERR_NOMEM when it does not fit). add_generation_prompt
+ * appends the assistant header. Encode the result with moq_tokenizer_encode (flags 0): the
+ * format's special tokens are in the text. */
+MOQ_API moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *msgs, size_t n,
+                                   bool add_generation_prompt, char *out, size_t cap, size_t *len,
+                                   moq_error *err);
+
+/* Sampling: greedy when temperature == 0 (argmax, lowest id on ties); else softmax(logits / T)
+ * restricted to the top_k most likely ids (0 = all), then to the smallest set of most likely ids
+ * whose probability reaches top_p (1 = all), drawn with the sampler's own PRNG (xoshiro256**
+ * seeded by splitmix64(seed)): the same seed and logits give the same ids on every machine. */
+typedef struct moq_sampler_opts {
+    float    temperature;  /* >= 0; 0 = greedy                 (default 0)  */
+    int32_t  top_k;        /* >= 0; 0 = no limit               (default 0)  */
+    float    top_p;        /* (0, 1]; 1 = no limit             (default 1)  */
+    uint64_t seed;         /*                                  (default 0)  */
+} moq_sampler_opts;
+typedef struct moq_sampler moq_sampler; /* opaque: options + PRNG state; not thread-safe */
+
+MOQ_API moq_sampler_opts moq_sampler_opts_default(void);
+MOQ_API moq_status moq_sampler_create(moq_sampler **out, const moq_sampler_opts *opts, moq_error *err);
+MOQ_API void       moq_sampler_free(moq_sampler *s);
+/* Scratch bytes moq_sampler_sample needs for a vocabulary of n ids. */
+MOQ_API size_t     moq_sampler_scratch_size(size_t n);
+/* Picks one id from logits f32 [n]. NaN or +inf logits are MOQ_ERR_INVALID_ARG naming the index.
+ * Never allocates. */
+MOQ_API moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch,
+                                      size_t scratch_size, int32_t *id, moq_error *err);
+
 /* ---- checkpoint writer ----------------------------------------------------------------------- */
 /* Writes a Hugging Face checkpoint directory: safetensors shards (+ index when more than one) and
  * JSON side files. Tensor data is borrowed until moq_writer_finish. Files are written to
@@ -344,6 +470,225 @@ MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
 
+/* ---- loading layers from a checkpoint -------------------------------------------------------- */
+/* One linear layer loaded from an open checkpoint: the module is resolved against the config
+ * (moq_resolve), its tensors are validated against the scheme's contract (the same check as
+ * `moq check`: presence, dtype, shape, K divisibility, NaN/Inf/zero/negative scales), turned into
+ * the scheme's canonical weight and handed to moq_linear_create_from_weight.
+ *
+ * Fused modules (qkv_proj, gate_up_proj) whose shards the checkpoint stores separately are loaded
+ * when `prefix` ends in the name of a `packed` entry: the shards are concatenated along N into
+ * memory the layer owns. Their static scales are kept per shard (profile moq: no requantization,
+ * no accuracy loss); profiles vllm and sglang reproduce the engines instead: FP8 shards are
+ * requantized to the max weight scale (vllm when the scales differ, sglang always, NUMERICS §5.1)
+ * and NVFP4 shards share the max weight_scale_2. Every such decision is a warning on the layer.
+ * A W4A16_NVFP4 input_scale is accepted and ignored (warning). */
+typedef struct moq_linear_layer moq_linear_layer;
+
+/* c, q: borrowed, must outlive the layer (codes may be read from c's mmap). q NULL: an unquantized
+ * checkpoint (every linear is F32/BF16/F16). kind: MOQ_KIND_LINEAR or MOQ_KIND_LM_HEAD.
+ * packed/n_packed: the model's packed-modules mapping (may be NULL/0). opts: as for
+ * moq_linear_create_from_weight (opts->name is ignored: errors name the module). On failure *out
+ * is NULL and err names the tensor, module or layer. */
+MOQ_API moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q,
+                                         const char *prefix, moq_layer_kind kind, const moq_packed *packed,
+                                         int n_packed, const moq_linear_opts *opts, moq_error *err);
+MOQ_API void       moq_linear_layer_free(moq_linear_layer *l);
+/* The layer's linear, for moq_linear_workspace_size / moq_linear_run; borrowed, lives as long as l. */
+MOQ_API const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l);
+/* The resolution that decided the layer (method, algo, rule, group size); borrowed. */
+MOQ_API const moq_resolution *moq_linear_layer_resolution(const moq_linear_layer *l);
+/* Chosen kernel ("cpu_ref_fp8_tensor"), borrowed. */
+MOQ_API const char *moq_linear_layer_kernel_name(const moq_linear_layer *l);
+/* Warnings kept while loading ("keeps per-shard weight_scale (q_proj=0.01, k_proj=0.02)"). */
+MOQ_API int         moq_linear_layer_warning_count(const moq_linear_layer *l);
+MOQ_API const char *moq_linear_layer_warning(const moq_linear_layer *l, int i);
+
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+/* One MoE layer: router (checkpoint weight or caller logits) -> top-k selection -> each selected
+ * expert's gated MLP down(act(w13 · x)) run once over the tokens routed to it -> weighted sum
+ * (+ optional shared expert). Expert GEMMs are moq_linear layers (the same registry rows).
+ * Numerics: NUMERICS §6 (scales), §7 (activations). Implementation: src/moe/. Tests: tests/moe/.
+ * Letters: T tokens, E experts (global), H hidden, I intermediate (per expert), k top-k. */
+typedef struct moq_moe moq_moe;
+
+typedef enum moq_moe_scoring {
+    MOQ_MOE_SCORE_SOFTMAX = 0, /* softmax over all E logits, then top-k                    */
+    MOQ_MOE_SCORE_SIGMOID,     /* sigmoid per logit, then top-k (DeepSeek-V3, Llama-4)     */
+    MOQ_MOE_SCORE_COUNT
+} moq_moe_scoring;
+
+/* Router rules. Ties are broken by the lowest expert id (and the lowest group id), always. */
+typedef struct moq_moe_routing {
+    moq_moe_scoring scoring;
+    int   top_k;                  /* experts per token, 1..E                                   */
+    bool  renormalize;            /* divide the k weights by their sum                          */
+    int   num_expert_group;       /* DeepSeek-V3 grouped top-k: E split in this many groups; 0/1 = off */
+    int   topk_group;             /* groups kept per token (the top experts come from these)   */
+    const float *correction_bias; /* f32 [E] added to the scores for selection only (the weights
+                                     are the unbiased scores); NULL = none. moq_moe_create fills
+                                     it from <prefix>.<router>.e_score_correction_bias when
+                                     use_correction_bias is set and this is NULL.               */
+    bool  use_correction_bias;
+    float routed_scaling_factor;  /* weights are multiplied by it after renormalization (1 = off) */
+    bool  weight_on_input;        /* Llama-4: x is multiplied by the weight before the expert,
+                                     the expert output is added with weight 1                   */
+} moq_moe_routing;
+
+/* Expert formats (ModelOpt quant_algo of the experts; the config resolver picks one). */
+typedef enum moq_moe_format {
+    MOQ_MOE_FMT_UNQUANTIZED = 0, /* F32 / BF16 / F16 weights, as stored                          */
+    MOQ_MOE_FMT_FP8,             /* "FP8": e4m3 + f32 per-tensor weight_scale and input_scale    */
+    MOQ_MOE_FMT_FP8_PB_WO,       /* "FP8_PB_WO": e4m3 + f32 128x128 block scales                 */
+    MOQ_MOE_FMT_NVFP4,           /* "NVFP4" W4A4                                                 */
+    MOQ_MOE_FMT_W4A16_NVFP4,     /* "W4A16_NVFP4": NVFP4 weights, unquantized activations       */
+    MOQ_MOE_FMT_MXFP8,           /* "MXFP8": e4m3 + e8m0 per 32                                   */
+    MOQ_MOE_FMT_COUNT
+} moq_moe_format;
+
+/* Activation between the two expert GEMMs (NUMERICS §7), f32. h = w13 · x, gate = first half. */
+typedef enum moq_moe_act {
+    MOQ_MOE_ACT_SILU = 0,      /* silu(g)·u                                                   */
+    MOQ_MOE_ACT_GELU_ERF,      /* 0.5·g·(1 + erf(g/√2))·u                                     */
+    MOQ_MOE_ACT_GELU_TANH,     /* 0.5·g·(1 + tanh(√(2/π)(g + 0.044715 g³)))·u                */
+    MOQ_MOE_ACT_RELU2,         /* max(h, 0)², not gated: w13 is the up projection alone        */
+    MOQ_MOE_ACT_SWIGLU_LIMIT,  /* g' = min(g, L), u' = clamp(u, −L, L), g'·sigmoid(α g')·(u' + β):
+                                  gpt-oss / MiniMax "swigluoai" α = 1.702, β = 1, L = 7;
+                                  DeepSeek-V4 swiglu_limit α = 1, β = 0                        */
+    MOQ_MOE_ACT_COUNT
+} moq_moe_act;
+
+/* How scales that the seeds merge are treated (NUMERICS §5.1, §6.2, §6.3). */
+typedef enum moq_moe_compat {
+    MOQ_MOE_COMPAT_EXACT = 0, /* keep w1 and w3 scales separately (each half its own scale)     */
+    MOQ_MOE_COMPAT_VLLM,      /* FP8: requantize w1/w3 to max(s1, s3) when they differ (fp16
+                                 intermediate); NVFP4: the gate's weight_scale_2 for both halves */
+    MOQ_MOE_COMPAT_SGLANG,    /* FP8: requantize to the max always; NVFP4: separate alphas      */
+    MOQ_MOE_COMPAT_COUNT
+} moq_moe_compat;
+
+typedef enum moq_moe_input_scale {
+    MOQ_MOE_INPUT_SCALE_MAX = 0,   /* one scalar per projection: max over all E experts (and gate/up),
+                                      what both seeds do for FP8 and their FlashInfer NVFP4 paths */
+    MOQ_MOE_INPUT_SCALE_PER_EXPERT /* expert e uses its own (max of gate/up for w13)              */
+} moq_moe_input_scale;
+
+typedef struct moq_moe_opts {
+    moq_moe_format      format;
+    moq_moe_act         act;
+    float               swiglu_limit, swiglu_alpha, swiglu_beta; /* MOQ_MOE_ACT_SWIGLU_LIMIT only */
+    moq_moe_routing     routing;
+    int64_t             num_experts;  /* E, global: expert ids 0..E-1 in the checkpoint        */
+    const int32_t      *expert_map;   /* i32 [E] global -> local id, -1 = held elsewhere (expert
+                                         parallelism); NULL = all local. Borrowed during create. */
+    const char         *router;       /* "gate": <prefix>.gate.weight [E, H]; NULL = caller logits */
+    const char         *shared_expert;/* "shared_experts": always-on MLP added to the output, same
+                                         format and activation; NULL = none                      */
+    moq_moe_compat      compat;
+    moq_moe_input_scale input_scale;
+    int                 n_threads;    /* <= 0: OpenMP's default                                */
+    uint32_t            cpu_mask;     /* as moq_linear_opts                                     */
+    const uint8_t      *rcpa_corr;    /* as moq_linear_opts                                     */
+} moq_moe_opts;
+/* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
+ * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
+ * for a method that is not an expert one. */
+MOQ_API moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, moq_error *err);
+/* Defaults: unquantized, silu, softmax top-2 with renormalization, scale factor 1, router "gate". */
+MOQ_API moq_moe_opts moq_moe_opts_default(void);
+
+/* Loads the experts under `prefix` ("model.layers.3.mlp"): per expert either
+ * experts.N.{gate_proj,up_proj,down_proj} or experts.N.{w1,w3,w2} (non-gated: up_proj or w1, and
+ * down_proj / w2), each with the tensors of opts->format. Fuses w13 = [gate; up] (rows [0, I) gate,
+ * [I', I'+I) up, I' = I padded to the kernels' multiple with zero rows). Only local experts' weights
+ * are read; input scales are read for all E. Copies what it needs: the checkpoint may be freed
+ * after. Errors name the missing or malformed tensor. */
+MOQ_API moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *prefix,
+                                  const moq_moe_opts *opts, moq_error *err);
+MOQ_API void       moq_moe_free(moq_moe *m);
+/* Bytes of workspace moq_moe_run needs for T tokens. */
+MOQ_API size_t     moq_moe_workspace_size(const moq_moe *m, int64_t T);
+/* x: f32 | bf16 [T, H]; router_logits: f32 [T, E] or NULL (then the checkpoint router is run);
+ * y: f32 | bf16 [T, H] = Σ_selected local experts w·expert(x) (+ shared expert). Tokens are grouped
+ * by expert; each selected expert runs once over its tokens. Never allocates. A moq_moe is
+ * immutable after create: concurrent runs with separate y and ws are safe. */
+MOQ_API moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T,
+                               const float *router_logits, void *y, moq_elem y_elem, void *ws,
+                               size_t ws_size, moq_error *err);
+/* Intermediate size after padding, and the number of local experts. */
+MOQ_API int64_t     moq_moe_inter_padded(const moq_moe *m);
+MOQ_API int64_t     moq_moe_local_experts(const moq_moe *m);
+/* Kernel rows chosen for w13 and w2 ("cpu_avx512_nvfp4_w4a4_vnni16"), borrowed. */
+MOQ_API const char *moq_moe_kernel_name(const moq_moe *m, int which /* 0 w13, 1 w2 */);
+/* Warnings kept on the layer (the library never prints): e.g. w1/w3 scales that differ. */
+MOQ_API int         moq_moe_warning_count(const moq_moe *m);
+MOQ_API const char *moq_moe_warning(const moq_moe *m, int i);
+
+/* ---- models ---------------------------------------------------------------------------------- */
+/* A decoder-only language model loaded from a checkpoint directory: LlamaForCausalLM (llama3 rope
+ * scaling, SmolLM2), MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (q/k
+ * RMSNorm). Every linear goes through resolution + the kernel registry, so any scheme above (and
+ * MIXED_PRECISION) runs. The KV cache and all forward workspace are allocated at open for opts.ctx
+ * positions: prefill and decode never allocate. A moq_model is not thread-safe (one sequence);
+ * its linears use opts.n_threads threads. Architecture notes: docs/ARCHITECTURE.md "Model runner". */
+typedef struct moq_model moq_model;
+
+/* Load progress: phase ("load"), done of total units (layers). Called on the opening thread. */
+typedef void (*moq_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
+
+typedef struct moq_model_opts {
+    int             n_threads;          /* <= 0: OpenMP's default                                   */
+    int64_t         ctx;                /* positions preallocated; <= 0: min(max_position_embeddings, 4096) */
+    moq_compat      compat;             /* resolution rules (MOQ_COMPAT_MOQ)                         */
+    moq_elem        kv_elem;            /* cache encoding when the config declares no KV quantization:
+                                           MOQ_ELEM_F32 (default) or MOQ_ELEM_BF16                   */
+    float           kv_scales_default;  /* > 0: use for FP8 KV layers without k_scale/v_scale; 0 (default):
+                                           such a checkpoint is MOQ_ERR_TENSOR. Never silently 1.0.  */
+    uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
+    moq_progress_fn progress;           /* NULL: none                                                */
+    void           *progress_user;
+    int             reserved[8];
+} moq_model_opts;
+MOQ_API moq_model_opts moq_model_opts_default(void);
+
+/* Opens the checkpoint at dir, resolves and validates every layer, packs every weight for its
+ * kernel, and allocates the KV cache and workspace. On failure *out is NULL and err names the
+ * checkpoint tensor, module or file. An unsupported architecture is MOQ_ERR_UNSUPPORTED listing
+ * the supported ones. Free with moq_model_free. */
+MOQ_API moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err);
+MOQ_API void       moq_model_free(moq_model *m);
+
+/* Runs tokens [n] at positions pos..pos+n-1 (pos = tokens already in the cache) and leaves the
+ * logits of the last one in moq_model_logits. logits_all: NULL, or caller-owned f32 [n, vocab]
+ * receiving every position's logits (perplexity). Errors: a token outside [0, vocab), or the cache
+ * full (pos + n > ctx: MOQ_ERR_INVALID_ARG; call moq_model_reset). */
+MOQ_API moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err);
+/* One decode step: moq_model_prefill(m, &token, 1, NULL, err). */
+MOQ_API moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err);
+/* f32 [vocab] logits of the last token run; borrowed, valid until the next prefill/decode/free. */
+MOQ_API const float *moq_model_logits(const moq_model *m);
+/* Forgets the sequence (position 0); keeps weights, cache memory and workspace. */
+MOQ_API void       moq_model_reset(moq_model *m);
+
+MOQ_API int64_t     moq_model_vocab_size(const moq_model *m);
+MOQ_API int64_t     moq_model_ctx(const moq_model *m);        /* positions preallocated        */
+MOQ_API int64_t     moq_model_pos(const moq_model *m);        /* tokens in the cache           */
+MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json architectures[0] */
+/* Bytes of weight data a decode step reads (all linears + one embedding row): the bound that
+ * `moq bench model` divides by the measured bandwidth. */
+MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
+
+/* Findings of the validation pass that do not stop the model ("where: msg", e.g. fused shards with
+ * different input_scale that the engines collapse to the max); at most 16 kept. Borrowed. */
+MOQ_API int         moq_model_warning_count(const moq_model *m);
+MOQ_API const char *moq_model_warning(const moq_model *m, int i);
+
+/* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (every module
+ * resolved and checked against its scheme's contract, the `moq check` pass), pack (each layer loaded
+ * through moq_linear_layer_open or moq's embedding/expert glue: canonical weight, kernel choice,
+ * packing). */
+typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
+MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
 #ifdef __cplusplus
 }
 #endif

@@ -89,7 +89,7 @@ static size_t weight_bytes(const moq_weight *w) {
     return b;
 }
 
-static double dram_read_gbs(int threads) {
+double dram_read_gbs(int threads) {
     const size_t n = ((size_t)1 << 30) / 8;
     uint64_t *buf = malloc(n * 8);
     if (!buf) return 0;
@@ -129,11 +129,19 @@ void cmd_bench_help(FILE *out) {
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
-            "  --json        one JSON object instead of the table\n");
+            "  --json        one JSON object instead of the table\n\n"
+            "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json]\n\n"
+            "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
+            "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n\n");
+    cmd_bench_moe_help(out);
 }
 
+double cli_dram_read_gbs(int threads) { return dram_read_gbs(threads); }
+
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`");
+    if (argc >= 2 && strcmp(argv[1], "model") == 0) return cmd_bench_model(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc, argv);
+    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`, `moq bench moe ...` or `moq bench model ...`");
     const char *algo = NULL, *kernel = NULL;
     long long M = 1, N = 4096, K = 4096;
     int threads = omp_get_max_threads(), json = 0;

@@ -11,11 +11,14 @@
 static const cli_cmd commands[] = {
     {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help},
     {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help},
+    {"tokenize", "encode text (or a chat) with a tokenizer.json, or decode ids", cmd_tokenize, cmd_tokenize_help},
     {"errors",  "list exit codes and what they mean (--markdown for docs/ERRORS.md)", cmd_errors, cmd_errors_help},
     {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help},
     {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help},
     {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help},
     {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help},
+    {"run",     "generate text with a checkpoint (streams tokens; load and tok/s on stderr)", cmd_run, cmd_run_help},
+    {"eval",    "perplexity over a text; with --ref, KL divergence and top-1 agreement", cmd_eval, cmd_eval_help},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
 
