@@ -108,10 +108,7 @@ void moq_qconfig_note(moq_qconfig *q, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    char **n = realloc(q->notes, (size_t)(q->n_notes + 1) * sizeof *n);
-    if (!n) return;
-    q->notes = n;
-    if ((n[q->n_notes] = dupstr(buf))) q->n_notes++;
+    (void)moq_notes_add(&q->notes, "%s", buf); /* a note lost to OOM is not an error */
 }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }
@@ -646,8 +643,7 @@ void moq_qconfig_free(moq_qconfig *q) {
     for (int i = 0; i < q->n_layers; i++) free(q->layers[i].name), free(q->layers[i].algo);
     free(q->layers);
     moq_strmap_free(&q->layer_map);
-    for (int i = 0; i < q->n_notes; i++) free(q->notes[i]);
-    free(q->notes);
+    moq_notes_free(&q->notes);
     free(q);
 }
 
@@ -674,5 +670,5 @@ bool moq_qconfig_layer_at(const moq_qconfig *q, int i, const char **name, const 
     if (group_size) *group_size = q->layers[i].group_size;
     return true;
 }
-int         moq_qconfig_note_count(const moq_qconfig *q) { return q->n_notes; }
-const char *moq_qconfig_note_at(const moq_qconfig *q, int i) { return i >= 0 && i < q->n_notes ? q->notes[i] : NULL; }
+int         moq_qconfig_note_count(const moq_qconfig *q) { return q->notes.n; }
+const char *moq_qconfig_note_at(const moq_qconfig *q, int i) { return moq_notes_at(&q->notes, i); }

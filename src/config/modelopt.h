@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/strmap.h"
+#include "core/notes.h"
 #include "moq.h"
 #include "scheme/scheme.h"
 
@@ -102,8 +103,7 @@ struct moq_qconfig {
     moq_qlayer             *layers;
     int                     n_layers;
     moq_strmap              layer_map;      /* name -> index                                 */
-    char                  **notes;
-    int                     n_notes;
+    moq_notes               notes;   /* which file was used, disagreements (moq_qconfig_note_at) */
 };
 
 /* Adds a note (printf-style) to q; silently drops it on allocation failure. */

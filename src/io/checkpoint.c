@@ -41,20 +41,8 @@ moq_checkpoint_opts moq_checkpoint_opts_default(void) {
     return o;
 }
 
-static moq_status warn(moq_checkpoint *c, moq_error *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static moq_status warn(moq_checkpoint *c, moq_error *err, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    char **w = realloc(c->warnings, (size_t)(c->n_warnings + 1) * sizeof *w);
-    if (!w) return MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate a warning");
-    c->warnings = w;
-    if (!(w[c->n_warnings] = strdup(buf))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, c->path, "cannot allocate a warning");
-    c->n_warnings++;
-    return MOQ_OK;
-}
+#define warn(c, err, ...) \
+    (moq_notes_add(&(c)->warnings, __VA_ARGS__) ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, (c)->path, "cannot allocate a warning"))
 
 void moq_checkpoint_free(moq_checkpoint *c) {
     if (!c) return;
@@ -66,8 +54,7 @@ void moq_checkpoint_free(moq_checkpoint *c) {
         free(c->side[i].text);
         cJSON_Delete(c->side[i].json);
     }
-    for (int i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
-    free(c->warnings);
+    moq_notes_free(&c->warnings);
     free(c->path);
     free(c->dir);
     free(c);
@@ -371,7 +358,7 @@ bool moq_checkpoint_metadata_at(const moq_checkpoint *c, int shard, int i, const
     if (value) *value = c->shards[shard].meta_vals[i];
     return true;
 }
-int moq_checkpoint_warning_count(const moq_checkpoint *c) { return c ? c->n_warnings : 0; }
+int moq_checkpoint_warning_count(const moq_checkpoint *c) { return c ? c->warnings.n : 0; }
 const char *moq_checkpoint_warning(const moq_checkpoint *c, int i) {
-    return (c && i >= 0 && i < c->n_warnings) ? c->warnings[i] : NULL;
+    return c ? moq_notes_at(&c->warnings, i) : NULL;
 }

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/notes.h"
 #include "core/strmap.h"
 #include "io/safetensors.h"
 #include "moq.h"
@@ -31,8 +32,7 @@ struct moq_checkpoint {
     bool           has_tokenizer;    /* tokenizer.json present                          */
     moq_arch       arch;
     bool           has_arch;
-    char         **warnings;
-    int            n_warnings;
+    moq_notes      warnings;         /* accepted but worth saying (moq_checkpoint_warning) */
 };
 
 /* Parses config.json's architecture fields (top level, then text_config). */
