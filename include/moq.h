@@ -307,6 +307,42 @@ typedef struct moq_resolution {
 MOQ_API moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind kind,
                                const moq_packed *packed, int n_packed, moq_resolution *out,
                                moq_error *err);
+/* ---- linear layers --------------------------------------------------------------------------- */
+/* y = x · Wᵀ (+ bias) for one quantized linear layer, any format of the seeds (NVFP4 W4A4 and
+ * W4A16, FP8 per-tensor / per-channel / 128x128 block, MXFP8, unquantized F32/BF16/F16). The
+ * activation is quantized at run time exactly as the seed engines do (NUMERICS §2.4-§5.3).
+ * A kernel is chosen once at create time from the registry (src/kernels/kernels.c); the weight
+ * is packed once for it. Run takes its workspace from the caller and never allocates.
+ * A moq_linear is immutable after create: concurrent runs with separate y and ws are safe. */
+typedef struct moq_linear moq_linear;
+typedef struct moq_weight moq_weight; /* canonical weight, src/scheme/quant_key.h (internal) */
+
+typedef struct moq_linear_opts {
+    const char    *name;        /* layer name used in error messages ("model.layers.0.mlp.down_proj") */
+    int            n_threads;   /* <= 0: OpenMP's default                                          */
+    uint32_t       cpu_mask;    /* MOQ_CPU_* bits allowed, ANDed with moq_cpu_features()           */
+    const char    *kernel;      /* force one registry row by name (bench, tests); NULL = first fit  */
+    const uint8_t *rcpa_corr;   /* borrowed: golden/rcp/rcpa_ftz_corr_2bit.bin (2 MiB) so NVFP4
+                                   activation codes equal the H200's; NULL = IEEE reciprocals      */
+} moq_linear_opts;
+MOQ_API moq_linear_opts moq_linear_opts_default(void);
+
+/* Validates w (shapes, K divisibility, NaN/zero/negative scales; errors name opts->name), picks
+ * the first registry row that supports it and packs the weight. w's pointers are borrowed and
+ * must outlive the layer. On failure *out is NULL; MOQ_ERR_UNSUPPORTED lists every row's reason. */
+MOQ_API moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w,
+                                                 const moq_linear_opts *opts, moq_error *err);
+MOQ_API void       moq_linear_free(moq_linear *l);
+/* Bytes of workspace moq_linear_run needs for M rows of x. */
+MOQ_API size_t     moq_linear_workspace_size(const moq_linear *l, int64_t M);
+/* x: f32 | bf16 [M, K] (x_elem MOQ_ELEM_F32 or MOQ_ELEM_BF16); y: f32 | bf16 [M, N]; M >= 1.
+ * ws: caller-owned, at least moq_linear_workspace_size(l, M) bytes. */
+MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M,
+                                  void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
+/* Name of the chosen kernel ("cpu_avx512_nvfp4_vnni"); borrowed, lives as long as l. */
+MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
+/* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
+MOQ_API const char *moq_linear_rejections(const moq_linear *l);
 
 #ifdef __cplusplus
 }

@@ -36,5 +36,7 @@ int  cmd_resolve(int argc, char **argv);
 void cmd_resolve_help(FILE *out);
 int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
+int  cmd_bench(int argc, char **argv);
+void cmd_bench_help(FILE *out);
 
 #endif

@@ -15,6 +15,7 @@ static const cli_cmd commands[] = {
     {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help},
     {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help},
     {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help},
+    {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
 

@@ -1,0 +1,285 @@
+/* cmd_bench.c — `moq bench linear`: one quantized linear layer, measured against the machine and
+ * against OpenBLAS in the same run (numbers on a shared VM swing from minute to minute; only
+ * same-run ratios are firm).
+ *
+ *   1. DRAM read bandwidth: OpenMP threads sum a 1 GiB buffer (far beyond any cache), best of 3.
+ *   2. The layer hot: the same weights every call (they stay in L2/L3 when they fit).
+ *   3. The layer cold: round-robin over enough copies of the layer to total >= 1 GiB, so every
+ *      call streams its weights from DRAM (the L3 here is 300 MiB, so 1 GiB suffices).
+ *   4. OpenBLAS sgemm (M > 1) / sgemv (M = 1) on the same weights dequantized to F32, hot and cold,
+ *      with the same thread count. libopenblas.so.0 is dlopen'ed here, so libmoq never links it.
+ * Weight GB/s counts the bytes the format stores (codes + scales), GFLOP/s = 2·M·N·K / time.
+ * The weights are random codes with plausible scales (speed does not depend on the values).
+ */
+#include <dlfcn.h>
+#include <getopt.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "kernels/kernels.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_s(void) { /* process CPU time: robust to being descheduled on a shared VM */
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xFFFFFF) / 16777216.0f; }
+
+/* Canonical weight of the pair with random codes; buffers owned by the caller (q, scale). */
+static int make_weight(moq_pair_id p, int64_t N, int64_t K, moq_weight *w, void **q, void **scale) {
+    memset(w, 0, sizeof *w);
+    w->w = *moq_pairs[p].w;
+    w->a = *moq_pairs[p].a;
+    w->N = N, w->K = K;
+    const size_t nk = (size_t)N * (size_t)K;
+    const moq_elem e = w->w.elem;
+    const size_t qbytes = moq_elem_bytes(e, nk);
+    uint8_t *qb = malloc(qbytes);
+    if (!qb) return -1;
+    for (size_t i = 0; i < qbytes; i++) qb[i] = (uint8_t)rnd();
+    if (e == MOQ_ELEM_E4M3)
+        for (size_t i = 0; i < nk; i++) if ((qb[i] & 0x7F) == 0x7F) qb[i] = 0x38;
+    if (e == MOQ_ELEM_BF16 || e == MOQ_ELEM_F16)
+        for (size_t i = 0; i < nk; i++) ((uint16_t *)qb)[i] = (uint16_t)((e == MOQ_ELEM_BF16 ? 0x3C00 : 0x2C00) + (rnd() & 0x7FF) + ((rnd() & 1) << 15));
+    if (e == MOQ_ELEM_F32)
+        for (size_t i = 0; i < nk; i++) ((float *)qb)[i] = urand(-1, 1);
+    *q = qb;
+    *scale = NULL;
+    size_t sbytes = 0;
+    if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows == 1) sbytes = (size_t)N * 4;
+    if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows == 128) sbytes = (size_t)((N + 127) / 128 * (K / 128)) * 4;
+    if (w->w.scale_elem == MOQ_ELEM_E4M3 || w->w.scale_elem == MOQ_ELEM_E8M0) sbytes = nk / (size_t)w->w.group_cols;
+    if (sbytes) {
+        uint8_t *sb = malloc(sbytes);
+        if (!sb) return -1;
+        for (size_t i = 0; i < sbytes; i++) sb[i] = w->w.scale_elem == MOQ_ELEM_E8M0 ? (uint8_t)(120 + rnd() % 8) : (uint8_t)(0x30 + rnd() % 0x40);
+        if (w->w.scale_elem == MOQ_ELEM_F32)
+            for (size_t i = 0; i < sbytes / 4; i++) ((float *)sb)[i] = urand(1e-3f, 1e-2f);
+        *scale = sb;
+    }
+    w->q = *q, w->scale = *scale;
+    w->n_shards = 1, w->row0[1] = N;
+    w->shard_scale[0] = 2e-3f, w->shard_in_scale[0] = 3e-3f;
+    return 0;
+}
+
+static size_t weight_bytes(const moq_weight *w) {
+    const size_t nk = (size_t)w->N * (size_t)w->K;
+    size_t b = moq_elem_bytes(w->w.elem, nk);
+    if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows == 1) b += (size_t)w->N * 4;
+    if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows == 128) b += (size_t)((w->N + 127) / 128 * (w->K / 128)) * 4;
+    if (w->w.scale_elem == MOQ_ELEM_E4M3 || w->w.scale_elem == MOQ_ELEM_E8M0) b += nk / (size_t)w->w.group_cols;
+    return b;
+}
+
+static double dram_read_gbs(int threads) {
+    const size_t n = ((size_t)1 << 30) / 8;
+    uint64_t *buf = malloc(n * 8);
+    if (!buf) return 0;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t s = 0;
+        const double t0 = now_s();
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += buf[i];
+        const double dt = now_s() - t0;
+        sink += s;
+        if ((double)(n * 8) / dt > best) best = (double)(n * 8) / dt;
+    }
+    (void)sink;
+    free(buf);
+    return best / 1e9;
+}
+
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+typedef void (*setthreads_fn)(int);
+
+static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+
+void cmd_bench_help(FILE *out) {
+    fprintf(out,
+            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
+            "Measures one quantized linear layer y = x·Wᵀ (x f32 [M, K], random weights of format A):\n"
+            "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
+            "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
+            "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_row | fp8_blk128 | mxfp8 | bf16 | f16 | f32\n"
+            "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
+            "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
+            "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
+            "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
+            "  --json        one JSON object instead of the table\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`");
+    const char *algo = NULL, *kernel = NULL;
+    long long M = 1, N = 4096, K = 4096;
+    int threads = omp_get_max_threads(), json = 0;
+    moq_elem xe = MOQ_ELEM_BF16;
+    int hot_only = 0;
+    static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"m", 1, 0, 'm'}, {"n", 1, 0, 'n'}, {"k", 1, 0, 'k'},
+                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {"hot-only", 0, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 2;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'a': algo = optarg; break;
+        case 'm': M = atoll(optarg); break;
+        case 'n': N = atoll(optarg); break;
+        case 'k': K = atoll(optarg); break;
+        case 't': threads = atoi(optarg); break;
+        case 'r': kernel = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': hot_only = 1; break;
+        case 'x':
+            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) return cli_usage_error("bench", "--x %s, expected f32 or bf16", optarg);
+            xe = strcmp(optarg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+            break;
+        default: return cli_usage_error("bench", "unknown option");
+        }
+    }
+    moq_pair_id p = MOQ_PAIR_COUNT;
+    for (int i = 0; algo && i < MOQ_PAIR_COUNT; i++)
+        if (strcmp(algo, moq_pairs[i].name) == 0) p = (moq_pair_id)i;
+    if (p == MOQ_PAIR_COUNT) return cli_usage_error("bench", "--algo %s is not one of the formats", algo ? algo : "(missing)");
+    if (M < 1 || N < 1 || K < 1 || threads < 1) return cli_usage_error("bench", "--m, --n, --k, --threads must be >= 1");
+
+    moq_weight w;
+    void *q = NULL, *sc = NULL;
+    if (make_weight(p, N, K, &w, &q, &sc)) return cli_usage_error("bench", "out of memory for the weights");
+    moq_linear_opts o = moq_linear_opts_default();
+    o.name = algo;
+    o.n_threads = threads;
+    o.kernel = kernel;
+    const size_t wb = weight_bytes(&w);
+    const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / wb + 1);
+    moq_linear **ls = calloc((size_t)copies, sizeof *ls);
+    moq_error err = {0};
+    int rc = 0;
+    float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
+    uint16_t *xb = malloc((size_t)(M * K) * 2);
+    for (long long i = 0; i < M * K; i++) {
+        x[i] = urand(-2, 2);
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        xb[i] = (uint16_t)(u >> 16);
+        u &= 0xFFFF0000u;
+        memcpy(&x[i], &u, 4); /* the same values for OpenBLAS */
+    }
+    const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
+
+    const double bw = hot_only ? NAN : dram_read_gbs(threads);
+    for (int i = 0; i < copies; i++)
+        if (moq_linear_create_from_weight(&ls[i], &w, &o, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
+    const size_t wsz = moq_linear_workspace_size(ls[0], M);
+    void *ws = malloc(wsz);
+    enum { REPS = 64 };
+    double th[REPS], tc[REPS];
+    const double flop = 2.0 * (double)M * (double)N * (double)K;
+    int nh = 0, nc = 0;
+    for (int i = 0; i < 2; i++) moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+    double tcpu[REPS];
+    for (double t0 = now_s(); nh < REPS && (nh < 5 || now_s() - t0 < 1.0); nh++) {
+        const double a = now_s(), ac = cpu_s();
+        moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+        th[nh] = now_s() - a;
+        tcpu[nh] = (cpu_s() - ac) / threads;
+    }
+    for (double t0 = now_s(); nc < REPS && nc < copies && (nc < 5 || now_s() - t0 < 2.0); nc++) {
+        const double a = now_s();
+        moq_linear_run(ls[1 + nc % (copies - 1)], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
+        tc[nc] = now_s() - a;
+    }
+    const double hot = median(th, nh), cold = median(tc, nc), hot_cpu = median(tcpu, nh);
+    const char *kname = moq_linear_kernel_name(ls[0]);
+    free(ws);
+    for (int i = 0; i < copies; i++) moq_linear_free(ls[i]), ls[i] = NULL;
+
+    /* OpenBLAS on the dequantized weights. */
+    double bh = NAN, bc = NAN;
+    void *blas = hot_only ? NULL : dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    sgemm_fn sgemm = blas ? (sgemm_fn)dlsym(blas, "cblas_sgemm") : NULL;
+    sgemv_fn sgemv = blas ? (sgemv_fn)dlsym(blas, "cblas_sgemv") : NULL;
+    setthreads_fn setth = blas ? (setthreads_fn)dlsym(blas, "openblas_set_num_threads") : NULL;
+    if (sgemm && sgemv) {
+        if (setth) setth(threads);
+        const size_t fb = (size_t)N * (size_t)K * 4;
+        const int fcop = (int)(((size_t)1 << 30) / fb + 1);
+        float **W = calloc((size_t)fcop, sizeof *W);
+        double *row = malloc((size_t)K * sizeof(double));
+        W[0] = malloc(fb);
+        for (long long n = 0; n < N; n++) {
+            moq_weight_dequant_row(&w, n, row);
+            for (long long k = 0; k < K; k++) W[0][n * K + k] = (float)row[k];
+        }
+        for (int i = 1; i < fcop; i++) { W[i] = malloc(fb); memcpy(W[i], W[0], fb); }
+#define BLAS(Wp) (M == 1 ? sgemv(101, 111, (int)N, (int)K, 1.0f, (Wp), (int)K, x, 1, 0.0f, y, 1) \
+                         : sgemm(101, 111, 112, (int)M, (int)N, (int)K, 1.0f, x, (int)K, (Wp), (int)K, 0.0f, y, (int)N))
+        for (int i = 0; i < 2; i++) BLAS(W[0]);
+        int bn = 0, bcn = 0;
+        for (double t0 = now_s(); bn < REPS && (bn < 5 || now_s() - t0 < 1.0); bn++) { const double a = now_s(); BLAS(W[0]); th[bn] = now_s() - a; }
+        for (double t0 = now_s(); bcn < REPS && bcn < fcop && (bcn < 5 || now_s() - t0 < 2.0); bcn++) {
+            const double a = now_s();
+            BLAS(W[1 + bcn % (fcop - 1)]);
+            tc[bcn] = now_s() - a;
+        }
+#undef BLAS
+        bh = median(th, bn), bc = median(tc, bcn);
+        for (int i = 0; i < fcop; i++) free(W[i]);
+        free(W), free(row);
+    }
+    if (blas) dlclose(blas);
+
+    if (json) {
+        char jb[2048];
+        snprintf(jb, sizeof jb, "{\"algo\":\"%s\",\"x\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"threads\":%d,\"weight_bytes\":%zu,"
+               "\"dram_read_gbs\":%.2f,\"hot_us\":%.1f,\"cold_us\":%.1f,\"cold_weight_gbs\":%.2f,\"cold_of_dram\":%.3f,"
+               "\"hot_cpu_us\":%.1f,\"hot_gflops\":%.1f,\"cold_gflops\":%.1f,\"openblas_hot_us\":%.1f,\"openblas_cold_us\":%.1f,"
+               "\"speedup_vs_openblas_hot\":%.2f,\"speedup_vs_openblas_cold\":%.2f}\n",
+               algo, moq_elem_name(xe), kname, M, N, K, threads, wb, bw, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / bw,
+               hot_cpu * 1e6, flop / hot / 1e9, flop / cold / 1e9, bh * 1e6, bc * 1e6, bh / hot, bc / cold);
+        /* JSON has no NaN: a measurement not made (--hot-only, no OpenBLAS) is null */
+        for (char *t = jb; *t; t++) {
+            const size_t n = strncmp(t, ":-nan", 5) == 0 ? 4 : strncmp(t, ":nan", 4) == 0 ? 3 : strncmp(t, ":inf", 4) == 0 ? 3 : 0;
+            if (n) { memmove(t + 5, t + 1 + n, strlen(t + 1 + n) + 1); memcpy(t + 1, "null", 4); }
+        }
+        fputs(jb, stdout);
+    } else {
+        char b1[32];
+        printf("moq bench linear: %s [m=%lld, n=%lld, k=%lld], x %s, %d threads, cpu: %s\n", algo, M, N, K, moq_elem_name(xe), threads, moq_cpu_features_str());
+        printf("kernel %s, weights %s (%d copies for the cold runs)\n", kname, cli_bytes(wb, b1, sizeof b1), copies);
+        printf("%-22s %12s %12s %12s %12s\n", "", "time (us)", "weight GB/s", "GFLOP/s", "vs OpenBLAS");
+        printf("%-22s %12.1f %12.2f %12.1f %11.2fx\n", "moq hot", hot * 1e6, (double)wb / hot / 1e9, flop / hot / 1e9, bh / hot);
+        printf("%-22s %12.1f %12.2f %12.1f %11.2fx\n", "moq cold", cold * 1e6, (double)wb / cold / 1e9, flop / cold / 1e9, bc / cold);
+        printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv hot" : "openblas sgemm hot", bh * 1e6, (double)N * (double)K * 4 / bh / 1e9, flop / bh / 1e9);
+        printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv cold" : "openblas sgemm cold", bc * 1e6, (double)N * (double)K * 4 / bc / 1e9, flop / bc / 1e9);
+        printf("moq hot, CPU time per thread %.1f us (wall above includes time descheduled)\n", hot_cpu * 1e6);
+        printf("DRAM read %.2f GB/s; moq cold streams weights at %.0f %% of it\n", bw, 100.0 * (double)wb / cold / 1e9 / bw);
+    }
+done:
+    for (int i = 0; i < copies; i++) moq_linear_free(ls[i]);
+    free(ls), free(x), free(xb), free(y), free(q), free(sc);
+    return rc;
+}

@@ -1,0 +1,27 @@
+/* linear_cpu.h — CPU linear rows: the `_ref` kernel (linear_ref.c) and the ISA drivers
+ * (linear_dequant_panel_avx512.c, linear_nvfp4_avx512.c), with their pack/workspace hooks.
+ * Included by kernels.c (the registry) and the ISA files; the ISA files include nothing else
+ * of moq but this, kernels.h and the layout headers. */
+#ifndef MOQ_KERNELS_CPU_LINEAR_CPU_H
+#define MOQ_KERNELS_CPU_LINEAR_CPU_H
+
+#include "kernels/kernels.h"
+
+size_t     moq_linear_ref_workspace(const moq_weight *w, int64_t M, int n_threads);
+moq_status moq_linear_ref_run(const moq_linear_launch *l, moq_error *err);
+
+/* Dequantize-panel + f32 FMA driver, every pair (variant = moq_pair_id). */
+size_t     moq_linear_panel_packed_size(const moq_weight *w);
+void       moq_linear_panel_pack(const moq_weight *w, void *dst);
+size_t     moq_linear_panel_workspace(const moq_weight *w, int64_t M, int n_threads);
+moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err);
+bool       moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_len);
+moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *err);
+
+/* NVFP4 W4A4 with VNNI int8 dot products per 16-block. */
+size_t     moq_linear_nvfp4_vnni_packed_size(const moq_weight *w);
+void       moq_linear_nvfp4_vnni_pack(const moq_weight *w, void *dst);
+size_t     moq_linear_nvfp4_vnni_workspace(const moq_weight *w, int64_t M, int n_threads);
+moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_error *err);
+
+#endif

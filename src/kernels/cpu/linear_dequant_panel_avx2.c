@@ -1,0 +1,168 @@
+/* linear_dequant_panel_avx2.c — the AVX2 + FMA + F16C form of linear_dequant_panel_avx512.c for
+ * CPUs without AVX-512: same packed layout (rows16; shared pack/workspace hooks), same exact
+ * decoders on 8-lane vectors (two ymm per 16-row column), same f32 FMA micro-kernel with 6 tokens
+ * × 16 rows of accumulators. Activations use the reference quantizers (moq_act_dequant_row).
+ *
+ *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
+ *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
+ *
+ * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define KC 256
+#define MR 6
+
+static int64_t cols_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? w->K / 2 : w->K; }
+static size_t unit_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? 1 : (size_t)moq_elem_bytes(w->w.elem, 1); }
+static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16_size(w->N, cols_of(w), unit_of(w)) + 63) & ~(size_t)63; }
+/* Must match moq_linear_panel_workspace's layout (linear_dequant_panel_avx512.c). */
+static size_t thread_bytes(const moq_weight *w, int64_t M) {
+    return (size_t)KC * 64 + (size_t)KC * 32 + (size_t)M * 64 + (((size_t)w->K * 2 + 64 + 63) & ~(size_t)63);
+}
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return (((size_t)M * (size_t)w->K * 4 + (size_t)M * 4 + 63) & ~(size_t)63) +
+           (((size_t)M * (size_t)(w->K + 1) / 2 * 4 + 63) & ~(size_t)63);
+}
+
+/* 8 e4m3 codes -> f32 / 256 (exact: the f16 shift trick of the AVX-512 file). */
+static inline __m256 e4m3x8_div256(__m128i c8) {
+    __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(c8), 7);
+    t = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
+    return _mm256_cvtph_ps(t);
+}
+
+static inline __m256 e8m0x8(__m128i c8) {
+    const __m256i v = _mm256_cvtepu8_epi32(c8);
+    const __m256i z = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
+}
+
+/* e2m1 codes (dword lanes, 0..15) -> f32: magnitude from an 8-entry permute, sign from bit 3. */
+static inline __m256 e2m1x8(__m256i c) {
+    const __m256 mag = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), c);
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28)));
+}
+
+static void store16(float *P, __m256 a, __m256 b) { _mm256_store_ps(P, a); _mm256_store_ps(P + 8, b); }
+
+static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t k0, int kc, float *P) {
+    const moq_weight *w = l->w;
+    const int64_t K = w->K;
+    const uint8_t *pk = l->packed;
+    const __m256 c256 = _mm256_set1_ps(256.0f);
+    switch (l->pair) {
+    case MOQ_PAIR_F32: return (const float *)l->packed + (t * K + k0) * 16;
+    case MOQ_PAIR_BF16:
+        for (int k = 0; k < kc; k++) {
+            const uint8_t *p = pk + ((t * K + k0 + k) * 16) * 2;
+            store16(P + 16 * k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)p)), 16)),
+                    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(p + 16))), 16)));
+        }
+        break;
+    case MOQ_PAIR_F16:
+        for (int k = 0; k < kc; k++) {
+            const uint8_t *p = pk + ((t * K + k0 + k) * 16) * 2;
+            store16(P + 16 * k, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16))));
+        }
+        break;
+    case MOQ_PAIR_FP8_TENSOR: case MOQ_PAIR_FP8_ROW: case MOQ_PAIR_FP8_BLK128: case MOQ_PAIR_MXFP8: {
+        const uint8_t *sf = pk + codes_bytes(w);
+        for (int k = 0; k < kc; k++) {
+            const __m128i c = _mm_load_si128((const __m128i *)(pk + (t * K + k0 + k) * 16));
+            __m256 a = _mm256_mul_ps(e4m3x8_div256(c), c256), b = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(c, 8)), c256);
+            if (l->pair == MOQ_PAIR_FP8_BLK128) {
+                const __m256 s = _mm256_set1_ps(((const float *)w->scale)[(t * 16 / 128) * (K / 128) + (k0 + k) / 128]);
+                a = _mm256_mul_ps(a, s), b = _mm256_mul_ps(b, s);
+            } else if (l->pair == MOQ_PAIR_MXFP8) {
+                const __m128i sc = _mm_load_si128((const __m128i *)(sf + (t * (K / 32) + (k0 + k) / 32) * 16));
+                a = _mm256_mul_ps(a, e8m0x8(sc)), b = _mm256_mul_ps(b, e8m0x8(_mm_srli_si128(sc, 8)));
+            }
+            store16(P + 16 * k, a, b);
+        }
+        break;
+    }
+    case MOQ_PAIR_NVFP4: case MOQ_PAIR_NVFP4_W4A16: {
+        const uint8_t *sf = pk + codes_bytes(w);
+        const __m256i low4 = _mm256_set1_epi32(0xF);
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (int k = 0; k < kc; k += 2) {
+            if ((k & 15) == 0) {
+                const __m128i sc = _mm_load_si128((const __m128i *)(sf + (t * (K / 16) + (k0 + k) / 16) * 16));
+                s0 = _mm256_mul_ps(e4m3x8_div256(sc), c256), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c256);
+            }
+            const __m128i by = _mm_load_si128((const __m128i *)(pk + (t * (K / 2) + (k0 + k) / 2) * 16));
+            const __m256i b0 = _mm256_cvtepu8_epi32(by), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(by, 8));
+            store16(P + 16 * k, _mm256_mul_ps(e2m1x8(_mm256_and_si256(b0, low4)), s0), _mm256_mul_ps(e2m1x8(_mm256_and_si256(b1, low4)), s1));
+            store16(P + 16 * k + 16, _mm256_mul_ps(e2m1x8(_mm256_srli_epi32(b0, 4)), s0), _mm256_mul_ps(e2m1x8(_mm256_srli_epi32(b1, 4)), s1));
+        }
+        break;
+    }
+    case MOQ_PAIR_COUNT: break;
+    }
+    return P;
+}
+
+static inline __attribute__((always_inline)) void micro(const float *P, const float *X, int64_t ldx, int kc, float *C, const int mr) {
+    __m256 a0[MR], a1[MR];
+    for (int i = 0; i < mr; i++) a0[i] = _mm256_load_ps(C + 16 * i), a1[i] = _mm256_load_ps(C + 16 * i + 8);
+    for (int k = 0; k < kc; k++) {
+        const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
+        for (int i = 0; i < mr; i++) {
+            const __m256 x = _mm256_broadcast_ss(X + i * ldx + k);
+            a0[i] = _mm256_fmadd_ps(x, w0, a0[i]);
+            a1[i] = _mm256_fmadd_ps(x, w1, a1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) _mm256_store_ps(C + 16 * i, a0[i]), _mm256_store_ps(C + 16 * i + 8, a1[i]);
+}
+
+static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float *C, int mr) {
+    switch (mr) {
+#define CASE(n) case n: micro(P, X, ldx, kc, C, n); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+#undef CASE
+    default: break;
+    }
+}
+
+moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    (void)err;
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, N = w->N, K = w->K, tiles = (N + 15) / 16;
+    float *X = l->ws, *sm = X + M * K;
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    const size_t tb = thread_bytes(w, M);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
+        float *P = (float *)mine, *C = (float *)(mine + (size_t)KC * 64 + (size_t)KC * 32);
+        uint8_t *tmp = (uint8_t *)(C + M * 16);
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            memset(C, 0, (size_t)M * 64);
+            for (int64_t k0 = 0; k0 < K; k0 += KC) {
+                const int kc = (int)(K - k0 < KC ? K - k0 : KC);
+                const float *Pt = decode_panel(l, t, k0, kc, P);
+                for (int64_t m0 = 0; m0 < M; m0 += MR)
+                    micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+            }
+            for (int64_t m = 0; m < M; m++)
+                for (int r = 0; r < 16 && 16 * t + r < N; r++) {
+                    const int64_t n = 16 * t + r;
+                    float v = C[m * 16 + r] * sm[m] * l->row_scale[n];
+                    if (w->bias) v += w->bias[n];
+                    moq_y_store(l->y, l->y_elem, N, m, n, v);
+                }
+        }
+    }
+    return MOQ_OK;
+}

@@ -1,0 +1,140 @@
+/* linear_nvfp4_avx512.c — NVFP4 W4A4 on AVX-512 VNNI: integer dot products of e2m1 codes per
+ * 16-block, then both block scales in f32 (NUMERICS §2.5).
+ *
+ * Twice an e2m1 value is an integer in [-12, 12], so a block's dot product is exact in int32:
+ *   Σ_k (2·a_k)(2·w_k) = Σ_k (2·w_k + 12)·(2·a_k) − 12·Σ_k 2·a_k
+ * vpdpbusd multiplies unsigned × signed bytes: the weight is the unsigned side (2w + 12 in
+ * [0, 24], from a 16-entry shuffle of the nibble), the activation the signed side; the
+ * correction −12·Σ 2a depends only on the token and block, so it seeds the accumulator.
+ * Worst |int| per block 16·24·12 = 4608: no saturation (vpdpbusd wraps; it cannot reach 2^31).
+ *
+ *   W     u8   [N/16, K/8, 16, 4]   layout/rows16.c nvfp4_vnni16: one 64-byte line = k 8g..8g+7
+ *                                   of 16 rows, low nibbles k 8g..+3, high nibbles k 8g+4..+7
+ *   SFw   e4m3 [N/16, K/16, 16]     rows16 of weight_scale
+ *   A8    s8   [M, K]               2·D2(activation code), from moq_act_nvfp4_avx512 (bit-exact
+ *                                   twin of moq_act_nvfp4_ref)
+ *   AOF   i32  [M, K/16]            −12 · Σ_block A8
+ *   SFa   f32  [M, K/16]            D4(activation block scale) · 64  (= ·256 for the weight-scale
+ *                                   decode's 2^-8, ·1/4 for the two doublings)
+ *   y[m, n] = alpha[n] · Σ_b f32(int_b) · (D4(SFw)/256 · SFa)  (+ bias), alpha = f32(is · ws2[shard])
+ *
+ * Threads: OpenMP over 16-row tiles; tokens in chunks of MT, so one tile's weights (K·9 bytes,
+ * L1/L2-resident) are decoded once per chunk. Reference: linear_ref.c. Test: test_linear.c.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MT 12 /* tokens per pass over a tile: 12 f32 accumulators + 4 weight planes + scales */
+
+static size_t codes_bytes(const moq_weight *w) { return (moq_layout_nvfp4_vnni16_size(w->N, w->K) + 63) & ~(size_t)63; }
+
+size_t moq_linear_nvfp4_vnni_packed_size(const moq_weight *w) {
+    return codes_bytes(w) + moq_layout_rows16_size(w->N, w->K / 16, 1);
+}
+
+void moq_linear_nvfp4_vnni_pack(const moq_weight *w, void *dst) {
+    moq_layout_nvfp4_vnni16_pack(w->q, w->N, w->K, dst);
+    moq_layout_rows16_pack(w->scale, w->N, w->K / 16, 1, (uint8_t *)dst + codes_bytes(w));
+}
+
+/* Per token: A8 K bytes, AOF and SFa 4·K/16 bytes each; per thread: x row f32 + codes + scales. */
+static size_t token_bytes(int64_t K) { return ((size_t)K + (size_t)K / 2 + 63) & ~(size_t)63; }
+static size_t thread_bytes(int64_t K) { return ((size_t)K * 4 + (size_t)K + (size_t)K / 16 + 127) & ~(size_t)63; }
+
+size_t moq_linear_nvfp4_vnni_workspace(const moq_weight *w, int64_t M, int n_threads) {
+    return (size_t)M * token_bytes(w->K) + (size_t)n_threads * thread_bytes(w->K);
+}
+
+static inline __m512 e4m3x16_div256(__m128i c) {
+    __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(c), 7);
+    t = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
+    return _mm512_cvtph_ps(t);
+}
+
+static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
+    const int64_t K = l->w->K;
+    float *xf = (float *)tmp;
+    uint8_t *q = tmp + 4 * K, *sf = q + K / 2;
+    int8_t *a8 = (int8_t *)tok;
+    int32_t *aof = (int32_t *)(tok + K);
+    float *sfa = (float *)(aof + K / 16);
+    moq_x_row_f32(l->x, l->x_elem, K, m, xf);
+    moq_act_nvfp4_avx512(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, q, sf, a8, aof);
+    for (int64_t b = 0; b < K / 16; b++) {
+        aof[b] *= -12;
+        sfa[b] = moq_e4m3_decode(sf[b]) * 64.0f;
+    }
+}
+
+static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
+static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
+                                                             int64_t t, int64_t m0, const int mt) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W = (const uint8_t *)l->packed + t * (K / 8) * 64;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16;
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[MT];
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i w0 = _mm512_load_si512(W + 128 * b), w1 = _mm512_load_si512(W + 128 * b + 64);
+        const __m512i lo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low4));
+        const __m512i hi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low4));
+        const __m512i lo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w1, low4));
+        const __m512i hi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low4));
+        const __m512 sw = e4m3x16_div256(_mm_load_si128((const __m128i *)(SF + 16 * b)));
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
+            const int8_t *a = (const int8_t *)tok + 16 * b;
+            const int32_t *aof = (const int32_t *)(tok + K);
+            const float *sfa = (const float *)(aof + nb);
+            __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(aof[b]), lo0, _mm512_set1_epi32(load_i32(a)));
+            s = _mm512_dpbusd_epi32(s, hi0, _mm512_set1_epi32(load_i32(a + 4)));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, _mm512_set1_epi32(load_i32(a + 8)));
+            s1 = _mm512_dpbusd_epi32(s1, hi1, _mm512_set1_epi32(load_i32(a + 12)));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s, s1)), _mm512_mul_ps(sw, _mm512_set1_ps(sfa[b])), acc[i]);
+        }
+    }
+    const int64_t N = l->w->N;
+    for (int i = 0; i < mt; i++) {
+        float v[16];
+        _mm512_storeu_ps(v, acc[i]);
+        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
+            const int64_t n = 16 * t + r;
+            float y = v[r] * l->row_scale[n];
+            if (l->w->bias) y += l->w->bias[n];
+            moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
+        }
+    }
+}
+
+moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_error *err) {
+    (void)err;
+    const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
+    const size_t tstride = token_bytes(K);
+    uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(K);
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++)
+            for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                switch (M - m0 < MT ? M - m0 : MT) {
+#define CASE(n) case n: tile_tokens(l, toks, tstride, t, m0, n); break;
+                    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#undef CASE
+                default: break;
+                }
+            }
+    }
+    return MOQ_OK;
+}

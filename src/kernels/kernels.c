@@ -1,0 +1,68 @@
+/* kernels.c — the kernel registry: one row per (op, pair, target, algorithm), tried in table
+ * order for a layer's pair; the first whose CPU features and supports() fit is used. Within a
+ * pair the widest ISA comes first; the `_ref` row of every pair is last and always fits.
+ * Tested by tests/kernels/test_linear.c (every row against its pair's _ref row). */
+#include "kernels/kernels.h"
+
+#include <string.h>
+
+#include "kernels/cpu/linear_cpu.h"
+
+#define AVX512 (MOQ_CPU_AVX512)
+#define VNNI   (MOQ_CPU_AVX512 | MOQ_CPU_AVX512VNNI)
+#define PANEL(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, p, NULL, moq_linear_panel_packed_size, \
+                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
+#define BF16DOT(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 1, moq_linear_panel_bf16_supports, \
+                      moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
+#define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
+                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2}
+#define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run}
+
+const moq_kernel moq_kernel_table[] = {
+    /* NVFP4 W4A4: integer dot products of e2m1 codes (×2 they are integers in [-12, 12]). */
+    {"cpu_avx512_nvfp4_w4a4_vnni16", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX512, VNNI, 0, NULL,
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512},
+    /* Exact bf16 values on both sides: two products per lane per vdpbf16ps. */
+    BF16DOT("cpu_avx512_nvfp4_w4a16_bf16dot", MOQ_PAIR_NVFP4_W4A16),
+    BF16DOT("cpu_avx512_fp8_tensor_bf16dot",  MOQ_PAIR_FP8_TENSOR),
+    BF16DOT("cpu_avx512_fp8_row_bf16dot",     MOQ_PAIR_FP8_ROW),
+    BF16DOT("cpu_avx512_mxfp8_bf16dot",       MOQ_PAIR_MXFP8),
+    BF16DOT("cpu_avx512_bf16_bf16dot",        MOQ_PAIR_BF16),
+    /* Every pair: weights decoded to an f32 panel of 16 rows, activations quantize-dequantized. */
+    PANEL("cpu_avx512_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
+    PANEL("cpu_avx512_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),
+    PANEL("cpu_avx512_fp8_tensor_dequant_fma",  MOQ_PAIR_FP8_TENSOR),
+    PANEL("cpu_avx512_fp8_row_dequant_fma",     MOQ_PAIR_FP8_ROW),
+    PANEL("cpu_avx512_fp8_blk128_dequant_fma",  MOQ_PAIR_FP8_BLK128),
+    PANEL("cpu_avx512_mxfp8_dequant_fma",       MOQ_PAIR_MXFP8),
+    PANEL("cpu_avx512_bf16_dequant_fma",        MOQ_PAIR_BF16),
+    PANEL("cpu_avx512_f16_dequant_fma",         MOQ_PAIR_F16),
+    PANEL("cpu_avx512_f32_fma",                 MOQ_PAIR_F32),
+    /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
+    PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
+    PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),
+    PANEL2("cpu_avx2_fp8_tensor_dequant_fma",  MOQ_PAIR_FP8_TENSOR),
+    PANEL2("cpu_avx2_fp8_row_dequant_fma",     MOQ_PAIR_FP8_ROW),
+    PANEL2("cpu_avx2_fp8_blk128_dequant_fma",  MOQ_PAIR_FP8_BLK128),
+    PANEL2("cpu_avx2_mxfp8_dequant_fma",       MOQ_PAIR_MXFP8),
+    PANEL2("cpu_avx2_bf16_dequant_fma",        MOQ_PAIR_BF16),
+    PANEL2("cpu_avx2_f16_dequant_fma",         MOQ_PAIR_F16),
+    PANEL2("cpu_avx2_f32_fma",                 MOQ_PAIR_F32),
+    /* References: always present, always last. */
+    REF("cpu_ref_nvfp4_w4a4",  MOQ_PAIR_NVFP4),
+    REF("cpu_ref_nvfp4_w4a16", MOQ_PAIR_NVFP4_W4A16),
+    REF("cpu_ref_fp8_tensor",  MOQ_PAIR_FP8_TENSOR),
+    REF("cpu_ref_fp8_row",     MOQ_PAIR_FP8_ROW),
+    REF("cpu_ref_fp8_blk128",  MOQ_PAIR_FP8_BLK128),
+    REF("cpu_ref_mxfp8",       MOQ_PAIR_MXFP8),
+    REF("cpu_ref_bf16",        MOQ_PAIR_BF16),
+    REF("cpu_ref_f16",         MOQ_PAIR_F16),
+    REF("cpu_ref_f32",         MOQ_PAIR_F32),
+};
+const size_t moq_kernel_table_len = sizeof moq_kernel_table / sizeof moq_kernel_table[0];
+
+const moq_kernel *moq_kernel_find(const char *name) {
+    for (size_t i = 0; i < moq_kernel_table_len; i++)
+        if (strcmp(moq_kernel_table[i].name, name) == 0) return &moq_kernel_table[i];
+    return NULL;
+}

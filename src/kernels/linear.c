@@ -1,0 +1,221 @@
+/* linear.c — the one linear entry point for every format: the pair table (facts shared by all
+ * kernels of a (weight key, activation key) pair), validation of the canonical weight, kernel
+ * choice with collected reasons, packing once, and run with a caller-owned workspace.
+ *
+ * Fused layers keep their shards' static scales (no requantization, no accuracy loss): the
+ * epilogue scale is per output row (row_scale), so a shard's weight_scale / weight_scale_2 applies
+ * to exactly its rows [row0[s], row0[s+1]). Activations are quantized once per layer with the
+ * maximum of the shards' input_scale, as both seed engines do (NUMERICS §2.4, §5.1).
+ * Tests: tests/kernels/test_linear.c, tests/kernels/test_linear_ref.c.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+/*                 name           w key                  a key                         K%   epilogue scale            static a */
+const moq_pair moq_pairs[MOQ_PAIR_COUNT] = {
+    [MOQ_PAIR_F32]         = {"f32",         &MOQ_KEY_W_F32,        &MOQ_KEY_A_NONE,              1,   MOQ_ROWSCALE_NONE,       false},
+    [MOQ_PAIR_BF16]        = {"bf16",        &MOQ_KEY_W_BF16,       &MOQ_KEY_A_NONE,              1,   MOQ_ROWSCALE_NONE,       false},
+    [MOQ_PAIR_F16]         = {"f16",         &MOQ_KEY_W_F16,        &MOQ_KEY_A_NONE,              1,   MOQ_ROWSCALE_NONE,       false},
+    [MOQ_PAIR_FP8_TENSOR]  = {"fp8_tensor",  &MOQ_KEY_W_FP8_TENSOR, &MOQ_KEY_A_FP8_TENSOR_STATIC, 1,   MOQ_ROWSCALE_SHARD_W_IN, true},
+    [MOQ_PAIR_FP8_ROW]     = {"fp8_row",     &MOQ_KEY_W_FP8_ROW,    &MOQ_KEY_A_FP8_TOKEN_DYN,     1,   MOQ_ROWSCALE_ROW,        false},
+    [MOQ_PAIR_FP8_BLK128]  = {"fp8_blk128",  &MOQ_KEY_W_FP8_BLK128, &MOQ_KEY_A_FP8_G128_DYN,      128, MOQ_ROWSCALE_NONE,       false},
+    [MOQ_PAIR_NVFP4]       = {"nvfp4_w4a4",  &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NVFP4_DYN,         16,  MOQ_ROWSCALE_SHARD_W_IN, true},
+    [MOQ_PAIR_NVFP4_W4A16] = {"nvfp4_w4a16", &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NONE,              16,  MOQ_ROWSCALE_SHARD_W,    false},
+    [MOQ_PAIR_MXFP8]       = {"mxfp8",       &MOQ_KEY_W_MXFP8,      &MOQ_KEY_A_MXFP8_DYN,         32,  MOQ_ROWSCALE_NONE,       false},
+};
+
+moq_pair_id moq_pair_of(const moq_weight *w) {
+    for (int p = 0; p < MOQ_PAIR_COUNT; p++)
+        if (moq_quant_key_eq(moq_pairs[p].w, &w->w) && moq_quant_key_eq(moq_pairs[p].a, &w->a)) return (moq_pair_id)p;
+    return MOQ_PAIR_COUNT;
+}
+
+int moq_weight_shard_of(const moq_weight *w, int64_t n) {
+    int s = 0;
+    while (s + 1 < w->n_shards && n >= w->row0[s + 1]) s++;
+    return s;
+}
+
+void moq_x_row_f32(const void *x, moq_elem e, int64_t K, int64_t m, float *out) {
+    if (e == MOQ_ELEM_BF16) {
+        const uint16_t *h = (const uint16_t *)x + m * K;
+        for (int64_t k = 0; k < K; k++) out[k] = moq_f32_from_bits((uint32_t)h[k] << 16);
+    } else {
+        memcpy(out, (const float *)x + m * K, (size_t)K * sizeof(float));
+    }
+}
+
+void moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float v) {
+    if (e == MOQ_ELEM_BF16) ((uint16_t *)y)[m * N + n] = moq_bf16_encode_rne(v);
+    else ((float *)y)[m * N + n] = v;
+}
+
+struct moq_linear {
+    moq_weight        w;          /* copy; pointers borrowed from the caller                 */
+    moq_pair_id       pair;
+    const moq_kernel *k;
+    void             *packed;     /* the row's layout, 64-byte aligned, owned                */
+    float            *row_scale;  /* f32 [N], owned                                          */
+    float             a_scale;
+    const uint8_t    *rcpa_corr;
+    int               n_threads;
+    char              name[160];
+    char              rejected[1024];
+};
+
+moq_linear_opts moq_linear_opts_default(void) {
+    moq_linear_opts o = {0};
+    o.cpu_mask = ~0u;
+    return o;
+}
+
+static bool bad_scale(float s) { return !(s > 0.0f) || !isfinite(s); }
+
+/* Everything about w that a file could get wrong is checked here, never asserted later. */
+static moq_status validate(const moq_weight *w, moq_pair_id p, const char *name, moq_error *err) {
+    char kw[64], ka[64];
+    if (p == MOQ_PAIR_COUNT)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "weight key %s with activation key %s is not a pair any scheme uses",
+                        moq_quant_key_str(&w->w, kw, sizeof kw), moq_quant_key_str(&w->a, ka, sizeof ka));
+    const moq_pair *pr = &moq_pairs[p];
+    if (w->N < 1 || w->K < 1) return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shape [N=%lld, K=%lld], expected both >= 1", (long long)w->N, (long long)w->K);
+    if (w->K % pr->k_multiple)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "K=%lld is not a multiple of %d (%s groups along K)", (long long)w->K,
+                        pr->k_multiple, pr->name);
+    if (!w->q) return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "weight data missing");
+    if (w->w.scale_elem != MOQ_ELEM_NONE && w->w.group_rows != -1 && !w->scale)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "weight_scale missing (%s)", pr->name);
+    if (w->n_shards < 1 || w->n_shards > MOQ_MAX_SHARDS || w->row0[0] != 0 || w->row0[w->n_shards] != w->N)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "%d shards covering rows [%lld, %lld), expected 1..%d shards covering [0, %lld)",
+                        w->n_shards, (long long)w->row0[0], (long long)(w->n_shards >= 1 && w->n_shards <= MOQ_MAX_SHARDS ? w->row0[w->n_shards] : -1),
+                        MOQ_MAX_SHARDS, (long long)w->N);
+    for (int s = 0; s < w->n_shards; s++) {
+        if (w->row0[s + 1] <= w->row0[s])
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shard %d has rows [%lld, %lld), expected a non-empty range", s,
+                            (long long)w->row0[s], (long long)w->row0[s + 1]);
+        if ((pr->row_scale == MOQ_ROWSCALE_SHARD_W || pr->row_scale == MOQ_ROWSCALE_SHARD_W_IN) && bad_scale(w->shard_scale[s]))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shard %d weight scale %g, expected a finite value > 0 (%s)", s,
+                            (double)w->shard_scale[s], pr->w->global_scale ? "weight_scale_2" : "weight_scale");
+        if (pr->a_static && bad_scale(w->shard_in_scale[s]))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shard %d input_scale %g, expected a finite value > 0", s, (double)w->shard_in_scale[s]);
+    }
+    const int64_t N = w->N, K = w->K;
+    if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows != -1) {
+        const float *sc = w->scale;
+        const int64_t n = w->w.group_rows == 1 ? N : ((N + 127) / 128) * (K / 128);
+        for (int64_t i = 0; i < n; i++)
+            if (bad_scale(sc[i]))
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "weight_scale[%lld] = %g, expected a finite value > 0", (long long)i, (double)sc[i]);
+    } else if (w->w.scale_elem == MOQ_ELEM_E4M3 || w->w.scale_elem == MOQ_ELEM_E8M0) {
+        const uint8_t *sc = w->scale;
+        const int64_t n = N * (K / w->w.group_cols);
+        for (int64_t i = 0; i < n; i++) {
+            const bool nan = w->w.scale_elem == MOQ_ELEM_E8M0 ? sc[i] == 0xFF : (sc[i] & 0x7F) == 0x7F;
+            const bool neg = w->w.scale_elem == MOQ_ELEM_E4M3 && (sc[i] & 0x80) && sc[i] != 0x80;
+            if (nan || neg)
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "weight_scale[%lld, %lld] = 0x%02X (%s), expected a positive %s block scale%s",
+                                (long long)(i / (K / w->w.group_cols)), (long long)(i % (K / w->w.group_cols)), sc[i], nan ? "NaN" : "negative",
+                                moq_elem_name(w->w.scale_elem), nan ? "; a NaN block scale is the sentinel of a scale that was never written" : "");
+        }
+    }
+    return MOQ_OK;
+}
+
+moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, const moq_linear_opts *opts, moq_error *err) {
+    if (!out || !w) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "out and w must not be NULL");
+    *out = NULL;
+    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
+    const char *name = o.name ? o.name : "";
+    const moq_pair_id p = moq_pair_of(w);
+    MOQ_TRY(validate(w, p, name, err));
+    const uint32_t feat = moq_cpu_features() & o.cpu_mask;
+    char rej[1024] = "";
+    const moq_kernel *k = NULL;
+    for (size_t i = 0; i < moq_kernel_table_len && !k; i++) {
+        const moq_kernel *r = &moq_kernel_table[i];
+        if (r->op != MOQ_OP_LINEAR || r->pair != p) continue;
+        if (o.kernel && strcmp(o.kernel, r->name) != 0) continue;
+        char why[160] = "";
+        if ((r->need & feat) != r->need)
+            snprintf(why, sizeof why, "cpu lacks %s", (r->need & ~feat & MOQ_CPU_AVX512VNNI) ? "avx512vnni" : (r->need & ~feat & MOQ_CPU_AVX512BF16) ? "avx512bf16" : (r->need & ~feat & MOQ_CPU_AVX512) ? "avx512" : "avx2");
+        else if (r->supports && !r->supports(w, why, sizeof why)) {
+        } else k = r;
+        if (!k) {
+            size_t n = strlen(rej);
+            snprintf(rej + n, sizeof rej - n, "%s%s: %s", n ? "; " : "", r->name, why);
+        }
+    }
+    if (!k)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "linear %s [n=%lld, k=%lld]: no kernel fits; %s", moq_pairs[p].name,
+                        (long long)w->N, (long long)w->K, rej[0] ? rej : "the requested kernel is not a row of this pair");
+    moq_linear *l = calloc(1, sizeof *l);
+    if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for the layer");
+    l->w = *w;
+    l->pair = p;
+    l->k = k;
+    l->rcpa_corr = o.rcpa_corr;
+    l->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
+    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->rejected, sizeof l->rejected, "%s", rej);
+    l->row_scale = malloc((size_t)w->N * sizeof(float));
+    if (!l->row_scale) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for %lld row scales", (long long)w->N); }
+    if (moq_pairs[p].a_static) {
+        l->a_scale = w->shard_in_scale[0];
+        for (int s = 1; s < w->n_shards; s++) l->a_scale = fmaxf(l->a_scale, w->shard_in_scale[s]);
+    }
+    for (int64_t n = 0; n < w->N; n++) {
+        const int s = moq_weight_shard_of(w, n);
+        switch (moq_pairs[p].row_scale) {
+        case MOQ_ROWSCALE_NONE: l->row_scale[n] = 1.0f; break;
+        case MOQ_ROWSCALE_SHARD_W: l->row_scale[n] = w->shard_scale[s]; break;
+        case MOQ_ROWSCALE_SHARD_W_IN: l->row_scale[n] = l->a_scale * w->shard_scale[s]; break;
+        case MOQ_ROWSCALE_ROW: l->row_scale[n] = ((const float *)w->scale)[n]; break;
+        }
+    }
+    if (k->packed_size) {
+        const size_t sz = (k->packed_size(w) + 63) & ~(size_t)63;
+        l->packed = aligned_alloc(64, sz ? sz : 64);
+        if (!l->packed) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory packing %zu bytes for %s", sz, k->name); }
+        k->pack(w, l->packed);
+    }
+    *out = l;
+    return MOQ_OK;
+}
+
+void moq_linear_free(moq_linear *l) {
+    if (!l) return;
+    free(l->packed);
+    free(l->row_scale);
+    free(l);
+}
+
+size_t moq_linear_workspace_size(const moq_linear *l, int64_t M) {
+    if (!l || M < 1) return 0;
+    return l->k->workspace(&l->w, M, l->n_threads) + 64;
+}
+
+moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
+                          size_t ws_size, moq_error *err) {
+    if (!l || !x || !y || M < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l ? l->name : "", "l, x, y must not be NULL and M >= 1 (M=%lld)", (long long)M);
+    if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
+    const size_t need = moq_linear_workspace_size(l, M);
+    if (ws_size < need || (!ws && need))
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace %zu bytes, expected >= %zu for M=%lld", ws_size, need, (long long)M);
+    uintptr_t a = ((uintptr_t)ws + 63) & ~(uintptr_t)63;
+    moq_linear_launch la = {
+        .k = l->k, .w = &l->w, .pair = l->pair, .packed = l->packed, .row_scale = l->row_scale, .a_scale = l->a_scale,
+        .rcpa_corr = l->rcpa_corr, .x = x, .x_elem = x_elem, .M = M, .y = y, .y_elem = y_elem,
+        .ws = (void *)a, .ws_size = ws_size - (size_t)(a - (uintptr_t)ws), .n_threads = l->n_threads,
+    };
+    return l->k->run(&la, err);
+}
+
+const char *moq_linear_kernel_name(const moq_linear *l) { return l ? l->k->name : ""; }
+const char *moq_linear_rejections(const moq_linear *l) { return l ? l->rejected : ""; }

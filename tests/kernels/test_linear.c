@@ -1,0 +1,175 @@
+/* test_linear.c — every fast linear row of the registry against its pair's `_ref` row over the
+ * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128; N not a multiple of 16; K of several
+ * panel chunks and not a power of two (as far as the format allows); a partial last 128-row
+ * FP8 block; fused shards with different scales; f32 and bf16 activations; bias. Fresh random
+ * data each run, outputs poisoned with NaN first, relative Frobenius error <= 1e-5 (f32 out;
+ * both sides quantize the activation bit-identically, so only accumulation order differs:
+ * f32 sums of K <= 400 terms, ~sqrt(K)·2^-24 ≈ 1e-6), NaN never passes. bf16 outputs: within
+ * 2^-8 (one bf16 rounding of nearly equal f32 values). Rows whose CPU features are missing are
+ * skipped with a message; the registry's choice under cpu masks is checked too.
+ *
+ * Test names read linear/<row>/x_<dtype>.y_<dtype>/m<M>_n<N>_k<K> (STYLE.md §10). */
+#include "tu.h"
+
+#include <time.h>
+
+#include "klin.h"
+
+static uint8_t *g_corr;
+
+static tpair tpair_of(moq_pair_id p) {
+    static const tpair map[MOQ_PAIR_COUNT] = {
+        [MOQ_PAIR_F32] = TP_F32, [MOQ_PAIR_BF16] = TP_BF16, [MOQ_PAIR_F16] = TP_F16, [MOQ_PAIR_FP8_TENSOR] = TP_FP8_TENSOR,
+        [MOQ_PAIR_FP8_ROW] = TP_FP8_ROW, [MOQ_PAIR_FP8_BLK128] = TP_FP8_BLK128, [MOQ_PAIR_NVFP4] = TP_NVFP4,
+        [MOQ_PAIR_NVFP4_W4A16] = TP_NVFP4_W4A16, [MOQ_PAIR_MXFP8] = TP_MXFP8,
+    };
+    return map[p];
+}
+
+static const moq_kernel *ref_row(moq_pair_id p) {
+    for (size_t i = 0; i < moq_kernel_table_len; i++)
+        if (moq_kernel_table[i].pair == p && moq_kernel_table[i].target == MOQ_TARGET_CPU_REF) return &moq_kernel_table[i];
+    return NULL;
+}
+
+/* Shapes per K-granularity: N not a multiple of 16, K spanning panel chunks of 256. */
+static void shapes_for(tpair p, int64_t NK[2][2]) {
+    switch (p) {
+    case TP_FP8_BLK128: NK[0][0] = 200, NK[0][1] = 384, NK[1][0] = 130, NK[1][1] = 128; break; /* partial last N block */
+    case TP_NVFP4: case TP_NVFP4_W4A16: NK[0][0] = 40, NK[0][1] = 272, NK[1][0] = 23, NK[1][1] = 48; break;
+    case TP_MXFP8: NK[0][0] = 36, NK[0][1] = 288, NK[1][0] = 17, NK[1][1] = 96; break;
+    case TP_BF16: NK[0][0] = 35, NK[0][1] = 300, NK[1][0] = 17, NK[1][1] = 78; break; /* bf16dot needs K even */
+    default: NK[0][0] = 35, NK[0][1] = 300, NK[1][0] = 17, NK[1][1] = 77; break;
+    }
+}
+
+static void check_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K, moq_elem xe, moq_elem ye) {
+    const tpair p = tpair_of(k->pair);
+    tw t = tw_make(p, N, K, p == TP_FP8_TENSOR || p == TP_NVFP4 || p == TP_NVFP4_W4A16 ? 3 : 1, 1);
+    char why[160];
+    if (k->supports && !k->supports(&t.w, why, sizeof why)) { /* the registry would not pick it */
+        if (M == 1) print_message("%s skips n=%lld k=%lld: %s\n", k->name, (long long)N, (long long)K, why);
+        tw_free(&t);
+        return;
+    }
+    float *x = malloc((size_t)(M * K) * 4);
+    uint16_t *xb = malloc((size_t)(M * K) * 2);
+    fill(x, (size_t)(M * K), urand(0.1f, 10.0f));
+    for (int64_t i = 0; i < M * K; i++) { uint32_t u; memcpy(&u, &x[i], 4); xb[i] = (uint16_t)(u >> 16); }
+    const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
+    const size_t n = (size_t)(M * N);
+    float *yr = malloc(n * 4), *yf = malloc(n * 4);
+    uint16_t *yb = malloc(n * 2);
+    double *want = malloc(n * sizeof(double));
+    const uint8_t *corr = (M & 1) ? g_corr : NULL; /* both NVFP4 reciprocal forms */
+    klin_run(&t, ref_row(k->pair)->name, xin, xe, M, yr, MOQ_ELEM_F32, ~0u, corr, NULL);
+    for (size_t i = 0; i < n; i++) want[i] = yr[i];
+    char what[160];
+    snprintf(what, sizeof what, "linear/%s/x_%s.y_%s/m%lld_n%lld_k%lld", k->name, moq_elem_name(xe), moq_elem_name(ye), (long long)M,
+             (long long)N, (long long)K);
+    if (ye == MOQ_ELEM_F32) {
+        klin_run(&t, k->name, xin, xe, M, yf, ye, ~0u, corr, NULL);
+        klin_err(what, yf, want, n, 1e-5);
+    } else {
+        klin_run(&t, k->name, xin, xe, M, yb, ye, ~0u, corr, NULL);
+        for (size_t i = 0; i < n; i++) { uint32_t u = (uint32_t)yb[i] << 16; memcpy(&yf[i], &u, 4); }
+        klin_err(what, yf, want, n, 1.0 / 256);
+    }
+    free(x), free(xb), free(yr), free(yf), free(yb), free(want);
+    tw_free(&t);
+}
+
+static void test_every_fast_row(void **state) {
+    (void)state;
+    static const int64_t Ms[] = {1, 2, 3, 16, 17, 64, 128};
+    const uint32_t feat = moq_cpu_features();
+    int rows = 0, skipped = 0;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->target == MOQ_TARGET_CPU_REF) continue;
+        if ((k->need & feat) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            skipped++;
+            continue;
+        }
+        rows++;
+        int64_t NK[2][2];
+        shapes_for(tpair_of(k->pair), NK);
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int s = 0; s < 2; s++) {
+                const int64_t M = Ms[mi] >= 64 && s == 0 ? Ms[mi] / 2 : Ms[mi]; /* keep the ASan run short */
+                check_row(k, M, NK[s][0], NK[s][1], (mi + s) & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+            }
+        check_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16);
+    }
+    print_message("%d fast rows checked, %d skipped\n", rows, skipped);
+}
+
+/* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
+static void test_e4m3_subnormal_weights(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    g_small_e4m3 = 1;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->target == MOQ_TARGET_CPU_REF || (k->need & feat) != k->need || moq_pairs[k->pair].w->elem != MOQ_ELEM_E4M3) continue;
+        for (int64_t M = 1; M <= 5; M += 4) check_row(k, M, 33, 256, MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+    g_small_e4m3 = 0;
+}
+
+/* The registry's choice follows the allowed features; _ref is always there. */
+static void test_choice_follows_cpu_mask(void **state) {
+    (void)state;
+    tw t = tw_make(TP_NVFP4, 32, 64, 1, 0);
+    float x[2 * 64], y[2 * 32];
+    fill(x, 2 * 64, 1.0f);
+    const char *name = NULL;
+    klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, 0u, NULL, &name); /* MOQ_CPU_MASK=0 equivalent */
+    assert_string_equal(name, "cpu_ref_nvfp4_w4a4");
+    const uint32_t f = moq_cpu_features();
+    if (f & MOQ_CPU_AVX512) {
+        klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2 | MOQ_CPU_AVX512, NULL, &name);
+        assert_string_equal(name, "cpu_avx512_nvfp4_w4a4_dequant_fma");
+    }
+    if (f & MOQ_CPU_AVX2) { /* MOQ_CPU_MASK=1 equivalent */
+        klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2, NULL, &name);
+        assert_string_equal(name, "cpu_avx2_nvfp4_w4a4_dequant_fma");
+    }
+    if ((f & MOQ_CPU_AVX512VNNI) && (f & MOQ_CPU_AVX512)) {
+        klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, ~0u, NULL, &name);
+        assert_string_equal(name, "cpu_avx512_nvfp4_w4a4_vnni16");
+    }
+    /* A forced row the cpu lacks is an error that says so. */
+    moq_linear_opts o = moq_linear_opts_default();
+    o.name = "test.layer";
+    o.kernel = "cpu_avx512_nvfp4_w4a4_vnni16";
+    o.cpu_mask = 0;
+    moq_linear *l = NULL;
+    moq_error e = {0};
+    const moq_status st = moq_linear_create_from_weight(&l, &t.w, &o, &e);
+    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "test.layer", "no kernel fits");
+    tw_free(&t);
+}
+
+int main(void) {
+    g_seed = (unsigned)time(NULL);
+    g_rng = g_seed;
+    char *p = tu_shared_path("golden/rcp/rcpa_ftz_corr_2bit.bin");
+    FILE *f = fopen(p, "rb");
+    if (f) {
+        g_corr = malloc((size_t)1 << 21);
+        if (fread(g_corr, 1, (size_t)1 << 21, f) != (size_t)1 << 21) { free(g_corr); g_corr = NULL; }
+        fclose(f);
+    }
+    free(p);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_fast_row),
+        cmocka_unit_test(test_e4m3_subnormal_weights),
+        cmocka_unit_test(test_choice_follows_cpu_mask),
+    };
+    const int r = cmocka_run_group_tests(tests, NULL, NULL);
+    if (r) fprintf(stderr, "seed %u\n", g_seed);
+    free(g_corr);
+    return r;
+}
