@@ -672,6 +672,87 @@ static void test_check_lists_all(void **state) {
     free(dir);
 }
 
+/* ---- resource bounds: refuse before allocating, and report out-of-memory naming what was allocated ---- */
+
+/* A valid shard of n one-byte tensors (header ~65 bytes per tensor). */
+static void write_many_tensors(const char *dir, const char *name, int n) {
+    size_t cap = (size_t)n * 80 + 64, o = 0;
+    char *h = malloc(cap);
+    h[o++] = '{';
+    for (int i = 0; i < n; i++)
+        o += (size_t)snprintf(h + o, cap - o, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, i, i + 1);
+    h[o++] = '}';
+    while (o % 8) h[o++] = ' ';
+    uint8_t *b = calloc(1, 8 + o + (size_t)n);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)o >> (8 * i));
+    memcpy(b + 8, h, o);
+    write_bytes(dir, name, b, 8 + o + (size_t)n);
+    free(b), free(h);
+}
+
+/* Runs `moq inspect path` under an address-space limit (KiB). */
+static cli_out run_limited(const char *path, long kib) {
+    char args[2048];
+    snprintf(args, sizeof args, "inspect '%s'", path);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "( ulimit -v %ld; '%s' %s >'%s/stdout' 2>'%s/stderr' )", kib, tu_moq_bin(), args, g_io, g_io);
+    cli_out r = {tu_run(cmd, NULL, 0), read_text(g_io, "stdout", NULL), read_text(g_io, "stderr", NULL)};
+    return r;
+}
+
+static void test_resource_bounds(void **state) {
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* the sanitizer runtime reserves terabytes of address space: RLIMIT_AS cannot be used */
+#else
+    char *dir = tu_tmpdir("bounds");
+    /* 100,000 tensors: a ~6.5 MB header that needs tens of MB of JSON tree and tables. */
+    write_many_tensors(dir, "many.safetensors", 100000);
+    char *many = path_of(dir, "many.safetensors");
+    cli_out r = run_limited(many, 4L << 20); /* 4 GiB: enough */
+    if (r.status != 0) fail_msg("many.safetensors without a tight limit: exit %d: %s", r.status, r.err);
+    free(r.out), free(r.err);
+    int nomem = 0;
+    static const long limits_mib[] = {24, 32, 40, 48, 64, 96, 128};
+    for (size_t li = 0; li < sizeof limits_mib / sizeof limits_mib[0]; li++) {
+        const long mib = limits_mib[li];
+        r = run_limited(many, mib << 10);
+        if (r.status != 0) {
+            /* below what the process needs to start, the loader may fail before main: only judge our own lines */
+            if (strncmp(r.err, "moq: ", 5) == 0) {
+                if (r.status != MOQ_ERR_NOMEM) fail_msg("limit %ld MiB: exit %d, expected %d (out of memory): %s", mib, r.status, MOQ_ERR_NOMEM, r.err);
+                if (count_lines(r.err) != 1 || strncmp(r.err, "moq: many.safetensors: ", 23) != 0)
+                    fail_msg("limit %ld MiB: not one \"moq: many.safetensors: ...\" line: %s", mib, r.err);
+                if (!strstr(r.err, "allocat") && !strstr(r.err, "out of memory") && !strstr(r.err, "cannot map")) fail_msg("limit %ld MiB: does not say what was allocated: %s", mib, r.err);
+                nomem++;
+            } else if (r.status >= 128 || r.status < 0) {
+                fail_msg("limit %ld MiB: killed (status %d): %s", mib, r.status, r.err);
+            }
+        }
+        free(r.out), free(r.err);
+    }
+    if (!nomem) fail_msg("no address-space limit between 24 and 128 MiB made loading run out of memory");
+    free(many);
+
+    /* An 8 GiB sparse shard under a 1 GiB limit: the map fails, naming the shard and the size. */
+    const char *hdr = "{\"w\":{\"dtype\":\"U8\",\"shape\":[8589934592],\"data_offsets\":[0,8589934592]}}      ";
+    char *big = tu_write_st(dir, "big.safetensors", hdr, 0);
+    if (truncate(big, (off_t)(8 + strlen(hdr)) + (8LL << 30)) != 0) {
+        free(big);
+        tu_rmtree(dir), free(dir);
+        skip(); /* no sparse files here */
+    }
+    r = run_limited(big, 1L << 20);
+    assert_int_equal(r.status, MOQ_ERR_NOMEM);
+    char want[128];
+    snprintf(want, sizeof want, "moq: big.safetensors: cannot map %llu bytes", 8ULL + strlen(hdr) + (8ULL << 30));
+    if (!strstr(r.err, want)) fail_msg("8 GiB map under 1 GiB: \"%s\" lacks \"%s\"", r.err, want);
+    free(r.out), free(r.err);
+    free(big);
+    tu_rmtree(dir), free(dir);
+#endif
+}
+
 static void print_markdown(void) {
     printf("| # | case (what is wrong) | found by | where | message contains |\n|---|---|---|---|---|\n");
     for (int i = 0; i < N_CASES; i++)
@@ -709,6 +790,7 @@ int main(void) {
         cmocka_unit_test(test_good_is_clean),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_check_lists_all),
+        cmocka_unit_test(test_resource_bounds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
