@@ -116,7 +116,7 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 typedef void (*setthreads_fn)(int);
 
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
-static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
 
 void cmd_bench_help(FILE *out) {
     fprintf(out,

@@ -184,7 +184,7 @@ static const char *kv_from_string(const char *s) {
     char b[32];
     size_t i = 0;
     while (isspace((unsigned char)*s)) s++;
-    for (; s[i] && i < sizeof b - 1; i++) b[i] = (char)toupper((unsigned char)s[i]);
+    for (; i < sizeof b - 1 && s[i]; i++) b[i] = (char)toupper((unsigned char)s[i]);
     while (i && isspace((unsigned char)b[i - 1])) i--;
     b[i] = 0;
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
