@@ -29,9 +29,9 @@ else
   echo "clang-tidy: not installed, skipped"
 fi
 if command -v cppcheck >/dev/null; then
-  # Bug classes only (style is the compiler's and the reviewers' job): warning, portability,
+  # Bug classes only (style is the compiler's and the reviewers' job): warning and
   # performance; cJSON and libc headers are not analysed (system includes are not passed).
-  if cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance --std=c11 \
+  if cppcheck --quiet --error-exitcode=1 --enable=warning,performance --std=c11 \
        --inline-suppr --suppress=missingIncludeSystem -j "$jobs" -I include -I src -D__GNUC__ -D_GNU_SOURCE \
        "${files[@]}"; then
     echo "cppcheck: ${#files[@]} files, clean"

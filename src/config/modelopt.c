@@ -181,7 +181,7 @@ typedef enum { CLS_FP8, CLS_FP4, CLS_MXFP8, CLS_MIXED, CLS_HYBRID } qc_class;
 static const char *kv_from_string(const char *s) {
     static const struct { const char *in, *kv; } map[] = {
         {"FP8", "FP8"}, {"FLOAT8", "FP8"}, {"FP4", "NVFP4"}, {"FLOAT4", "NVFP4"}, {"NVFP4", "NVFP4"}};
-    char b[32];
+    char b[32] = {0};
     size_t i = 0;
     while (isspace((unsigned char)*s)) s++;
     for (; i < sizeof b - 1 && s[i]; i++) b[i] = (char)toupper((unsigned char)s[i]);

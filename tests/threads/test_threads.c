@@ -7,7 +7,7 @@
  *     give the same tensors and decisions as one open.
  * The oracle is the serial run: a race shows as a difference here, and as a report under
  * ThreadSanitizer (scripts/tsan.sh builds this file with -fsanitize=thread). Inner OpenMP
- * parallelism is set by MOQ_TEST_INNER_THREADS (default 2; tsan.sh uses 1, see there).
+ * parallelism is set by MOQ_TEST_INNER_THREADS (default 2).
  */
 #include "tu.h"
 
