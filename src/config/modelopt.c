@@ -421,8 +421,8 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
             MOQ_TRY(json_group_size(q, get(get(g0->child, "weights"), "group_size"), file,
                                     "config_groups[0].weights.group_size", &gs, &have_gs, err));
         if (r->group_size_consistent) {
-            int64_t any;
-            bool have_any;
+            int64_t any = 0;
+            bool have_any = false;
             MOQ_TRY(group_sizes_agree(q, root, file, &any, &have_any, err));
             if (have_any && have_gs && any != gs)
                 return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "group_size values disagree (%lld, %lld); one group size is expected",
@@ -554,6 +554,7 @@ static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && 
 
 /* Notes every field on which the two files disagree. */
 static void compare(moq_qconfig *q, const moq_qconfig *o) {
+    if (!q || !o) return;
     const char *u = q->source, *v = o->source;
     if (!same_str(q->quant_algo, o->quant_algo)) moq_qconfig_note(q, "%s says quant_algo %s, %s says %s; %s is used", u, q->quant_algo, v, o->quant_algo, u);
     if (!same_str(q->kv, o->kv))

@@ -51,6 +51,7 @@ enum { N_FUSED = sizeof fused_groups / sizeof fused_groups[0] };
 static bool kv_role(const char *r) { return strcmp(r, "k_scale") == 0 || strcmp(r, "v_scale") == 0; }
 
 static const char *last_part(const char *s) {
+    if (!s) return "";
     const char *d = strrchr(s, '.');
     return d ? d + 1 : s;
 }
@@ -253,7 +254,7 @@ static void check_module(moq_modules *m, const moq_module *mod, const moq_checkp
         else *found = 1;
         for (int i = 0; i < mod->n_tensors; i++) {
             const char *role = last_part(moq_checkpoint_tensor_at(c, mod->tensors[i])->name);
-            if (strcmp(role, "weight") && strcmp(role, "bias") && !kv_role(role))
+            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !kv_role(role))
                 problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, mod->tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
         }
         return;
