@@ -204,6 +204,132 @@ MOQ_API bool        moq_checkpoint_metadata_at(const moq_checkpoint *c, int shar
 MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
 MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
 
+/* ---- tokenizer and sampling ------------------------------------------------------------------ */
+/* Byte-level BPE tokenizers from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2, SmolLM2
+ * families), chat formatting without a template engine, and token sampling (src/model/). */
+typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; immutable once open */
+
+/* Opens `path`: a model directory holding tokenizer.json, or a tokenizer.json file. Side files in
+ * the same directory are read when present: tokenizer_config.json (bos_token, eos_token,
+ * chat_template), chat_template.jinja (when tokenizer_config.json has no template), config.json and
+ * generation_config.json (bos_token_id, eos_token_id). A chat template of another family leaves the
+ * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
+ * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
+ * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
+ * Qwen2 pattern, Digits, an NFC normalizer.
+ * Anything else is MOQ_ERR_UNSUPPORTED naming the key; a malformed file is MOQ_ERR_FORMAT or
+ * MOQ_ERR_CONFIG naming "tokenizer.json" and the key. On failure *out is NULL. */
+MOQ_API moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err);
+/* Same from text: `json` is the tokenizer.json text (len bytes); `config_json` is the text of
+ * tokenizer_config.json or NULL. The texts are not kept. */
+MOQ_API moq_status moq_tokenizer_open_text(moq_tokenizer **out, const char *json, size_t len,
+                                           const char *config_json, moq_error *err);
+MOQ_API void       moq_tokenizer_free(moq_tokenizer *t);
+
+/* Number of ids: the largest id in model.vocab or added_tokens, plus one. */
+MOQ_API int32_t moq_tokenizer_vocab_size(const moq_tokenizer *t);
+/* Beginning-of-sequence id (config.json bos_token_id, else tokenizer_config.json bos_token), or -1. */
+MOQ_API int32_t moq_tokenizer_bos(const moq_tokenizer *t);
+/* End-of-sequence ids: the union of config.json / generation_config.json eos_token_id and
+ * tokenizer_config.json eos_token. Returns the count; *ids (borrowed) receives the list. */
+MOQ_API int     moq_tokenizer_eos(const moq_tokenizer *t, const int32_t **ids);
+MOQ_API bool    moq_tokenizer_is_eos(const moq_tokenizer *t, int32_t id);
+/* True for added tokens marked "special" in tokenizer.json. */
+MOQ_API bool    moq_tokenizer_is_special(const moq_tokenizer *t, int32_t id);
+/* Id of a token given by its exact text (an added token's content, or a vocab entry whose
+ * byte-level decoding is `text`), or -1. */
+MOQ_API int32_t moq_tokenizer_token_id(const moq_tokenizer *t, const char *text);
+
+enum {
+    MOQ_ENCODE_ADD_SPECIAL     = 1u << 0, /* add the post-processor's tokens (e.g. Llama-3's bos),
+                                             as Hugging Face's add_special_tokens=True           */
+    MOQ_ENCODE_SPECIAL_AS_TEXT = 1u << 1, /* special tokens in the text are plain text (for user
+                                             input), as Hugging Face's encode_special_tokens      */
+};
+/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes; with an
+ * NFC normalizer the text is normalized first, so decoding gives NFC(text)) into
+ * ids[0..cap). *n_ids receives the number of ids the whole text needs, also when cap is too small;
+ * then the first cap ids are written and MOQ_ERR_NOMEM says so. Allocates scratch of about
+ * 40 bytes per input byte. Thread-safe (t is not modified). */
+MOQ_API moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t len,
+                                        uint32_t flags, int32_t *ids, size_t cap, size_t *n_ids,
+                                        moq_error *err);
+/* The bytes of one token (borrowed from t; not NUL-terminated; may be part of a UTF-8 character).
+ * An id outside the vocabulary, or a hole in it, is MOQ_ERR_INVALID_ARG. */
+MOQ_API moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id,
+                                              const uint8_t **bytes, size_t *len, moq_error *err);
+
+/* Streaming UTF-8 decoder: turns token bytes into valid UTF-8 text, holding back the start of a
+ * character split across tokens until the rest arrives. Invalid bytes become U+FFFD, one per
+ * maximal invalid subpart (Unicode §3.9, as Python's errors="replace" and Rust's
+ * from_utf8_lossy). Zero-initialise (or moq_utf8_stream_reset) before use. */
+typedef struct moq_utf8_stream { uint8_t pend[4]; uint8_t n_pend; } moq_utf8_stream;
+#define MOQ_UTF8_STREAM_OUT_MAX(n) (3 * (size_t)(n) + 12) /* bytes out needs at most, for n in */
+MOQ_API void moq_utf8_stream_reset(moq_utf8_stream *s);
+/* Appends in[0..n); writes the text now complete to out (cap >= MOQ_UTF8_STREAM_OUT_MAX(n),
+ * else MOQ_ERR_INVALID_ARG) and its length to *out_len. */
+MOQ_API moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, size_t n, char *out,
+                                        size_t cap, size_t *out_len, moq_error *err);
+/* Ends the stream: a held-back incomplete character becomes U+FFFD (out needs 3 bytes). */
+MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
+
+/* Chat formats built in (no template engine). tokenizer_config.json's chat_template picks one:
+ * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3. */
+typedef enum moq_chat_format {
+    MOQ_CHAT_NONE = 0,  /* no chat template, or one moq does not recognise               */
+    MOQ_CHAT_CHATML,    /* <|im_start|>role\ncontent<|im_end|>\n  (SmolLM2, Qwen)         */
+    MOQ_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content
+                           trimmed, bos text first (Llama-3)                               */
+    MOQ_CHAT_FORMAT_COUNT
+} moq_chat_format;
+
+typedef struct moq_chat_template {
+    moq_chat_format format;
+    char bos[64];               /* bos_token text the format starts with ("" if none)              */
+    char default_system[1024];  /* system prompt the template adds when the first message is not
+                                   a system message ("" if none); read from the template text     */
+} moq_chat_template;
+
+typedef struct moq_chat_message { const char *role; const char *content; } moq_chat_message;
+
+MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "none" */
+/* Reads tokenizer_config.json text: chat_template (a string, or a list of {name, template} where
+ * "default" is used) and bos_token. No chat_template gives MOQ_CHAT_NONE and MOQ_OK; a template of
+ * another family is MOQ_ERR_UNSUPPORTED quoting its start. */
+MOQ_API moq_status moq_chat_template_from_config(moq_chat_template *out, const char *config_json,
+                                                 size_t len, moq_error *err);
+/* The template read from the tokenizer's tokenizer_config.json (format NONE when none). */
+MOQ_API const moq_chat_template *moq_tokenizer_chat_template(const moq_tokenizer *t);
+/* Renders messages as the template would, into out[0..cap) NUL-terminated; *len receives the
+ * length needed without the NUL (MOQ_ERR_NOMEM when it does not fit). add_generation_prompt
+ * appends the assistant header. Encode the result with moq_tokenizer_encode (flags 0): the
+ * format's special tokens are in the text. */
+MOQ_API moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *msgs, size_t n,
+                                   bool add_generation_prompt, char *out, size_t cap, size_t *len,
+                                   moq_error *err);
+
+/* Sampling: greedy when temperature == 0 (argmax, lowest id on ties); else softmax(logits / T)
+ * restricted to the top_k most likely ids (0 = all), then to the smallest set of most likely ids
+ * whose probability reaches top_p (1 = all), drawn with the sampler's own PRNG (xoshiro256**
+ * seeded by splitmix64(seed)): the same seed and logits give the same ids on every machine. */
+typedef struct moq_sampler_opts {
+    float    temperature;  /* >= 0; 0 = greedy                 (default 0)  */
+    int32_t  top_k;        /* >= 0; 0 = no limit               (default 0)  */
+    float    top_p;        /* (0, 1]; 1 = no limit             (default 1)  */
+    uint64_t seed;         /*                                  (default 0)  */
+} moq_sampler_opts;
+typedef struct moq_sampler moq_sampler; /* opaque: options + PRNG state; not thread-safe */
+
+MOQ_API moq_sampler_opts moq_sampler_opts_default(void);
+MOQ_API moq_status moq_sampler_create(moq_sampler **out, const moq_sampler_opts *opts, moq_error *err);
+MOQ_API void       moq_sampler_free(moq_sampler *s);
+/* Scratch bytes moq_sampler_sample needs for a vocabulary of n ids. */
+MOQ_API size_t     moq_sampler_scratch_size(size_t n);
+/* Picks one id from logits f32 [n]. NaN or +inf logits are MOQ_ERR_INVALID_ARG naming the index.
+ * Never allocates. */
+MOQ_API moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch,
+                                      size_t scratch_size, int32_t *id, moq_error *err);
+
 /* ---- checkpoint writer ----------------------------------------------------------------------- */
 /* Writes a Hugging Face checkpoint directory: safetensors shards (+ index when more than one) and
  * JSON side files. Tensor data is borrowed until moq_writer_finish. Files are written to
@@ -339,10 +465,44 @@ MOQ_API size_t     moq_linear_workspace_size(const moq_linear *l, int64_t M);
  * ws: caller-owned, at least moq_linear_workspace_size(l, M) bytes. */
 MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M,
                                   void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
-/* Name of the chosen kernel ("cpu_avx512_nvfp4_vnni"); borrowed, lives as long as l. */
+/* Name of the chosen kernel ("cpu_avx512_nvfp4_w4a4_vnni16"); borrowed, lives as long as l. */
 MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
+
+/* ---- loading layers from a checkpoint -------------------------------------------------------- */
+/* One linear layer loaded from an open checkpoint: the module is resolved against the config
+ * (moq_resolve), its tensors are validated against the scheme's contract (the same check as
+ * `moq check`: presence, dtype, shape, K divisibility, NaN/Inf/zero/negative scales), turned into
+ * the scheme's canonical weight and handed to moq_linear_create_from_weight.
+ *
+ * Fused modules (qkv_proj, gate_up_proj) whose shards the checkpoint stores separately are loaded
+ * when `prefix` ends in the name of a `packed` entry: the shards are concatenated along N into
+ * memory the layer owns. Their static scales are kept per shard (profile moq: no requantization,
+ * no accuracy loss); profiles vllm and sglang reproduce the engines instead: FP8 shards are
+ * requantized to the max weight scale (vllm when the scales differ, sglang always, NUMERICS §5.1)
+ * and NVFP4 shards share the max weight_scale_2. Every such decision is a warning on the layer.
+ * A W4A16_NVFP4 input_scale is accepted and ignored (warning). */
+typedef struct moq_linear_layer moq_linear_layer;
+
+/* c, q: borrowed, must outlive the layer (codes may be read from c's mmap). q NULL: an unquantized
+ * checkpoint (every linear is F32/BF16/F16). kind: MOQ_KIND_LINEAR or MOQ_KIND_LM_HEAD.
+ * packed/n_packed: the model's packed-modules mapping (may be NULL/0). opts: as for
+ * moq_linear_create_from_weight (opts->name is ignored: errors name the module). On failure *out
+ * is NULL and err names the tensor, module or layer. */
+MOQ_API moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q,
+                                         const char *prefix, moq_layer_kind kind, const moq_packed *packed,
+                                         int n_packed, const moq_linear_opts *opts, moq_error *err);
+MOQ_API void       moq_linear_layer_free(moq_linear_layer *l);
+/* The layer's linear, for moq_linear_workspace_size / moq_linear_run; borrowed, lives as long as l. */
+MOQ_API const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l);
+/* The resolution that decided the layer (method, algo, rule, group size); borrowed. */
+MOQ_API const moq_resolution *moq_linear_layer_resolution(const moq_linear_layer *l);
+/* Chosen kernel ("cpu_ref_fp8_tensor"), borrowed. */
+MOQ_API const char *moq_linear_layer_kernel_name(const moq_linear_layer *l);
+/* Warnings kept while loading ("keeps per-shard weight_scale (q_proj=0.01, k_proj=0.02)"). */
+MOQ_API int         moq_linear_layer_warning_count(const moq_linear_layer *l);
+MOQ_API const char *moq_linear_layer_warning(const moq_linear_layer *l, int i);
 
 #ifdef __cplusplus
 }

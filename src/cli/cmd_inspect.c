@@ -5,6 +5,7 @@
  * problem (tests/e2e/test_malformed.c). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -21,6 +22,9 @@ void cmd_inspect_help(FILE *out) {
             "that decided it (docs/COMPAT.md), tensors found against the scheme's contract, bytes; then the\n"
             "excluded modules and the count per method. No tensor data is read.\n\n"
             "  --compat P  resolution rules: moq (default), vllm, sglang\n"
+            "  --kernels   also load every linear module (fused q/k/v and gate/up shards together) as moq run\n"
+            "              would and print the kernel chosen and the loader's notes (\"keeps per-shard scales\",\n"
+            "              \"requantized ...\"), or the error; reads and packs every weight, one layer at a time\n"
             "  --json      print the same as one JSON object on stdout\n");
 }
 
@@ -68,6 +72,53 @@ static cJSON *quant_sections(const moq_checkpoint *c) {
     return out;
 }
 
+/* --kernels: the kernel and loader notes (or the error) of one module, loaded through
+ * moq_linear_layer_open; the shards of a fused projection are loaded together and share the result. */
+typedef struct mod_kernel {
+    char kernel[96];
+    char notes[1024];
+} mod_kernel;
+
+static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq_module *md, mod_kernel *out) {
+    int n_groups;
+    const moq_packed *groups = moq_modules_fused_groups(&n_groups);
+    const char *dot = strrchr(md->name, '.'), *last = dot ? dot + 1 : md->name;
+    const size_t plen = (size_t)(last - md->name);
+    char prefix[600], nm[700];
+    snprintf(prefix, sizeof prefix, "%s", md->name);
+    for (int g = 0; g < n_groups; g++) {
+        bool member = false, all = true;
+        for (int s = 0; s < groups[g].n_shards; s++) {
+            member |= strcmp(groups[g].shards[s], last) == 0;
+            snprintf(nm, sizeof nm, "%.*s%s.weight", (int)plen, md->name, groups[g].shards[s]);
+            all &= moq_checkpoint_tensor(c, nm) != NULL;
+        }
+        if (member && all) snprintf(prefix, sizeof prefix, "%.*s%s", (int)plen, md->name, groups[g].name);
+    }
+    static char cached[600];
+    static mod_kernel cached_k;
+    if (strcmp(prefix, md->name) != 0 && strcmp(prefix, cached) == 0) {
+        *out = cached_k;
+        return;
+    }
+    moq_error e = {0};
+    moq_linear_layer *l = NULL;
+    const moq_layer_kind kind = md->kind == MOQ_MOD_LM_HEAD ? MOQ_KIND_LM_HEAD : MOQ_KIND_LINEAR;
+    out->notes[0] = 0;
+    if (moq_linear_layer_open(&l, c, q, prefix, kind, groups, n_groups, NULL, &e) != MOQ_OK) {
+        snprintf(out->kernel, sizeof out->kernel, "error");
+        moq_error_format(&e, out->notes, sizeof out->notes);
+    } else {
+        snprintf(out->kernel, sizeof out->kernel, "%s", moq_linear_layer_kernel_name(l));
+        size_t o = 0;
+        for (int i = 0; i < moq_linear_layer_warning_count(l) && o < sizeof out->notes; i++)
+            o += (size_t)snprintf(out->notes + o, sizeof out->notes - o, "%s%s", i ? "; " : "", moq_linear_layer_warning(l, i));
+    }
+    moq_linear_layer_free(l);
+    snprintf(cached, sizeof cached, "%s", prefix);
+    cached_k = *out;
+}
+
 static cJSON *arch_json(const moq_arch *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "architecture", a->architecture);
@@ -85,12 +136,14 @@ static cJSON *arch_json(const moq_arch *a) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"compat", required_argument, NULL, 'c'}, {NULL, 0, NULL, 0}};
-    int json = 0, ch;
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"compat", required_argument, NULL, 'c'},
+                                         {"kernels", no_argument, NULL, 'k'}, {NULL, 0, NULL, 0}};
+    int json = 0, kernels = 0, ch;
     moq_compat prof = MOQ_COMPAT_MOQ;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "jc:", opts, NULL)) != -1) {
         if (ch == 'j') json = 1;
+        else if (ch == 'k') kernels = 1;
         else if (ch == 'c') {
             moq_error e = {0};
             if (moq_compat_parse(optarg, &prof, &e) != MOQ_OK) return cli_report(&e);
@@ -141,6 +194,11 @@ int cmd_inspect(int argc, char **argv) {
         if (i < 32) mcount[i]++;
     }
     char b1[32];
+    mod_kernel *mk = kernels ? calloc((size_t)mods.n + 1, sizeof *mk) : NULL;
+    for (int k = 0; mk && k < mods.n; k++) {
+        const moq_module *md = &mods.mods[k];
+        if (md->kind == MOQ_MOD_LINEAR || md->kind == MOQ_MOD_LM_HEAD) load_kernel(c, q, md, &mk[k]);
+    }
 
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -182,6 +240,10 @@ int cmd_inspect(int argc, char **argv) {
             cJSON_AddNumberToObject(e, "contract_found", md->n_found);
             cJSON_AddNumberToObject(e, "contract_expected", md->n_expected);
             cJSON_AddNumberToObject(e, "bytes", (double)md->bytes);
+            if (mk && mk[k].kernel[0]) {
+                cJSON_AddStringToObject(e, "kernel", mk[k].kernel);
+                cJSON_AddStringToObject(e, "notes", mk[k].notes);
+            }
             cJSON_AddItemToArray(ms, e);
             if (md->res.excluded) cJSON_AddItemToArray(ex, cJSON_CreateString(md->name));
         }
@@ -237,8 +299,10 @@ int cmd_inspect(int argc, char **argv) {
             if (md->kind == MOQ_MOD_OTHER) continue;
             char tn[32];
             snprintf(tn, sizeof tn, "%d/%d", md->n_found, md->n_expected);
-            printf("  %-52s %-9s %-19s %-26s %-7s %s\n", md->name, moq_module_kind_name(md->kind), md->res.method, md->res.rule, tn,
+            printf("  %-52s %-9s %-19s %-26s %-7s %s", md->name, moq_module_kind_name(md->kind), md->res.method, md->res.rule, tn,
                    cli_bytes(md->bytes, b1, sizeof b1));
+            if (mk && mk[k].kernel[0]) printf("  kernel %s%s%s", mk[k].kernel, mk[k].notes[0] ? "  note: " : "", mk[k].notes);
+            printf("\n");
         }
         printf("excluded     %d module%s\n", n_excl, n_excl == 1 ? "" : "s");
         for (int k = 0; k < mods.n; k++)
@@ -248,6 +312,7 @@ int cmd_inspect(int argc, char **argv) {
         if (mods.n_probs) printf("problems     %d (run `moq check %s`)\n", mods.n_probs, path);
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));
     }
+    free(mk);
     /* A contract problem makes inspect fail too (issue #7): the report above, then one
      * "moq: where: message" line naming the first problem; `moq check` lists them all. A lone
      * .safetensors file has no config to break, so its rows are informational only. */

@@ -45,6 +45,7 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .attention_always_kv = false, .kv_auto_is_kv = false, .pbwo_block_moe = true, .pcpt_moe = true,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
+        .fp8_fused = MOQ_FP8_FUSED_KEEP, .nvfp4_fused_ws2_max = false,
     },
     [MOQ_COMPAT_VLLM] = {
         .name = "vllm", .nested_if_quantization_key = true, .algo_upper = true, .sglang_algo_set = false,
@@ -58,6 +59,7 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .attention_always_kv = true, .kv_auto_is_kv = false, .pbwo_block_moe = false, .pcpt_moe = true,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
+        .fp8_fused = MOQ_FP8_FUSED_REQUANT_DIFFER, .nvfp4_fused_ws2_max = true,
     },
     [MOQ_COMPAT_SGLANG] = {
         .name = "sglang", .nested_if_quantization_key = false, .algo_upper = false, .sglang_algo_set = true,
@@ -71,6 +73,7 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .attention_always_kv = false, .kv_auto_is_kv = true, .pbwo_block_moe = false, .pcpt_moe = false,
         .mp_experts_parent = false, .mp_builtin_shards = false, .mp_resolve_first = true, .mp_all_linear_algos = false,
         .mp_attention_kv = true,
+        .fp8_fused = MOQ_FP8_FUSED_REQUANT_ALWAYS, .nvfp4_fused_ws2_max = true,
     },
 };
 /* clang-format on */

@@ -19,6 +19,13 @@ typedef enum moq_kv_rules {
     MOQ_KV_MOQ,       /* dict 8 -> FP8, 4 -> NVFP4; strings FP8/FLOAT8/FP4/FLOAT4/NVFP4; else kv_cache_quant_algo */
 } moq_kv_rules;
 
+/* What a fused FP8 per-tensor layer does with its shards' weight scales (NUMERICS §5.1). */
+typedef enum moq_fp8_fused {
+    MOQ_FP8_FUSED_KEEP = 0,       /* moq: keep per-shard scales (epilogue per row), codes verbatim   */
+    MOQ_FP8_FUSED_REQUANT_DIFFER, /* vLLM: requantize to the max scale only when the scales differ  */
+    MOQ_FP8_FUSED_REQUANT_ALWAYS, /* SGLang: requantize to the max scale always (fp16 step included) */
+} moq_fp8_fused;
+
 typedef struct moq_compat_rules {
     const char *name;
     /* ---- parsing ---- */
@@ -61,6 +68,9 @@ typedef struct moq_compat_rules {
     bool mp_resolve_first;        /* SGLang: per-layer algo resolved (and may fail) before exclusion      */
     bool mp_all_linear_algos;     /* vLLM: every linear algo in mixed precision; SGLang: FP8/NVFP4/W4A16  */
     bool mp_attention_kv;         /* both: mixed precision attention gets the KV method only if kv is set */
+    /* ---- loading (scheme/load.c) ---- */
+    moq_fp8_fused fp8_fused;      /* fused FP8 per-tensor shards: keep / requantize (see the enum)       */
+    bool nvfp4_fused_ws2_max;     /* both engines: one weight_scale_2 = max over the shards (codes kept) */
 } moq_compat_rules;
 
 extern const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT];

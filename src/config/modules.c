@@ -73,10 +73,18 @@ static void problem(moq_modules *m, moq_status code, const char *where, const ch
     va_end(ap);
 }
 
-static const moq_tensor *module_tensor(const moq_checkpoint *c, const moq_module *mod, const char *role) {
+static const moq_tensor *named_tensor(const moq_checkpoint *c, const char *module, const char *role) {
     char nm[600];
-    snprintf(nm, sizeof nm, "%s.%s", mod->name, role);
+    snprintf(nm, sizeof nm, "%s.%s", module, role);
     return moq_checkpoint_tensor(c, nm);
+}
+static const moq_tensor *module_tensor(const moq_checkpoint *c, const moq_module *mod, const char *role) {
+    return named_tensor(c, mod->name, role);
+}
+
+const moq_packed *moq_modules_fused_groups(int *n) {
+    *n = N_FUSED;
+    return fused_groups;
 }
 
 static moq_module_kind classify(const moq_checkpoint *c, moq_module *mod, char **resolve_prefix) {
@@ -189,14 +197,19 @@ static moq_method method_of(const char *name) {
 
 static bool float_dtype(moq_dtype d) { return d == MOQ_DT_BF16 || d == MOQ_DT_F16 || d == MOQ_DT_F32; }
 
+/* A row-block dimension (MXFP8 scales stored once per r rows): any divisor of N. */
+static bool dim_matches(moq_dim d, int64_t have, int64_t N, int64_t K, int64_t G) {
+    if (d == MOQ_DIM_N_ROWBLK) return have >= 1 && N % have == 0;
+    const int64_t v = moq_dim_eval(d, N, K, G);
+    return v >= 0 && v == have;
+}
+
 static bool shape_is(const moq_tensor *t, const moq_dim *dims, int64_t N, int64_t K, int64_t G) {
     int nd = 0;
     while (nd < MOQ_RULE_MAX_DIMS && dims[nd] != MOQ_DIM_END) nd++;
     if (t->ndim != nd) return false;
-    for (int d = 0; d < nd; d++) {
-        int64_t v = moq_dim_eval(dims[d], N, K, G);
-        if (v < 0 || v != t->shape[d]) return false;
-    }
+    for (int d = 0; d < nd; d++)
+        if (!dim_matches(dims[d], t->shape[d], N, K, G)) return false;
     return true;
 }
 
@@ -211,20 +224,113 @@ static const char *expect_str(const moq_dim *dims, int64_t N, int64_t K, int64_t
     size_t o = (size_t)snprintf(b, n, "[");
     for (int d = 0; d < MOQ_RULE_MAX_DIMS && dims[d] != MOQ_DIM_END && o < n; d++) {
         int64_t v = moq_dim_eval(dims[d], N, K, G);
-        if (v < 0) o += (size_t)snprintf(b + o, n - o, "%s?", d ? ", " : "");
+        if (dims[d] == MOQ_DIM_N_ROWBLK) o += (size_t)snprintf(b + o, n - o, "%sN/r", d ? ", " : "");
+        else if (v < 0) o += (size_t)snprintf(b + o, n - o, "%s?", d ? ", " : "");
         else o += (size_t)snprintf(b + o, n - o, "%s%lld", d ? ", " : "", (long long)v);
     }
     if (o < n) snprintf(b + o, n - o, "]");
     return b;
 }
 
+/* The divisor a K-derived shape symbol needs (0 when it needs none). */
+static int64_t k_divisor(moq_dim d, int64_t G) {
+    switch (d) {
+    case MOQ_DIM_K_HALF: return 2;
+    case MOQ_DIM_K_DIV_G: return G;
+    case MOQ_DIM_K_BLK128: return 128;
+    default: return 0;
+    }
+}
+
+void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *name, const moq_resolution *res,
+                         const size_t *tensors, int n_tensors, int *expected, int *found) {
+    *expected = *found = 0;
+    const moq_tensor *w = named_tensor(c, name, "weight");
+    const moq_method meth = method_of(res->method);
+    const bool unq = meth == MOQ_METHOD_NONE || meth == MOQ_METHOD_UNQUANTIZED_LINEAR;
+    char b1[96], b2[96], b3[48];
+    if (unq) {
+        /* Quantized tensors in a module resolved as unquantized. */
+        char held[160] = "";
+        size_t o = 0;
+        if (w && !float_dtype(w->dtype)) o += (size_t)snprintf(held + o, sizeof held - o, "weight %s", moq_dtype_name(w->dtype));
+        static const char *const qroles[] = {"weight_scale", "weight_scale_2", "input_scale", "weight_scale_inv"};
+        for (size_t r = 0; r < sizeof qroles / sizeof qroles[0] && o < sizeof held; r++)
+            if (named_tensor(c, name, qroles[r])) o += (size_t)snprintf(held + o, sizeof held - o, "%s%s", o ? ", " : "", qroles[r]);
+        if (o) {
+            problem(m, MOQ_ERR_CONFIG, name, "holds quantized tensors (%s) but resolves to %s (rule %s)", held, res->method, res->rule);
+            return;
+        }
+        const moq_tensor_rule *cr = moq_scheme_unquantized_contract();
+        *expected = 1;
+        if (!w) problem(m, MOQ_ERR_TENSOR, name, "missing tensor weight (%s)", cr[0].note);
+        else *found = 1;
+        for (int i = 0; i < n_tensors; i++) {
+            const char *role = last_part(moq_checkpoint_tensor_at(c, tensors[i])->name);
+            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !kv_role(role))
+                problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
+        }
+        return;
+    }
+    const moq_scheme *s = moq_scheme_for_method(meth);
+    if (!s) return;
+    if (w && float_dtype(w->dtype)) {
+        problem(m, MOQ_ERR_CONFIG, name, "stored as %s but resolves to %s (rule %s); exclude it in the config or re-export",
+                moq_dtype_name(w->dtype), res->method, res->rule);
+        return;
+    }
+    const moq_tensor_rule *rules = s->contract;
+    int64_t N = -1, K = -1, G = res->group_size ? res->group_size : s->group;
+    if (w && w->ndim == 2) {
+        N = w->shape[0];
+        K = rules[0].shape[1] == MOQ_DIM_K_HALF ? 2 * w->shape[1] : w->shape[1];
+        /* K not divisible by what the contract groups along K: one problem naming the weight. */
+        int64_t need = 0;
+        const char *why = "";
+        for (const moq_tensor_rule *r = rules; r->suffix && !need; r++)
+            for (int d = 0; d < MOQ_RULE_MAX_DIMS && r->shape[d] != MOQ_DIM_END && !need; d++) {
+                const int64_t dv = k_divisor(r->shape[d], G);
+                if (dv > 0 && K % dv) need = dv, why = r->note;
+            }
+        if (need) {
+            problem(m, MOQ_ERR_TENSOR, w->name, "K=%lld is not a multiple of %lld (scheme %s: %s)", (long long)K, (long long)need, s->algo, why);
+            N = -1; /* shapes cannot be checked against a K the scheme cannot group */
+        }
+    }
+    for (const moq_tensor_rule *r = rules; r->suffix; r++) {
+        const moq_tensor *t = named_tensor(c, name, r->suffix);
+        if (!t) {
+            if (!r->optional) {
+                (*expected)++;
+                problem(m, MOQ_ERR_TENSOR, name, "missing tensor %s (scheme %s: %s)", r->suffix, s->algo, r->note);
+            }
+            continue;
+        }
+        (*expected)++, (*found)++;
+        if (t->dtype != r->dtype && t->dtype != r->dtype_alt)
+            problem(m, MOQ_ERR_TENSOR, t->name, "dtype %s, expected %s (scheme %s: %s)", moq_dtype_name(t->dtype), moq_dtype_name(r->dtype), s->algo, r->note);
+        if (N < 0) {
+            if (t == w && w->ndim != 2) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
+            continue;
+        }
+        if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
+            problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
+                    expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
+                    G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");
+    }
+    for (int i = 0; i < n_tensors; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, tensors[i]);
+        const char *role = last_part(t->name);
+        bool known = strcmp(role, "bias") == 0 || kv_role(role);
+        for (const moq_tensor_rule *r = rules; r->suffix && !known; r++) known = strcmp(role, r->suffix) == 0;
+        if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of scheme %s", role, s->algo);
+    }
+}
+
 static void check_module(moq_modules *m, const moq_module *mod, const moq_checkpoint *c, const moq_qconfig *q, int *expected, int *found) {
     *expected = *found = 0;
     if (mod->kind == MOQ_MOD_OTHER || !mod->resolved) return;
     const moq_tensor *w = module_tensor(c, mod, "weight");
-    const moq_method meth = method_of(mod->res.method);
-    const bool unq = meth == MOQ_METHOD_NONE || meth == MOQ_METHOD_UNQUANTIZED_LINEAR;
-    char b1[96], b2[96], b3[48];
     if (mod->kind == MOQ_MOD_EMBEDDING) {
         if (w && !float_dtype(w->dtype))
             problem(m, MOQ_ERR_TENSOR, w->name, "dtype %s, expected BF16, F16 or F32 (neither engine quantizes embeddings)", moq_dtype_name(w->dtype));
@@ -236,70 +342,7 @@ static void check_module(moq_modules *m, const moq_module *mod, const moq_checkp
         if (kv_role(last_part(t->name)) && (!q || !q->kv))
             problem(m, MOQ_ERR_CONFIG, t->name, "KV-cache scale present but the config sets no kv_cache_quant_algo; the scale would be ignored");
     }
-    if (unq) {
-        /* Quantized tensors in a module resolved as unquantized. */
-        char held[160] = "";
-        size_t o = 0;
-        if (w && !float_dtype(w->dtype)) o += (size_t)snprintf(held + o, sizeof held - o, "weight %s", moq_dtype_name(w->dtype));
-        static const char *const qroles[] = {"weight_scale", "weight_scale_2", "input_scale", "weight_scale_inv"};
-        for (size_t r = 0; r < sizeof qroles / sizeof qroles[0] && o < sizeof held; r++)
-            if (module_tensor(c, mod, qroles[r])) o += (size_t)snprintf(held + o, sizeof held - o, "%s%s", o ? ", " : "", qroles[r]);
-        if (o) {
-            problem(m, MOQ_ERR_CONFIG, mod->name, "holds quantized tensors (%s) but resolves to %s (rule %s)", held, mod->res.method, mod->res.rule);
-            return;
-        }
-        const moq_tensor_rule *cr = moq_scheme_unquantized_contract();
-        *expected = 1;
-        if (!w) problem(m, MOQ_ERR_TENSOR, mod->name, "missing tensor weight (%s)", cr[0].note);
-        else *found = 1;
-        for (int i = 0; i < mod->n_tensors; i++) {
-            const char *role = last_part(moq_checkpoint_tensor_at(c, mod->tensors[i])->name);
-            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !kv_role(role))
-                problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, mod->tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
-        }
-        return;
-    }
-    const moq_scheme *s = moq_scheme_for_method(meth);
-    if (!s) return;
-    if (w && float_dtype(w->dtype)) {
-        problem(m, MOQ_ERR_CONFIG, mod->name, "stored as %s but resolves to %s (rule %s); exclude it in the config or re-export",
-                moq_dtype_name(w->dtype), mod->res.method, mod->res.rule);
-        return;
-    }
-    const moq_tensor_rule *rules = s->contract;
-    int64_t N = -1, K = -1, G = mod->res.group_size ? mod->res.group_size : s->group;
-    if (w && w->ndim == 2) {
-        N = w->shape[0];
-        K = rules[0].shape[1] == MOQ_DIM_K_HALF ? 2 * w->shape[1] : w->shape[1];
-    }
-    for (const moq_tensor_rule *r = rules; r->suffix; r++) {
-        const moq_tensor *t = module_tensor(c, mod, r->suffix);
-        if (!t) {
-            if (!r->optional) {
-                (*expected)++;
-                problem(m, MOQ_ERR_TENSOR, mod->name, "missing tensor %s (scheme %s: %s)", r->suffix, s->algo, r->note);
-            }
-            continue;
-        }
-        (*expected)++, (*found)++;
-        if (t->dtype != r->dtype && t->dtype != r->dtype_alt)
-            problem(m, MOQ_ERR_TENSOR, t->name, "dtype %s, expected %s (scheme %s: %s)", moq_dtype_name(t->dtype), moq_dtype_name(r->dtype), s->algo, r->note);
-        if (N < 0) {
-            if (t == w) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
-            continue;
-        }
-        if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
-            problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
-                    expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
-                    G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");
-    }
-    for (int i = 0; i < mod->n_tensors; i++) {
-        const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
-        const char *role = last_part(t->name);
-        bool known = strcmp(role, "bias") == 0 || kv_role(role);
-        for (const moq_tensor_rule *r = rules; r->suffix && !known; r++) known = strcmp(role, r->suffix) == 0;
-        if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of scheme %s", role, s->algo);
-    }
+    moq_module_validate(m, c, mod->name, &mod->res, mod->tensors, mod->n_tensors, expected, found);
 }
 
 static bool scalar_f32(const moq_tensor *t, float *v) {
@@ -377,26 +420,30 @@ static bool scale_value(const moq_tensor *t, uint64_t i, float *v) {
     }
 }
 
+void moq_tensor_check_scale_values(moq_modules *m, const moq_tensor *t) {
+    if (!t->data) return;
+    uint64_t nan = 0, inf = 0, zero = 0, neg = 0, first = UINT64_MAX;
+    float v;
+    for (uint64_t i = 0; i < t->nelem; i++) {
+        if (!scale_value(t, i, &v)) break;
+        const bool bad = isnan(v) || isinf(v) || v == 0.0f || v < 0.0f;
+        nan += isnan(v) != 0, inf += isinf(v) != 0, zero += v == 0.0f, neg += v < 0.0f;
+        if (bad && first == UINT64_MAX) first = i;
+    }
+    if (first == UINT64_MAX) return;
+    char at[96];
+    if (t->ndim == 2) snprintf(at, sizeof at, "block %llu (row %llu, column %llu)", (unsigned long long)first,
+                               (unsigned long long)(first / (uint64_t)t->shape[1]), (unsigned long long)(first % (uint64_t)t->shape[1]));
+    else snprintf(at, sizeof at, "block %llu", (unsigned long long)first);
+    problem(m, MOQ_ERR_TENSOR, t->name, "%llu NaN, %llu Inf, %llu zero, %llu negative of %llu scale values; first at %s",
+            (unsigned long long)nan, (unsigned long long)inf, (unsigned long long)zero, (unsigned long long)neg,
+            (unsigned long long)t->nelem, at);
+}
+
 static void check_values(moq_modules *m, const moq_module *mod, const moq_checkpoint *c) {
     for (int k = 0; k < mod->n_tensors; k++) {
         const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[k]);
-        if (!strstr(last_part(t->name), "scale") || !t->data) continue;
-        uint64_t nan = 0, inf = 0, zero = 0, neg = 0, first = UINT64_MAX;
-        float v;
-        for (uint64_t i = 0; i < t->nelem; i++) {
-            if (!scale_value(t, i, &v)) break;
-            const bool bad = isnan(v) || isinf(v) || v == 0.0f || v < 0.0f;
-            nan += isnan(v) != 0, inf += isinf(v) != 0, zero += v == 0.0f, neg += v < 0.0f;
-            if (bad && first == UINT64_MAX) first = i;
-        }
-        if (first == UINT64_MAX) continue;
-        char at[96];
-        if (t->ndim == 2) snprintf(at, sizeof at, "block %llu (row %llu, column %llu)", (unsigned long long)first,
-                                   (unsigned long long)(first / (uint64_t)t->shape[1]), (unsigned long long)(first % (uint64_t)t->shape[1]));
-        else snprintf(at, sizeof at, "block %llu", (unsigned long long)first);
-        problem(m, MOQ_ERR_TENSOR, t->name, "%llu NaN, %llu Inf, %llu zero, %llu negative of %llu scale values; first at %s",
-                (unsigned long long)nan, (unsigned long long)inf, (unsigned long long)zero, (unsigned long long)neg,
-                (unsigned long long)t->nelem, at);
+        if (strstr(last_part(t->name), "scale")) moq_tensor_check_scale_values(m, t);
     }
 }
 

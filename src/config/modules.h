@@ -51,4 +51,17 @@ moq_status moq_modules_build(moq_modules *out, const moq_checkpoint *c, const mo
 moq_status moq_modules_check(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q, bool values, moq_error *err);
 void       moq_modules_free(moq_modules *m);
 
+/* Validates module `name`, resolved as res, against its scheme's tensor contract (or the unquantized
+ * one): presence, dtype, shape in N, K and group, K divisibility (one problem naming the weight),
+ * quantized tensors under an unquantized resolution and a float weight under a quantized one.
+ * `tensors` (may be NULL) lists the module's tensor indices for the extra-tensor check. Appends
+ * problems to m (only m->probs is used). The one contract validator: `moq check` and the loader
+ * (scheme/load.c) both call it. */
+void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *name, const moq_resolution *res,
+                         const size_t *tensors, int n_tensors, int *expected, int *found);
+/* Scans a scale tensor for NaN, Inf, zero and negative values: one problem naming it, with counts. */
+void moq_tensor_check_scale_values(moq_modules *m, const moq_tensor *t);
+/* The fused projections checkpoints store as separate shards (qkv_proj, gate_up_proj, w13). */
+const moq_packed *moq_modules_fused_groups(int *n);
+
 #endif

@@ -15,7 +15,14 @@
 moq_status moq_fail(moq_error *err, moq_status code, const char *where, const char *src_file,
                     int src_line, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-#define MOQ_FAIL(err, code, where, ...) moq_fail((err), (code), (where), __FILE__, __LINE__, __VA_ARGS__)
+/* Evaluates to `code` itself (not moq_fail's return) so static analyzers see which status a path
+ * returns; `code` must be a constant or a side-effect-free expression. */
+static inline moq_status moq_fail_code(moq_status code, moq_status filled) {
+    (void)filled;
+    return code;
+}
+#define MOQ_FAIL(err, code, where, ...) \
+    moq_fail_code((code), moq_fail((err), (code), (where), __FILE__, __LINE__, __VA_ARGS__))
 #define MOQ_TRY(expr)                      \
     do {                                   \
         moq_status moq_try_st_ = (expr);   \

@@ -73,7 +73,7 @@ static const moq_tensor_rule nvfp4_w_only_c[] = {
     {0}};
 static const moq_tensor_rule mxfp8_c[] = {
     {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},       {0},           false, false, "e4m3 weights, K % 32 == 0"},
-    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e8m0 scale per 32 weights"},
+    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {MOQ_DIM_N_ROWBLK, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, true, false, "one e8m0 scale per 32 weights (or per r rows x 32)"},
     {0}};
 static const moq_tensor_rule unquantized_c[] = {
     {"weight", MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END}, {0}, false, false, "model-dtype weights"},
@@ -135,13 +135,14 @@ int64_t moq_dim_eval(moq_dim d, int64_t N, int64_t K, int64_t G) {
     case MOQ_DIM_N_BLK128: return (N + 127) / 128;
     case MOQ_DIM_K_BLK128: return K % 128 ? -1 : K / 128;
     case MOQ_DIM_ONE: return 1;
+    case MOQ_DIM_N_ROWBLK: /* any divisor of N: the validator checks it (config/modules.c) */
     case MOQ_DIM_END: break;
     }
     return -1;
 }
 
 const char *moq_dim_str(const moq_dim *shape, char *buf, size_t n) {
-    static const char *const sym[] = {"", "N", "K", "K/2", "K/G", "ceil(N/128)", "K/128", "1"};
+    static const char *const sym[] = {"", "N", "K", "K/2", "K/G", "ceil(N/128)", "K/128", "1", "N/r"};
     size_t o = 0;
     o += (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < MOQ_RULE_MAX_DIMS && shape[i] != MOQ_DIM_END && o < n; i++)

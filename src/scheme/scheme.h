@@ -39,7 +39,8 @@ const char *moq_method_name(moq_method m);
 typedef enum moq_dim {
     MOQ_DIM_END = 0,   /* terminates a shape: {MOQ_DIM_END} is a scalar                   */
     MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_K_HALF, MOQ_DIM_K_DIV_G, MOQ_DIM_N_BLK128, MOQ_DIM_K_BLK128,
-    MOQ_DIM_ONE
+    MOQ_DIM_ONE,
+    MOQ_DIM_N_ROWBLK   /* N/r for any r dividing N: a scale stored once per r rows (MXFP8 row blocks) */
 } moq_dim;
 
 #define MOQ_RULE_MAX_DIMS 4

@@ -468,7 +468,7 @@ static const mcase cases[] = {
     {"weight_scale_missing", m_weight_scale_missing, CHECK, Q, "missing tensor weight_scale "},
     {"weight_scale_2_missing", m_weight_scale_2_missing, CHECK, Q, "missing tensor weight_scale_2"},
     {"input_scale_missing", m_input_scale_missing, CHECK, Q, "missing tensor input_scale"},
-    {"k_not_divisible_by_group", m_k_not_divisible_by_group, CHECK, Q ".weight_scale", "K=56"},
+    {"k_not_divisible_by_group", m_k_not_divisible_by_group, CHECK, Q ".weight", "K=56 is not a multiple of 16"},
     {"extra_tensor", m_extra_tensor, CHECK, Q ".weight_scale_inv", "extra tensor"},
     {"stored_bf16_but_resolves_nvfp4", m_stored_bf16_resolves_nvfp4, CHECK, L0 "self_attn.o_proj", "stored as BF16"},
     {"embedding_quantized", m_embedding_quantized, CHECK, "model.embed_tokens.weight", "dtype U8"},

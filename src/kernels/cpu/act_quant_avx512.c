@@ -84,7 +84,7 @@ static inline __m512 e4m3_decode16(__m512i c) {
 static inline __m512 clamp448_16(__m512 v) { return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-448.0f)), _mm512_set1_ps(448.0f)); }
 
 /* Tail-safe 16-wide load/store of n <= 16 values. */
-static inline __mmask16 tail(size_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+static inline __mmask16 tail(size_t n) { return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u); }
 
 static float amax16n(const float *x, size_t n) {
     const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));

@@ -1,0 +1,182 @@
+/* chat.c — chat formatting without a template engine: one table row per format.
+ *
+ *   ChatML   [<|im_start|>system\n{default}<|im_end|>\n]  (when the template has a default system
+ *            prompt and messages[0] is not a system message)
+ *            per message:  <|im_start|>{role}\n{content}<|im_end|>\n
+ *            generation:   <|im_start|>assistant\n
+ *   Llama-3  per message:  [{bos} before the first] <|start_header_id|>{role}<|end_header_id|>\n\n
+ *                          {content | trim}<|eot_id|>
+ *            generation:   <|start_header_id|>assistant<|end_header_id|>\n\n
+ *
+ * The template text of tokenizer_config.json only picks the row (by the marker it contains) and
+ * supplies the default system prompt, found as the literal text after "<|im_start|>system\n" up to
+ * "<|im_end|>" (the first occurrence without template syntax inside). Limits: Llama-3.1 templates
+ * also write "Cutting Knowledge Date" / "Today Date" lines into a system header, and Qwen2.5's
+ * tool-calling branch adds tool text; moq renders neither.
+ * "trim" is Python's str.strip() (Jinja's trim filter): White_Space plus U+001C..U+001F.
+ *
+ * Tested by tests/model/test_chat.c against jinja2 renderings of the models' own templates
+ * (tests/golden/tokenizer/gen.py).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "model/chat.h"
+#include "model/tokenizer.h"
+
+#define CFG_FILE "tokenizer_config.json"
+
+typedef struct chat_row {
+    const char *name;
+    const char *marker;         /* template text that selects this row            */
+    const char *msg_prefix;     /* before the role                                */
+    const char *role_suffix;    /* between role and content                       */
+    const char *msg_suffix;     /* after the content                              */
+    const char *gen_prompt;     /* add_generation_prompt                          */
+    const char *system_start;   /* default system prompt follows this ("" = none) */
+    const char *system_end;
+    bool        trim;           /* content | trim                                 */
+    bool        bos_first;      /* bos text before the first message              */
+} chat_row;
+
+static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
+/*                     name      marker                   msg_prefix               role_suffix
+                       msg_suffix       gen_prompt                                          system_start          system_end    trim   bos */
+    [MOQ_CHAT_NONE]   = { "none",   "",                      "",                      "",
+                          "",              "",                                                 "",                   "",           false, false },
+    [MOQ_CHAT_CHATML] = { "chatml", "<|im_start|>",          "<|im_start|>",          "\n",
+                          "<|im_end|>\n",  "<|im_start|>assistant\n",                          "<|im_start|>system", "<|im_end|>", false, false },
+    [MOQ_CHAT_LLAMA3] = { "llama3", "<|start_header_id|>",   "<|start_header_id|>",   "<|end_header_id|>\n\n",
+                          "<|eot_id|>",    "<|start_header_id|>assistant<|end_header_id|>\n\n", "",                   "",           true,  true  },
+};
+
+const char *moq_chat_format_name(moq_chat_format f) {
+    return (unsigned)f < MOQ_CHAT_FORMAT_COUNT ? k_chat[f].name : "unknown";
+}
+
+/* The default system prompt: literal text after system_start + newline ("\n" or the two characters
+ * backslash n) up to system_end, at the first occurrence free of template syntax. */
+static void find_default_system(const chat_row *r, const char *tmpl, char *out, size_t cap) {
+    out[0] = '\0';
+    if (!r->system_start[0]) return;
+    size_t sl = strlen(r->system_start);
+    for (const char *p = strstr(tmpl, r->system_start); p; p = strstr(p + 1, r->system_start)) {
+        const char *q = p + sl;
+        if (q[0] == '\n') q += 1;
+        else if (q[0] == '\\' && q[1] == 'n') q += 2;
+        else continue;
+        const char *e = strstr(q, r->system_end);
+        if (!e || e == q || strcspn(q, "'\"{}") < (size_t)(e - q)) continue;
+        size_t o = 0;
+        for (; q < e && o + 1 < cap; q++) {
+            if (q[0] == '\\' && q[1] == 'n') { out[o++] = '\n'; q++; }
+            else out[o++] = *q;
+        }
+        out[o] = '\0';
+        return;
+    }
+}
+
+moq_status moq_chat_template_from_config(moq_chat_template *out, const char *config_json, size_t len, moq_error *err) {
+    if (!out || !config_json) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_chat_template_from_config: NULL argument");
+    memset(out, 0, sizeof *out);
+    cJSON *cfg = NULL;
+    MOQ_TRY(moq_json_parse(&cfg, config_json, len, CFG_FILE, err));
+    moq_status st = MOQ_OK;
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    const char *tmpl = NULL;
+    if (cJSON_IsString(ct)) {
+        tmpl = ct->valuestring;
+    } else if (cJSON_IsArray(ct)) { /* [{"name": "default", "template": ...}, {"name": "tool_use", ...}] */
+        for (const cJSON *e = ct->child; e; e = e->next) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+            const cJSON *tt = cJSON_GetObjectItemCaseSensitive(e, "template");
+            if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 && cJSON_IsString(tt)) tmpl = tt->valuestring;
+        }
+        if (!tmpl) st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "chat_template is a list without a \"default\" entry");
+    } else if (ct && !cJSON_IsNull(ct)) {
+        st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "chat_template is %s, expected a string or a list", moq_json_type(ct));
+    }
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token");
+    if (cJSON_IsObject(bos)) bos = cJSON_GetObjectItemCaseSensitive(bos, "content");
+    if (st == MOQ_OK && tmpl)
+        st = moq_chat_template_detect(out, tmpl, cJSON_IsString(bos) ? bos->valuestring : NULL, "chat_template", err);
+    cJSON_Delete(cfg);
+    if (st != MOQ_OK) memset(out, 0, sizeof *out);
+    return st;
+}
+
+moq_status moq_chat_template_detect(moq_chat_template *out, const char *tmpl, const char *bos, const char *what, moq_error *err) {
+    memset(out, 0, sizeof *out);
+    for (int f = MOQ_CHAT_NONE + 1; f < MOQ_CHAT_FORMAT_COUNT; f++)
+        if (strstr(tmpl, k_chat[f].marker)) { out->format = (moq_chat_format)f; break; }
+    if (out->format == MOQ_CHAT_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE,
+                        "%s \"%.80s...\" has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3)", what, tmpl);
+    const chat_row *r = &k_chat[out->format];
+    find_default_system(r, tmpl, out->default_system, sizeof out->default_system);
+    if (r->bos_first && strstr(tmpl, "bos_token")) {
+        moq_status st = MOQ_OK;
+        if (!bos)
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "%s uses bos_token but bos_token is absent or not a string", what);
+        else if (strlen(bos) >= sizeof out->bos)
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "bos_token is %zu bytes, longer than %zu", strlen(bos), sizeof out->bos - 1);
+        if (st != MOQ_OK) { memset(out, 0, sizeof *out); return st; }
+        snprintf(out->bos, sizeof out->bos, "%s", bos);
+    }
+    return MOQ_OK;
+}
+
+typedef struct sink { char *out; size_t cap, n; } sink;
+
+static void put(sink *s, const char *p, size_t n) {
+    if (s->n + n < s->cap) memcpy(s->out + s->n, p, n);
+    s->n += n;
+}
+static void puts_(sink *s, const char *p) { put(s, p, strlen(p)); }
+
+/* Python str.isspace() for one UTF-8 character: White_Space or U+001C..U+001F. */
+static bool py_space(uint32_t cp) { return moq_ucls_of(cp) == MOQ_UCLS_WS || (cp >= 0x1C && cp <= 0x1F); }
+
+static void put_trimmed(sink *s, const char *p) {
+    const uint8_t *u = (const uint8_t *)p;
+    size_t n = strlen(p), a = 0, b = 0; /* keep [a, b) */
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = moq_utf8_next(u, n, i, &cp);
+        if (!py_space(cp)) { if (b == 0) a = i; b = i + l; }
+        i += l;
+    }
+    if (b > a) put(s, p + a, b - a);
+}
+
+moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *msgs, size_t n, bool add_generation_prompt,
+                           char *out, size_t cap, size_t *len, moq_error *err) {
+    if (len) *len = 0;
+    if (!t || (!msgs && n) || (!out && cap) || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_chat_render: NULL argument");
+    if ((unsigned)t->format >= MOQ_CHAT_FORMAT_COUNT || t->format == MOQ_CHAT_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no ChatML or Llama-3 chat_template)");
+    const chat_row *r = &k_chat[t->format];
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content || !msgs[i].role[0])
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "message %zu has no role or no content", i);
+    sink s = { out, cap, 0 };
+    if (n && t->default_system[0] && strcmp(msgs[0].role, "system") != 0) {
+        puts_(&s, r->msg_prefix); puts_(&s, "system"); puts_(&s, r->role_suffix);
+        puts_(&s, t->default_system); puts_(&s, r->msg_suffix);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 && r->bos_first) puts_(&s, t->bos);
+        puts_(&s, r->msg_prefix); puts_(&s, msgs[i].role); puts_(&s, r->role_suffix);
+        if (r->trim) put_trimmed(&s, msgs[i].content);
+        else puts_(&s, msgs[i].content);
+        puts_(&s, r->msg_suffix);
+    }
+    if (add_generation_prompt) puts_(&s, r->gen_prompt);
+    *len = s.n;
+    if (s.n >= cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "output holds %zu bytes, the chat needs %zu and a NUL", cap, s.n);
+    out[s.n] = '\0';
+    return MOQ_OK;
+}

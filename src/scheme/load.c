@@ -1,0 +1,342 @@
+/* load.c — moq_linear_layer_open (moq.h "loading layers from a checkpoint"): resolve the module,
+ * gather its shards, validate each against the scheme's contract with the one validator `moq check`
+ * uses (config/modules.c), scan its scales for NaN/Inf/zero/negative values, run the scheme's
+ * canonicalize hook (table below) and create the kernel. See load.h for who owns what.
+ *
+ *   prefix "….qkv_proj", packed {qkv_proj: q_proj, k_proj, v_proj}, no "….qkv_proj.weight" on disk
+ *     -> shards "….q_proj", "….k_proj", "….v_proj" concatenated along N (row0[] = 0, Nq, Nq+Nk, N)
+ *   prefix with "<prefix>.weight" on disk -> one shard
+ *
+ * Tested by tests/scheme/test_load.c.
+ */
+#include "scheme/load.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/modules.h"
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+struct moq_linear_layer {
+    moq_weight     w;
+    moq_linear    *lin;
+    moq_resolution res;
+    void          *arena;                              /* the one allocation (may be NULL) */
+    char           notes[MOQ_LOAD_MAX_NOTES][320];
+    int            n_notes;
+};
+
+static moq_status canon_unquantized(moq_load_ctx *x, moq_error *err);
+
+/* One row per linear method: the hook that builds its canonical weight. */
+static const struct {
+    moq_method   method;
+    moq_canon_fn canon;
+} canon_table[] = {
+    {MOQ_METHOD_UNQUANTIZED_LINEAR, canon_unquantized},
+    {MOQ_METHOD_FP8_LINEAR, moq_canon_fp8_tensor},
+    {MOQ_METHOD_FP8_PCPT_LINEAR, moq_canon_fp8_row},
+    {MOQ_METHOD_FP8_PBWO_LINEAR, moq_canon_fp8_block},
+    {MOQ_METHOD_NVFP4_LINEAR, moq_canon_nvfp4},
+    {MOQ_METHOD_W4A16_NVFP4_LINEAR, moq_canon_nvfp4},
+    {MOQ_METHOD_MXFP8_LINEAR, moq_canon_mxfp8},
+};
+
+void *moq_load_take(moq_load_ctx *x, size_t bytes) {
+    const size_t need = (bytes + 63) & ~(size_t)63;
+    if (!x->arena || x->arena_size - x->arena_used < need) return NULL;
+    void *p = x->arena + x->arena_used;
+    x->arena_used += need;
+    return p;
+}
+
+void moq_load_note(moq_load_ctx *x, const char *fmt, ...) {
+    if (x->n_notes >= MOQ_LOAD_MAX_NOTES) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->notes[x->n_notes++], sizeof x->notes[0], fmt, ap);
+    va_end(ap);
+}
+
+float moq_load_scalar(const moq_tensor *t) {
+    float v;
+    memcpy(&v, t->data, sizeof v);
+    return v;
+}
+
+const char *moq_load_short(const char *module) {
+    const char *d = strrchr(module, '.');
+    return d ? d + 1 : module;
+}
+
+const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int s = 0; s < x->n && o < n; s++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s=%.9g", s ? ", " : "", moq_load_short(x->sh[s].name), (double)v[s]);
+    return buf;
+}
+
+const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
+                                 moq_error *err) {
+    if (x->n == 1) return t[0]->data;
+    size_t total = 0;
+    for (int s = 0; s < x->n; s++) total += (size_t)rows[s] * row_bytes;
+    uint8_t *dst = moq_load_take(x, total), *p = dst;
+    if (!dst) {
+        MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small for %zu bytes", total);
+        return NULL;
+    }
+    for (int s = 0; s < x->n; s++) {
+        memcpy(p, t[s]->data, (size_t)rows[s] * row_bytes);
+        p += (size_t)rows[s] * row_bytes;
+    }
+    return dst;
+}
+
+static moq_status canon_unquantized(moq_load_ctx *x, moq_error *err) {
+    static const struct { moq_dtype dt; const moq_quant_key *key; size_t bytes; } keys[] = {
+        {MOQ_DT_F32, &MOQ_KEY_W_F32, 4}, {MOQ_DT_BF16, &MOQ_KEY_W_BF16, 2}, {MOQ_DT_F16, &MOQ_KEY_W_F16, 2}};
+    const moq_dtype dt = x->sh[0].weight->dtype;
+    size_t i = 0;
+    while (i < 3 && keys[i].dt != dt) i++;
+    if (i == 3) return MOQ_FAIL(err, MOQ_ERR_TENSOR, x->sh[0].weight->name, "dtype %s, expected F32, BF16 or F16", moq_dtype_name(dt));
+    for (int s = 1; s < x->n; s++)
+        if (x->sh[s].weight->dtype != dt)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, x->sh[s].weight->name, "dtype %s, expected %s like %s (one dtype per fused layer)",
+                            moq_dtype_name(x->sh[s].weight->dtype), moq_dtype_name(dt), x->sh[0].weight->name);
+    x->w->w = *keys[i].key;
+    x->w->a = MOQ_KEY_A_NONE;
+    const moq_tensor *t[MOQ_MAX_SHARDS];
+    int64_t rows[MOQ_MAX_SHARDS];
+    for (int s = 0; s < x->n; s++) t[s] = x->sh[s].weight, rows[s] = x->sh[s].N;
+    /* A single shard is borrowed only when its data is aligned for its element type. */
+    if (x->n == 1 && ((uintptr_t)t[0]->data % keys[i].bytes) == 0) x->w->q = t[0]->data;
+    else {
+        uint8_t *dst = moq_load_take(x, (size_t)x->N * (size_t)x->K * keys[i].bytes), *p = dst;
+        if (!dst) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
+        for (int s = 0; s < x->n; s++) {
+            const size_t b = (size_t)rows[s] * (size_t)x->K * keys[i].bytes;
+            memcpy(p, t[s]->data, b);
+            p += b;
+        }
+        x->w->q = dst;
+    }
+    return MOQ_OK;
+}
+
+/* Static activation scales of fused shards: both engines quantize the activation once per layer
+ * with the max, and so does the kernel (kernels/linear.c); say so when they differ. */
+static void note_input_scales(moq_load_ctx *x) {
+    const moq_weight *w = x->w;
+    if (!w->a.scale_static || x->n < 2) return;
+    bool differ = false;
+    float mx = 0.0f;
+    char list[256];
+    for (int s = 0; s < x->n; s++) {
+        differ |= w->shard_in_scale[s] != w->shard_in_scale[0];
+        mx = w->shard_in_scale[s] > mx ? w->shard_in_scale[s] : mx;
+    }
+    if (differ)
+        moq_load_note(x, "%s: input_scale differs across shards (%s); activations are quantized once with the max %.9g, as both engines do",
+                      x->layer, moq_load_shard_values(x, w->shard_in_scale, list, sizeof list), (double)mx);
+}
+
+static moq_method method_of(const char *name) {
+    for (int i = 0; i < MOQ_METHOD_COUNT; i++)
+        if (strcmp(moq_method_name((moq_method)i), name) == 0) return (moq_method)i;
+    return MOQ_METHOD_NONE;
+}
+
+static const moq_tensor *role_tensor(const moq_checkpoint *c, const char *module, const char *role) {
+    char nm[600];
+    snprintf(nm, sizeof nm, "%s.%s", module, role);
+    return moq_checkpoint_tensor(c, nm);
+}
+
+/* The first problem of a check becomes the error. */
+static moq_status first_problem(moq_modules *sink, moq_error *err) {
+    if (!sink->n_probs) return MOQ_OK;
+    const moq_problem *p = &sink->probs[0];
+    moq_status st = MOQ_FAIL(err, p->code, p->where, "%s", p->msg);
+    free(sink->probs);
+    memset(sink, 0, sizeof *sink);
+    return st;
+}
+
+/* Shard module names of prefix: itself when "<prefix>.weight" exists, else the packed entry whose
+ * name is prefix's last part. */
+static moq_status gather_shards(moq_load_ctx *x, const char *prefix, const moq_packed *packed, int n_packed, moq_error *err) {
+    if (role_tensor(x->c, prefix, "weight") || !packed) {
+        snprintf(x->sh[0].name, sizeof x->sh[0].name, "%s", prefix);
+        x->n = 1;
+        return MOQ_OK;
+    }
+    const char *last = moq_load_short(prefix);
+    const size_t plen = (size_t)(last - prefix);
+    for (int i = 0; i < n_packed; i++) {
+        if (strcmp(packed[i].name, last) != 0) continue;
+        if (packed[i].n_shards < 1 || packed[i].n_shards > MOQ_MAX_SHARDS)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "packed entry %s has %d shards, expected 1..%d", packed[i].name,
+                            packed[i].n_shards, MOQ_MAX_SHARDS);
+        for (int s = 0; s < packed[i].n_shards; s++)
+            snprintf(x->sh[s].name, sizeof x->sh[s].name, "%.*s%s", (int)plen, prefix, packed[i].shards[s]);
+        x->n = packed[i].n_shards;
+        return MOQ_OK;
+    }
+    snprintf(x->sh[0].name, sizeof x->sh[0].name, "%s", prefix);
+    x->n = 1;
+    return MOQ_OK;
+}
+
+static moq_status check_bias(moq_load_ctx *x, const moq_tensor *const *b, moq_error *err) {
+    int have = 0;
+    for (int s = 0; s < x->n; s++) have += b[s] != NULL;
+    if (!have) return MOQ_OK;
+    for (int s = 0; s < x->n; s++) {
+        if (!b[s]) return MOQ_FAIL(err, MOQ_ERR_TENSOR, x->sh[s].name, "missing tensor bias (the other shards of %s have one)", x->layer);
+        if (b[s]->dtype != MOQ_DT_BF16 && b[s]->dtype != MOQ_DT_F16 && b[s]->dtype != MOQ_DT_F32)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, b[s]->name, "dtype %s, expected BF16, F16 or F32 (model-dtype bias)", moq_dtype_name(b[s]->dtype));
+        if (b[s]->ndim != 1 || b[s]->shape[0] != x->sh[s].N)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, b[s]->name, "%d-d tensor with %llu values, expected [%lld] (N of the weight)", b[s]->ndim,
+                            (unsigned long long)b[s]->nelem, (long long)x->sh[s].N);
+    }
+    float *dst = moq_load_take(x, (size_t)x->N * sizeof(float));
+    if (!dst) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
+    int64_t n = 0;
+    for (int s = 0; s < x->n; s++)
+        for (int64_t i = 0; i < x->sh[s].N; i++, n++) {
+            const uint8_t *p = (const uint8_t *)b[s]->data;
+            uint16_t h;
+            if (b[s]->dtype == MOQ_DT_F32) memcpy(&dst[n], p + 4 * i, 4);
+            else {
+                memcpy(&h, p + 2 * i, 2);
+                dst[n] = b[s]->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+            }
+        }
+    x->w->bias = dst;
+    return MOQ_OK;
+}
+
+moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                 moq_layer_kind kind, const moq_packed *packed, int n_packed, const moq_linear_opts *opts,
+                                 moq_error *err) {
+    if (!out || !c || !prefix) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix ? prefix : "", "out, c and prefix must not be NULL");
+    *out = NULL;
+    if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "layer kind %s, expected linear or lm_head (this entry loads one linear)",
+                        moq_layer_kind_name(kind));
+    moq_linear_layer *l = calloc(1, sizeof *l);
+    if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory");
+    moq_load_ctx x = {.c = c, .rules = q ? q->r : &moq_compat_table[MOQ_COMPAT_MOQ], .layer = prefix, .w = &l->w};
+    moq_status st = MOQ_OK;
+    moq_modules sink = {0};
+
+    /* 1. resolution */
+    if (q) {
+        if ((st = moq_resolve(q, prefix, kind, packed, n_packed, &l->res, err)) != MOQ_OK) goto fail;
+    } else {
+        l->res = (moq_resolution){.method = "unquantized_linear", .rule = "no-quantization-config"};
+    }
+    const moq_method meth = method_of(l->res.method);
+    size_t hook = 0;
+    while (hook < sizeof canon_table / sizeof canon_table[0] && canon_table[hook].method != meth) hook++;
+    if (hook == sizeof canon_table / sizeof canon_table[0]) {
+        st = MOQ_FAIL(err, MOQ_ERR_CONFIG, prefix, "resolves to %s (rule %s), expected a linear method", l->res.method, l->res.rule);
+        goto fail;
+    }
+    x.scheme = moq_scheme_for_method(meth);
+    x.G = l->res.group_size ? l->res.group_size : x.scheme ? x.scheme->group : 0;
+
+    /* 2. shards, each validated against the contract (the validator of `moq check`) */
+    if ((st = gather_shards(&x, prefix, packed, n_packed, err)) != MOQ_OK) goto fail;
+    for (int s = 0; s < x.n; s++) {
+        moq_load_shard *sh = &x.sh[s];
+        int expected, found;
+        if (!role_tensor(c, sh->name, "weight") && !role_tensor(c, sh->name, "weight_scale")) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, sh->name, "missing tensor weight (no tensor %s.weight in the checkpoint%s)", sh->name,
+                          x.n > 1 ? "; it is a shard of the fused layer" : "");
+            goto fail;
+        }
+        moq_module_validate(&sink, c, sh->name, &l->res, NULL, 0, &expected, &found);
+        if ((st = first_problem(&sink, err)) != MOQ_OK) goto fail;
+        sh->weight = role_tensor(c, sh->name, "weight");
+        sh->scale = role_tensor(c, sh->name, "weight_scale");
+        sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
+        sh->in_scale = role_tensor(c, sh->name, "input_scale");
+        if (sh->weight->ndim != 2 || sh->weight->shape[0] < 1 || sh->weight->shape[1] < 1) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, sh->weight->name, "%d-d tensor, expected [N, K] with N, K >= 1", sh->weight->ndim);
+            goto fail;
+        }
+        sh->N = sh->weight->shape[0];
+        const bool half = x.scheme && x.scheme->contract[0].shape[1] == MOQ_DIM_K_HALF; /* two e2m1 per byte */
+        const int64_t K = half ? 2 * sh->weight->shape[1] : sh->weight->shape[1];
+        if (s && K != x.K) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, sh->weight->name, "K=%lld, expected K=%lld like %s (shards of a fused layer share K)",
+                          (long long)K, (long long)x.K, x.sh[0].weight->name);
+            goto fail;
+        }
+        x.K = K;
+        x.N += sh->N;
+        /* Scale values the hook will use; W4A16's legacy input_scale is ignored, so not scanned. */
+        const moq_tensor *scan[3] = {sh->scale, sh->scale2, meth == MOQ_METHOD_W4A16_NVFP4_LINEAR ? NULL : sh->in_scale};
+        for (int k = 0; k < 3; k++)
+            if (scan[k]) moq_tensor_check_scale_values(&sink, scan[k]);
+        if ((st = first_problem(&sink, err)) != MOQ_OK) goto fail;
+    }
+
+    /* 3. the layer's one allocation: a bound on everything a hook may build */
+    size_t bound = 64 * 16 + (size_t)x.N * 2 * sizeof(float);
+    for (int s = 0; s < x.n; s++) {
+        bound += (size_t)x.sh[s].weight->nbytes + 64;
+        if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64;
+    }
+    if (meth == MOQ_METHOD_MXFP8_LINEAR) bound += (size_t)x.N * (size_t)(x.K / 32) + 64;
+    if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
+    if (!(l->arena = x.arena = aligned_alloc(64, (bound + 63) & ~(size_t)63))) {
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound);
+        goto fail;
+    }
+    x.arena_size = bound;
+
+    /* 4. canonical weight */
+    l->w.N = x.N, l->w.K = x.K, l->w.n_shards = x.n;
+    for (int s = 0; s < x.n; s++) l->w.row0[s + 1] = l->w.row0[s] + x.sh[s].N;
+    if ((st = canon_table[hook].canon(&x, err)) != MOQ_OK) goto fail;
+    note_input_scales(&x);
+    const moq_tensor *bias[MOQ_MAX_SHARDS];
+    for (int s = 0; s < x.n; s++) bias[s] = role_tensor(c, x.sh[s].name, "bias");
+    if ((st = check_bias(&x, bias, err)) != MOQ_OK) goto fail;
+
+    /* 5. kernel */
+    moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
+    o.name = prefix;
+    if ((st = moq_linear_create_from_weight(&l->lin, &l->w, &o, err)) != MOQ_OK) goto fail;
+    memcpy(l->notes, x.notes, sizeof l->notes);
+    l->n_notes = x.n_notes;
+    *out = l;
+    return MOQ_OK;
+fail:
+    free(sink.probs);
+    moq_linear_layer_free(l);
+    return st;
+}
+
+void moq_linear_layer_free(moq_linear_layer *l) {
+    if (!l) return;
+    moq_linear_free(l->lin);
+    free(l->arena);
+    free(l);
+}
+
+const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l) { return l ? l->lin : NULL; }
+const moq_resolution *moq_linear_layer_resolution(const moq_linear_layer *l) { return l ? &l->res : NULL; }
+const char *moq_linear_layer_kernel_name(const moq_linear_layer *l) { return l ? moq_linear_kernel_name(l->lin) : ""; }
+int moq_linear_layer_warning_count(const moq_linear_layer *l) { return l ? l->n_notes : 0; }
+const char *moq_linear_layer_warning(const moq_linear_layer *l, int i) {
+    return l && i >= 0 && i < l->n_notes ? l->notes[i] : NULL;
+}
+const moq_weight *moq_linear_layer_weight(const moq_linear_layer *l) { return l ? &l->w : NULL; }
