@@ -504,6 +504,191 @@ MOQ_API const char *moq_linear_layer_kernel_name(const moq_linear_layer *l);
 MOQ_API int         moq_linear_layer_warning_count(const moq_linear_layer *l);
 MOQ_API const char *moq_linear_layer_warning(const moq_linear_layer *l, int i);
 
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+/* One MoE layer: router (checkpoint weight or caller logits) -> top-k selection -> each selected
+ * expert's gated MLP down(act(w13 · x)) run once over the tokens routed to it -> weighted sum
+ * (+ optional shared expert). Expert GEMMs are moq_linear layers (the same registry rows).
+ * Numerics: NUMERICS §6 (scales), §7 (activations). Implementation: src/moe/. Tests: tests/moe/.
+ * Letters: T tokens, E experts (global), H hidden, I intermediate (per expert), k top-k. */
+typedef struct moq_moe moq_moe;
+
+typedef enum moq_moe_scoring {
+    MOQ_MOE_SCORE_SOFTMAX = 0, /* softmax over all E logits, then top-k                    */
+    MOQ_MOE_SCORE_SIGMOID,     /* sigmoid per logit, then top-k (DeepSeek-V3, Llama-4)     */
+    MOQ_MOE_SCORE_COUNT
+} moq_moe_scoring;
+
+/* Router rules. Ties are broken by the lowest expert id (and the lowest group id), always. */
+typedef struct moq_moe_routing {
+    moq_moe_scoring scoring;
+    int   top_k;                  /* experts per token, 1..E                                   */
+    bool  renormalize;            /* divide the k weights by their sum                          */
+    int   num_expert_group;       /* DeepSeek-V3 grouped top-k: E split in this many groups; 0/1 = off */
+    int   topk_group;             /* groups kept per token (the top experts come from these)   */
+    const float *correction_bias; /* f32 [E] added to the scores for selection only (the weights
+                                     are the unbiased scores); NULL = none. moq_moe_create fills
+                                     it from <prefix>.<router>.e_score_correction_bias when
+                                     use_correction_bias is set and this is NULL.               */
+    bool  use_correction_bias;
+    float routed_scaling_factor;  /* weights are multiplied by it after renormalization (1 = off) */
+    bool  weight_on_input;        /* Llama-4: x is multiplied by the weight before the expert,
+                                     the expert output is added with weight 1                   */
+} moq_moe_routing;
+
+/* Expert formats (ModelOpt quant_algo of the experts; the config resolver picks one). */
+typedef enum moq_moe_format {
+    MOQ_MOE_FMT_UNQUANTIZED = 0, /* F32 / BF16 / F16 weights, as stored                          */
+    MOQ_MOE_FMT_FP8,             /* "FP8": e4m3 + f32 per-tensor weight_scale and input_scale    */
+    MOQ_MOE_FMT_FP8_PB_WO,       /* "FP8_PB_WO": e4m3 + f32 128x128 block scales                 */
+    MOQ_MOE_FMT_NVFP4,           /* "NVFP4" W4A4                                                 */
+    MOQ_MOE_FMT_W4A16_NVFP4,     /* "W4A16_NVFP4": NVFP4 weights, unquantized activations       */
+    MOQ_MOE_FMT_MXFP8,           /* "MXFP8": e4m3 + e8m0 per 32                                   */
+    MOQ_MOE_FMT_COUNT
+} moq_moe_format;
+
+/* Activation between the two expert GEMMs (NUMERICS §7), f32. h = w13 · x, gate = first half. */
+typedef enum moq_moe_act {
+    MOQ_MOE_ACT_SILU = 0,      /* silu(g)·u                                                   */
+    MOQ_MOE_ACT_GELU_ERF,      /* 0.5·g·(1 + erf(g/√2))·u                                     */
+    MOQ_MOE_ACT_GELU_TANH,     /* 0.5·g·(1 + tanh(√(2/π)(g + 0.044715 g³)))·u                */
+    MOQ_MOE_ACT_RELU2,         /* max(h, 0)², not gated: w13 is the up projection alone        */
+    MOQ_MOE_ACT_SWIGLU_LIMIT,  /* g' = min(g, L), u' = clamp(u, −L, L), g'·sigmoid(α g')·(u' + β):
+                                  gpt-oss / MiniMax "swigluoai" α = 1.702, β = 1, L = 7;
+                                  DeepSeek-V4 swiglu_limit α = 1, β = 0                        */
+    MOQ_MOE_ACT_COUNT
+} moq_moe_act;
+
+/* How scales that the seeds merge are treated (NUMERICS §5.1, §6.2, §6.3). */
+typedef enum moq_moe_compat {
+    MOQ_MOE_COMPAT_EXACT = 0, /* keep w1 and w3 scales separately (each half its own scale)     */
+    MOQ_MOE_COMPAT_VLLM,      /* FP8: requantize w1/w3 to max(s1, s3) when they differ (fp16
+                                 intermediate); NVFP4: the gate's weight_scale_2 for both halves */
+    MOQ_MOE_COMPAT_SGLANG,    /* FP8: requantize to the max always; NVFP4: separate alphas      */
+    MOQ_MOE_COMPAT_COUNT
+} moq_moe_compat;
+
+typedef enum moq_moe_input_scale {
+    MOQ_MOE_INPUT_SCALE_MAX = 0,   /* one scalar per projection: max over all E experts (and gate/up),
+                                      what both seeds do for FP8 and their FlashInfer NVFP4 paths */
+    MOQ_MOE_INPUT_SCALE_PER_EXPERT /* expert e uses its own (max of gate/up for w13)              */
+} moq_moe_input_scale;
+
+typedef struct moq_moe_opts {
+    moq_moe_format      format;
+    moq_moe_act         act;
+    float               swiglu_limit, swiglu_alpha, swiglu_beta; /* MOQ_MOE_ACT_SWIGLU_LIMIT only */
+    moq_moe_routing     routing;
+    int64_t             num_experts;  /* E, global: expert ids 0..E-1 in the checkpoint        */
+    const int32_t      *expert_map;   /* i32 [E] global -> local id, -1 = held elsewhere (expert
+                                         parallelism); NULL = all local. Borrowed during create. */
+    const char         *router;       /* "gate": <prefix>.gate.weight [E, H]; NULL = caller logits */
+    const char         *shared_expert;/* "shared_experts": always-on MLP added to the output, same
+                                         format and activation; NULL = none                      */
+    moq_moe_compat      compat;
+    moq_moe_input_scale input_scale;
+    int                 n_threads;    /* <= 0: OpenMP's default                                */
+    uint32_t            cpu_mask;     /* as moq_linear_opts                                     */
+    const uint8_t      *rcpa_corr;    /* as moq_linear_opts                                     */
+} moq_moe_opts;
+/* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
+ * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
+ * for a method that is not an expert one. */
+MOQ_API moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, moq_error *err);
+/* Defaults: unquantized, silu, softmax top-2 with renormalization, scale factor 1, router "gate". */
+MOQ_API moq_moe_opts moq_moe_opts_default(void);
+
+/* Loads the experts under `prefix` ("model.layers.3.mlp"): per expert either
+ * experts.N.{gate_proj,up_proj,down_proj} or experts.N.{w1,w3,w2} (non-gated: up_proj or w1, and
+ * down_proj / w2), each with the tensors of opts->format. Fuses w13 = [gate; up] (rows [0, I) gate,
+ * [I', I'+I) up, I' = I padded to the kernels' multiple with zero rows). Only local experts' weights
+ * are read; input scales are read for all E. Copies what it needs: the checkpoint may be freed
+ * after. Errors name the missing or malformed tensor. */
+MOQ_API moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *prefix,
+                                  const moq_moe_opts *opts, moq_error *err);
+MOQ_API void       moq_moe_free(moq_moe *m);
+/* Bytes of workspace moq_moe_run needs for T tokens. */
+MOQ_API size_t     moq_moe_workspace_size(const moq_moe *m, int64_t T);
+/* x: f32 | bf16 [T, H]; router_logits: f32 [T, E] or NULL (then the checkpoint router is run);
+ * y: f32 | bf16 [T, H] = Σ_selected local experts w·expert(x) (+ shared expert). Tokens are grouped
+ * by expert; each selected expert runs once over its tokens. Never allocates. A moq_moe is
+ * immutable after create: concurrent runs with separate y and ws are safe. */
+MOQ_API moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T,
+                               const float *router_logits, void *y, moq_elem y_elem, void *ws,
+                               size_t ws_size, moq_error *err);
+/* Intermediate size after padding, and the number of local experts. */
+MOQ_API int64_t     moq_moe_inter_padded(const moq_moe *m);
+MOQ_API int64_t     moq_moe_local_experts(const moq_moe *m);
+/* Kernel rows chosen for w13 and w2 ("cpu_avx512_nvfp4_w4a4_vnni16"), borrowed. */
+MOQ_API const char *moq_moe_kernel_name(const moq_moe *m, int which /* 0 w13, 1 w2 */);
+/* Warnings kept on the layer (the library never prints): e.g. w1/w3 scales that differ. */
+MOQ_API int         moq_moe_warning_count(const moq_moe *m);
+MOQ_API const char *moq_moe_warning(const moq_moe *m, int i);
+
+/* ---- models ---------------------------------------------------------------------------------- */
+/* A decoder-only language model loaded from a checkpoint directory: LlamaForCausalLM (llama3 rope
+ * scaling, SmolLM2), MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (q/k
+ * RMSNorm). Every linear goes through resolution + the kernel registry, so any scheme above (and
+ * MIXED_PRECISION) runs. The KV cache and all forward workspace are allocated at open for opts.ctx
+ * positions: prefill and decode never allocate. A moq_model is not thread-safe (one sequence);
+ * its linears use opts.n_threads threads. Architecture notes: docs/ARCHITECTURE.md "Model runner". */
+typedef struct moq_model moq_model;
+
+/* Load progress: phase ("load"), done of total units (layers). Called on the opening thread. */
+typedef void (*moq_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
+
+typedef struct moq_model_opts {
+    int             n_threads;          /* <= 0: OpenMP's default                                   */
+    int64_t         ctx;                /* positions preallocated; <= 0: min(max_position_embeddings, 4096) */
+    moq_compat      compat;             /* resolution rules (MOQ_COMPAT_MOQ)                         */
+    moq_elem        kv_elem;            /* cache encoding when the config declares no KV quantization:
+                                           MOQ_ELEM_F32 (default) or MOQ_ELEM_BF16                   */
+    float           kv_scales_default;  /* > 0: use for FP8 KV layers without k_scale/v_scale; 0 (default):
+                                           such a checkpoint is MOQ_ERR_TENSOR. Never silently 1.0.  */
+    uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
+    moq_progress_fn progress;           /* NULL: none                                                */
+    void           *progress_user;
+    int             reserved[8];
+} moq_model_opts;
+MOQ_API moq_model_opts moq_model_opts_default(void);
+
+/* Opens the checkpoint at dir, resolves and validates every layer, packs every weight for its
+ * kernel, and allocates the KV cache and workspace. On failure *out is NULL and err names the
+ * checkpoint tensor, module or file. An unsupported architecture is MOQ_ERR_UNSUPPORTED listing
+ * the supported ones. Free with moq_model_free. */
+MOQ_API moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err);
+MOQ_API void       moq_model_free(moq_model *m);
+
+/* Runs tokens [n] at positions pos..pos+n-1 (pos = tokens already in the cache) and leaves the
+ * logits of the last one in moq_model_logits. logits_all: NULL, or caller-owned f32 [n, vocab]
+ * receiving every position's logits (perplexity). Errors: a token outside [0, vocab), or the cache
+ * full (pos + n > ctx: MOQ_ERR_INVALID_ARG; call moq_model_reset). */
+MOQ_API moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err);
+/* One decode step: moq_model_prefill(m, &token, 1, NULL, err). */
+MOQ_API moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err);
+/* f32 [vocab] logits of the last token run; borrowed, valid until the next prefill/decode/free. */
+MOQ_API const float *moq_model_logits(const moq_model *m);
+/* Forgets the sequence (position 0); keeps weights, cache memory and workspace. */
+MOQ_API void       moq_model_reset(moq_model *m);
+
+MOQ_API int64_t     moq_model_vocab_size(const moq_model *m);
+MOQ_API int64_t     moq_model_ctx(const moq_model *m);        /* positions preallocated        */
+MOQ_API int64_t     moq_model_pos(const moq_model *m);        /* tokens in the cache           */
+MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json architectures[0] */
+/* Bytes of weight data a decode step reads (all linears + one embedding row): the bound that
+ * `moq bench model` divides by the measured bandwidth. */
+MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
+
+/* Findings of the validation pass that do not stop the model ("where: msg", e.g. fused shards with
+ * different input_scale that the engines collapse to the max); at most 16 kept. Borrowed. */
+MOQ_API int         moq_model_warning_count(const moq_model *m);
+MOQ_API const char *moq_model_warning(const moq_model *m, int i);
+
+/* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (every module
+ * resolved and checked against its scheme's contract, the `moq check` pass), pack (each layer loaded
+ * through moq_linear_layer_open or moq's embedding/expert glue: canonical weight, kernel choice,
+ * packing). */
+typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
+MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
 #ifdef __cplusplus
 }
 #endif

@@ -40,5 +40,26 @@ int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+/* models: run, eval, bench model (src/cli/cmd_run.c, cmd_eval.c, cmd_bench_model.c) */
+int  cmd_run(int argc, char **argv);
+void cmd_run_help(FILE *out);
+int  cmd_eval(int argc, char **argv);
+void cmd_eval_help(FILE *out);
+int  cmd_bench_model(int argc, char **argv);   /* `moq bench model DIR`, dispatched by cmd_bench */
+double cli_now_s(void);
+/* Opens a model (progress bar on a TTY, load timings on stderr unless quiet); 0 or an exit code. */
+int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet);
+/* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,
+ * 'P' --compat, 'V' --kv-cache. 0 or an exit code. */
+int  cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *cmd);
+/* Whole file (or "-" = standard input), NUL-terminated; NULL when unreadable. Caller frees. */
+char *cli_read_file(const char *path, size_t *len);
+/* DRAM read bandwidth in GB/s (cmd_bench.c). */
+double cli_dram_read_gbs(int threads);
+/* `moq bench moe` (cmd_bench_moe.c), reached through cmd_bench. */
+int  cmd_bench_moe(int argc, char **argv);
+void cmd_bench_moe_help(FILE *out);
+/* DRAM read bandwidth in GB/s: threads sum a 1 GiB buffer, best of 3 (cmd_bench.c). */
+double dram_read_gbs(int threads);
 
 #endif

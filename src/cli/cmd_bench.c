@@ -89,7 +89,7 @@ static size_t weight_bytes(const moq_weight *w) {
     return b;
 }
 
-static double dram_read_gbs(int threads) {
+double dram_read_gbs(int threads) {
     const size_t n = ((size_t)1 << 30) / 8;
     uint64_t *buf = malloc(n * 8);
     if (!buf) return 0;
@@ -121,7 +121,7 @@ static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_
 void cmd_bench_help(FILE *out) {
     fprintf(out,
             "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
-            "Measures one quantized linear layer y = x·Wᵀ (x f32 [M, K], random weights of format A):\n"
+            "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
             "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_row | fp8_blk128 | mxfp8 | bf16 | f16 | f32\n"
@@ -129,11 +129,19 @@ void cmd_bench_help(FILE *out) {
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
-            "  --json        one JSON object instead of the table\n");
+            "  --json        one JSON object instead of the table\n\n"
+            "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json]\n\n"
+            "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
+            "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n\n");
+    cmd_bench_moe_help(out);
 }
 
+double cli_dram_read_gbs(int threads) { return dram_read_gbs(threads); }
+
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`");
+    if (argc >= 2 && strcmp(argv[1], "model") == 0) return cmd_bench_model(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc, argv);
+    if (argc < 2 || strcmp(argv[1], "linear") != 0) return cli_usage_error("bench", "expected `moq bench linear ...`, `moq bench moe ...` or `moq bench model ...`");
     const char *algo = NULL, *kernel = NULL;
     long long M = 1, N = 4096, K = 4096;
     int threads = omp_get_max_threads(), json = 0;

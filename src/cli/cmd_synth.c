@@ -21,7 +21,11 @@ void cmd_synth_help(FILE *out) {
             "norms and lm_head stay BF16 (lm_head is excluded). A: NVFP4, FP8, BF16, FP8_PER_CHANNEL_PER_TOKEN,\n"
             "FP8_PB_WO, W4A16_NVFP4, MXFP8 (NUMERICS.md §5.2, §5.3, §4.2), or MIXED_PRECISION (FP8 attention and\n"
             "W4A16_NVFP4 MLP, like nvidia/Qwen3.6-27B-NVFP4). Defaults: NVFP4, 2 layers, hidden 256,\n"
-            "inter 512, 4 heads, 2 kv heads, vocab 512, 1 shard, seed 1.\n");
+            "inter 512, 4 heads, 2 kv heads, vocab 512, 1 shard, seed 1.\n"
+            "--arch qwen3moe | mixtral [--experts E] [--top-k K] writes a Qwen3MoeForCausalLM (q/k norms,\n"
+            "mlp.gate + mlp.experts.e.{gate,up,down}_proj) or MixtralForCausalLM (block_sparse_moe.gate +\n"
+            "experts.e.{w1,w3,w2}) instead: E experts (default 4) of intermediate size I, K per token (default 2),\n"
+            "routers unquantized; the expert tensors follow A like the dense MLP's.\n");
 }
 
 typedef struct synth {
@@ -173,7 +177,10 @@ int cmd_synth(int argc, char **argv) {
         {"hidden", required_argument, NULL, 'H'}, {"inter", required_argument, NULL, 'I'},
         {"heads", required_argument, NULL, 'h'},  {"kv-heads", required_argument, NULL, 'k'},
         {"vocab", required_argument, NULL, 'v'},  {"shards", required_argument, NULL, 's'},
-        {"seed", required_argument, NULL, 'S'},   {NULL, 0, NULL, 0}};
+        {"seed", required_argument, NULL, 'S'},   {"arch", required_argument, NULL, 'A'},
+        {"experts", required_argument, NULL, 'E'}, {"top-k", required_argument, NULL, 'K'}, {NULL, 0, NULL, 0}};
+    const char *arch = "llama";
+    long experts = 4, topk = 2;
     const char *algo = "NVFP4";
     long layers = 2, H = 256, I = 512, heads = 4, kvh = 2, V = 512, shards = 1, seed = 1;
     int ch;
@@ -184,6 +191,15 @@ int cmd_synth(int argc, char **argv) {
         bool num_ok = optarg && end && *end == '\0' && v > 0 && v <= (1L << 20);
         switch (ch) {
         case 'a': algo = optarg ? optarg : algo; break;
+        case 'A':
+            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen3moe") && strcmp(optarg, "mixtral"))
+                return cli_usage_error("synth", "--arch \"%s\" is not one of llama, qwen3moe, mixtral", optarg);
+            arch = optarg;
+            break;
+        case 'E': case 'K':
+            if (!num_ok || v > 256) return cli_usage_error("synth", "--%s needs an integer in 1..256, got \"%s\"", ch == 'E' ? "experts" : "top-k", optarg);
+            if (ch == 'E') experts = v; else topk = v;
+            break;
         case 'l': case 'H': case 'I': case 'h': case 'k': case 'v': case 's': case 'S':
             if (!num_ok) return cli_usage_error("synth", "--%s needs a positive integer, got \"%s\"",
                                                 ch == 'l' ? "layers" : ch == 'H' ? "hidden" : ch == 'I' ? "inter" : ch == 'h' ? "heads"
@@ -209,12 +225,15 @@ int cmd_synth(int argc, char **argv) {
     const char *attn_algo = mixed ? "FP8" : algo, *mlp_algo = mixed ? "W4A16_NVFP4" : algo;
     if (H % heads || heads % kvh || H % 16 || I % 16)
         return cli_usage_error("synth", "hidden %ld must divide by heads %ld and 16, heads by kv-heads %ld, inter %ld by 16", H, heads, kvh, I);
+    if (topk > experts) return cli_usage_error("synth", "--top-k %ld exceeds --experts %ld", topk, experts);
+    const bool qwen3moe = strcmp(arch, "qwen3moe") == 0, mixtral = strcmp(arch, "mixtral") == 0, moe = qwen3moe || mixtral;
+    const char *arch_name = qwen3moe ? "Qwen3MoeForCausalLM" : mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM";
     const char *dir = argv[optind];
     const long hd = H / heads;
 
     synth s = {.rng = (uint64_t)seed, .algo = algo};
     if (mixed) {
-        s.layers_cap = (size_t)layers * 7 * 160 + 64;
+        s.layers_cap = (size_t)layers * (7 + (size_t)experts * 3) * 200 + 64;
         if (!(s.layers_json = calloc(1, s.layers_cap))) return MOQ_ERR_NOMEM;
     }
     moq_error err = {0};
@@ -234,8 +253,30 @@ int cmd_synth(int argc, char **argv) {
         static const char *const o[1] = {"o_proj"};
         const int64_t no[1] = {H};
         if ((st = add_group(&s, pre, o, no, 1, heads * hd, attn_algo, &err))) break;
+        if (qwen3moe) { /* per-head q/k RMSNorm */
+            const int64_t dv[1] = {hd};
+            snprintf(nm, sizeof nm, "model.layers.%ld.self_attn.q_norm.weight", l);
+            if ((st = add_bf16(&s, nm, 1, dv, 0.05, 1.0, &err))) break;
+            snprintf(nm, sizeof nm, "model.layers.%ld.self_attn.k_norm.weight", l);
+            if ((st = add_bf16(&s, nm, 1, dv, 0.05, 1.0, &err))) break;
+        }
         snprintf(nm, sizeof nm, "model.layers.%ld.post_attention_layernorm.weight", l);
         if ((st = add_bf16(&s, nm, 1, hv, 0.05, 1.0, &err))) break;
+        if (moe) {
+            const char *blk = mixtral ? "block_sparse_moe" : "mlp";
+            const int64_t rv[2] = {experts, H};
+            snprintf(nm, sizeof nm, "model.layers.%ld.%s.gate.weight", l, blk);
+            if ((st = add_bf16(&s, nm, 2, rv, 1.0 / sqrt((double)H), 0, &err))) break;
+            static const char *const gq[2] = {"gate_proj", "up_proj"}, *const gm[2] = {"w1", "w3"};
+            static const char *const dq[1] = {"down_proj"}, *const dm[1] = {"w2"};
+            const int64_t ngu[2] = {I, I};
+            for (long e = 0; e < experts && !st; e++) {
+                snprintf(pre, sizeof pre, "model.layers.%ld.%s.experts.%ld", l, blk, e);
+                if ((st = add_group(&s, pre, mixtral ? gm : gq, ngu, 2, H, mlp_algo, &err))) break;
+                st = add_group(&s, pre, mixtral ? dm : dq, hv, 1, I, mlp_algo, &err);
+            }
+            continue;
+        }
         snprintf(pre, sizeof pre, "model.layers.%ld.mlp", l);
         static const char *const gu[2] = {"gate_proj", "up_proj"};
         const int64_t ngu[2] = {I, I};
@@ -247,6 +288,10 @@ int cmd_synth(int argc, char **argv) {
     if (!st) st = add_bf16(&s, "lm_head.weight", 2, ev, 0.02, 0, &err);
 
     const size_t extra = s.layers_json ? strlen(s.layers_json) + 64 : 0;
+    char moe_cfg[256] = "";
+    if (moe)
+        snprintf(moe_cfg, sizeof moe_cfg, ",\n  \"%s\": %ld,\n  \"num_experts_per_tok\": %ld,\n  \"moe_intermediate_size\": %ld,\n  \"norm_topk_prob\": true",
+                 mixtral ? "num_local_experts" : "num_experts", experts, topk, I);
     char *cfg = malloc(4096 + extra), *hq = malloc(1024 + extra), *qc = malloc(1024 + extra), ql[64 + 1];
     if (!cfg || !hq || !qc) {
         free(cfg), free(hq), free(qc), free(s.layers_json);
@@ -255,23 +300,25 @@ int cmd_synth(int argc, char **argv) {
     const bool quant = strcmp(algo, "BF16") != 0;
     const char *gs = strstr(algo, "NVFP4") || mixed ? ", \"group_size\": 16" : "";
     ql[0] = 0;
+    /* MoE routers stay unquantized; ModelOpt exports list them as excluded */
+    const char *excl_router = qwen3moe ? ", \"*mlp.gate\"" : mixtral ? ", \"*block_sparse_moe.gate\"" : "";
     const char *layers_txt = s.layers_json ? s.layers_json : "";
     if (mixed) snprintf(ql, sizeof ql, ", \"quantized_layers\": {");
     snprintf(hq, 1024 + extra,
              "{\n  \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"},\n  \"quantization\": {\n"
-             "    \"quant_algo\": \"%s\",\n    \"kv_cache_quant_algo\": null%s,\n    \"exclude_modules\": [\"lm_head\"]%s%s%s\n  }\n}\n",
-             algo, gs, ql, layers_txt, mixed ? "}" : "");
+             "    \"quant_algo\": \"%s\",\n    \"kv_cache_quant_algo\": null%s,\n    \"exclude_modules\": [\"lm_head\"%s]%s%s%s\n  }\n}\n",
+             algo, gs, excl_router, ql, layers_txt, mixed ? "}" : "");
     snprintf(qc, 1024 + extra, ",\n  \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"%s\"%s, "
-             "\"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"]%s%s%s, \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}}",
-             algo, gs, ql, layers_txt, mixed ? "}" : "");
+             "\"kv_cache_quant_algo\": null, \"ignore\": [\"lm_head\"%s]%s%s%s, \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}}",
+             algo, gs, excl_router, ql, layers_txt, mixed ? "}" : "");
     snprintf(cfg, 4096 + extra,
-             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"torch_dtype\": \"bfloat16\",\n"
+             "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"torch_dtype\": \"bfloat16\",\n"
              "  \"hidden_size\": %ld,\n  \"intermediate_size\": %ld,\n  \"num_hidden_layers\": %ld,\n"
              "  \"num_attention_heads\": %ld,\n  \"num_key_value_heads\": %ld,\n  \"head_dim\": %ld,\n  \"vocab_size\": %ld,\n"
              "  \"max_position_embeddings\": 2048,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 10000.0,\n"
              "  \"rope_scaling\": null,\n  \"tie_word_embeddings\": false,\n  \"hidden_act\": \"silu\",\n"
-             "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2%s\n}\n",
-             H, I, layers, heads, kvh, hd, V, quant ? qc : "");
+             "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2%s%s\n}\n",
+             arch_name, qwen3moe ? "qwen3_moe" : mixtral ? "mixtral" : "llama", H, I, layers, heads, kvh, hd, V, moe_cfg, quant ? qc : "");
     if (!st) st = moq_writer_file(s.w, "config.json", cfg, &err);
     if (!st && quant) st = moq_writer_file(s.w, "hf_quant_config.json", hq, &err);
     if (!st) st = moq_writer_metadata(s.w, "format", "pt", &err);

@@ -17,6 +17,8 @@ static const cli_cmd commands[] = {
     {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help},
     {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help},
     {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help},
+    {"run",     "generate text with a checkpoint (streams tokens; load and tok/s on stderr)", cmd_run, cmd_run_help},
+    {"eval",    "perplexity over a text; with --ref, KL divergence and top-1 agreement", cmd_eval, cmd_eval_help},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
 

@@ -255,16 +255,6 @@ static inline __m512i e4m3_pair_bf16(const uint8_t *p) {
     return e4m3w_to_bf16(_mm512_permutexvar_epi16(il, _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p))));
 }
 
-/* rows16 e2m1 bytes of columns k, k+1 (16 bytes) -> dword lane r = (bf16 D2 w[r,k], bf16 D2 w[r,k+1]). */
-static inline __m512i e2m1_pair_bf16(const uint8_t *p) {
-    static const uint16_t tab[32] = {0, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, /* bf16 of D2(code) */
-                                     0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
-    const __m512i lut = _mm512_loadu_si512(tab);
-    const __m512i d = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p));
-    const __m512i codes = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0x000F000F), 0xA8); /* (A|B)&C */
-    return _mm512_permutexvar_epi16(codes, lut);
-}
-
 #define DPB(acc, w, xw) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)_mm512_set1_epi32((int)(xw)))
 
 /* C[i] (16 rows of tile t) = Σ_k X[i, k] · W[row, k] for mr <= GEMV_M tokens. */
@@ -281,18 +271,57 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             const __m512i wv = e4m3_pair_bf16(q + 32 * kp);
             for (int i = 0; i < mr; i++) acc[i][kp & 1] = DPB(acc[i][kp & 1], wv, Xb[i * K2 + kp]);
         }
-    } else { /* block-scaled: NVFP4 (16 along K, e4m3 scale) or MXFP8 (32, e8m0) */
-        const bool nv = l->pair == MOQ_PAIR_NVFP4_W4A16 || l->pair == MOQ_PAIR_NVFP4;
-        const int bk = nv ? 16 : 32;
-        const uint8_t *q = pk + t * (nv ? K / 2 : K) * 16, *sf = pk + codes_bytes(w) + t * (K / bk) * 16;
+    } else if (l->pair == MOQ_PAIR_NVFP4_W4A16 || l->pair == MOQ_PAIR_NVFP4) {
+        /* 32 bytes = byte columns j, j+1 of 16 rows = 64 weights. Widened to words, a 32-entry
+         * word permute decodes the low nibble (it reads only bits 4:0: the table repeats) and,
+         * after a shift, the high nibble; unpacklo/hi then pair (k, k+1) per dword, which puts
+         * rows {0-3, 8-11} (A) and {4-7, 12-15} (B) in the lanes, column j in lanes 0-1 and j+1
+         * in lanes 2-3. Scales are permuted the same way and the lanes folded back at the end. */
+        static const uint16_t d2[32] = {0, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0,
+                                        0xC000, 0xC040, 0xC080, 0xC0C0, 0, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+                                        0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+        static const int32_t ia[16] = {0, 1, 2, 3, 8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11};
+        static const int32_t ib[16] = {4, 5, 6, 7, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15};
+        static const int32_t fold[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+        const __m512i lut = _mm512_loadu_si512(d2), idxa = _mm512_loadu_si512(ia), idxb = _mm512_loadu_si512(ib);
+        const uint8_t *q = pk + t * (K / 2) * 16, *sf = pk + codes_bytes(w) + t * (K / 16) * 16;
+        __m512 aa[GEMV_M], ab[GEMV_M];
+        for (int i = 0; i < mr; i++) aa[i] = ab[i] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < K / 16; b++) {
+            const __m512 s = _mm512_mul_ps(e4m3x16_div256(_mm_load_si128((const __m128i *)(sf + 16 * b))), _mm512_set1_ps(256.0f));
+            __m512 ba[GEMV_M], bb[GEMV_M];
+            for (int i = 0; i < mr; i++) ba[i] = bb[i] = _mm512_setzero_ps();
+            for (int h = 0; h < 4; h++) {
+                const int64_t j = 8 * b + 2 * h; /* byte column = k pair */
+                const __m512i wv = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(q + 16 * j)));
+                const __m512i lo = _mm512_permutexvar_epi16(wv, lut), hi = _mm512_permutexvar_epi16(_mm512_srli_epi16(wv, 4), lut);
+                const __m512i A = _mm512_unpacklo_epi16(lo, hi), B = _mm512_unpackhi_epi16(lo, hi);
+                for (int i = 0; i < mr; i++) {
+                    const __m512i xv = _mm512_mask_blend_epi32((__mmask16)0xFF00, _mm512_set1_epi32((int)Xb[i * K2 + j]),
+                                                               _mm512_set1_epi32((int)Xb[i * K2 + j + 1]));
+                    ba[i] = _mm512_dpbf16_ps(ba[i], (__m512bh)A, (__m512bh)xv);
+                    bb[i] = _mm512_dpbf16_ps(bb[i], (__m512bh)B, (__m512bh)xv);
+                }
+            }
+            const __m512 sa = _mm512_permutexvar_ps(idxa, s), sb = _mm512_permutexvar_ps(idxb, s);
+            for (int i = 0; i < mr; i++) aa[i] = _mm512_fmadd_ps(ba[i], sa, aa[i]), ab[i] = _mm512_fmadd_ps(bb[i], sb, ab[i]);
+        }
+        const __m512i fi = _mm512_loadu_si512(fold);
+        for (int i = 0; i < mr; i++) {
+            const __m512 sa = _mm512_add_ps(aa[i], _mm512_shuffle_f32x4(aa[i], aa[i], _MM_SHUFFLE(1, 0, 3, 2)));
+            const __m512 sb = _mm512_add_ps(ab[i], _mm512_shuffle_f32x4(ab[i], ab[i], _MM_SHUFFLE(1, 0, 3, 2)));
+            acc[i][0] = _mm512_permutex2var_ps(sa, fi, sb);
+        }
+    } else { /* MXFP8: 32 along K, e8m0 scale */
+        const int bk = 32;
+        const uint8_t *q = pk + t * K * 16, *sf = pk + codes_bytes(w) + t * (K / bk) * 16;
         for (int64_t b = 0; b < K / bk; b++) {
-            const __m128i sc = _mm_load_si128((const __m128i *)(sf + 16 * b));
-            const __m512 s = nv ? _mm512_mul_ps(e4m3x16_div256(sc), _mm512_set1_ps(256.0f)) : e8m0x16(sc);
+            const __m512 s = e8m0x16(_mm_load_si128((const __m128i *)(sf + 16 * b)));
             __m512 ab[GEMV_M][2];
             for (int i = 0; i < mr; i++) ab[i][0] = ab[i][1] = _mm512_setzero_ps();
             for (int j = 0; j < bk / 2; j++) {
                 const int64_t kp = b * bk / 2 + j;
-                const __m512i wv = nv ? e2m1_pair_bf16(q + 16 * kp) : e4m3_pair_bf16(q + 32 * kp);
+                const __m512i wv = e4m3_pair_bf16(q + 32 * kp);
                 for (int i = 0; i < mr; i++) ab[i][j & 1] = DPB(ab[i][j & 1], wv, Xb[i * K2 + kp]);
             }
             for (int i = 0; i < mr; i++) acc[i][b & 1] = _mm512_fmadd_ps(_mm512_add_ps(ab[i][0], ab[i][1]), s, acc[i][b & 1]);

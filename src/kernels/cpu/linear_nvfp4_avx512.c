@@ -95,11 +95,12 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
             const int8_t *a = (const int8_t *)tok + 16 * b;
             const int32_t *aof = (const int32_t *)(tok + K);
             const float *sfa = (const float *)(aof + nb);
+            /* one chain of four: the tokens (and, at M = 1, the blocks) give the parallelism */
             __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(aof[b]), lo0, _mm512_set1_epi32(load_i32(a)));
             s = _mm512_dpbusd_epi32(s, hi0, _mm512_set1_epi32(load_i32(a + 4)));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, _mm512_set1_epi32(load_i32(a + 8)));
-            s1 = _mm512_dpbusd_epi32(s1, hi1, _mm512_set1_epi32(load_i32(a + 12)));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s, s1)), _mm512_mul_ps(sw, _mm512_set1_ps(sfa[b])), acc[i]);
+            s = _mm512_dpbusd_epi32(s, lo1, _mm512_set1_epi32(load_i32(a + 8)));
+            s = _mm512_dpbusd_epi32(s, hi1, _mm512_set1_epi32(load_i32(a + 12)));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sw, _mm512_set1_ps(sfa[b])), acc[i]);
         }
     }
     const int64_t N = l->w->N;

@@ -1,0 +1,32 @@
+/* rope.h — rotary position embedding frequencies for the rope_scaling types of the supported
+ * architectures (Hugging Face transformers' modeling_rope_utils.py): default, linear, llama3, yarn.
+ * One table row per type (rope.c). Rotation is the "rotate_half" (GPT-NeoX) pairing that the
+ * Llama/Mistral/Qwen HF checkpoints use: element i pairs with i + D/2.
+ * Tested by tests/model/test_model.c (an independent fp64 formula per type).
+ */
+#ifndef MOQ_MODEL_ROPE_H
+#define MOQ_MODEL_ROPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moq.h"
+
+typedef struct moq_rope_params {
+    char   type[32];              /* "" / "default", "linear", "llama3", "yarn"            */
+    double theta;                 /* rope_theta                                            */
+    double factor;                /* rope_scaling.factor                                   */
+    double low_freq_factor;       /* llama3 (default 1)                                    */
+    double high_freq_factor;      /* llama3 (default 4)                                    */
+    double original_max_pos;      /* llama3 / yarn original_max_position_embeddings        */
+    double beta_fast, beta_slow;  /* yarn (defaults 32, 1)                                 */
+    double attention_factor;      /* yarn mscale; 0 = 0.1 ln(factor) + 1                   */
+} moq_rope_params;
+
+/* inv_freq f32 [D/2] and the cos/sin multiplier (yarn attention factor, else 1). Errors name
+ * config.json when the type is unknown or a parameter is out of range. */
+moq_status moq_rope_inv_freq(const moq_rope_params *p, int64_t D, float *inv_freq, float *mscale, moq_error *err);
+/* Rotates x f32 [D] in place for position pos. */
+void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
+
+#endif

@@ -1,0 +1,839 @@
+/* moe.c — one mixture-of-experts layer on CPU: expert loading from a checkpoint prefix in every
+ * ModelOpt format, and execution grouped by expert on the linear registry's rows.
+ *
+ * Load (moq_moe_create), per local expert e (global id g):
+ *   w13  [N13, H]  = [gate; up] with gate rows [0, I) and up rows [I', I' + I), I' = I rounded up to
+ *                    the pair's K multiple (zero rows between; NUMERICS §6.1's order, gate first).
+ *                    Non-gated (relu²): the up projection alone, rows [0, I). Two shards (gated):
+ *                    shard 0 = gate with w1's weight_scale / weight_scale_2, shard 1 = up with w3's
+ *                    — kept separately (each half its own alpha) unless the compat profile merges them.
+ *   w2   [H, I']   = down_proj with zero columns [I, I').
+ *   Checkpoint names: experts.<g>.{gate_proj,up_proj,down_proj} or experts.<g>.{w1,w3,w2}
+ *   (non-gated: up_proj or w1, and down_proj or w2); per projection the format row's tensors.
+ *   Input scales (FP8, NVFP4): read for all E global experts, so that the default "one max over
+ *   experts" is the same whichever slice of experts this process holds (the seeds size these
+ *   parameters by the global expert count). Default MAX (both seeds' FP8 MoE and their FlashInfer
+ *   NVFP4 paths, NUMERICS §6.2/§6.3): it is what every served ModelOpt MoE does today, and the
+ *   per-expert variant exists for the "else" branches (MOQ_MOE_INPUT_SCALE_PER_EXPERT).
+ *
+ * Run (moq_moe_run), T tokens, k per token, A = T·k assignments:
+ *   1. router logits f32 [T, E] (caller's, or the checkpoint router as a moq_linear)
+ *   2. top-k per token (routing.c) -> ids, weights
+ *   3. counting sort of the assignments by local expert -> contiguous rows per expert, tokens
+ *      ascending inside each expert; experts held elsewhere (map -1) are skipped
+ *   4. gather x rows (Llama-4: x·w in f32) into [A, H]
+ *   5. each expert with >= 1 token: h = w13·xg [c, N13] f32 -> act [c, I'] (x's dtype) -> w2 ->
+ *      its rows of o f32 [A, H]. Experts in parallel (one thread each, dynamic schedule) when at
+ *      least as many experts as threads are active, else one after another with each GEMM split
+ *      by rows over the threads. Only the selected experts' weights are read.
+ *   6. y[t] = Σ_j w_j · o[pos(t, j)] (+ shared expert) summed in slot order j: the result does not
+ *      depend on the thread count.
+ * Workspace: caller-owned, sized by moq_moe_workspace_size(T); run never allocates.
+ * Tests: tests/moe/test_moe.c (every format and routing mode vs an fp64 reference MoE).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "format/format.h"
+#include "kernels/kernels.h"
+#include "moe/moe.h"
+#include "moe/routing.h"
+
+/* ---- format rows --------------------------------------------------------------------------- */
+typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP } moe_scale_kind;
+
+typedef struct moe_fmt {
+    const char    *name;     /* ModelOpt quant_algo                                             */
+    const char    *method;   /* the config resolver's method name for these experts             */
+    moq_pair_id    pair;     /* MOQ_PAIR_COUNT: unquantized, the pair follows the weight dtype    */
+    moq_dtype      wdt;      /* weight dtype on disk (MOQ_DT_COUNT: F32, BF16 or F16)             */
+    int            per_byte; /* weight elements per stored element along K (2: packed e2m1)       */
+    moe_scale_kind scale;
+    moq_dtype      sdt, sdt2;/* weight_scale dtype (and an accepted alias)                        */
+    int            group;    /* K columns per weight_scale entry (SC_GROUP, SC_BLK128)            */
+    bool           ws2;      /* weight_scale_2 f32 scalar                                         */
+    bool           in_scale; /* input_scale f32 scalar                                            */
+} moe_fmt;
+
+/*                              name           method              pair                   wdt            /B  scale      sdt             alias          grp  ws2    in     */
+static const moe_fmt moe_fmts[MOQ_MOE_FMT_COUNT] = {
+    [MOQ_MOE_FMT_UNQUANTIZED] = {"unquantized", "none",             MOQ_PAIR_COUNT,        MOQ_DT_COUNT,   1, SC_NONE,   MOQ_DT_COUNT,   MOQ_DT_COUNT,  0,   false, false},
+    [MOQ_MOE_FMT_FP8]         = {"FP8",         "fp8_moe",          MOQ_PAIR_FP8_TENSOR,   MOQ_DT_F8_E4M3, 1, SC_TENSOR, MOQ_DT_F32,     MOQ_DT_COUNT,  0,   false, true},
+    [MOQ_MOE_FMT_FP8_PB_WO]   = {"FP8_PB_WO",   "fp8_block_moe",    MOQ_PAIR_FP8_BLK128,   MOQ_DT_F8_E4M3, 1, SC_BLK128, MOQ_DT_F32,     MOQ_DT_COUNT,  128, false, false},
+    [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       "nvfp4_moe",        MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true},
+    [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", "w4a16_nvfp4_moe",  MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false},
+    [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       "mxfp8_moe",        MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false},
+};
+
+/* Checkpoint names of an expert's projections, one row per layout. [0] gate, [1] up, [2] down. */
+static const char *const moe_layouts[][3] = {
+    {"gate_proj", "up_proj", "down_proj"}, /* Qwen, DeepSeek, Llama                           */
+    {"w1", "w3", "w2"},                    /* Mixtral (non-gated experts use w1 as the up one) */
+};
+enum { N_LAYOUTS = sizeof moe_layouts / sizeof moe_layouts[0] };
+
+/* ---- the layer ----------------------------------------------------------------------------- */
+typedef struct moe_expert {
+    moq_weight  w13, w2;
+    void       *q13, *s13, *q2, *s2; /* owned canonical buffers the weights point into */
+    moq_linear *l13, *l2;
+} moe_expert;
+
+#define MOE_MAX_WARN 4
+#define MOE_WARN_LEN 512
+struct moq_moe {
+    char                name[192];
+    const moe_fmt      *fmt;
+    moq_moe_act         act;
+    moq_moe_act_params  ap;
+    moq_moe_routing     routing;     /* correction_bias points at bias when read from the file */
+    float              *bias;        /* f32 [E] owned, or NULL                                  */
+    int64_t             E, H, I, Ip, N13, n_local;
+    int32_t            *local_of;    /* i32 [E]: local id or -1                                 */
+    moe_expert         *ex;          /* [n_local]                                               */
+    moe_expert          shared;
+    bool                has_shared;
+    moq_linear         *router;
+    void               *router_q;    /* owned copy of the router weight                         */
+    int                 n_threads;
+    int                 n_warn;
+    char                warn[MOE_MAX_WARN][MOE_WARN_LEN];
+};
+
+moq_moe_opts moq_moe_opts_default(void) {
+    moq_moe_opts o = {0};
+    o.format = MOQ_MOE_FMT_UNQUANTIZED;
+    o.act = MOQ_MOE_ACT_SILU;
+    o.swiglu_limit = 7.0f, o.swiglu_alpha = 1.702f, o.swiglu_beta = 1.0f; /* gpt-oss */
+    o.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
+    o.routing.top_k = 2;
+    o.routing.renormalize = true;
+    o.routing.routed_scaling_factor = 1.0f;
+    o.router = "gate";
+    o.cpu_mask = ~0u;
+    return o;
+}
+
+/* ---- tensor checks ------------------------------------------------------------------------- */
+static moq_status get_tensor(const moq_checkpoint *ck, const char *name, const char *what, const moq_tensor **out, moq_error *err) {
+    *out = moq_checkpoint_tensor(ck, name);
+    if (!*out) return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "tensor missing (%s)", what);
+    return MOQ_OK;
+}
+
+static moq_status want_dtype(const moq_tensor *t, moq_dtype a, moq_dtype b, const char *what, moq_error *err) {
+    if (t->dtype == a || (b != MOQ_DT_COUNT && t->dtype == b)) return MOQ_OK;
+    return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected %s%s%s (%s)", moq_dtype_name(t->dtype), moq_dtype_name(a),
+                    b != MOQ_DT_COUNT ? " or " : "", b != MOQ_DT_COUNT ? moq_dtype_name(b) : "", what);
+}
+
+static void shape_str(const int64_t *d, int n, char *buf, size_t len) {
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)d[i]);
+    if (o < len) snprintf(buf + o, len - o, "]");
+}
+
+/* Shape must equal want[0..n) exactly; ones lists dims allowed to be squeezed (FP8_PB_WO [a,1,b,1]). */
+static moq_status want_shape(const moq_tensor *t, int n, const int64_t *want, const char *what, moq_error *err) {
+    bool ok = t->ndim == n;
+    for (int i = 0; ok && i < n; i++) ok = t->shape[i] == want[i];
+    if (ok) return MOQ_OK;
+    char f[96], w[96];
+    shape_str(t->shape, t->ndim, f, sizeof f);
+    shape_str(want, n, w, sizeof w);
+    return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (%s)", f, w, what);
+}
+
+/* A positive finite f32 scalar (shape [] or [1]). */
+static moq_status read_scalar(const moq_checkpoint *ck, const char *name, const char *what, float *v, moq_error *err) {
+    const moq_tensor *t;
+    MOQ_TRY(get_tensor(ck, name, what, &t, err));
+    MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, what, err));
+    if (!(t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1))) {
+        char f[96];
+        shape_str(t->shape, t->ndim, f, sizeof f);
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shape %s, expected a scalar [] (%s)", f, what);
+    }
+    memcpy(v, t->data, 4);
+    if (!(*v > 0.0f) || !isfinite(*v)) return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "value %g, expected a finite value > 0 (%s)", (double)*v, what);
+    return MOQ_OK;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static moq_elem elem_of_dtype(moq_dtype d) {
+    switch (d) {
+    case MOQ_DT_F32: return MOQ_ELEM_F32;
+    case MOQ_DT_BF16: return MOQ_ELEM_BF16;
+    case MOQ_DT_F16: return MOQ_ELEM_F16;
+    default: return MOQ_ELEM_NONE;
+    }
+}
+static moq_pair_id pair_of_elem(moq_elem e) {
+    return e == MOQ_ELEM_F32 ? MOQ_PAIR_F32 : e == MOQ_ELEM_BF16 ? MOQ_PAIR_BF16 : MOQ_PAIR_F16;
+}
+
+/* Destination of one projection inside a canonical weight: rows [row0, row0 + N) of a buffer
+ * with Kp columns. Buffers are zeroed at allocation, so padding stays zero. */
+typedef struct proj_dst {
+    uint8_t *q;          /* row-major, qrow bytes per row            */
+    size_t   qrow;
+    uint8_t *s;          /* SC_GROUP: u8 [rows, Kp/group]; SC_BLK128: f32 [rows/128, Kp/128] */
+    int64_t  Kp, row0;
+    float    wscale;     /* out: weight_scale (SC_TENSOR) or weight_scale_2 */
+} proj_dst;
+
+/* Loads <base>.weight (+ scales) of shape [N, K] into d. `elem` receives the weight's element
+ * encoding (unquantized: from its dtype) so the caller can check all projections agree. */
+static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const char *base, int64_t N, int64_t K, proj_dst *d,
+                            moq_dtype *dt, moq_error *err) {
+    char nm[320], what[96];
+    const moq_tensor *t;
+    snprintf(nm, sizeof nm, "%s.weight", base);
+    snprintf(what, sizeof what, "%s expert weight", f->name);
+    MOQ_TRY(get_tensor(ck, nm, what, &t, err));
+    if (f->wdt == MOQ_DT_COUNT) {
+        if (elem_of_dtype(t->dtype) == MOQ_ELEM_NONE)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name(t->dtype));
+        if (*dt != MOQ_DT_COUNT && t->dtype != *dt)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected %s like the layer's other experts", moq_dtype_name(t->dtype),
+                            moq_dtype_name(*dt));
+        *dt = t->dtype;
+    } else {
+        MOQ_TRY(want_dtype(t, f->wdt, MOQ_DT_COUNT, what, err));
+    }
+    const int64_t Ks = cdiv(K, f->per_byte);
+    MOQ_TRY(want_shape(t, 2, (int64_t[]){N, Ks}, f->per_byte == 2 ? "[N, K/2]: two e2m1 per byte" : "[N, K]", err));
+    const size_t eb = (size_t)moq_dtype_bits(t->dtype) / 8, srow = (size_t)Ks * eb;
+    for (int64_t n = 0; n < N; n++) memcpy(d->q + (size_t)(d->row0 + n) * d->qrow, (const uint8_t *)t->data + (size_t)n * srow, srow);
+
+    snprintf(nm, sizeof nm, "%s.weight_scale", base);
+    if (f->scale == SC_TENSOR) {
+        MOQ_TRY(read_scalar(ck, nm, "FP8 per-tensor weight scale", &d->wscale, err));
+    } else if (f->scale == SC_GROUP) {
+        snprintf(what, sizeof what, "%s: one %s scale per %d weights", f->name, moq_dtype_name(f->sdt), f->group);
+        MOQ_TRY(get_tensor(ck, nm, what, &t, err));
+        MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, what, err));
+        const int64_t G = cdiv(K, f->group), Gp = d->Kp / f->group;
+        MOQ_TRY(want_shape(t, 2, (int64_t[]){N, G}, what, err));
+        for (int64_t n = 0; n < N; n++) memcpy(d->s + (size_t)((d->row0 + n) * Gp), (const uint8_t *)t->data + (size_t)(n * G), (size_t)G);
+    } else if (f->scale == SC_BLK128) {
+        const char *why = "FP8_PB_WO: one f32 scale per 128x128 block";
+        MOQ_TRY(get_tensor(ck, nm, why, &t, err));
+        MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
+        const int64_t bn = cdiv(N, 128), bk = cdiv(K, 128), bkp = d->Kp / 128;
+        if (t->ndim == 4) MOQ_TRY(want_shape(t, 4, (int64_t[]){bn, 1, bk, 1}, why, err));
+        else MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
+        float *dst = (float *)d->s;
+        for (int64_t i = 0; i < bn; i++)
+            for (int64_t j = 0; j < bkp; j++) {
+                float v = 1.0f; /* padded K blocks multiply zero weights */
+                if (j < bk) memcpy(&v, (const uint8_t *)t->data + (size_t)(i * bk + j) * 4, 4);
+                dst[(d->row0 / 128 + i) * bkp + j] = v;
+            }
+    }
+    if (f->ws2) {
+        snprintf(nm, sizeof nm, "%s.weight_scale_2", base);
+        MOQ_TRY(read_scalar(ck, nm, "NVFP4 global weight scale", &d->wscale, err));
+    }
+    return MOQ_OK;
+}
+
+/* FP8 per-tensor requantization of rows [r0, r0+n) from scale s to s_max (NUMERICS §5.1: the
+ * seeds' dequantize to fp16, then static quantization with the f32 reciprocal of s_max). */
+static void fp8_requant(uint8_t *q, int64_t r0, int64_t n, int64_t K, float s, float s_max) {
+    const float inv = 1.0f / s_max;
+    for (int64_t i = r0 * K; i < (r0 + n) * K; i++) {
+        const float dq = moq_f16_decode(moq_f16_encode_rne(moq_e4m3_decode(q[i]) * s));
+        q[i] = moq_e4m3_encode_rne_sat(dq * inv);
+    }
+}
+
+/* Allocates the canonical buffers of a weight with N rows, Kp columns. */
+static moq_status alloc_weight(const moe_fmt *f, moq_pair_id p, int64_t N, int64_t Kp, void **q, void **s, const char *where, moq_error *err) {
+    const size_t qb = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)(N * Kp));
+    size_t sb = 0;
+    if (f->scale == SC_GROUP) sb = (size_t)(N * (Kp / f->group));
+    if (f->scale == SC_BLK128) sb = (size_t)(cdiv(N, 128) * (Kp / 128)) * 4;
+    *q = calloc(1, qb ? qb : 1);
+    *s = sb ? calloc(1, sb) : NULL;
+    if (!*q || (sb && !*s)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of memory for %zu weight bytes", qb + sb);
+    return MOQ_OK;
+}
+
+static void weight_init(moq_weight *w, moq_pair_id p, int64_t N, int64_t K, void *q, void *s) {
+    memset(w, 0, sizeof *w);
+    w->w = *moq_pairs[p].w, w->a = *moq_pairs[p].a;
+    w->N = N, w->K = K, w->q = q, w->scale = s;
+    w->n_shards = 1, w->row0[1] = N;
+    w->shard_scale[0] = 1.0f, w->shard_in_scale[0] = 1.0f;
+}
+
+/* Name of projection j (0 gate, 1 up, 2 down) in layout l; non-gated Mixtral names up "w1". */
+static const char *proj_name(int l, int j, bool gated) { return (!gated && l == 1 && j == 1) ? "w1" : moe_layouts[l][j]; }
+
+/* Which layout row names this expert's tensors (the first whose first projection exists). */
+static int find_layout(const moq_checkpoint *ck, const char *ebase, bool gated) {
+    char nm[320];
+    for (int l = 0; l < N_LAYOUTS; l++) {
+        snprintf(nm, sizeof nm, "%s.%s.weight", ebase, proj_name(l, gated ? 0 : 1, gated));
+        if (moq_checkpoint_tensor(ck, nm)) return l;
+    }
+    return -1;
+}
+
+typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
+
+/* Loads one expert (or the shared expert) at ebase into ex. a: the input scales to use. */
+static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *ebase, moe_expert *ex, const in_scales *a,
+                              const moq_moe_opts *o, int *n_diff, float diff_ex[2], moq_dtype *dt, moq_error *err) {
+    const moe_fmt *f = m->fmt;
+    const bool gated = moq_moe_act_table[m->act].gated;
+    const int lay = find_layout(ck, ebase, gated);
+    char nm[320];
+    if (lay < 0) {
+        snprintf(nm, sizeof nm, "%s.%s.weight", ebase, gated ? "gate_proj" : "up_proj");
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})", ebase, ebase);
+    }
+    moq_pair_id p = f->pair;
+    if (p == MOQ_PAIR_COUNT) { /* unquantized: the dtype decides */
+        snprintf(nm, sizeof nm, "%s.%s.weight", ebase, proj_name(lay, gated ? 0 : 1, gated));
+        const moq_tensor *t = moq_checkpoint_tensor(ck, nm);
+        const moq_elem e = elem_of_dtype(t->dtype);
+        if (e == MOQ_ELEM_NONE) return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name(t->dtype));
+        p = pair_of_elem(e);
+    }
+    MOQ_TRY(alloc_weight(f, p, m->N13, m->H, &ex->q13, &ex->s13, ebase, err));
+    MOQ_TRY(alloc_weight(f, p, m->H, m->Ip, &ex->q2, &ex->s2, ebase, err));
+    weight_init(&ex->w13, p, m->N13, m->H, ex->q13, ex->s13);
+    weight_init(&ex->w2, p, m->H, m->Ip, ex->q2, ex->s2);
+    const size_t row13 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->H), row2 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->Ip);
+    const int nsh = gated ? 2 : 1;
+    float ws[2] = {1.0f, 1.0f};
+    for (int s = 0; s < nsh; s++) {
+        proj_dst d = {ex->q13, row13, ex->s13, m->H, s * m->Ip, 1.0f};
+        snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, gated ? s : 1, gated));
+        MOQ_TRY(load_proj(ck, f, nm, m->I, m->H, &d, dt, err));
+        ws[s] = d.wscale;
+    }
+    proj_dst d2 = {ex->q2, row2, ex->s2, m->Ip, 0, 1.0f};
+    snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, 2, gated));
+    MOQ_TRY(load_proj(ck, f, nm, m->H, m->I, &d2, dt, err));
+
+    ex->w13.n_shards = nsh;
+    for (int s = 0; s < nsh; s++) ex->w13.row0[s] = s * m->Ip;
+    ex->w13.row0[nsh] = m->N13;
+    if (nsh == 2 && ws[0] != ws[1]) {
+        if (*n_diff == 0) diff_ex[0] = ws[0], diff_ex[1] = ws[1];
+        (*n_diff)++;
+        if (f->scale == SC_TENSOR && (o->compat == MOQ_MOE_COMPAT_VLLM || o->compat == MOQ_MOE_COMPAT_SGLANG)) {
+            const float smax = fmaxf(ws[0], ws[1]);
+            for (int s = 0; s < 2; s++) fp8_requant(ex->q13, s * m->Ip, m->I, m->H, ws[s], smax), ws[s] = smax;
+        } else if (f->ws2 && o->compat == MOQ_MOE_COMPAT_VLLM) {
+            ws[1] = ws[0]; /* vLLM: the gate's weight_scale_2 for both halves (NUMERICS §6.3) */
+        }
+    } else if (nsh == 2 && f->scale == SC_TENSOR && o->compat == MOQ_MOE_COMPAT_SGLANG) {
+        for (int s = 0; s < 2; s++) fp8_requant(ex->q13, s * m->Ip, m->I, m->H, ws[s], ws[s]); /* SGLang requantizes always */
+    }
+    for (int s = 0; s < nsh; s++) {
+        ex->w13.shard_scale[s] = ws[s];
+        ex->w13.shard_in_scale[s] = a->have ? a->a13[s] : 1.0f;
+    }
+    ex->w2.shard_scale[0] = d2.wscale;
+    ex->w2.shard_in_scale[0] = a->have ? a->a2 : 1.0f;
+
+    moq_linear_opts lo = moq_linear_opts_default();
+    lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
+    lo.name = ebase;
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, &lo, err));
+    lo.name = nm; /* the down projection's checkpoint name */
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l2, &ex->w2, &lo, err));
+    return MOQ_OK;
+}
+
+static void expert_free(moe_expert *ex) {
+    moq_linear_free(ex->l13), moq_linear_free(ex->l2);
+    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2);
+}
+
+void moq_moe_free(moq_moe *m) {
+    if (!m) return;
+    for (int64_t i = 0; m->ex && i < m->n_local; i++) expert_free(&m->ex[i]);
+    if (m->has_shared) expert_free(&m->shared);
+    moq_linear_free(m->router);
+    free(m->router_q), free(m->bias), free(m->local_of), free(m->ex), free(m);
+}
+
+/* Input scales of expert g: {w13 gate, w13 up, w2}. Missing and g not local: *present = false. */
+static moq_status read_in_scales(const moq_checkpoint *ck, const char *prefix, int64_t g, bool gated, bool local, float v[3], bool *present,
+                                 moq_error *err) {
+    char eb[256], nm[320];
+    snprintf(eb, sizeof eb, "%s.experts.%lld", prefix, (long long)g);
+    const int lay = find_layout(ck, eb, gated);
+    *present = lay >= 0;
+    if (!*present) {
+        if (!local) return MOQ_OK;
+        snprintf(nm, sizeof nm, "%s.%s.weight", eb, gated ? "gate_proj" : "up_proj");
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert %lld is local; layouts %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})",
+                        (long long)g, eb, eb);
+    }
+    const int js[3] = {gated ? 0 : 1, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && !gated) { v[1] = v[0]; continue; }
+        snprintf(nm, sizeof nm, "%s.%s.input_scale", eb, proj_name(lay, js[i], gated));
+        MOQ_TRY(read_scalar(ck, nm, "static activation scale", &v[i], err));
+    }
+    return MOQ_OK;
+}
+
+moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *prefix, const moq_moe_opts *opts, moq_error *err) {
+    if (!out || !ck || !prefix) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix ? prefix : "", "out, ck and prefix must not be NULL");
+    *out = NULL;
+    const moq_moe_opts o = opts ? *opts : moq_moe_opts_default();
+    if ((unsigned)o.format >= MOQ_MOE_FMT_COUNT || (unsigned)o.act >= MOQ_MOE_ACT_COUNT || (unsigned)o.compat >= MOQ_MOE_COMPAT_COUNT ||
+        (unsigned)o.input_scale > MOQ_MOE_INPUT_SCALE_PER_EXPERT)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "format %d, act %d, compat %d or input_scale %d out of range", (int)o.format, (int)o.act,
+                        (int)o.compat, (int)o.input_scale);
+    MOQ_TRY(moq_moe_routing_check(&o.routing, o.num_experts, prefix, err));
+    moq_moe *m = calloc(1, sizeof *m);
+    if (!m) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory");
+    moq_status st = MOQ_OK;
+    snprintf(m->name, sizeof m->name, "%s", prefix);
+    m->fmt = &moe_fmts[o.format];
+    m->act = o.act;
+    m->ap = (moq_moe_act_params){o.swiglu_limit, o.swiglu_alpha, o.swiglu_beta};
+    m->routing = o.routing;
+    m->E = o.num_experts;
+    m->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
+    const bool gated = moq_moe_act_table[o.act].gated;
+    const moe_fmt *f = m->fmt;
+    char nm[320], eb[256];
+
+    m->local_of = malloc((size_t)m->E * sizeof(int32_t));
+    if (!m->local_of) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+    int64_t first = -1;
+    for (int64_t g = 0; g < m->E; g++) {
+        const int32_t l = o.expert_map ? o.expert_map[g] : (int32_t)g;
+        if (l < -1 || l >= m->E) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map[%lld] = %d, expected -1..%lld", (long long)g, l, (long long)(m->E - 1)); goto fail; }
+        m->local_of[g] = l;
+        if (l >= 0) { m->n_local = m->n_local > l + 1 ? m->n_local : l + 1; if (first < 0) first = g; }
+    }
+    {   /* local ids must be 0..n_local-1, each once */
+        int64_t cnt = 0;
+        for (int64_t g = 0; g < m->E; g++) cnt += m->local_of[g] >= 0;
+        if (cnt != m->n_local) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds %lld experts but local ids reach %lld; expected 0..n-1 each once", (long long)cnt, (long long)m->n_local); goto fail; }
+    }
+    if (first < 0) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds none of the %lld experts, expected at least one local", (long long)m->E); goto fail; }
+    /* Sizes from the first local expert's first projection: [I, H]. */
+    {
+        snprintf(eb, sizeof eb, "%s.experts.%lld", prefix, (long long)first);
+        const int lay = find_layout(ck, eb, gated);
+        snprintf(nm, sizeof nm, "%s.%s.weight", eb, lay < 0 ? (gated ? "gate_proj" : "up_proj") : proj_name(lay, gated ? 0 : 1, gated));
+        const moq_tensor *t = moq_checkpoint_tensor(ck, nm);
+        if (!t || t->ndim != 2) {
+            st = t ? MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%d dimensions, expected 2 [I, H]", t->ndim)
+                   : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})", eb, eb);
+            goto fail;
+        }
+        if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
+        m->I = t->shape[0];
+        m->H = t->shape[1] * f->per_byte;
+    }
+    const int kmul = f->pair == MOQ_PAIR_COUNT ? 1 : moq_pairs[f->pair].k_multiple;
+    if ((m->I < 1 || m->H < 1 || m->H % kmul)) {
+        st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "hidden size %lld is not a multiple of %d (%s groups along K)", (long long)m->H, kmul, f->name);
+        goto fail;
+    }
+    m->Ip = (m->I + kmul - 1) / kmul * kmul;
+    m->N13 = gated ? 2 * m->Ip : m->Ip;
+
+    /* Input scales over all E experts (default: the max; NUMERICS §6.2, §6.3). */
+    in_scales amax = {{0, 0}, 0, f->in_scale};
+    float *per = NULL;
+    if (f->in_scale) {
+        per = calloc((size_t)m->E * 3, sizeof(float));
+        if (!per) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+        for (int64_t g = 0; g < m->E && st == MOQ_OK; g++) {
+            bool present;
+            st = read_in_scales(ck, prefix, g, gated, m->local_of[g] >= 0, per + 3 * g, &present, err);
+            if (st == MOQ_OK && present) {
+                const float a13 = fmaxf(per[3 * g], per[3 * g + 1]);
+                amax.a13[0] = amax.a13[1] = fmaxf(amax.a13[0], a13);
+                amax.a2 = fmaxf(amax.a2, per[3 * g + 2]);
+            }
+        }
+        if (st != MOQ_OK) { free(per); goto fail; }
+    }
+    m->ex = calloc((size_t)(m->n_local ? m->n_local : 1), sizeof *m->ex);
+    if (!m->ex) { free(per); st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+    int n_diff = 0;
+    float diff_ex[2] = {0, 0};
+    int64_t diff_g = -1;
+    moq_dtype dt = MOQ_DT_COUNT;
+    for (int64_t g = 0; g < m->E && st == MOQ_OK; g++) {
+        const int32_t l = m->local_of[g];
+        if (l < 0) continue;
+        in_scales a = amax;
+        if (f->in_scale && o.input_scale == MOQ_MOE_INPUT_SCALE_PER_EXPERT) {
+            a.a13[0] = a.a13[1] = fmaxf(per[3 * g], per[3 * g + 1]);
+            a.a2 = per[3 * g + 2];
+        }
+        snprintf(eb, sizeof eb, "%s.experts.%lld", prefix, (long long)g);
+        const int before = n_diff;
+        st = load_expert(m, ck, eb, &m->ex[l], &a, &o, &n_diff, diff_ex, &dt, err);
+        if (n_diff == 1 && before == 0) diff_g = g;
+    }
+    free(per);
+    if (st != MOQ_OK) goto fail;
+    if (n_diff && m->n_warn < MOE_MAX_WARN) {
+        /* Said once per layer, naming it (STYLE.md §13: no silent merges). */
+        const char *how = f->scale == SC_TENSOR
+            ? (o.compat == MOQ_MOE_COMPAT_EXACT ? "each half keeps its own scale" : "requantized both halves to the max (compat profile)")
+            : (o.compat == MOQ_MOE_COMPAT_VLLM ? "vLLM profile: the gate's weight_scale_2 is used for both halves (up half mis-scaled)"
+                                               : "gate and up use separate alphas");
+        snprintf(m->warn[m->n_warn++], sizeof m->warn[0], "%.150s.experts.%lld: w1/w3 %s differ (%g vs %g; %d experts in this layer); %s",
+                 prefix, (long long)diff_g, f->ws2 ? "weight_scale_2" : "weight_scale", (double)diff_ex[0], (double)diff_ex[1], n_diff, how);
+    }
+    if (o.shared_expert) {
+        snprintf(eb, sizeof eb, "%s.%s", prefix, o.shared_expert);
+        in_scales a = {{1, 1}, 1, f->in_scale};
+        if (f->in_scale) {
+            bool present = false;
+            float v[3];
+            const int lay = find_layout(ck, eb, gated);
+            present = lay >= 0;
+            for (int i = 0; present && i < 3 && st == MOQ_OK; i++) {
+                if (i == 1 && !gated) { v[1] = v[0]; continue; }
+                snprintf(nm, sizeof nm, "%s.%s.input_scale", eb, proj_name(lay, i == 0 ? (gated ? 0 : 1) : i, gated));
+                st = read_scalar(ck, nm, "static activation scale", &v[i], err);
+            }
+            if (st != MOQ_OK) goto fail;
+            if (present) a.a13[0] = a.a13[1] = fmaxf(v[0], v[1]), a.a2 = v[2];
+        }
+        int nd = 0;
+        float dx[2];
+        m->has_shared = true;
+        st = load_expert(m, ck, eb, &m->shared, &a, &o, &nd, dx, &dt, err);
+        if (st != MOQ_OK) goto fail;
+    }
+    if (o.router) {
+        snprintf(nm, sizeof nm, "%s.%s.weight", prefix, o.router);
+        const moq_tensor *t = moq_checkpoint_tensor(ck, nm);
+        if (t) {
+            const moq_elem e = elem_of_dtype(t->dtype);
+            if (e == MOQ_ELEM_NONE) { st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "dtype %s, expected F32, BF16 or F16 (routers stay unquantized)", moq_dtype_name(t->dtype)); goto fail; }
+            if ((st = want_shape(t, 2, (int64_t[]){m->E, m->H}, "router [E, H]", err)) != MOQ_OK) goto fail;
+            m->router_q = malloc(t->nbytes);
+            if (!m->router_q) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
+            memcpy(m->router_q, t->data, t->nbytes);
+            moq_weight rw;
+            weight_init(&rw, pair_of_elem(e), m->E, m->H, m->router_q, NULL);
+            moq_linear_opts lo = moq_linear_opts_default();
+            lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
+            if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;
+        }
+        if (o.routing.use_correction_bias && !o.routing.correction_bias) {
+            snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
+            const moq_tensor *b;
+            if ((st = get_tensor(ck, nm, "DeepSeek-V3 router selection bias", &b, err)) != MOQ_OK) goto fail;
+            if ((st = want_dtype(b, MOQ_DT_F32, MOQ_DT_BF16, "selection bias", err)) != MOQ_OK) goto fail;
+            if ((st = want_shape(b, 1, (int64_t[]){m->E}, "selection bias [E]", err)) != MOQ_OK) goto fail;
+            m->bias = malloc((size_t)m->E * sizeof(float));
+            if (!m->bias) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
+            for (int64_t e = 0; e < m->E; e++) {
+                if (b->dtype == MOQ_DT_F32) memcpy(&m->bias[e], (const uint8_t *)b->data + 4 * e, 4);
+                else { uint16_t h; memcpy(&h, (const uint8_t *)b->data + 2 * e, 2); m->bias[e] = moq_bf16_decode(h); }
+            }
+        }
+    }
+    if (o.routing.use_correction_bias && !o.routing.correction_bias && !m->bias) {
+        st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "use_correction_bias needs routing.correction_bias or a router name");
+        goto fail;
+    }
+    if (m->bias) m->routing.correction_bias = m->bias;
+    else if (!o.routing.use_correction_bias) m->routing.correction_bias = o.routing.correction_bias;
+    if (m->routing.correction_bias && !m->bias) { /* copy the caller's: it is borrowed only during create */
+        m->bias = malloc((size_t)m->E * sizeof(float));
+        if (!m->bias) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+        memcpy(m->bias, m->routing.correction_bias, (size_t)m->E * sizeof(float));
+        m->routing.correction_bias = m->bias;
+    }
+    *out = m;
+    return MOQ_OK;
+fail:
+    moq_moe_free(m);
+    return st;
+}
+
+/* ---- run ----------------------------------------------------------------------------------- */
+static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+typedef struct moe_ws {
+    float   *logits;   /* f32 [T, E]           */
+    void    *rws;      /* router linear ws      */
+    size_t   rws_size;
+    float   *rscr;     /* f32 [nt, scratch]     */
+    int32_t *ids;      /* i32 [A]               */
+    float   *wts;      /* f32 [A]               */
+    int32_t *pos;      /* i32 [A] -> row in o or -1 */
+    int64_t *off;      /* i64 [L + 1]           */
+    int64_t *fill;     /* i64 [L]               */
+    int32_t *tok;      /* i32 [A] token of row  */
+    float   *rw;       /* f32 [A] weight of row */
+    void    *xg;       /* [A, H] gathered x     */
+    float   *o;        /* f32 [A, H]            */
+    float   *so;       /* f32 [T, H] shared out */
+    uint8_t *thr;      /* nt slots              */
+    size_t   slot, lin_ws;
+} moe_ws;
+
+static size_t lin_ws_max(const moq_moe *m, int64_t M) {
+    size_t w = 0;
+    for (int64_t i = 0; i < m->n_local; i++) {
+        const size_t a = moq_linear_workspace_size(m->ex[i].l13, M), b = moq_linear_workspace_size(m->ex[i].l2, M);
+        w = a > w ? a : w, w = b > w ? b : w;
+    }
+    if (m->has_shared) {
+        const size_t a = moq_linear_workspace_size(m->shared.l13, M), b = moq_linear_workspace_size(m->shared.l2, M);
+        w = a > w ? a : w, w = b > w ? b : w;
+    }
+    return al64(w);
+}
+
+/* Lays the workspace out (base NULL: just sizes). Returns bytes. */
+static size_t ws_layout(const moq_moe *m, int64_t T, uint8_t *base, moe_ws *w) {
+    const size_t A = (size_t)T * (size_t)m->routing.top_k, H = (size_t)m->H, nt = (size_t)m->n_threads, L = (size_t)m->n_local;
+    size_t o = 0;
+#define TAKE(ptr, type, bytes) (w->ptr = (type)(void *)(base ? base + o : NULL), o += al64(bytes))
+    TAKE(logits, float *, (size_t)T * (size_t)m->E * 4);
+    w->rws_size = m->router ? moq_linear_workspace_size(m->router, T) : 0;
+    TAKE(rws, void *, w->rws_size);
+    TAKE(rscr, float *, nt * moq_moe_route_scratch(m->E) * 4);
+    TAKE(ids, int32_t *, A * 4);
+    TAKE(wts, float *, A * 4);
+    TAKE(pos, int32_t *, A * 4);
+    TAKE(off, int64_t *, (L + 1) * 8);
+    TAKE(fill, int64_t *, (L + 1) * 8);
+    TAKE(tok, int32_t *, A * 4);
+    TAKE(rw, float *, A * 4);
+    TAKE(xg, void *, A * H * 4);
+    TAKE(o, float *, A * H * 4);
+    TAKE(so, float *, m->has_shared ? (size_t)T * H * 4 : 0);
+    w->lin_ws = lin_ws_max(m, T);
+    w->slot = al64((size_t)T * (size_t)m->N13 * 4) + al64((size_t)T * (size_t)m->Ip * 4) + al64((size_t)T * (size_t)m->Ip * 2) + w->lin_ws;
+    TAKE(thr, uint8_t *, nt * w->slot);
+#undef TAKE
+    return o + 64;
+}
+
+size_t moq_moe_workspace_size(const moq_moe *m, int64_t T) {
+    if (!m || T < 1) return 0;
+    moe_ws w;
+    return ws_layout(m, T, NULL, &w);
+}
+
+/* One expert over its c gathered rows: h = w13·x, a = act(h), out = w2·a. slot: this thread's. */
+static moq_status run_expert(const moq_moe *m, const moe_expert *ex, const void *x, moq_elem xe, int64_t c, float *out, uint8_t *slot,
+                             size_t lin_ws, moq_error *err) {
+    float *h = (float *)(void *)slot;
+    float *a = (float *)(void *)(slot + al64((size_t)c * (size_t)m->N13 * 4));
+    uint16_t *ab = (uint16_t *)(void *)((uint8_t *)a + al64((size_t)c * (size_t)m->Ip * 4));
+    void *lws = (uint8_t *)ab + al64((size_t)c * (size_t)m->Ip * 2);
+    MOQ_TRY(moq_linear_run(ex->l13, x, xe, c, h, MOQ_ELEM_F32, lws, lin_ws, err));
+    const int64_t Ip = m->Ip;
+    for (int64_t r = 0; r < c; r++) moq_moe_act_ref(m->act, &m->ap, h + r * m->N13, Ip, a + r * Ip);
+    if (xe == MOQ_ELEM_BF16) /* the engines hand the second GEMM activations in the model dtype */
+        for (int64_t i = 0; i < c * Ip; i++) ab[i] = moq_bf16_encode_rne(a[i]);
+    const void *a_in = xe == MOQ_ELEM_BF16 ? (const void *)ab : (const void *)a;
+    return moq_linear_run(ex->l2, a_in, xe, c, out, MOQ_ELEM_F32, lws, lin_ws, err);
+}
+
+moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
+                       void *ws, size_t ws_size, moq_error *err) {
+    if (!m || !x || !y || T < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m ? m->name : "", "m, x, y must not be NULL and T >= 1 (T=%lld)", (long long)T);
+    if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
+    if (!router_logits && !m->router)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "no router logits given and the layer has no router weight");
+    const size_t need = moq_moe_workspace_size(m, T);
+    if (!ws || ws_size < need) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "workspace %zu bytes, expected >= %zu for T=%lld", ws_size, need, (long long)T);
+    moe_ws w;
+    ws_layout(m, T, (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), &w);
+    const int64_t E = m->E, H = m->H, k = m->routing.top_k, A = T * k, L = m->n_local;
+    const int nt = m->n_threads;
+
+    const float *logits = router_logits;
+    if (!logits) {
+        MOQ_TRY(moq_linear_run(m->router, x, x_elem, T, w.logits, MOQ_ELEM_F32, w.rws, w.rws_size, err));
+        logits = w.logits;
+    }
+    /* Small steps stay on one thread: at decode a parallel region costs more than the work. */
+    const bool par_tok = T * E >= 4096, par_rows = T * k * H >= 65536;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_tok)
+    for (int64_t t = 0; t < T; t++)
+        moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E));
+
+    /* Counting sort by local expert: rows of one expert contiguous, tokens ascending. */
+    memset(w.off, 0, (size_t)(L + 1) * 8);
+    for (int64_t a = 0; a < A; a++) {
+        const int32_t l = m->local_of[w.ids[a]];
+        if (l >= 0) w.off[l + 1]++;
+    }
+    for (int64_t l = 0; l < L; l++) w.off[l + 1] += w.off[l], w.fill[l] = w.off[l];
+    for (int64_t a = 0; a < A; a++) {
+        const int32_t l = m->local_of[w.ids[a]];
+        w.pos[a] = -1;
+        if (l < 0) continue;
+        const int64_t r = w.fill[l]++;
+        w.pos[a] = (int32_t)r;
+        w.tok[r] = (int32_t)(a / k);
+        w.rw[r] = w.wts[a];
+    }
+    const int64_t rows = w.off[L];
+    const bool on_in = m->routing.weight_on_input;
+    const moq_elem ge = on_in ? MOQ_ELEM_F32 : x_elem; /* Llama-4 scales x in f32 */
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_rows)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t t = w.tok[r];
+        if (ge == MOQ_ELEM_BF16) {
+            memcpy((uint16_t *)w.xg + r * H, (const uint16_t *)x + t * H, (size_t)H * 2);
+        } else {
+            float *d = (float *)w.xg + r * H;
+            moq_x_row_f32(x, x_elem, H, t, d);
+            if (on_in) for (int64_t i = 0; i < H; i++) d[i] *= w.rw[r];
+        }
+    }
+
+    /* Experts: in parallel when enough are active, else each GEMM split by rows. */
+    int64_t nact = 0;
+    for (int64_t l = 0; l < L; l++) nact += w.off[l + 1] > w.off[l];
+    const bool by_expert = nt > 1 && nact >= nt;
+    moq_status st = MOQ_OK;
+    moq_error first = {0};
+    const size_t eb = ge == MOQ_ELEM_BF16 ? 2 : 4;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (by_expert)
+    for (int64_t l = 0; l < L; l++) {
+        const int64_t c = w.off[l + 1] - w.off[l];
+        if (c == 0) continue;
+        moq_error e = {0};
+        const moq_status s = run_expert(m, &m->ex[l], (const uint8_t *)w.xg + (size_t)w.off[l] * (size_t)H * eb, ge, c, w.o + w.off[l] * H,
+                                        w.thr + (size_t)omp_get_thread_num() * w.slot, w.lin_ws, &e);
+        if (s != MOQ_OK) {
+#pragma omp critical
+            if (st == MOQ_OK) st = s, first = e;
+        }
+    }
+    if (st != MOQ_OK) { if (err) *err = first; return st; }
+    if (m->has_shared) MOQ_TRY(run_expert(m, &m->shared, x, x_elem, T, w.so, w.thr, w.lin_ws, err));
+
+    /* Combine in slot order. */
+#pragma omp parallel for num_threads(nt) schedule(static) if (par_rows)
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < H; i++) {
+            float v = 0.0f;
+            for (int64_t j = 0; j < k; j++) {
+                const int32_t r = w.pos[t * k + j];
+                if (r >= 0) v += (on_in ? 1.0f : w.wts[t * k + j]) * w.o[(int64_t)r * H + i];
+            }
+            if (m->has_shared) v += w.so[t * H + i];
+            moq_y_store(y, y_elem, H, t, i, v);
+        }
+    }
+    return MOQ_OK;
+}
+
+int64_t     moq_moe_inter_padded(const moq_moe *m) { return m ? m->Ip : 0; }
+int64_t     moq_moe_local_experts(const moq_moe *m) { return m ? m->n_local : 0; }
+const char *moq_moe_kernel_name(const moq_moe *m, int which) {
+    if (!m) return "";
+    const moe_expert *ex = m->n_local ? &m->ex[0] : m->has_shared ? &m->shared : NULL;
+    return ex ? moq_linear_kernel_name(which ? ex->l2 : ex->l13) : "";
+}
+int         moq_moe_warning_count(const moq_moe *m) { return m ? m->n_warn : 0; }
+const char *moq_moe_warning(const moq_moe *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : NULL; }
+
+/* ---- synthetic experts (bench) ------------------------------------------------------------- */
+static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17; return *s; }
+
+/* Bytes of one projection [N, K]: weight, block scales (SC_GROUP / SC_BLK128); scalars apart. */
+static uint64_t synth_proj_bytes(const moe_fmt *f, int64_t N, int64_t K, uint64_t *wb, uint64_t *sb) {
+    const int bits = f->wdt == MOQ_DT_COUNT ? 16 : moq_dtype_bits(f->wdt);
+    *wb = (uint64_t)(N * cdiv(K, f->per_byte)) * (uint64_t)bits / 8;
+    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4 : 0;
+    return *wb + *sb + (f->scale == SC_TENSOR ? 4u : 0u) + (f->ws2 ? 4u : 0u) + (f->in_scale ? 4u : 0u);
+}
+
+uint64_t moq_moe_expert_bytes(moq_moe_format fmt, int64_t H, int64_t I) {
+    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT) return 0;
+    uint64_t wb, sb;
+    return 2 * synth_proj_bytes(&moe_fmts[fmt], I, H, &wb, &sb) + synth_proj_bytes(&moe_fmts[fmt], H, I, &wb, &sb);
+}
+
+moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, int64_t E, int64_t H, int64_t I, uint64_t seed, void **keep,
+                         moq_error *err) {
+    *keep = NULL;
+    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT || E < 1 || H < 1 || I < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "bad synthetic MoE shape");
+    const moe_fmt *f = &moe_fmts[fmt];
+    const uint64_t per = moq_moe_expert_bytes(fmt, H, I);
+    uint8_t *blk = malloc((size_t)(per * (uint64_t)E) + 64);
+    if (!blk) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %llu bytes of synthetic experts", (unsigned long long)(per * (uint64_t)E));
+    *keep = blk;
+    uint64_t s = seed | 1, off = 0;
+    char nm[320];
+    const moq_dtype wdt = f->wdt == MOQ_DT_COUNT ? MOQ_DT_BF16 : f->wdt;
+    for (int64_t e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            const int64_t N = j == 2 ? H : I, K = j == 2 ? I : H;
+            uint64_t wb, sb;
+            synth_proj_bytes(f, N, K, &wb, &sb);
+            uint8_t *q = blk + off;
+            for (uint64_t i = 0; i < wb; i += 8) { const uint64_t r = synth_next(&s); memcpy(q + i, &r, wb - i < 8 ? wb - i : 8); }
+            if (wdt == MOQ_DT_F8_E4M3)
+                for (uint64_t i = 0; i < wb; i++) if ((q[i] & 0x7F) == 0x7F) q[i] = 0x38;
+            if (wdt == MOQ_DT_BF16) /* |w| in [2^-8, 2^-1): a plausible weight range */
+                for (uint64_t i = 0; i < wb; i += 2) { const uint16_t h = (uint16_t)(0x3B80 + (q[i] | (q[i + 1] & 0x3) << 8) + ((q[i + 1] & 0x80) << 8)); memcpy(q + i, &h, 2); }
+            snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight", prefix, (long long)e, moe_layouts[0][j]);
+            MOQ_TRY(moq_writer_add(w, nm, wdt, 2, (int64_t[]){N, cdiv(K, f->per_byte)}, q, wb, err));
+            off += wb;
+            uint8_t *sc = blk + off;
+            snprintf(nm, sizeof nm, "%s.experts.%lld.%s.weight_scale", prefix, (long long)e, moe_layouts[0][j]);
+            if (f->scale == SC_GROUP) {
+                for (uint64_t i = 0; i < sb; i++) sc[i] = f->sdt == MOQ_DT_F8_E8M0 ? (uint8_t)(120 + synth_next(&s) % 8) : (uint8_t)(0x30 + synth_next(&s) % 0x40);
+                MOQ_TRY(moq_writer_add(w, nm, f->sdt, 2, (int64_t[]){N, cdiv(K, f->group)}, sc, sb, err));
+            } else if (f->scale == SC_BLK128) {
+                for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 4, (int64_t[]){cdiv(N, 128), 1, cdiv(K, 128), 1}, sc, sb, err));
+            }
+            off += sb;
+            static const float scal[3] = {2e-3f, 1e-3f, 3e-3f}; /* weight_scale, weight_scale_2, input_scale */
+            static const char *const suf[3] = {"weight_scale", "weight_scale_2", "input_scale"};
+            const bool has[3] = {f->scale == SC_TENSOR, f->ws2, f->in_scale};
+            for (int i = 0; i < 3; i++) {
+                if (!has[i]) continue;
+                memcpy(blk + off, &scal[i], 4);
+                snprintf(nm, sizeof nm, "%s.experts.%lld.%s.%s", prefix, (long long)e, moe_layouts[0][j], suf[i]);
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 0, NULL, blk + off, 4, err));
+                off += 4;
+            }
+        }
+    return MOQ_OK;
+}
+
+const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which) {
+    if (!m || l < 0 || l >= m->n_local) return NULL;
+    return which ? m->ex[l].l2 : m->ex[l].l13;
+}
+
+moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, moq_error *err) {
+    for (int f = 0; method && f < MOQ_MOE_FMT_COUNT; f++)
+        if (strcmp(method, moe_fmts[f].method) == 0 || (f == MOQ_MOE_FMT_UNQUANTIZED && strcmp(method, "unquantized_linear") == 0)) {
+            *out = (moq_moe_format)f;
+            return MOQ_OK;
+        }
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "", "method \"%s\" is not an expert method (fp8_moe, fp8_block_moe, nvfp4_moe, "
+                    "w4a16_nvfp4_moe, mxfp8_moe, none)", method ? method : "(null)");
+}

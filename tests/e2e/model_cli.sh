@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# model_cli.sh — `moq run`, `moq eval` and `moq bench model` on synthetic checkpoints (moq synth,
+# with the smollm2 golden tokenizer copied in). Checks properties that hold whatever the weights:
+# greedy text is the same across runs and thread counts; the same seed samples the same ids; a
+# model against itself has KL 0 and top-1 agreement 1; a quantized model against its BF16 twin
+# has KL > 0; an FP8 KV checkpoint without scales fails (MOQ_ERR_TENSOR = 5) unless
+# --kv-scales-default is given; an unknown architecture fails with MOQ_ERR_UNSUPPORTED = 6.
+set -u
+MOQ=${MOQ_BIN:?MOQ_BIN not set}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOK=$HERE/../golden/tokenizer/smollm2
+TMP=${MOQ_TMP:-/tmp}/e2e_model_cli.$$
+mkdir -p "$TMP"
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+check() { # expected-rc description command...
+    local want=$1 what=$2; shift 2
+    "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then echo "FAIL: $what: exit $rc, expected $want"; cat "$TMP/out" "$TMP/err"; fail=1; fi
+}
+ids() { sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p' "$TMP/out"; }
+for algo in BF16 NVFP4 FP8; do
+    check 0 "synth $algo" "$MOQ" synth "$TMP/$algo" --algo "$algo" --layers 2 --vocab 1024 --hidden 128 --inter 256
+    cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$TMP/$algo/"
+done
+check 0 "run greedy 1 thread" "$MOQ" run "$TMP/NVFP4" -p "Hello world" -n 12 --threads 1 --json
+a=$(ids)
+check 0 "run greedy 2 threads" "$MOQ" run "$TMP/NVFP4" -p "Hello world" -n 12 --threads 2 --json
+b=$(ids)
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: greedy ids differ across thread counts: [$a] vs [$b]"; fail=1; }
+check 0 "run sampled seed 7" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 12 --temp 0.8 --top-k 40 --top-p 0.9 --seed 7 --json
+a=$(ids)
+check 0 "run sampled seed 7 again" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 12 --temp 0.8 --top-k 40 --top-p 0.9 --seed 7 --json
+b=$(ids)
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: same seed, different ids: [$a] vs [$b]"; fail=1; }
+check 0 "run streaming with chat" "$MOQ" run "$TMP/FP8" -p "Hi" -n 4 --chat --system "Be brief."
+grep -q "prefill .* tok/s; decode .* tok/s" "$TMP/err" || { echo "FAIL: run prints no tok/s on stderr"; cat "$TMP/err"; fail=1; }
+grep -q "validate" "$TMP/err" || { echo "FAIL: run prints no load phases on stderr"; cat "$TMP/err"; fail=1; }
+
+# MoE checkpoints of every format src/moe takes (it has no per-channel FP8 expert format: a
+# FP8_PER_CHANNEL_PER_TOKEN MoE checkpoint stops with the missing static input_scale named), run,
+# and eval against their BF16 twin (same weights)
+for arch in qwen3moe mixtral; do
+    for algo in BF16 FP8 FP8_PB_WO NVFP4 W4A16_NVFP4 MXFP8 MIXED_PRECISION; do
+        d="$TMP/$arch-$algo"
+        check 0 "synth $arch $algo" "$MOQ" synth "$d" --arch "$arch" --algo "$algo" --layers 1 --vocab 1024 --hidden 256 --inter 128 --experts 4 --top-k 2
+        cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
+        check 0 "run $arch $algo" "$MOQ" run "$d" -p "Hello" -n 3 --threads 1 --json
+    done
+    d="$TMP/$arch-pcpt"
+    check 0 "synth $arch FP8_PER_CHANNEL_PER_TOKEN" "$MOQ" synth "$d" --arch "$arch" --algo FP8_PER_CHANNEL_PER_TOKEN --layers 1 --vocab 1024 --hidden 256 --inter 128
+    cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$d/"
+    check 5 "run $arch FP8_PER_CHANNEL_PER_TOKEN (no per-channel expert format)" "$MOQ" run "$d" -p "Hello" -n 3 --threads 1
+    grep -q "input_scale" "$TMP/err" || { echo "FAIL: $arch pcpt error does not name the input_scale"; cat "$TMP/err"; fail=1; }
+    printf 'Hello world, hello moq. The quick brown fox.\n' > "$TMP/moe.txt"
+    check 0 "eval $arch NVFP4 vs BF16" "$MOQ" eval "$TMP/$arch-NVFP4" --text "$TMP/moe.txt" --ref "$TMP/$arch-BF16" --ctx 32 --json
+    grep -q '"kl_mean":0,' "$TMP/out" && { echo "FAIL: $arch NVFP4 vs BF16 gives KL 0"; cat "$TMP/out"; fail=1; }
+done
+
+printf 'The quick brown fox jumps over the lazy dog. Hello world, hello moq.\n%.0s' 1 2 3 > "$TMP/text.txt"
+check 0 "eval self" "$MOQ" eval "$TMP/BF16" --text "$TMP/text.txt" --ref "$TMP/BF16" --ctx 32 --json
+grep -q '"kl_mean":0,' "$TMP/out" && grep -q '"top1_agree":1.000000' "$TMP/out" || { echo "FAIL: a model vs itself must give KL 0, agreement 1"; cat "$TMP/out"; fail=1; }
+check 0 "eval nvfp4 vs bf16" "$MOQ" eval "$TMP/NVFP4" --text "$TMP/text.txt" --ref "$TMP/BF16" --ctx 32 --json
+grep -q '"kl_mean":0,' "$TMP/out" && { echo "FAIL: NVFP4 vs BF16 gives KL 0"; cat "$TMP/out"; fail=1; }
+grep -q '"ppl":' "$TMP/out" || { echo "FAIL: eval prints no perplexity"; cat "$TMP/out"; fail=1; }
+
+check 0 "bench model" "$MOQ" bench model "$TMP/NVFP4" --prompt 8 --decode 4 --threads 1 --json
+grep -q '"decode_bytes_per_token":' "$TMP/out" || { echo "FAIL: bench model prints no bytes per token"; cat "$TMP/out"; fail=1; }
+
+# FP8 KV declared, no scales in the checkpoint
+sed -i 's/"kv_cache_quant_algo": null/"kv_cache_quant_algo": "FP8"/' "$TMP/FP8/hf_quant_config.json" "$TMP/FP8/config.json"
+check 5 "run fp8 kv without scales" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2
+grep -q "kv-scales-default" "$TMP/err" || { echo "FAIL: the error does not name --kv-scales-default"; cat "$TMP/err"; fail=1; }
+check 0 "run fp8 kv --kv-scales-default 1.0" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2 --kv-scales-default 1.0
+
+sed -i 's/LlamaForCausalLM/GPT2LMHeadModel/' "$TMP/BF16/config.json"
+check 6 "run unsupported architecture" "$MOQ" run "$TMP/BF16" -p "Hi" -n 2
+grep -q "Qwen3ForCausalLM" "$TMP/err" || { echo "FAIL: the error does not list the supported architectures"; cat "$TMP/err"; fail=1; }
+exit $fail

@@ -1,0 +1,801 @@
+/* test_model.c — the model runner (src/model/) end to end on tiny generated checkpoints.
+ *
+ * Each case writes a 2-layer decoder (H 256, 4 heads of 64, 2 KV heads, I 256, V 128; dims that
+ * every scheme accepts, FP8_PB_WO's 128-row shards included; MoE cases: 4 experts of I 128, top 2,
+ * softmax routing with or without renormalization) with deterministic random bf16
+ * weights, exported per format with quant/export_ref.c (ModelOpt's exporter, tested on its own in
+ * tests/quant/) through moq_writer. The oracle is a naive fp64 forward written here: it decodes
+ * the checkpoint codes with its own e4m3/e2m1/e8m0 formulas (NUMERICS §1), quantizes activations
+ * with its own restatement of each runtime quantizer (§2.4, §4.3, §5.1-§5.3) and the FP8 KV cache
+ * (§8), and computes RoPE from transformers' formulas. No expected value comes from moq.
+ *
+ * Tolerance (max |logit - ref| / max |ref|), per case below, and why:
+ *   unquantized activations (BF16, W4A16): f32 arithmetic vs fp64 over 256-term sums through 2
+ *     layers: measured <= 1e-6; limit 2e-5.
+ *   quantized activations (FP8*, NVFP4, MXFP8, FP8 KV): measured <= 1e-6 as well (no code
+ *     flipped), but moq's f32 activation may land on the other side of a rounding boundary than
+ *     the fp64 one on another CPU path (AVX2/AVX-512/ref sum in different orders): one flipped
+ *     e4m3 code moves one of 256 products by 1/16, i.e. ~2e-4 of a layer output; limit 2e-3
+ *     allows a few. Skipping the activation or KV quantization in the oracle moves logits by
+ *     1.3e-2 to 1.6e-1 (checked by mutating the oracle), so the limits catch a runner that
+ *     skipped or misplaced a quantizer, a scale, a shard, the rope or the mask.
+ * Greedy decoding must give identical tokens across runs and across 1 vs 2 threads.
+ */
+#include <math.h>
+#include <stdbool.h>
+
+#include "tu.h"
+#include "format/format.h"
+#include "quant/export_ref.h"
+
+enum { L_ = 2, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4, E_ = 4, TOPK = 2, IE_ = 128 };
+
+/* ---- the oracle's own bit formats (NUMERICS §1) ---------------------------------------------- */
+static double d_e4m3(uint8_t c) {
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m, -9);
+    return s ? -v : v;
+}
+static double d_e2m1(uint8_t c) {
+    static const double t[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (c & 8) ? -t[c & 7] : t[c & 7];
+}
+/* Round |x| to a binary grid with `mbits` mantissa bits and minimum exponent emin (subnormals
+ * below), ties to even, saturating at max: e4m3 (emin -6, 3 bits, 448), e2m1 (0, 1, 6). */
+static double grid(double x, int emin, int mbits, double max) {
+    const double a = fabs(x);
+    if (a == 0) return 0 * x;
+    int e = (int)floor(log2(a));
+    if (e < emin) e = emin;
+    const double step = ldexp(1.0, e - mbits);
+    double r = nearbyint(a / step) * step;
+    if (r > max) r = max;
+    return x < 0 ? -r : r;
+}
+static double q_e4m3(double x) { return grid(x, -6, 3, 448.0); }
+static double q_e2m1(double x) { return grid(x, 0, 1, 6.0); }
+
+/* ---- generated model ------------------------------------------------------------------------- */
+typedef enum act { ACT_NONE, ACT_FP8_STATIC, ACT_FP8_TOKEN, ACT_FP8_G128, ACT_NVFP4, ACT_MXFP8 } act;
+
+typedef struct olin {            /* oracle linear                                   */
+    double *W;                   /* [N, K] dequantized                              */
+    double *bias;                /* [N] or NULL                                     */
+    int64_t N, K;
+    act     a;
+    double  in_scale;            /* FP8 static: s_in; NVFP4: input_scale            */
+} olin;
+
+typedef struct gen {
+    moq_writer *w;
+    void      **bufs;
+    size_t      n_bufs;
+    uint64_t    rng;
+    char        layers_json[8192]; /* MIXED_PRECISION quantized_layers entries        */
+} gen;
+
+typedef struct spec {
+    const char *name;
+    const char *arch;
+    const char *attn_algo, *mlp_algo, *head_algo; /* "BF16" = unquantized                 */
+    bool        bias, qk_norm, tied, fp8_kv, kv_scales;
+    const char *rope;           /* config.json "rope_scaling" value                        */
+    double      tol;
+    bool        moe;            /* E_ routed experts, top TOPK, in place of the MLP           */
+    bool        norm_topk;      /* config.json norm_topk_prob                               */
+} spec;
+
+typedef struct oracle {
+    double *emb;                /* [V, H] */
+    double *in_norm[L_], *post_norm[L_], *q_norm[L_], *k_norm[L_], *final_norm;
+    olin    q[L_], k[L_], v[L_], o[L_], gate[L_], up[L_], down[L_], head;
+    bool    moe, norm_topk;
+    olin    router[L_], eg[L_][E_], eu[L_][E_], ed[L_][E_];
+    double  k_scale, v_scale;
+    bool    fp8_kv, qk_norm, kv_bf16;
+    double  inv_freq[D_ / 2], mscale;
+} oracle;
+
+static void *keep(gen *g, size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    g->bufs = realloc(g->bufs, (g->n_bufs + 1) * sizeof *g->bufs);
+    g->bufs[g->n_bufs++] = p;
+    return p;
+}
+
+static double uni(uint64_t *st) { /* splitmix64 -> [0, 1) */
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+static float bf16r(double x) { return moq_bf16_decode(moq_bf16_encode_rne((float)x)); }
+
+static void fill(gen *g, float *x, size_t n, double std, double mean) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16r(mean + (uni(&g->rng) * 2 - 1) * std * 1.7);
+}
+
+static void add(gen *g, const char *name, moq_dtype dt, int ndim, const int64_t *shape, const void *data, size_t nbytes) {
+    TU_OK(moq_writer_add(g->w, name, dt, ndim, shape, data, nbytes, err_));
+}
+
+static void add_scalar(gen *g, const char *name, float v) {
+    float *p = keep(g, 4);
+    *p = v;
+    add(g, name, MOQ_DT_F32, 0, NULL, p, 4);
+}
+
+/* bf16 tensor written, returned as double */
+static double *add_bf16(gen *g, const char *name, int64_t n0, int64_t n1, double std, double mean) {
+    const size_t n = (size_t)(n0 * (n1 ? n1 : 1));
+    float *f = malloc(n * sizeof *f);
+    fill(g, f, n, std, mean);
+    uint16_t *h = keep(g, n * 2);
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) h[i] = moq_bf16_encode_rne(f[i]), d[i] = f[i];
+    free(f);
+    const int64_t sh[2] = {n0, n1};
+    add(g, name, MOQ_DT_BF16, n1 ? 2 : 1, sh, h, n * 2);
+    return d;
+}
+
+static const double ACT_AMAX = 4.0; /* "calibrated" activation amax used for static scales */
+
+/* One module (or the shards of one fused module, sharing NVFP4's global amax like ModelOpt's
+ * fusion unification, §9.3). Writes the checkpoint tensors and fills the oracle linears. */
+static void add_linears(gen *g, const char *prefix, const char *const *names, const int64_t *ns, int cnt, int64_t K,
+                        const char *algo, bool bias, olin *out) {
+    float *W[3];
+    double amax = 0;
+    for (int i = 0; i < cnt; i++) {
+        W[i] = malloc((size_t)(ns[i] * K) * sizeof(float));
+        fill(g, W[i], (size_t)(ns[i] * K), 1.0 / sqrt((double)K), 0);
+        for (int64_t j = 0; j < ns[i] * K; j++) amax = fmax(amax, fabs(W[i][j]));
+    }
+    for (int i = 0; i < cnt; i++) {
+        const int64_t N = ns[i];
+        char nm[256], mod[200];
+        snprintf(mod, sizeof mod, "%s%s%s", prefix, prefix[0] ? "." : "", names[i]);
+        olin *o = &out[i];
+        o->N = N, o->K = K, o->a = ACT_NONE;
+        o->W = malloc((size_t)(N * K) * sizeof(double));
+        if (strcmp(algo, "BF16") == 0) {
+            uint16_t *h = keep(g, (size_t)(N * K) * 2);
+            for (int64_t j = 0; j < N * K; j++) h[j] = moq_bf16_encode_rne(W[i][j]), o->W[j] = W[i][j];
+            const int64_t sh[2] = {N, K};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_BF16, 2, sh, h, (size_t)(N * K) * 2);
+        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
+            uint8_t *q = keep(g, (size_t)(N * K / 2)), *sf = keep(g, (size_t)(N * K / 16));
+            float ws2;
+            moq_export_nvfp4_weight(W[i], (size_t)N, (size_t)K, (float)amax, q, sf, &ws2);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++)
+                    o->W[n * K + k] = d_e2m1((uint8_t)(q[(n * K + k) / 2] >> ((k & 1) * 4))) * d_e4m3(sf[(n * K + k) / 16]) * ws2;
+            const int64_t sq[2] = {N, K / 2}, ss[2] = {N, K / 16};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_U8, 2, sq, q, (size_t)(N * K / 2));
+            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
+            add(g, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (size_t)(N * K / 16));
+            snprintf(nm, sizeof nm, "%s.weight_scale_2", mod);
+            add_scalar(g, nm, ws2);
+            if (strcmp(algo, "NVFP4") == 0) {
+                const float is = (float)(ACT_AMAX / 2688.0);
+                snprintf(nm, sizeof nm, "%s.input_scale", mod);
+                add_scalar(g, nm, is);
+                o->a = ACT_NVFP4, o->in_scale = is;
+            }
+        } else if (strcmp(algo, "FP8") == 0) {
+            uint8_t *q = keep(g, (size_t)(N * K));
+            float sc;
+            moq_export_fp8_tensor_weight(W[i], (size_t)N, (size_t)K, -1.0f, 1, q, &sc);
+            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc;
+            const int64_t sq[2] = {N, K};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
+            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
+            add_scalar(g, nm, sc);
+            /* shards get different input scales: the layer must use their maximum (§5.1) */
+            const float is = (float)(ACT_AMAX * (1.0 + 0.25 * i) / 448.0);
+            snprintf(nm, sizeof nm, "%s.input_scale", mod);
+            add_scalar(g, nm, is);
+            o->a = ACT_FP8_STATIC, o->in_scale = is;
+        } else if (strcmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") == 0) {
+            uint8_t *q = keep(g, (size_t)(N * K));
+            float *sc = keep(g, (size_t)N * 4);
+            moq_export_fp8_row_weight(W[i], (size_t)N, (size_t)K, q, sc);
+            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc[j / K];
+            const int64_t sq[2] = {N, K}, ss[1] = {N};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
+            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
+            add(g, nm, MOQ_DT_F32, 1, ss, sc, (size_t)N * 4);
+            o->a = ACT_FP8_TOKEN;
+        } else if (strcmp(algo, "FP8_PB_WO") == 0) {
+            const int64_t nb = (N + 127) / 128, kb = K / 128;
+            uint8_t *q = keep(g, (size_t)(N * K));
+            float *sc = keep(g, (size_t)(nb * kb) * 4);
+            moq_export_fp8_block_weight(W[i], (size_t)N, (size_t)K, q, sc);
+            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc[(j / K / 128) * kb + (j % K) / 128];
+            const int64_t sq[2] = {N, K}, ss[4] = {nb, 1, kb, 1};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
+            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
+            add(g, nm, MOQ_DT_F32, 4, ss, sc, (size_t)(nb * kb) * 4);
+            o->a = ACT_FP8_G128;
+        } else if (strcmp(algo, "MXFP8") == 0) {
+            uint8_t *q = keep(g, (size_t)(N * K)), *sc = keep(g, (size_t)(N * K / 32));
+            moq_export_mxfp8_weight(W[i], (size_t)N, (size_t)K, q, sc);
+            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * ldexp(1.0, (int)sc[j / 32] - 127);
+            const int64_t sq[2] = {N, K}, ss[2] = {N, K / 32};
+            snprintf(nm, sizeof nm, "%s.weight", mod);
+            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
+            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
+            add(g, nm, MOQ_DT_U8, 2, ss, sc, (size_t)(N * K / 32));
+            o->a = ACT_MXFP8;
+        } else {
+            fail_msg("test has no exporter for %s", algo);
+        }
+        if (strcmp(algo, "BF16") != 0) {
+            size_t l = strlen(g->layers_json);
+            snprintf(g->layers_json + l, sizeof g->layers_json - l, "%s\"%s\": {\"quant_algo\": \"%s\"%s}", l ? ", " : "", mod, algo,
+                     strstr(algo, "NVFP4") ? ", \"group_size\": 16" : "");
+        }
+        if (bias) {
+            snprintf(nm, sizeof nm, "%s.bias", mod);
+            o->bias = add_bf16(g, nm, N, 0, 0.1, 0);
+        }
+        free(W[i]);
+    }
+    /* static activation scale of a fused layer: the maximum over its shards */
+    double mx = 0;
+    for (int i = 0; i < cnt; i++) mx = fmax(mx, out[i].in_scale);
+    for (int i = 0; i < cnt; i++) out[i].in_scale = mx;
+}
+
+/* HF's rope frequencies, restated (transformers modeling_rope_utils.py). */
+static void oracle_rope(oracle *o, const char *type, double theta, double factor) {
+    const int d = D_;
+    for (int i = 0; i < d / 2; i++) o->inv_freq[i] = pow(theta, -2.0 * i / d);
+    o->mscale = 1;
+    if (strcmp(type, "llama3") == 0) { /* low 1, high 4, original 64 (below) */
+        const double old = 64, lw = old / 1.0, hw = old / 4.0;
+        for (int i = 0; i < d / 2; i++) {
+            const double f = o->inv_freq[i], wl = 2 * M_PI / f;
+            if (wl > lw) o->inv_freq[i] = f / factor;
+            else if (wl >= hw) {
+                const double sm = (old / wl - 1.0) / (4.0 - 1.0);
+                o->inv_freq[i] = (1 - sm) * f / factor + sm * f;
+            }
+        }
+    } else if (strcmp(type, "yarn") == 0) { /* beta_fast 32, beta_slow 1, original 64 */
+        const double old = 64;
+        double lo = floor(d * log(old / (32 * 2 * M_PI)) / (2 * log(theta)));
+        double hi = ceil(d * log(old / (1 * 2 * M_PI)) / (2 * log(theta)));
+        if (lo < 0) lo = 0;
+        if (hi > d - 1) hi = d - 1;
+        for (int i = 0; i < d / 2; i++) {
+            double r = (i - lo) / (hi - lo);
+            r = r < 0 ? 0 : r > 1 ? 1 : r;
+            const double f = o->inv_freq[i];
+            o->inv_freq[i] = f / factor * r + f * (1 - r);
+        }
+        o->mscale = 0.1 * log(factor) + 1;
+    }
+}
+
+/* Writes the checkpoint of `s` into dir and builds the oracle. */
+static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) {
+    gen g = {.rng = seed};
+    memset(o, 0, sizeof *o);
+    TU_OK(moq_writer_create(&g.w, dir, err_));
+    o->emb = add_bf16(&g, "model.embed_tokens.weight", V_, H_, 1.0, 0);
+    o->qk_norm = s->qk_norm;
+    for (int l = 0; l < L_; l++) {
+        char nm[200], pre[128];
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        o->in_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
+        snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+        const int64_t nqkv[3] = {A_ * D_, KV_ * D_, KV_ * D_};
+        olin t[3];
+        memset(t, 0, sizeof t);
+        add_linears(&g, pre, qkv, nqkv, 3, H_, s->attn_algo, s->bias, t);
+        o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
+        static const char *const on[1] = {"o_proj"};
+        const int64_t no[1] = {H_};
+        add_linears(&g, pre, on, no, 1, A_ * D_, s->attn_algo, false, &o->o[l]);
+        if (s->qk_norm) {
+            snprintf(nm, sizeof nm, "%s.q_norm.weight", pre);
+            o->q_norm[l] = add_bf16(&g, nm, D_, 0, 0.1, 1.0);
+            snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
+            o->k_norm[l] = add_bf16(&g, nm, D_, 0, 0.1, 1.0);
+        }
+        if (s->fp8_kv && s->kv_scales) {
+            o->k_scale = bf16r(8.0 / 448), o->v_scale = bf16r(3.0 / 448);
+            snprintf(nm, sizeof nm, "%s.k_proj.k_scale", pre);
+            add_scalar(&g, nm, (float)o->k_scale);
+            snprintf(nm, sizeof nm, "%s.v_proj.v_scale", pre);
+            add_scalar(&g, nm, (float)o->v_scale);
+        }
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        o->post_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
+        if (s->moe) { /* Mixtral: block_sparse_moe.experts.e.{w1,w3,w2}; Qwen3-MoE: mlp.experts.e.{gate,up,down}_proj */
+            const bool mx = strstr(s->arch, "Mixtral") != NULL;
+            static const char *const rn[1] = {"gate"};
+            const int64_t nr[1] = {E_};
+            snprintf(pre, sizeof pre, "model.layers.%d.%s", l, mx ? "block_sparse_moe" : "mlp");
+            add_linears(&g, pre, rn, nr, 1, H_, "BF16", false, &o->router[l]);
+            for (int e = 0; e < E_; e++) {
+                static const char *const gmx[2] = {"w1", "w3"}, *const gq[2] = {"gate_proj", "up_proj"};
+                static const char *const dmx[1] = {"w2"}, *const dq[1] = {"down_proj"};
+                const int64_t ngu[2] = {IE_, IE_}, nd[1] = {H_};
+                snprintf(pre, sizeof pre, "model.layers.%d.%s.experts.%d", l, mx ? "block_sparse_moe" : "mlp", e);
+                memset(t, 0, sizeof t);
+                add_linears(&g, pre, mx ? gmx : gq, ngu, 2, H_, s->mlp_algo, false, t);
+                o->eg[l][e] = t[0], o->eu[l][e] = t[1];
+                add_linears(&g, pre, mx ? dmx : dq, nd, 1, IE_, s->mlp_algo, false, &o->ed[l][e]);
+            }
+        } else {
+            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            static const char *const gu[2] = {"gate_proj", "up_proj"};
+            const int64_t ngu[2] = {I_, I_};
+            memset(t, 0, sizeof t);
+            add_linears(&g, pre, gu, ngu, 2, H_, s->mlp_algo, false, t);
+            o->gate[l] = t[0], o->up[l] = t[1];
+            static const char *const dn[1] = {"down_proj"};
+            const int64_t nd[1] = {H_};
+            add_linears(&g, pre, dn, nd, 1, I_, s->mlp_algo, false, &o->down[l]);
+        }
+    }
+    o->final_norm = add_bf16(&g, "model.norm.weight", H_, 0, 0.1, 1.0);
+    if (s->tied) {
+        o->head.N = V_, o->head.K = H_, o->head.a = ACT_NONE;
+        o->head.W = malloc(sizeof(double) * V_ * H_);
+        memcpy(o->head.W, o->emb, sizeof(double) * V_ * H_);
+    } else {
+        static const char *const hn[1] = {"lm_head"};
+        const int64_t nh[1] = {V_};
+        add_linears(&g, "", hn, nh, 1, H_, s->head_algo, false, &o->head);
+    }
+    o->fp8_kv = s->fp8_kv;
+    o->moe = s->moe, o->norm_topk = s->norm_topk;
+
+    /* configs */
+    const bool mixed = strcmp(s->attn_algo, s->mlp_algo) != 0 || strcmp(s->attn_algo, s->head_algo) != 0;
+    const char *algo = mixed ? "MIXED_PRECISION" : s->attn_algo;
+    const bool quant = mixed || strcmp(algo, "BF16") != 0 || s->fp8_kv;
+    char *hq = keep(&g, 16384), *cfg = keep(&g, 4096);
+    if (quant) {
+        snprintf(hq, 16384,
+                 "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": %s%s%s, "
+                 "\"kv_cache_quant_algo\": %s, \"group_size\": 16, \"exclude_modules\": [%s]%s%s%s}}",
+                 strcmp(algo, "BF16") ? "\"" : "", strcmp(algo, "BF16") ? algo : "null", strcmp(algo, "BF16") ? "\"" : "",
+                 s->fp8_kv ? "\"FP8\"" : "null", strcmp(s->head_algo, "BF16") == 0 && !mixed ? "\"lm_head\"" : "",
+                 mixed ? ", \"quantized_layers\": {" : "", mixed ? g.layers_json : "", mixed ? "}" : "");
+        TU_OK(moq_writer_file(g.w, "hf_quant_config.json", hq, err_));
+    }
+    snprintf(cfg, 4096,
+             "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": %d, "
+             "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+             "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, "
+             "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
+             "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s}",
+             s->arch, H_, I_, L_, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
+             strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false");
+    TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(g.w, 2, err_));
+    moq_writer_free(g.w);
+    for (size_t i = 0; i < g.n_bufs; i++) free(g.bufs[i]);
+    free(g.bufs);
+    const char *type = "";
+    double factor = 1;
+    if (s->rope && strstr(s->rope, "llama3")) type = "llama3", factor = 8;
+    if (s->rope && strstr(s->rope, "yarn")) type = "yarn", factor = 4;
+    oracle_rope(o, type, 10000.0, factor);
+}
+
+static void olin_free(olin *l) {
+    free(l->W);
+    free(l->bias);
+}
+
+static void oracle_free(oracle *o) {
+    free(o->emb);
+    free(o->final_norm);
+    for (int l = 0; l < L_; l++) {
+        free(o->in_norm[l]), free(o->post_norm[l]), free(o->q_norm[l]), free(o->k_norm[l]);
+        olin_free(&o->q[l]), olin_free(&o->k[l]), olin_free(&o->v[l]), olin_free(&o->o[l]);
+        olin_free(&o->gate[l]), olin_free(&o->up[l]), olin_free(&o->down[l]), olin_free(&o->router[l]);
+        for (int e = 0; e < E_; e++) olin_free(&o->eg[l][e]), olin_free(&o->eu[l][e]), olin_free(&o->ed[l][e]);
+    }
+    olin_free(&o->head);
+}
+
+/* ---- fp64 forward ----------------------------------------------------------------------------- */
+static void act_quant(act a, double in_scale, const double *x, int64_t K, double *out) {
+    switch (a) {
+    case ACT_NONE: memcpy(out, x, (size_t)K * sizeof *x); break;
+    case ACT_FP8_STATIC:
+        for (int64_t k = 0; k < K; k++) out[k] = q_e4m3(x[k] / in_scale) * in_scale;
+        break;
+    case ACT_FP8_TOKEN: {
+        double m = 0;
+        for (int64_t k = 0; k < K; k++) m = fmax(m, fabs(x[k]));
+        const double s = fmax(m / 448.0, 1.0 / (448.0 * 512.0));
+        for (int64_t k = 0; k < K; k++) out[k] = q_e4m3(x[k] / s) * s;
+        break;
+    }
+    case ACT_FP8_G128:
+        for (int64_t g0 = 0; g0 < K; g0 += 128) {
+            double m = 1e-10;
+            for (int64_t k = g0; k < g0 + 128; k++) m = fmax(m, fabs(x[k]));
+            const double s = m / 448.0;
+            for (int64_t k = g0; k < g0 + 128; k++) out[k] = q_e4m3(x[k] / s) * s;
+        }
+        break;
+    case ACT_NVFP4: {
+        const double S = 1.0 / in_scale; /* global: 448 * 6 / amax */
+        for (int64_t g0 = 0; g0 < K; g0 += 16) {
+            double m = 0;
+            for (int64_t k = g0; k < g0 + 16; k++) m = fmax(m, fabs(x[k]));
+            const double sf = q_e4m3(S * (m / 6.0));
+            for (int64_t k = g0; k < g0 + 16; k++) out[k] = sf == 0 ? 0 : q_e2m1(x[k] * S / sf) * sf / S;
+        }
+        break;
+    }
+    case ACT_MXFP8:
+        for (int64_t g0 = 0; g0 < K; g0 += 32) {
+            double m = 0;
+            for (int64_t k = g0; k < g0 + 32; k++) m = fmax(m, fabs(x[k]));
+            if (m == 0) {
+                for (int64_t k = g0; k < g0 + 32; k++) out[k] = 0;
+                continue;
+            }
+            const double s = ldexp(1.0, (int)ceil(log2(m / 448.0)));
+            for (int64_t k = g0; k < g0 + 32; k++) out[k] = q_e4m3(x[k] / s) * s;
+        }
+        break;
+    }
+}
+
+static void lin(const olin *l, const double *x, double *y) {
+    double *xq = malloc((size_t)l->K * sizeof *xq);
+    act_quant(l->a, l->in_scale, x, l->K, xq);
+    for (int64_t n = 0; n < l->N; n++) {
+        double acc = 0;
+        for (int64_t k = 0; k < l->K; k++) acc += l->W[n * l->K + k] * xq[k];
+        y[n] = acc + (l->bias ? l->bias[n] : 0);
+    }
+    free(xq);
+}
+
+static void rms(double *x, const double *w, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    const double r = 1 / sqrt(ss / (double)n + 1e-5);
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] * r * w[i];
+}
+
+static void rope(const oracle *o, double *x, int pos) {
+    for (int i = 0; i < D_ / 2; i++) {
+        const double a = pos * o->inv_freq[i], c = cos(a) * o->mscale, s = sin(a) * o->mscale;
+        const double x0 = x[i], x1 = x[i + D_ / 2];
+        x[i] = x0 * c - x1 * s;
+        x[i + D_ / 2] = x1 * c + x0 * s;
+    }
+}
+
+/* Logits [n, V] of tokens[0..n) run one after another from position 0. */
+static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logits) {
+    double *K = calloc((size_t)(L_ * n * KV_ * D_), sizeof(double)), *Vc = calloc((size_t)(L_ * n * KV_ * D_), sizeof(double));
+    double x[H_], h[H_], q[A_ * D_], k[KV_ * D_], v[KV_ * D_], att[A_ * D_], t[H_], g[I_], u[I_], sc[64];
+    for (int p = 0; p < n; p++) {
+        for (int e = 0; e < H_; e++) x[e] = o->emb[tok[p] * H_ + e];
+        for (int l = 0; l < L_; l++) {
+            memcpy(h, x, sizeof h);
+            rms(h, o->in_norm[l], H_);
+            lin(&o->q[l], h, q), lin(&o->k[l], h, k), lin(&o->v[l], h, v);
+            for (int a = 0; a < A_; a++) {
+                if (o->qk_norm) rms(q + a * D_, o->q_norm[l], D_);
+                rope(o, q + a * D_, p);
+            }
+            for (int a = 0; a < KV_; a++) {
+                if (o->qk_norm) rms(k + a * D_, o->k_norm[l], D_);
+                rope(o, k + a * D_, p);
+            }
+            double *kc = K + ((size_t)l * n + p) * KV_ * D_, *vc = Vc + ((size_t)l * n + p) * KV_ * D_;
+            for (int e = 0; e < KV_ * D_; e++) {
+                kc[e] = o->fp8_kv ? q_e4m3(k[e] / o->k_scale) * o->k_scale : o->kv_bf16 ? bf16r(k[e]) : k[e];
+                vc[e] = o->fp8_kv ? q_e4m3(v[e] / o->v_scale) * o->v_scale : o->kv_bf16 ? bf16r(v[e]) : v[e];
+            }
+            for (int a = 0; a < A_; a++) {
+                const int kvh = a / (A_ / KV_);
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= p; j++) {
+                    const double *kk = K + ((size_t)l * n + j) * KV_ * D_ + kvh * D_;
+                    double d = 0;
+                    for (int e = 0; e < D_; e++) d += q[a * D_ + e] * kk[e];
+                    sc[j] = d / sqrt((double)D_);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int e = 0; e < D_; e++) {
+                    double acc = 0;
+                    for (int j = 0; j <= p; j++) acc += sc[j] / sum * Vc[((size_t)l * n + j) * KV_ * D_ + kvh * D_ + e];
+                    att[a * D_ + e] = acc;
+                }
+            }
+            lin(&o->o[l], att, t);
+            for (int e = 0; e < H_; e++) x[e] += t[e];
+            memcpy(h, x, sizeof h);
+            rms(h, o->post_norm[l], H_);
+            if (o->moe) { /* softmax router, top-k (ties: lower id), optional renormalization */
+                double r[E_], mx = -INFINITY, sum = 0, w[TOPK], ws = 0;
+                int sel[TOPK];
+                lin(&o->router[l], h, r);
+                for (int e = 0; e < E_; e++) mx = fmax(mx, r[e]);
+                for (int e = 0; e < E_; e++) sum += (r[e] = exp(r[e] - mx));
+                for (int j = 0; j < TOPK; j++) {
+                    int b = -1;
+                    for (int e = 0; e < E_; e++) {
+                        bool taken = false;
+                        for (int z = 0; z < j; z++) taken |= sel[z] == e;
+                        if (!taken && (b < 0 || r[e] > r[b])) b = e;
+                    }
+                    sel[j] = b, w[j] = r[b] / sum, ws += w[j];
+                }
+                for (int j = 0; j < TOPK; j++) {
+                    const int e = sel[j];
+                    lin(&o->eg[l][e], h, g), lin(&o->eu[l][e], h, u);
+                    for (int c = 0; c < IE_; c++) g[c] = g[c] / (1 + exp(-g[c])) * u[c];
+                    lin(&o->ed[l][e], g, t);
+                    for (int c = 0; c < H_; c++) x[c] += (o->norm_topk ? w[j] / ws : w[j]) * t[c];
+                }
+            } else {
+                lin(&o->gate[l], h, g), lin(&o->up[l], h, u);
+                for (int e = 0; e < I_; e++) g[e] = g[e] / (1 + exp(-g[e])) * u[e];
+                lin(&o->down[l], g, t);
+                for (int e = 0; e < H_; e++) x[e] += t[e];
+            }
+        }
+        memcpy(h, x, sizeof h);
+        rms(h, o->final_norm, H_);
+        lin(&o->head, h, logits + (size_t)p * V_);
+    }
+    free(K);
+    free(Vc);
+}
+
+/* ---- cases ------------------------------------------------------------------------------------ */
+static const int32_t prompt[NTOK] = {3, 17, 101, 64, 5, 127, 42};
+
+static double rel_err(const float *got, const double *ref, size_t n, size_t *worst) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        mr = fmax(mr, fabs(ref[i]));
+        const double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= md)) md = d, *worst = i;
+    }
+    return md / mr;
+}
+
+static void check_case_kv(const spec *s, moq_elem kv_elem) {
+    char *dir = tu_tmpdir(s->name);
+    oracle o;
+    make_model(s, dir, &o, 0x5EED0000u + (uint64_t)strlen(s->name));
+    o.kv_bf16 = kv_elem == MOQ_ELEM_BF16;
+    double *ref = malloc(sizeof(double) * NTOK * V_);
+    oracle_run(&o, prompt, NTOK, ref);
+
+    moq_model_opts opts = moq_model_opts_default();
+    opts.n_threads = 2;
+    opts.ctx = 16;
+    opts.kv_elem = kv_elem;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    assert_int_equal(moq_model_vocab_size(m), V_);
+    /* the validation pass: FP8 shards written with different input scales are reported, an
+     * unquantized checkpoint has nothing to report */
+    bool in_scale_warned = false;
+    for (int i = 0; i < moq_model_warning_count(m); i++) in_scale_warned |= strstr(moq_model_warning(m, i), "input_scale") != NULL;
+    if (strcmp(s->attn_algo, "FP8") == 0) assert_true(in_scale_warned);
+    if (strcmp(s->attn_algo, "BF16") == 0 && strcmp(s->mlp_algo, "BF16") == 0 && !s->fp8_kv) assert_int_equal(moq_model_warning_count(m), 0);
+    /* prefill NPRE tokens with every position's logits, then decode the rest one by one */
+    float *got = malloc(sizeof(float) * NTOK * V_);
+    TU_OK(moq_model_prefill(m, prompt, NPRE, got, err_));
+    for (int p = NPRE; p < NTOK; p++) {
+        TU_OK(moq_model_decode(m, prompt[p], err_));
+        memcpy(got + (size_t)p * V_, moq_model_logits(m), sizeof(float) * V_);
+    }
+    assert_int_equal(moq_model_pos(m), NTOK);
+    size_t worst = 0;
+    const double e = rel_err(got, ref, (size_t)NTOK * V_, &worst);
+    print_message("%-24s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, e, s->tol);
+    if (!(e <= s->tol))
+        fail_msg("%s: relative logit error %.3g > %.3g; worst at position %zu token %zu: got %.6g, ref %.6g", s->name, e, s->tol, worst / V_,
+                 worst % V_, (double)got[worst], ref[worst]);
+    moq_model_free(m);
+    free(got);
+    free(ref);
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void check_case(const spec *s) { check_case_kv(s, MOQ_ELEM_F32); }
+
+#define LLAMA "LlamaForCausalLM"
+static const spec cases[] = {
+    /* name              arch                 attn                         mlp                          lm_head   bias  qkn   tied  fp8kv scales rope  tol */
+    {"llama_bf16",       LLAMA,               "BF16",                      "BF16",                      "BF16",   false, false, false, false, false, NULL, 2e-5, false, false},
+    {"llama_fp8",        LLAMA,               "FP8",                       "FP8",                       "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_fp8_pcpt",   LLAMA,               "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_fp8_pb_wo",  LLAMA,               "FP8_PB_WO",                 "FP8_PB_WO",                 "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_nvfp4",      LLAMA,               "NVFP4",                     "NVFP4",                     "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_w4a16",      LLAMA,               "W4A16_NVFP4",               "W4A16_NVFP4",               "BF16",   false, false, false, false, false, NULL, 2e-5, false, false},
+    {"llama_mxfp8",      LLAMA,               "MXFP8",                     "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_mixed",      LLAMA,               "FP8",                       "W4A16_NVFP4",               "NVFP4",  false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama3_rope_fp8kv", LLAMA,              "FP8",                       "FP8",                       "BF16",   false, false, false, true,  true,
+     "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-3, false, false},
+    {"mistral_nvfp4_fp8kv", "MistralForCausalLM", "NVFP4",                 "NVFP4",                     "BF16",   false, false, false, true,  true,  NULL, 2e-3, false, false},
+    {"qwen2_bias_yarn",  "Qwen2ForCausalLM",  "BF16",                      "BF16",                      "BF16",   true,  false, false, false, false,
+     "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}", 2e-5, false, false},
+    {"qwen2_bias_fp8",   "Qwen2ForCausalLM",  "FP8",                       "FP8",                       "BF16",   true,  false, false, false, false, NULL, 2e-3, false, false},
+    {"qwen3_qknorm_tied", "Qwen3ForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "MXFP8",                     "BF16",   false, true,  true,  false, false, NULL, 2e-3, false, false},
+    /* MoE: 4 experts, top 2 */
+    {"qwen3moe_bf16",    "Qwen3MoeForCausalLM", "BF16",                    "BF16",                      "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
+    {"qwen3moe_nvfp4",   "Qwen3MoeForCausalLM", "NVFP4",                   "NVFP4",                     "BF16",   false, true,  false, false, false, NULL, 2e-3, true, false},
+    {"mixtral_fp8_kv",   "MixtralForCausalLM", "FP8",                      "FP8",                       "BF16",   false, false, false, true,  true,  NULL, 2e-3, true, true},
+    {"mixtral_mxfp8",    "MixtralForCausalLM", "MXFP8",                    "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, true, true},
+    {"qwen3moe_w4a16",   "Qwen3MoeForCausalLM", "W4A16_NVFP4",             "W4A16_NVFP4",               "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static void test_logits_vs_fp64(void **state) {
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) check_case(&cases[i]);
+}
+
+/* bf16 KV cache (opts.kv_elem): the oracle rounds K and V to bf16 (RNE) as they enter the cache.
+ * Rounding moves cached values by <= 2^-9 relative, logits by ~1e-3, so the f32-cache limit of
+ * 2e-5 would fail if the runner ignored the option; f32 arithmetic otherwise as above. */
+static void test_bf16_kv_cache(void **state) {
+    (void)state;
+    static const spec s = {"qwen3_bf16_kv", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    check_case_kv(&s, MOQ_ELEM_BF16);
+}
+
+static int argmax(const float *x, int64_t n) {
+    int b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = (int)i;
+    return b;
+}
+
+static void greedy(const char *dir, int threads, int32_t *out, int n, float *last_logits) {
+    moq_model_opts opts = moq_model_opts_default();
+    opts.n_threads = threads;
+    opts.ctx = 24;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    TU_OK(moq_model_prefill(m, prompt, NTOK, NULL, err_));
+    for (int i = 0; i < n; i++) {
+        out[i] = argmax(moq_model_logits(m), V_);
+        TU_OK(moq_model_decode(m, out[i], err_));
+    }
+    memcpy(last_logits, moq_model_logits(m), sizeof(float) * V_);
+    /* reset and replay: the same tokens again */
+    moq_model_reset(m);
+    assert_int_equal(moq_model_pos(m), 0);
+    TU_OK(moq_model_prefill(m, prompt, NTOK, NULL, err_));
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(argmax(moq_model_logits(m), V_), out[i]);
+        TU_OK(moq_model_decode(m, out[i], err_));
+    }
+    moq_model_free(m);
+}
+
+static void test_greedy_reproducible(void **state) {
+    (void)state;
+    static const spec s = {"greedy_nvfp4", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, true, true, NULL, 0, false, false};
+    char *dir = tu_tmpdir(s.name);
+    oracle o;
+    make_model(&s, dir, &o, 99);
+    enum { NG = 12 };
+    int32_t a[NG], b[NG], c[NG];
+    float la[V_], lb[V_], lc[V_];
+    greedy(dir, 1, a, NG, la);
+    greedy(dir, 1, b, NG, lb);
+    greedy(dir, 2, c, NG, lc);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(la, lb, sizeof la);   /* same threads: bitwise */
+    assert_memory_equal(a, c, sizeof a);      /* 1 vs 2 threads: same tokens */
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    moq_error e = {0};
+    moq_model *m = NULL;
+    moq_model_opts opts = moq_model_opts_default();
+    opts.ctx = 8;
+    /* FP8 KV declared, no scales: an error naming the tensor, unless a default is given */
+    static const spec nokv = {"kv_noscale", LLAMA, "FP8", "FP8", "BF16", false, false, false, true, false, NULL, 0, false, false};
+    char *dir = tu_tmpdir(nokv.name);
+    oracle o;
+    make_model(&nokv, dir, &o, 7);
+    moq_status st = moq_model_open(&m, dir, &opts, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.self_attn.k_proj.k_scale", "--kv-scales-default");
+    assert_null(m);
+    opts.kv_scales_default = 1.0f;
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    /* cache full and bad tokens */
+    int32_t t[9] = {0};
+    st = moq_model_prefill(m, t, 9, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "", "exceed the context of 8");
+    t[0] = V_;
+    st = moq_model_prefill(m, t, 1, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "", "token 128");
+    moq_model_free(m);
+    m = NULL;
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+
+    /* unsupported architecture lists the supported ones */
+    static const spec bad = {"arch_bad", "GPT2LMHeadModel", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 0, false, false};
+    dir = tu_tmpdir(bad.name);
+    make_model(&bad, dir, &o, 7);
+    st = moq_model_open(&m, dir, &opts, &e);
+    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "config.json", "Qwen3ForCausalLM");
+    assert_null(m);
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+
+    /* a missing shard tensor names it */
+    static const spec miss = {"tensor_missing", LLAMA, "NVFP4", "NVFP4", "BF16", false, false, false, false, false, NULL, 0, false, false};
+    dir = tu_tmpdir(miss.name);
+    make_model(&miss, dir, &o, 7);
+    char path[512];
+    /* rewrite without one tensor: open the checkpoint, copy every tensor but k_proj.weight_scale_2 */
+    moq_checkpoint *c = NULL;
+    TU_OK(moq_checkpoint_open(&c, dir, NULL, err_));
+    char *dir2 = tu_tmpdir("tensor_missing2");
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dir2, err_));
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(c); i++) {
+        const moq_tensor *tt = moq_checkpoint_tensor_at(c, i);
+        if (strcmp(tt->name, "model.layers.1.self_attn.k_proj.weight_scale_2") == 0) continue;
+        TU_OK(moq_writer_add(w, tt->name, tt->dtype, tt->ndim, tt->shape, tt->data, tt->nbytes, err_));
+    }
+    TU_OK(moq_writer_file(w, "config.json", moq_checkpoint_json_text(c, "config.json"), err_));
+    TU_OK(moq_writer_file(w, "hf_quant_config.json", moq_checkpoint_json_text(c, "hf_quant_config.json"), err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_checkpoint_free(c);
+    st = moq_model_open(&m, dir2, &opts, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.1.self_attn.k_proj", "missing tensor weight_scale_2");
+    assert_null(m);
+    (void)path;
+    oracle_free(&o);
+    tu_rmtree(dir);
+    tu_rmtree(dir2);
+    free(dir);
+    free(dir2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_vs_fp64),
+        cmocka_unit_test(test_bf16_kv_cache),
+        cmocka_unit_test(test_greedy_reproducible),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
