@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # valgrind_cli.sh — valgrind memcheck over representative CLI runs (issue #7): synth, inspect (text,
-# JSON), check --values, config, resolve on a good checkpoint, and inspect/check on bad ones (a
+# JSON), check --values, run (3 tokens), config, resolve on a good checkpoint, and inspect/check on bad ones (a
 # shard whose header is not JSON, a missing scale, a truncated shard). Any memcheck error or
 # definite/indirect leak fails (--error-exitcode=99); the commands' own exit codes are checked too.
 # Runs in the Release build only: skipped with a message when valgrind is absent or when the build
@@ -32,10 +32,12 @@ run() {
   fi
 }
 D=$TMP/good
-run 0 synth "$D" --algo NVFP4 --layers 2 --hidden 64 --inter 128 --heads 4 --kv-heads 2 --vocab 96 --shards 2
+run 0 synth "$D" --algo NVFP4 --layers 2 --hidden 64 --inter 128 --heads 4 --kv-heads 2 --vocab 288 --shards 2
+cp "$(dirname "$0")"/../golden/tokenizer/tiny/tokenizer*.json "$D"/   # for moq run (279 tokens < vocab 288)
 run 0 inspect "$D"
 run 0 inspect --json "$D"
 run 0 check --values "$D"
+run 0 run "$D" -p "hi there" -n 3
 run 0 config "$D"
 run 0 resolve "$D" model.layers.0.self_attn.qkv_proj --kind linear
 F=$TMP/fp8; "$MOQ" synth "$F" --algo FP8_PB_WO --layers 1 --hidden 128 --inter 128 --heads 2 --kv-heads 1 --vocab 64 >/dev/null
@@ -50,5 +52,6 @@ run 4 check --values "$C"
 run 4 inspect "$C"
 T=$TMP/truncated; cp -r "$D" "$T"; truncate -s -1 "$T/model-00001-of-00002.safetensors"
 run 3 check "$T"
+run 3 run "$T" -p hi -n 1
 echo "valgrind_cli: $fails failure(s)"
 [ "$fails" = 0 ]
