@@ -22,7 +22,7 @@ tidy=$(command -v clang-tidy || command -v clang-tidy-14 || true)
 if [ -n "$tidy" ]; then
   # One clang-tidy per file, $jobs at a time; its output only when it finds something.
   printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} sh -c \
-    'out=$("$0" -p "$1" --quiet "{}" 2>&1) || { echo "$out" | grep -v "warnings generated" ; exit 1; }' "$tidy" "$build" \
+    'out=$("$0" -p "$1" --quiet "{}" 2>&1) || { echo "$out" | grep -av "warnings generated"; echo "clang-tidy: {} has findings"; exit 1; }' "$tidy" "$build" \
     || status=1
   echo "clang-tidy: ${#files[@]} files, $([ $status = 0 ] && echo clean || echo FINDINGS)"
 else
