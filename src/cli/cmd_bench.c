@@ -51,7 +51,7 @@ static int make_weight(moq_pair_id p, int64_t N, int64_t K, moq_weight *w, void 
     const size_t nk = (size_t)N * (size_t)K;
     const moq_elem e = w->w.elem;
     const size_t qbytes = moq_elem_bytes(e, nk);
-    uint8_t *qb = malloc(qbytes);
+    uint8_t *qb = malloc(qbytes ? qbytes : 1);
     if (!qb) return -1;
     for (size_t i = 0; i < qbytes; i++) qb[i] = (uint8_t)rnd();
     if (e == MOQ_ELEM_E4M3)
@@ -116,7 +116,7 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 typedef void (*setthreads_fn)(int);
 
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
-static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
 
 void cmd_bench_help(FILE *out) {
     fprintf(out,
@@ -162,7 +162,7 @@ int cmd_bench(int argc, char **argv) {
         case 'j': json = 1; break;
         case 'h': hot_only = 1; break;
         case 'x':
-            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) return cli_usage_error("bench", "--x %s, expected f32 or bf16", optarg);
+            if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "bf16") != 0) return cli_usage_error("bench", "--x %s, expected f32 or bf16", optarg);
             xe = strcmp(optarg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
             break;
         default: return cli_usage_error("bench", "unknown option");
@@ -183,7 +183,7 @@ int cmd_bench(int argc, char **argv) {
     o.kernel = kernel;
     const size_t wb = weight_bytes(&w);
     const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / wb + 1);
-    moq_linear **ls = calloc((size_t)copies, sizeof *ls);
+    moq_linear **ls = calloc((size_t)copies, sizeof(moq_linear *));
     moq_error err = {0};
     int rc = 0;
     float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);

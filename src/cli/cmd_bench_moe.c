@@ -111,7 +111,7 @@ int cmd_bench_moe(int argc, char **argv) {
     const uint64_t per = moq_moe_expert_bytes(fmt, H, I), layer = per * (uint64_t)E;
     copies = T == 1 && !hot ? (int)(((uint64_t)1 << 30) / layer + 1) : 1;
     if (copies > 16) copies = 16;
-    ls = calloc((size_t)copies, sizeof *ls);
+    ls = calloc((size_t)copies, sizeof(moq_moe *));
     moq_moe_opts o = moq_moe_opts_default();
     o.format = fmt, o.num_experts = E, o.routing.top_k = (int)K, o.n_threads = threads, o.router = NULL;
     for (int i = 0; i < copies; i++)

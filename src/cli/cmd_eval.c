@@ -27,6 +27,8 @@ static void log_softmax(const float *x, int64_t n, double *lp) {
     double mx = -INFINITY, s = 0;
     for (int64_t i = 0; i < n; i++) mx = fmax(mx, (double)x[i]);
     for (int64_t i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    /* s >= 1 for n >= 1: the maximum element adds exp(0) */
+    // cppcheck-suppress invalidFunctionArg
     const double ls = mx + log(s);
     for (int64_t i = 0; i < n; i++) lp[i] = (double)x[i] - ls;
 }

@@ -1,10 +1,13 @@
 /* cmd_inspect.c — `moq inspect PATH [--json]`: architecture, shards, tensors by dtype, and the
  * quantization sections found (raw, as written). PATH is a checkpoint directory or one
- * .safetensors file. On a bad checkpoint: one "moq: where: message" line, exit = status. */
+ * .safetensors file. On a bad checkpoint: one "moq: where: message" line, exit = status; on a
+ * checkpoint that opens but breaks a scheme contract: the report, then that line for the first
+ * problem (tests/e2e/test_malformed.c). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "config/modules.h"
@@ -310,9 +313,18 @@ int cmd_inspect(int argc, char **argv) {
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));
     }
     free(mk);
+    /* A contract problem makes inspect fail too (issue #7): the report above, then one
+     * "moq: where: message" line naming the first problem; `moq check` lists them all. A lone
+     * .safetensors file has no config to break, so its rows are informational only. */
+    int rc = 0;
+    struct stat sb;
+    if (mods.n_probs && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "moq: %s: %s (problem 1 of %d; `moq check` lists all)\n", mods.probs[0].where, mods.probs[0].msg, mods.n_probs);
+        rc = (int)mods.probs[0].code;
+    }
     moq_modules_free(&mods);
     moq_qconfig_free(q);
     cJSON_Delete(quant);
     moq_checkpoint_free(c);
-    return 0;
+    return rc;
 }

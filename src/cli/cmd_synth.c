@@ -192,8 +192,8 @@ int cmd_synth(int argc, char **argv) {
         switch (ch) {
         case 'a': algo = optarg ? optarg : algo; break;
         case 'A':
-            if (strcmp(optarg, "llama") && strcmp(optarg, "qwen3moe") && strcmp(optarg, "mixtral"))
-                return cli_usage_error("synth", "--arch \"%s\" is not one of llama, qwen3moe, mixtral", optarg);
+            if (!optarg || (strcmp(optarg, "llama") != 0 && strcmp(optarg, "qwen3moe") != 0 && strcmp(optarg, "mixtral") != 0))
+                return cli_usage_error("synth", "--arch \"%s\" is not one of llama, qwen3moe, mixtral", optarg ? optarg : "");
             arch = optarg;
             break;
         case 'E': case 'K':

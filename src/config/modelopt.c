@@ -181,10 +181,10 @@ typedef enum { CLS_FP8, CLS_FP4, CLS_MXFP8, CLS_MIXED, CLS_HYBRID } qc_class;
 static const char *kv_from_string(const char *s) {
     static const struct { const char *in, *kv; } map[] = {
         {"FP8", "FP8"}, {"FLOAT8", "FP8"}, {"FP4", "NVFP4"}, {"FLOAT4", "NVFP4"}, {"NVFP4", "NVFP4"}};
-    char b[32];
+    char b[32] = {0};
     size_t i = 0;
     while (isspace((unsigned char)*s)) s++;
-    for (; s[i] && i < sizeof b - 1; i++) b[i] = (char)toupper((unsigned char)s[i]);
+    for (; i < sizeof b - 1 && s[i]; i++) b[i] = (char)toupper((unsigned char)s[i]);
     while (i && isspace((unsigned char)b[i - 1])) i--;
     b[i] = 0;
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
@@ -421,8 +421,8 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
             MOQ_TRY(json_group_size(q, get(get(g0->child, "weights"), "group_size"), file,
                                     "config_groups[0].weights.group_size", &gs, &have_gs, err));
         if (r->group_size_consistent) {
-            int64_t any;
-            bool have_any;
+            int64_t any = 0;
+            bool have_any = false;
             MOQ_TRY(group_sizes_agree(q, root, file, &any, &have_any, err));
             if (have_any && have_gs && any != gs)
                 return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "group_size values disagree (%lld, %lld); one group size is expected",
@@ -554,6 +554,7 @@ static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && 
 
 /* Notes every field on which the two files disagree. */
 static void compare(moq_qconfig *q, const moq_qconfig *o) {
+    if (!q || !o) return;
     const char *u = q->source, *v = o->source;
     if (!same_str(q->quant_algo, o->quant_algo)) moq_qconfig_note(q, "%s says quant_algo %s, %s says %s; %s is used", u, q->quant_algo, v, o->quant_algo, u);
     if (!same_str(q->kv, o->kv))

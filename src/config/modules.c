@@ -25,7 +25,9 @@ bool moq_checkpoint_has_qconfig(const moq_checkpoint *c) {
     if (moq_checkpoint_json_text(c, "hf_quant_config.json")) return true;
     const char *t = moq_checkpoint_json_text(c, "config.json");
     cJSON *j = t ? cJSON_Parse(t) : NULL;
-    const bool has = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "quantization_config"));
+    /* Any non-null value counts, so a malformed one is reported by moq_qconfig_open, not ignored. */
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+    const bool has = qc && !cJSON_IsNull(qc);
     cJSON_Delete(j);
     return has;
 }

@@ -1,6 +1,7 @@
 /* json.c — see json.h. */
 #include "io/json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,10 @@
 moq_status moq_json_parse(cJSON **out, const char *text, size_t len, const char *file, moq_error *err) {
     *out = NULL;
     const char *end = NULL;
+    errno = 0; /* malloc sets ENOMEM (POSIX): tells out-of-memory from a syntax error, which cJSON does not */
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!j && errno == ENOMEM)
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, file, "out of memory building the JSON tree of %zu bytes", len);
     if (!j) {
         size_t off = (end && end >= text && end <= text + len) ? (size_t)(end - text) : 0;
         if (!end) {

@@ -32,7 +32,8 @@ moq_status moq_map_open(moq_map *m, const char *path, const char *where, moq_err
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return MOQ_FAIL(err, MOQ_ERR_IO, where, "cannot map %llu bytes: %s",
+            /* ENOMEM: address space exhausted (or RLIMIT_AS), an out-of-memory condition, not bad I/O */
+            return MOQ_FAIL(err, e == ENOMEM ? MOQ_ERR_NOMEM : MOQ_ERR_IO, where, "cannot map %llu bytes: %s",
                             (unsigned long long)m->size, strerror(e));
         }
         m->data = p;

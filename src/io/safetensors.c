@@ -310,6 +310,10 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
     cJSON *root;
     moq_error jerr = {0};
     st = moq_json_parse(&root, (const char *)h, (size_t)n, fn, &jerr); /* R6 */
+    if (st == MOQ_ERR_NOMEM) {
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, fn, "header: %s", jerr.msg);
+        goto fail;
+    }
     if (st != MOQ_OK) {
         st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is %s", jerr.msg);
         goto fail;

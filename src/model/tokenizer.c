@@ -814,7 +814,7 @@ static moq_status config_ids(moq_tokenizer *t, const cJSON *cfg, const char *fil
 static moq_status parse_tokenizer_config(moq_tokenizer *t, const char *text, size_t len, moq_error *err) {
     cJSON *cfg = NULL;
     MOQ_TRY(moq_json_parse(&cfg, text, len, "tokenizer_config.json", err));
-    int32_t bos, eos;
+    int32_t bos = -1, eos = -1;
     moq_status st = config_token(t, cfg, "bos_token", &bos, err);
     if (st == MOQ_OK) st = config_token(t, cfg, "eos_token", &eos, err);
     cJSON_Delete(cfg);
@@ -1311,7 +1311,7 @@ moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, size_t n,
         size_t j = 1;
         for (; j <= need; j++) {
             if (k + j >= total) { /* a valid start of a character: hold it back */
-                uint8_t tmp[4];
+                uint8_t tmp[4] = {0};
                 for (size_t x = 0; x < j; x++) tmp[x] = BYTE_AT(k + x);
                 memcpy(s->pend, tmp, j);
                 s->n_pend = (uint8_t)j;

@@ -214,6 +214,8 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     snprintf(nm, sizeof nm, "%s.weight_scale", base);
     if (f->scale == SC_TENSOR) {
         MOQ_TRY(read_scalar(ck, nm, "FP8 per-tensor weight scale", &d->wscale, err));
+    } else if ((f->scale == SC_GROUP || f->scale == SC_BLK128) && !d->s) {
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, nm, "no scale buffer for format %s", f->name);
     } else if (f->scale == SC_GROUP) {
         snprintf(what, sizeof what, "%s: one %s scale per %d weights", f->name, moq_dtype_name(f->sdt), f->group);
         MOQ_TRY(get_tensor(ck, nm, what, &t, err));
@@ -413,7 +415,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
     const moe_fmt *f = m->fmt;
     char nm[320], eb[256];
 
-    m->local_of = malloc((size_t)m->E * sizeof(int32_t));
+    m->local_of = malloc((m->E > 0 ? (size_t)m->E : 1) * sizeof(int32_t));
     if (!m->local_of) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
     int64_t first = -1;
     for (int64_t g = 0; g < m->E; g++) {

@@ -102,7 +102,7 @@ void moq_act_dequant_row(const moq_linear_launch *l, int64_t m, float *xq, float
         for (size_t i = 0; i < K; i++) xq[i] = moq_e4m3_decode(q[i]);
         break;
     case MOQ_PAIR_FP8_BLK128: {
-        float s[64];
+        float s[64] = {0};
         for (size_t g0 = 0; g0 < K; g0 += 64 * 128) { /* at most 64 groups per call */
             const size_t n = K - g0 < 64 * 128 ? K - g0 : 64 * 128;
             moq_act_fp8_g128_ref(xq + g0, n, q + g0, s);
