@@ -3,11 +3,13 @@
 #
 #   build:  gcc, make, cmake (>= 3.25), pkg-config, libcjson-dev, libgomp (gcc), libcmocka-dev
 #   bench:  libopenblas-dev (baseline sgemm only; moq itself never links it)
-#   fuzz:   clang (optional: `make fuzz`)
+#   checks: clang + libclang-rt-14-dev + libomp-dev (fuzzing, ThreadSanitizer), clang-tidy, cppcheck,
+#           valgrind (scripts/test.sh runs all of them)
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in gcc make cmake pkg-config libcjson-dev libcmocka-dev libopenblas-dev "$@"; do
+for p in gcc make cmake pkg-config libcjson-dev libcmocka-dev libopenblas-dev \
+         clang libclang-rt-14-dev libomp-dev clang-tidy cppcheck valgrind "$@"; do
   have_pkg "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
