@@ -15,6 +15,9 @@
  * canonical weight (moq_weight_dequant_row), so a tied lm_head shares the embedding's weight.
  * Attention reads K and V back from the cache for every position, the current one included, so
  * an FP8 cache affects the current token as it does in vLLM's paged decode.
+ * Sliding-window layers attend to the last `sliding_window` positions, the current one included;
+ * MoE models may interleave dense MLP layers (Qwen3-MoE mlp_only_layers, decoder_sparse_step):
+ * both are per-layer facts read from config.json once at open (read_layer_plan).
  * Workspace for min(ctx, MOQ_MODEL_CHUNK) tokens is allocated at open; prefill runs in chunks.
  * Tested by tests/model/test_model.c.
  */
@@ -39,24 +42,45 @@
 #define MOQ_MODEL_CHUNK 32
 #define MOQ_MODEL_MAX_WARN 16
 
+/* Which layers use sliding-window attention, as transformers' config classes decide it. The window
+ * covers `sliding_window` key positions counting the current one: a query at position i attends to
+ * keys j with i - sliding_window < j <= i (transformers masking_utils.sliding_window_overlay,
+ * `kv_idx > q_idx - sliding_window`, v4.53+; vLLM passes window_size (sliding_window - 1, 0) to
+ * flash-attention, the same set). */
+typedef enum window_rule {
+    WINDOW_NONE,         /* config has no sliding window (Llama)                                     */
+    WINDOW_ALL_LAYERS,   /* Mistral, Mixtral: `sliding_window` (null = none) applies to every layer  */
+    WINDOW_QWEN2,        /* Qwen2/Qwen3(-MoE): only when `use_sliding_window` is true, and only for
+                            layers l >= `max_window_layers` (Qwen2Config.layer_types:
+                            "sliding_attention" if sliding_window is not None and i >= max_window_layers;
+                            the config docstring says the opposite, the code is what runs)           */
+} window_rule;
+
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
- * has it (Qwen2 always, Llama with attention_bias), so it is no column. */
+ * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
+ * config classes' defaults when config.json lacks the key (MistralConfig 4096, MixtralConfig None,
+ * Qwen2Config sliding_window 4096, max_window_layers 28). */
 typedef struct arch_row {
     const char *name;
     const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
     bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
     bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
+    bool        sparse_step;   /* MoE only on layers outside mlp_only_layers with (l + 1) % decoder_sparse_step
+                                  == 0 (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size */
+    window_rule window;
+    int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
+    int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk */
-    {"LlamaForCausalLM",       NULL,               false,  false},
-    {"MistralForCausalLM",     NULL,               false,  false},
-    {"Qwen2ForCausalLM",       NULL,               false,  false},
-    {"Qwen3ForCausalLM",       NULL,               true,   false},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true},
+    /* name                    moe block           qk_norm norm_topk sparse_step window             default  max_window */
+    {"LlamaForCausalLM",       NULL,               false,  false,    false,      WINDOW_NONE,       0,       0},
+    {"MistralForCausalLM",     NULL,               false,  false,    false,      WINDOW_ALL_LAYERS, 4096,    0},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    false,      WINDOW_QWEN2,      4096,    28},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    false,      WINDOW_QWEN2,      4096,    28},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    true,       WINDOW_QWEN2,      4096,    28},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -86,6 +110,8 @@ typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
     moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
     moq_moe_format   moe_fmt;
+    bool             is_moe;             /* routed experts in place of the dense MLP          */
+    int64_t          window;             /* sliding window in positions, 0 = full causal      */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
 } layer;
@@ -187,6 +213,68 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     return st;
 }
 
+/* An integer of config.json that may be null (-> *v = 0) or absent (*v unchanged). */
+static moq_status read_int_or_null(const cJSON *j, const char *key, int64_t *v, moq_error *err) {
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, key))) {
+        *v = 0;
+        return MOQ_OK;
+    }
+    bool present = false;
+    return moq_json_int(j, key, v, &present, "config.json", NULL, err);
+}
+
+/* Per-layer plan from config.json j: each layer's attention window (arch_row.window) and whether it
+ * holds routed experts (arch_row.moe_block, narrowed by arch_row.sparse_step). *n_moe: MoE layers. */
+static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_error *err) {
+    const arch_row *r = m->arch;
+    int64_t win = r->window == WINDOW_NONE ? 0 : r->window_default, from = 0, step = 1;
+    bool use = r->window != WINDOW_QWEN2, present = false;
+    if (r->window != WINDOW_NONE) MOQ_TRY(read_int_or_null(j, "sliding_window", &win, err));
+    if (win < 0) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "sliding_window %lld, expected a positive integer or null", (long long)win);
+    if (r->window == WINDOW_QWEN2) {
+        from = r->max_window_default;
+        MOQ_TRY(moq_json_bool(j, "use_sliding_window", &use, &present, "config.json", NULL, err));
+        MOQ_TRY(moq_json_int(j, "max_window_layers", &from, &present, "config.json", NULL, err));
+    }
+    const cJSON *only = NULL;
+    if (r->sparse_step) {
+        MOQ_TRY(moq_json_int(j, "decoder_sparse_step", &step, &present, "config.json", NULL, err));
+        if (step < 1) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "decoder_sparse_step %lld, expected >= 1", (long long)step);
+        only = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
+        if (only && !cJSON_IsNull(only) && !cJSON_IsArray(only))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_only_layers is %s, expected an array of layer indices", moq_json_type(only));
+    }
+    /* Qwen3MoeDecoderLayer: experts iff l not in mlp_only_layers, num_experts > 0 and (l + 1) % step == 0 */
+    const bool experts = r->moe_block && (!r->sparse_step || m->E > 0);
+    for (int64_t l = 0; l < m->L; l++) {
+        m->layers[l].is_moe = experts && (l + 1) % step == 0;
+        m->layers[l].window = use && l >= from ? win : 0;
+    }
+    const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
+    int i = 0;
+    cJSON_ArrayForEach(e, arr) {
+        if (!moq_json_is_int(e, 0, (double)(m->L - 1)))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_only_layers[%d] is %s, expected a layer index in [0, %lld)", i,
+                            cJSON_IsNumber(e) ? "out of range or not an integer" : moq_json_type(e), (long long)m->L);
+        m->layers[(int64_t)e->valuedouble].is_moe = false;
+        i++;
+    }
+    *n_moe = 0;
+    for (int64_t l = 0; l < m->L; l++) *n_moe += m->layers[l].is_moe;
+    return MOQ_OK;
+}
+
+static moq_status read_layer_plan(moq_model *m, int64_t *n_moe, moq_error *err) {
+    const char *text = moq_checkpoint_json_text(m->ckpt, "config.json");
+    cJSON *j = NULL;
+    if (text) MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
+    else j = cJSON_CreateObject();
+    if (!j) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory");
+    const moq_status st = plan_layers(m, j, n_moe, err);
+    cJSON_Delete(j);
+    return st;
+}
+
 static void progress(const moq_model *m, uint64_t done, uint64_t total) {
     if (m->opts.progress) m->opts.progress(m->opts.progress_user, "load", done, total);
 }
@@ -233,7 +321,7 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
         snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
         MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
-        if (m->arch->moe_block) MOQ_TRY(open_moe(m, l, lo, err));
+        if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
             snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
@@ -248,7 +336,7 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         if (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
-        if (!m->arch->moe_block && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
+        if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
@@ -352,22 +440,28 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->Ie = a->moe_intermediate_size ? a->moe_intermediate_size : a->intermediate_size;
         m->norm_topk = m->arch->norm_topk;
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
-        if (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1)
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
-                            (long long)m->E, (long long)m->topk, (long long)m->Ie);
-        m->I = 1; /* the dense MLP buffers are unused */
     }
-    if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->I < 1 || m->V < 1 || m->L < 1)
+    if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
-                        "intermediate_size %lld, vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
-                        (long long)m->H, (long long)m->A, (long long)m->KV, (long long)m->D, (long long)m->I, (long long)m->V, (long long)m->L);
+                        "vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
+                        (long long)m->H, (long long)m->A, (long long)m->KV, (long long)m->D, (long long)m->V, (long long)m->L);
+    m->layers = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(layer));
+    if (!m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    int64_t n_moe = 0;
+    MOQ_TRY(read_layer_plan(m, &n_moe, err));
+    if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
+                        (long long)m->E, (long long)m->topk, (long long)m->Ie);
+    if (n_moe == m->L) m->I = 1; /* the dense MLP buffers are unused */
+    if (m->I < 1)
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
+                        (long long)m->I, (long long)(m->L - n_moe));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->D / 2 * sizeof(float));
-    m->layers = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(layer));
-    if (!m->inv_freq || !m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->D / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
     m->tm.open_s = now_s() - t0;
 
@@ -469,17 +563,18 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
 }
 
 /* Causal attention of M new tokens (positions p0..p0+M-1) over the cache, one (token, head) per
- * task. out f32 [M, A D]. */
+ * task; a sliding-window layer (window W > 0) sees positions npos - W .. npos - 1 (the last W,
+ * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
-    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = (A + 2 * m->KV) * D;
+    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = (A + 2 * m->KV) * D, W = m->layers[l].window;
     const float sc = 1.0f / sqrtf((float)D);
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
-        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1;
+        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
         const float *q = m->qkv + i * qkvN + hd * D;
         float mx = -INFINITY;
-        for (int64_t p = 0; p < npos; p++) {
+        for (int64_t p = p_lo; p < npos; p++) {
             moq_kv_cache_read(&m->kv, 0, l, p, kvh * D, D, row);
             float d = 0;
             for (int64_t e = 0; e < D; e++) d += q[e] * row[e];
@@ -487,13 +582,13 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
             if (s[p] > mx) mx = s[p];
         }
         float sum = 0;
-        for (int64_t p = 0; p < npos; p++) {
+        for (int64_t p = p_lo; p < npos; p++) {
             s[p] = expf(s[p] - mx);
             sum += s[p];
         }
         float *o = m->att + i * A * D + hd * D;
         memset(o, 0, (size_t)D * sizeof(float));
-        for (int64_t p = 0; p < npos; p++) {
+        for (int64_t p = p_lo; p < npos; p++) {
             moq_kv_cache_read(&m->kv, 1, l, p, kvh * D, D, row);
             const float wgt = s[p] / sum;
             for (int64_t e = 0; e < D; e++) o[e] += wgt * row[e];
@@ -544,7 +639,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
-        if (m->arch->moe_block) {
+        if (ly->is_moe) {
             MOQ_TRY(moe_block(m, ly, M, err));
             continue;
         }
