@@ -213,14 +213,16 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     return st;
 }
 
-/* An integer of config.json that may be null (-> *v = 0) or absent (*v unchanged). */
-static moq_status read_int_or_null(const cJSON *j, const char *key, int64_t *v, moq_error *err) {
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, key))) {
+/* sliding_window of config.json: a positive integer, null (-> *v = 0, no window) or absent (*v unchanged). */
+static moq_status read_window(const cJSON *j, int64_t *v, moq_error *err) {
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "sliding_window"))) {
         *v = 0;
         return MOQ_OK;
     }
     bool present = false;
-    return moq_json_int(j, key, v, &present, "config.json", NULL, err);
+    MOQ_TRY(moq_json_int(j, "sliding_window", v, &present, "config.json", NULL, err));
+    if (present && *v < 1) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "sliding_window %lld, expected a positive integer or null", (long long)*v);
+    return MOQ_OK;
 }
 
 /* Per-layer plan from config.json j: each layer's attention window (arch_row.window) and whether it
@@ -229,8 +231,7 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
     const arch_row *r = m->arch;
     int64_t win = r->window == WINDOW_NONE ? 0 : r->window_default, from = 0, step = 1;
     bool use = r->window != WINDOW_QWEN2, present = false;
-    if (r->window != WINDOW_NONE) MOQ_TRY(read_int_or_null(j, "sliding_window", &win, err));
-    if (win < 0) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "sliding_window %lld, expected a positive integer or null", (long long)win);
+    if (r->window != WINDOW_NONE) MOQ_TRY(read_window(j, &win, err));
     if (r->window == WINDOW_QWEN2) {
         from = r->max_window_default;
         MOQ_TRY(moq_json_bool(j, "use_sliding_window", &use, &present, "config.json", NULL, err));

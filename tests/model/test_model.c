@@ -28,7 +28,7 @@
 #include "format/format.h"
 #include "quant/export_ref.h"
 
-enum { L_ = 2, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4, E_ = 4, TOPK = 2, IE_ = 128 };
+enum { L_ = 2, LMAX = 3, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4, E_ = 4, TOPK = 2, IE_ = 128 };
 
 /* ---- the oracle's own bit formats (NUMERICS §1) ---------------------------------------------- */
 static double d_e4m3(uint8_t c) {
@@ -85,12 +85,26 @@ typedef struct spec {
     bool        norm_topk;      /* config.json norm_topk_prob                               */
 } spec;
 
+/* Per-layer config.json keys of a case (NULL layout: L_ layers, none of these keys written).
+ * The oracle applies transformers' rules to them itself (layer_rules below). */
+typedef struct layout {
+    int         n_layers;           /* 0 = L_                                                */
+    const char *sliding_window;     /* JSON value text ("3", "null"), NULL = key absent      */
+    const char *use_sliding_window; /* "true" / "false" / NULL (Qwen2)                       */
+    const char *max_window_layers;  /* "1" / NULL (Qwen2; Qwen2Config default 28)            */
+    int         sparse_step;        /* decoder_sparse_step, 0 = absent (Qwen3-MoE)           */
+    unsigned    mlp_only_layers;    /* bit l: l listed in mlp_only_layers; 0 = key absent     */
+} layout;
+
 typedef struct oracle {
     double *emb;                /* [V, H] */
-    double *in_norm[L_], *post_norm[L_], *q_norm[L_], *k_norm[L_], *final_norm;
-    olin    q[L_], k[L_], v[L_], o[L_], gate[L_], up[L_], down[L_], head;
+    int     L;                  /* layers                                                  */
+    double *in_norm[LMAX], *post_norm[LMAX], *q_norm[LMAX], *k_norm[LMAX], *final_norm;
+    olin    q[LMAX], k[LMAX], v[LMAX], o[LMAX], gate[LMAX], up[LMAX], down[LMAX], head;
+    int     window[LMAX];       /* sliding window of layer l in positions, 0 = full causal   */
+    bool    moe_l[LMAX];        /* layer l has routed experts                              */
     bool    moe, norm_topk;
-    olin    router[L_], eg[L_][E_], eu[L_][E_], ed[L_][E_];
+    olin    router[LMAX], eg[LMAX][E_], eu[LMAX][E_], ed[LMAX][E_];
     double  k_scale, v_scale;
     bool    fp8_kv, qk_norm, kv_bf16;
     double  inv_freq[D_ / 2], mscale;
@@ -287,13 +301,36 @@ static void oracle_rope(oracle *o, const char *type, double theta, double factor
 }
 
 /* Writes the checkpoint of `s` into dir and builds the oracle. */
-static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) {
+/* transformers' per-layer decisions, restated from the modeling/config code (not from moq):
+ *   Mistral/Mixtral: every layer attends over the last sliding_window keys when it is set
+ *     (MistralConfig default 4096, longer than any test context).
+ *   Qwen2: Qwen2Config.layer_types[i] = "sliding_attention" iff use_sliding_window (else
+ *     sliding_window is None) and i >= max_window_layers.
+ *   Qwen3-MoE: Qwen3MoeDecoderLayer uses the sparse block iff i not in mlp_only_layers,
+ *     num_experts > 0 and (i + 1) % decoder_sparse_step == 0, else Qwen3MoeMLP(intermediate_size). */
+static void layer_rules(const spec *s, const layout *y, oracle *o) {
+    for (int l = 0; l < o->L; l++) {
+        o->moe_l[l] = s->moe;
+        o->window[l] = 0;
+        if (!y) continue;
+        const int w = y->sliding_window ? atoi(y->sliding_window) : 0; /* "null" -> 0 */
+        const bool use = y->use_sliding_window && strcmp(y->use_sliding_window, "true") == 0;
+        if (strstr(s->arch, "Mistral") || strstr(s->arch, "Mixtral")) o->window[l] = w;
+        if (strstr(s->arch, "Qwen2") && use && l >= (y->max_window_layers ? atoi(y->max_window_layers) : 28)) o->window[l] = w;
+        if (s->moe && y->sparse_step > 0 && (l + 1) % y->sparse_step) o->moe_l[l] = false;
+        if (s->moe && (y->mlp_only_layers >> l & 1u)) o->moe_l[l] = false;
+    }
+}
+
+static void make_model_x(const spec *s, const layout *y, const char *dir, oracle *o, uint64_t seed) {
     gen g = {.rng = seed};
     memset(o, 0, sizeof *o);
+    o->L = y && y->n_layers ? y->n_layers : L_;
+    layer_rules(s, y, o);
     TU_OK(moq_writer_create(&g.w, dir, err_));
     o->emb = add_bf16(&g, "model.embed_tokens.weight", V_, H_, 1.0, 0);
     o->qk_norm = s->qk_norm;
-    for (int l = 0; l < L_; l++) {
+    for (int l = 0; l < o->L; l++) {
         char nm[200], pre[128];
         snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
         o->in_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
@@ -322,7 +359,7 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
         }
         snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
         o->post_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
-        if (s->moe) { /* Mixtral: block_sparse_moe.experts.e.{w1,w3,w2}; Qwen3-MoE: mlp.experts.e.{gate,up,down}_proj */
+        if (o->moe_l[l]) { /* Mixtral: block_sparse_moe.experts.e.{w1,w3,w2}; Qwen3-MoE: mlp.experts.e.{gate,up,down}_proj */
             const bool mx = strstr(s->arch, "Mixtral") != NULL;
             static const char *const rn[1] = {"gate"};
             const int64_t nr[1] = {E_};
@@ -362,6 +399,20 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
     }
     o->fp8_kv = s->fp8_kv;
     o->moe = s->moe, o->norm_topk = s->norm_topk;
+    char extra[512] = "";
+    if (y) {
+        size_t n = 0;
+        if (y->sliding_window) n += (size_t)snprintf(extra + n, sizeof extra - n, ", \"sliding_window\": %s", y->sliding_window);
+        if (y->use_sliding_window) n += (size_t)snprintf(extra + n, sizeof extra - n, ", \"use_sliding_window\": %s", y->use_sliding_window);
+        if (y->max_window_layers) n += (size_t)snprintf(extra + n, sizeof extra - n, ", \"max_window_layers\": %s", y->max_window_layers);
+        if (y->sparse_step > 0) n += (size_t)snprintf(extra + n, sizeof extra - n, ", \"decoder_sparse_step\": %d", y->sparse_step);
+        if (y->mlp_only_layers) {
+            n += (size_t)snprintf(extra + n, sizeof extra - n, ", \"mlp_only_layers\": [");
+            for (int b = 0, first = 1; b < 16; b++)
+                if (y->mlp_only_layers >> b & 1u) n += (size_t)snprintf(extra + n, sizeof extra - n, "%s%d", first ? "" : ", ", b), first = 0;
+            snprintf(extra + n, sizeof extra - n, "]");
+        }
+    }
 
     /* configs */
     const bool mixed = strcmp(s->attn_algo, s->mlp_algo) != 0 || strcmp(s->attn_algo, s->head_algo) != 0;
@@ -382,9 +433,9 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
              "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
              "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, "
              "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
-             "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s}",
-             s->arch, H_, I_, L_, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
-             strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false");
+             "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s%s}",
+             s->arch, H_, I_, o->L, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
+             strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false", extra);
     TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(g.w, 2, err_));
     moq_writer_free(g.w);
@@ -397,6 +448,8 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
     oracle_rope(o, type, 10000.0, factor);
 }
 
+static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) { make_model_x(s, NULL, dir, o, seed); }
+
 static void olin_free(olin *l) {
     free(l->W);
     free(l->bias);
@@ -405,7 +458,7 @@ static void olin_free(olin *l) {
 static void oracle_free(oracle *o) {
     free(o->emb);
     free(o->final_norm);
-    for (int l = 0; l < L_; l++) {
+    for (int l = 0; l < o->L; l++) {
         free(o->in_norm[l]), free(o->post_norm[l]), free(o->q_norm[l]), free(o->k_norm[l]);
         olin_free(&o->q[l]), olin_free(&o->k[l]), olin_free(&o->v[l]), olin_free(&o->o[l]);
         olin_free(&o->gate[l]), olin_free(&o->up[l]), olin_free(&o->down[l]), olin_free(&o->router[l]);
@@ -490,11 +543,11 @@ static void rope(const oracle *o, double *x, int pos) {
 
 /* Logits [n, V] of tokens[0..n) run one after another from position 0. */
 static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logits) {
-    double *K = calloc((size_t)(L_ * n * KV_ * D_), sizeof(double)), *Vc = calloc((size_t)(L_ * n * KV_ * D_), sizeof(double));
+    double *K = calloc((size_t)(o->L * n * KV_ * D_), sizeof(double)), *Vc = calloc((size_t)(o->L * n * KV_ * D_), sizeof(double));
     double x[H_], h[H_], q[A_ * D_], k[KV_ * D_], v[KV_ * D_], att[A_ * D_], t[H_], g[I_], u[I_], sc[64];
     for (int p = 0; p < n; p++) {
         for (int e = 0; e < H_; e++) x[e] = o->emb[tok[p] * H_ + e];
-        for (int l = 0; l < L_; l++) {
+        for (int l = 0; l < o->L; l++) {
             memcpy(h, x, sizeof h);
             rms(h, o->in_norm[l], H_);
             lin(&o->q[l], h, q), lin(&o->k[l], h, k), lin(&o->v[l], h, v);
@@ -514,17 +567,19 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
             for (int a = 0; a < A_; a++) {
                 const int kvh = a / (A_ / KV_);
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= p; j++) {
+                /* sliding window W: keys j with j > p - W (transformers' sliding_window_overlay) */
+                const int j0 = o->window[l] > 0 && p - o->window[l] + 1 > 0 ? p - o->window[l] + 1 : 0;
+                for (int j = j0; j <= p; j++) {
                     const double *kk = K + ((size_t)l * n + j) * KV_ * D_ + kvh * D_;
                     double d = 0;
                     for (int e = 0; e < D_; e++) d += q[a * D_ + e] * kk[e];
                     sc[j] = d / sqrt((double)D_);
                     mx = fmax(mx, sc[j]);
                 }
-                for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int j = j0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
                 for (int e = 0; e < D_; e++) {
                     double acc = 0;
-                    for (int j = 0; j <= p; j++) acc += sc[j] / sum * Vc[((size_t)l * n + j) * KV_ * D_ + kvh * D_ + e];
+                    for (int j = j0; j <= p; j++) acc += sc[j] / sum * Vc[((size_t)l * n + j) * KV_ * D_ + kvh * D_ + e];
                     att[a * D_ + e] = acc;
                 }
             }
@@ -532,7 +587,7 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
             for (int e = 0; e < H_; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
             rms(h, o->post_norm[l], H_);
-            if (o->moe) { /* softmax router, top-k (ties: lower id), optional renormalization */
+            if (o->moe_l[l]) { /* softmax router, top-k (ties: lower id), optional renormalization */
                 double r[E_], mx = -INFINITY, sum = 0, w[TOPK], ws = 0;
                 int sel[TOPK];
                 lin(&o->router[l], h, r);
@@ -582,10 +637,12 @@ static double rel_err(const float *got, const double *ref, size_t n, size_t *wor
     return md / mr;
 }
 
-static void check_case_kv(const spec *s, moq_elem kv_elem) {
+/* Case s with layout y (NULL: default) through moq and the oracle, logits within s->tol. With
+ * keep/got_keep, the oracle and moq's logits [NTOK, V] are handed to the caller to free. */
+static void check_case_y(const spec *s, const layout *y, moq_elem kv_elem, oracle *keep, float **got_keep) {
     char *dir = tu_tmpdir(s->name);
     oracle o;
-    make_model(s, dir, &o, 0x5EED0000u + (uint64_t)strlen(s->name));
+    make_model_x(s, y, dir, &o, 0x5EED0000u + (uint64_t)strlen(s->name));
     o.kv_bf16 = kv_elem == MOQ_ELEM_BF16;
     double *ref = malloc(sizeof(double) * NTOK * V_);
     oracle_run(&o, prompt, NTOK, ref);
@@ -618,13 +675,18 @@ static void check_case_kv(const spec *s, moq_elem kv_elem) {
         fail_msg("%s: relative logit error %.3g > %.3g; worst at position %zu token %zu: got %.6g, ref %.6g", s->name, e, s->tol, worst / V_,
                  worst % V_, (double)got[worst], ref[worst]);
     moq_model_free(m);
-    free(got);
     free(ref);
-    oracle_free(&o);
+    if (keep) {
+        *keep = o, *got_keep = got;
+    } else {
+        free(got);
+        oracle_free(&o);
+    }
     tu_rmtree(dir);
     free(dir);
 }
 
+static void check_case_kv(const spec *s, moq_elem kv_elem) { check_case_y(s, NULL, kv_elem, NULL, NULL); }
 static void check_case(const spec *s) { check_case_kv(s, MOQ_ELEM_F32); }
 
 #define LLAMA "LlamaForCausalLM"
@@ -666,6 +728,119 @@ static void test_bf16_kv_cache(void **state) {
     (void)state;
     static const spec s = {"qwen3_bf16_kv", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
     check_case_kv(&s, MOQ_ELEM_BF16);
+}
+
+/* moq's logits `got` against the oracle run with the windows `alt` instead of its own: must be off
+ * by more than the case's limit, so the limit tells the right window from its neighbours (one
+ * position more or less: the inclusive/exclusive question) and from no window at all. */
+static void assert_window_matters(const spec *s, oracle *o, const float *got, const int *alt) {
+    int own[LMAX];
+    memcpy(own, o->window, sizeof own);
+    memcpy(o->window, alt, sizeof own);
+    double *ref = malloc(sizeof(double) * NTOK * V_);
+    oracle_run(o, prompt, NTOK, ref);
+    size_t worst = 0;
+    const double e = rel_err(got, ref, (size_t)NTOK * V_, &worst);
+    print_message("%-24s vs oracle with windows {%d, %d}: %.3g (must exceed %.3g)\n", s->name, alt[0], alt[1], e, s->tol);
+    if (!(e > s->tol)) fail_msg("%s: logits match windows {%d, %d} as well (%.3g <= %.3g): the test cannot tell them apart", s->name, alt[0], alt[1], e, s->tol);
+    memcpy(o->window, own, sizeof own);
+    free(ref);
+}
+
+/* Sliding-window attention (Mistral: every layer; Qwen2: use_sliding_window, layers >= max_window_layers).
+ * Windows of 2-3 positions over NTOK 7 tokens: the prefill of NPRE 4 and the decodes both cross them. */
+static void test_sliding_window(void **state) {
+    (void)state;
+    oracle o;
+    float *got = NULL;
+    static const spec mis = {"mistral_swa3", "MistralForCausalLM", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 2e-5, false, false};
+    static const layout ym = {.sliding_window = "3"};
+    check_case_y(&mis, &ym, MOQ_ELEM_F32, &o, &got);
+    assert_int_equal(o.window[0], 3), assert_int_equal(o.window[1], 3);
+    static const int m2[LMAX] = {2, 2, 0}, m4[LMAX] = {4, 4, 0}, m0[LMAX] = {0, 0, 0};
+    assert_window_matters(&mis, &o, got, m2);
+    assert_window_matters(&mis, &o, got, m4);
+    assert_window_matters(&mis, &o, got, m0);
+    oracle_free(&o), free(got);
+
+    /* FP8 weights and FP8 KV: the window selects among the quantized cached keys */
+    static const spec misq = {"mistral_swa3_fp8kv", "MistralForCausalLM", "FP8", "FP8", "BF16", false, false, false, true, true, NULL, 2e-3, false, false};
+    check_case_y(&misq, &ym, MOQ_ELEM_F32, &o, &got);
+    assert_window_matters(&misq, &o, got, m2);
+    assert_window_matters(&misq, &o, got, m4);
+    oracle_free(&o), free(got);
+
+    /* Qwen2: window 2 on layer 1 only (max_window_layers 1) */
+    static const spec qw = {"qwen2_swa2_from1", "Qwen2ForCausalLM", "BF16", "BF16", "BF16", true, false, false, false, false, NULL, 2e-5, false, false};
+    static const layout yq = {.sliding_window = "2", .use_sliding_window = "true", .max_window_layers = "1"};
+    check_case_y(&qw, &yq, MOQ_ELEM_F32, &o, &got);
+    assert_int_equal(o.window[0], 0), assert_int_equal(o.window[1], 2);
+    static const int q_all[LMAX] = {2, 2, 0}, q_first[LMAX] = {2, 0, 0}, q3[LMAX] = {0, 3, 0};
+    assert_window_matters(&qw, &o, got, q_all);
+    assert_window_matters(&qw, &o, got, q_first);
+    assert_window_matters(&qw, &o, got, q3);
+    assert_window_matters(&qw, &o, got, m0);
+    oracle_free(&o), free(got);
+
+    /* use_sliding_window false (Qwen2's default): sliding_window is ignored; a null Mistral window
+     * is full attention */
+    static const spec qoff = {"qwen2_swa_off", "Qwen2ForCausalLM", "BF16", "BF16", "BF16", true, false, false, false, false, NULL, 2e-5, false, false};
+    static const layout yoff = {.sliding_window = "2", .use_sliding_window = "false", .max_window_layers = "0"};
+    check_case_y(&qoff, &yoff, MOQ_ELEM_F32, &o, &got);
+    assert_int_equal(o.window[0], 0), assert_int_equal(o.window[1], 0);
+    assert_window_matters(&qoff, &o, got, q_all);
+    oracle_free(&o), free(got);
+    static const spec mnull = {"mistral_swa_null", "MistralForCausalLM", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 2e-5, false, false};
+    static const layout ynull = {.sliding_window = "null"};
+    check_case_y(&mnull, &ynull, MOQ_ELEM_F32, NULL, NULL);
+}
+
+/* Qwen3-MoE dense layers: mlp_only_layers and decoder_sparse_step. A dense layer's checkpoint holds
+ * mlp.{gate,up,down}_proj of intermediate_size and no experts, so a runner that picks the wrong
+ * kind of block for a layer fails to load; the logits check the dense and routed paths' numerics. */
+static void test_moe_dense_layers(void **state) {
+    (void)state;
+    oracle o;
+    float *got = NULL;
+    static const spec s1 = {"qwen3moe_mlp_only_1", "Qwen3MoeForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, true, true};
+    static const layout y1 = {.n_layers = 3, .mlp_only_layers = 1u << 1};
+    check_case_y(&s1, &y1, MOQ_ELEM_F32, &o, &got);
+    assert_true(o.moe_l[0]), assert_false(o.moe_l[1]), assert_true(o.moe_l[2]);
+    oracle_free(&o), free(got);
+    /* decoder_sparse_step 2: only layer 1 ((1 + 1) % 2 == 0) routes; NVFP4 experts and MLPs */
+    static const spec s2 = {"qwen3moe_step2_nvfp4", "Qwen3MoeForCausalLM", "NVFP4", "NVFP4", "BF16", false, true, false, false, false, NULL, 2e-3, true, false};
+    static const layout y2 = {.n_layers = 3, .sparse_step = 2};
+    check_case_y(&s2, &y2, MOQ_ELEM_F32, &o, &got);
+    assert_false(o.moe_l[0]), assert_true(o.moe_l[1]), assert_false(o.moe_l[2]);
+    oracle_free(&o), free(got);
+}
+
+/* Malformed per-layer keys are config errors naming the key, the value and what is expected. */
+static void test_layer_plan_errors(void **state) {
+    (void)state;
+    static const struct { const char *name, *arch; layout y; const char *msg; } rows[] = {
+        {"err_mlp_only_range", "Qwen3MoeForCausalLM", {.n_layers = 3, .mlp_only_layers = 1u << 5}, "mlp_only_layers[0] is out of range or not an integer, expected a layer index in [0, 3)"},
+        {"err_window_zero", "MistralForCausalLM", {.sliding_window = "0"}, "sliding_window 0, expected a positive integer or null"},
+        {"err_window_str", "Qwen2ForCausalLM", {.sliding_window = "\"4\"", .use_sliding_window = "true"}, "sliding_window"},
+        {"err_use_window", "Qwen2ForCausalLM", {.sliding_window = "4", .use_sliding_window = "1"}, "use_sliding_window"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const bool moe = strstr(rows[i].arch, "Moe") != NULL;
+        const spec s = {rows[i].name, rows[i].arch, "BF16", "BF16", "BF16", false, moe, false, false, false, NULL, 0, moe, false};
+        char *dir = tu_tmpdir(s.name);
+        oracle o;
+        make_model_x(&s, &rows[i].y, dir, &o, 11);
+        moq_model_opts opts = moq_model_opts_default();
+        opts.ctx = 8;
+        moq_model *m = NULL;
+        moq_error e = {0};
+        const moq_status st = moq_model_open(&m, dir, &opts, &e);
+        TU_ERR(&e, st, MOQ_ERR_CONFIG, "config.json", rows[i].msg);
+        assert_null(m);
+        oracle_free(&o);
+        tu_rmtree(dir);
+        free(dir);
+    }
 }
 
 static int argmax(const float *x, int64_t n) {
@@ -796,6 +971,9 @@ int main(void) {
         cmocka_unit_test(test_bf16_kv_cache),
         cmocka_unit_test(test_greedy_reproducible),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_moe_dense_layers),
+        cmocka_unit_test(test_layer_plan_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
