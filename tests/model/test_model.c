@@ -20,6 +20,9 @@
  *     1.3e-2 to 1.6e-1 (checked by mutating the oracle), so the limits catch a runner that
  *     skipped or misplaced a quantizer, a scale, a shard, the rope or the mask.
  * Greedy decoding must give identical tokens across runs and across 1 vs 2 threads.
+ * Per-layer config keys (layout): sliding windows (Mistral, Qwen2) and Qwen3-MoE dense layers; the
+ * oracle restates transformers' per-layer rules (layer_rules), and each windowed case must also
+ * miss the oracle run with the neighbouring windows (W - 1, W + 1, none) by more than its limit.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -103,7 +106,7 @@ typedef struct oracle {
     olin    q[LMAX], k[LMAX], v[LMAX], o[LMAX], gate[LMAX], up[LMAX], down[LMAX], head;
     int     window[LMAX];       /* sliding window of layer l in positions, 0 = full causal   */
     bool    moe_l[LMAX];        /* layer l has routed experts                              */
-    bool    moe, norm_topk;
+    bool    norm_topk;
     olin    router[LMAX], eg[LMAX][E_], eu[LMAX][E_], ed[LMAX][E_];
     double  k_scale, v_scale;
     bool    fp8_kv, qk_norm, kv_bf16;
@@ -398,7 +401,7 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
         add_linears(&g, "", hn, nh, 1, H_, s->head_algo, false, &o->head);
     }
     o->fp8_kv = s->fp8_kv;
-    o->moe = s->moe, o->norm_topk = s->norm_topk;
+    o->norm_topk = s->norm_topk;
     char extra[512] = "";
     if (y) {
         size_t n = 0;
