@@ -37,6 +37,10 @@ for t in "${targets[@]}"; do
           { printf "\\$(printf '%03o' $sel)"; cat "$f"; } > "$corpus/seed$i.$p"
         done; i=$((i+1))
       done ;;
+    tokenizer)
+      # Texts: the project's docs and the tokenizer golden strings (multi-byte UTF-8, digits, specials).
+      for f in README.md docs/*.md; do cp "$f" "$corpus/"; done
+      [ -d tests/golden/tokenizer ] && for f in tests/golden/tokenizer/*.json; do cp "$f" "$corpus/"; done ;;
     *) for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
   esac
   [ -d "tests/fuzz/regress/$t" ] && cp tests/fuzz/regress/$t/* "$corpus/" 2>/dev/null || true
