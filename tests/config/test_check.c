@@ -98,7 +98,7 @@ static ck *open_ck(const char *dir) {
 }
 
 static void finish(ck *c, const char *hf_quant, const char *config) {
-    TU_OK(moq_writer_file(c->w, "config.json", config ? config : "{\"architectures\":[\"X\"],\"model_type\":\"x\"}", err_));
+    TU_OK(moq_writer_file(c->w, "config.json", config ? config : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\"}", err_));
     if (hf_quant) TU_OK(moq_writer_file(c->w, "hf_quant_config.json", hf_quant, err_));
     TU_OK(moq_writer_finish(c->w, 1, err_));
     moq_writer_free(c->w);
