@@ -51,6 +51,15 @@ typedef struct synth {
     size_t      layers_cap;
 } synth;
 
+/* Frees the writer and everything it borrowed. */
+static void synth_release(synth *s) {
+    moq_writer_free(s->w);
+    for (size_t i = 0; i < s->n_bufs; i++) free(s->bufs[i]);
+    free(s->bufs);
+    free(s->layers_json);
+    *s = (synth){0};
+}
+
 static void *keep(synth *s, size_t n) {
     void *p = calloc(1, n ? n : 1);
     void **b = p ? realloc(s->bufs, (s->n_bufs + 1) * sizeof *b) : NULL;
@@ -215,7 +224,10 @@ int cmd_synth(int argc, char **argv) {
     }
     moq_error err = {0};
     moq_status st = moq_writer_create(&s.w, dir, &err);
-    if (st) return cli_report(&err);
+    if (st) {
+        synth_release(&s);
+        return cli_report(&err);
+    }
     char nm[256];
     const int64_t ev[2] = {V, H}, hv[1] = {H};
     if (!st) st = add_bf16(&s, "model.embed_tokens.weight", 2, ev, 0.02, 0, &err);
@@ -271,8 +283,11 @@ int cmd_synth(int argc, char **argv) {
                  mixtral ? "num_local_experts" : "num_experts", experts, topk, I);
     char *cfg = malloc(4096 + extra), *hq = malloc(1024 + extra), *qc = malloc(1024 + extra), ql[64 + 1];
     if (!cfg || !hq || !qc) {
-        free(cfg), free(hq), free(qc), free(s.layers_json);
-        return MOQ_ERR_NOMEM;
+        free(cfg), free(hq), free(qc);
+        synth_release(&s);
+        err.code = MOQ_ERR_NOMEM;
+        snprintf(err.msg, sizeof err.msg, "out of memory for config.json");
+        return cli_report(&err);
     }
     const bool quant = attn_row->quantized || mlp_row->quantized;
     /* A mix writes the group size of its grouped algo at the top level, as ModelOpt does. */
@@ -303,10 +318,8 @@ int cmd_synth(int argc, char **argv) {
     if (!st && quant) st = moq_writer_file(s.w, "hf_quant_config.json", hq, &err);
     if (!st) st = moq_writer_metadata(s.w, "format", "pt", &err);
     if (!st) st = moq_writer_finish(s.w, (int)shards, &err);
-    moq_writer_free(s.w);
-    for (size_t i = 0; i < s.n_bufs; i++) free(s.bufs[i]);
-    free(s.bufs);
-    free(s.layers_json), free(cfg), free(hq), free(qc);
+    synth_release(&s);
+    free(cfg), free(hq), free(qc);
     if (st == MOQ_ERR_NOMEM && !err.msg[0]) moq_error_format(&err, nm, 1), snprintf(err.msg, sizeof err.msg, "out of memory");
     if (st) return cli_report(&err);
     printf("%s: %s checkpoint, %ld layers, %ld shard%s\n", dir, algo, layers, shards, shards == 1 ? "" : "s");

@@ -149,7 +149,7 @@ moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *w
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "%s export of [%lld, %lld] given %d tensors%s, expected %d",
                         row->algo, (long long)N, (long long)K, count, W ? "" : " and no weight", n);
     for (int i = 0; i < n; i++)
-        if (!t[i].data || t[i].nbytes != want[i].nbytes || !t[i].suffix || strcmp(t[i].suffix, want[i].suffix))
+        if (!t[i].data || t[i].nbytes != want[i].nbytes || !t[i].suffix || strcmp(t[i].suffix, want[i].suffix) != 0)
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "tensor %d: %s of %llu bytes%s, expected %s of %llu bytes as planned",
                             i, t[i].suffix ? t[i].suffix : "(none)", (unsigned long long)t[i].nbytes,
                             t[i].data ? "" : " without data", want[i].suffix, (unsigned long long)want[i].nbytes);
