@@ -38,6 +38,9 @@ int  cmd_resolve(int argc, char **argv);
 void cmd_resolve_help(FILE *out);
 int  cmd_check(int argc, char **argv);
 void cmd_check_help(FILE *out);
+/* 1 when config.json names an architecture `moq run` refuses; msg gets "architecture ... supported: ..."
+ * (where: config.json). 0 when supported or when there is no config.json. (cmd_check.c) */
+int  cli_arch_unsupported(const moq_checkpoint *c, char *msg, size_t n);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
 /* models: run, eval, bench model (src/cli/cmd_run.c, cmd_eval.c, cmd_bench_model.c) */

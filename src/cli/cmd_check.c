@@ -9,6 +9,18 @@
 
 #include "cli.h"
 #include "config/modules.h"
+#include "model/model.h"
+
+int cli_arch_unsupported(const moq_checkpoint *c, char *msg, size_t n) {
+    const moq_arch *a = moq_checkpoint_arch(c);
+    if (!a || moq_model_architecture_supported(a->architecture)) return 0;
+    char list[512];
+    moq_model_supported_list(list, sizeof list);
+    /* The same words as `moq run`'s refusal (model.c), plus where the name comes from. */
+    snprintf(msg, n, "architecture \"%s\", expected one of %s (architectures[0]%s; `moq run` refuses it)", a->architecture, list,
+             a->architecture[0] ? "" : " is missing");
+    return 1;
+}
 
 void cmd_check_help(FILE *out) {
     fprintf(out,
@@ -50,6 +62,10 @@ int cmd_check(int argc, char **argv) {
     if (moq_modules_build(&m, c, q, &err) != MOQ_OK || moq_modules_check(&m, c, q, values, &err) != MOQ_OK) {
         rc = cli_report(&err);
     } else {
+        /* An architecture `moq run` refuses is one more problem (listed first); the tensors are
+         * still checked, as inspect does. */
+        char arch_msg[768];
+        const int arch_bad = cli_arch_unsupported(c, arch_msg, sizeof arch_msg), n_probs = m.n_probs + arch_bad;
         int layers = 0;
         for (int k = 0; k < m.n; k++) layers += m.mods[k].kind != MOQ_MOD_OTHER;
         if (json) {
@@ -58,6 +74,13 @@ int cmd_check(int argc, char **argv) {
             cJSON_AddStringToObject(o, "compat", moq_compat_name(prof));
             cJSON_AddNumberToObject(o, "modules", layers);
             cJSON *ps = cJSON_AddArrayToObject(o, "problems");
+            if (arch_bad) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "where", "config.json");
+                cJSON_AddStringToObject(p, "message", arch_msg);
+                cJSON_AddStringToObject(p, "code", moq_status_str(MOQ_ERR_UNSUPPORTED));
+                cJSON_AddItemToArray(ps, p);
+            }
             for (int i = 0; i < m.n_probs; i++) {
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "where", m.probs[i].where);
@@ -65,17 +88,18 @@ int cmd_check(int argc, char **argv) {
                 cJSON_AddStringToObject(p, "code", moq_status_str(m.probs[i].code));
                 cJSON_AddItemToArray(ps, p);
             }
-            cJSON_AddBoolToObject(o, "clean", m.n_probs == 0);
+            cJSON_AddBoolToObject(o, "clean", n_probs == 0);
             char *s = cJSON_Print(o);
             printf("%s\n", s);
             cJSON_free(s);
             cJSON_Delete(o);
         } else {
+            if (arch_bad) printf("config.json: %s\n", arch_msg);
             for (int i = 0; i < m.n_probs; i++) printf("%s: %s\n", m.probs[i].where, m.probs[i].msg);
             printf("%s: %d modules checked%s (%s), %d problem%s\n", path, layers, values ? " with values" : "",
-                   q ? moq_qconfig_source(q) : "no quantization config", m.n_probs, m.n_probs == 1 ? "" : "s");
+                   q ? moq_qconfig_source(q) : "no quantization config", n_probs, n_probs == 1 ? "" : "s");
         }
-        if (m.n_probs) rc = (int)m.probs[0].code;
+        if (n_probs) rc = arch_bad ? (int)MOQ_ERR_UNSUPPORTED : (int)m.probs[0].code;
     }
     moq_modules_free(&m);
     moq_qconfig_free(q);

@@ -193,7 +193,9 @@ int cmd_inspect(int argc, char **argv) {
         if (i == nm && nm < 32) mnames[nm++] = md->res.method;
         if (i < 32) mcount[i]++;
     }
-    char b1[32];
+    char b1[32], arch_msg[768];
+    /* Informational: inspect reads any architecture, but says when `moq run` would refuse it. */
+    const int arch_bad = cli_arch_unsupported(c, arch_msg, sizeof arch_msg);
     mod_kernel *mk = kernels ? calloc((size_t)mods.n + 1, sizeof *mk) : NULL;
     for (int k = 0; mk && k < mods.n; k++) {
         const moq_module *md = &mods.mods[k];
@@ -251,6 +253,11 @@ int cmd_inspect(int argc, char **argv) {
         for (int i = 0; i < nm; i++) cJSON_AddNumberToObject(mc, mnames[i], mcount[i]);
         cJSON_AddNumberToObject(o, "problems", mods.n_probs);
         cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+        if (arch_bad) {
+            char line[800];
+            snprintf(line, sizeof line, "config.json: %s", arch_msg);
+            cJSON_AddItemToArray(w, cJSON_CreateString(line));
+        }
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++)
             cJSON_AddItemToArray(w, cJSON_CreateString(moq_checkpoint_warning(c, i)));
         char *s = cJSON_Print(o);
@@ -310,6 +317,7 @@ int cmd_inspect(int argc, char **argv) {
         printf("methods\n");
         for (int i = 0; i < nm; i++) printf("  %-19s %d\n", mnames[i], mcount[i]);
         if (mods.n_probs) printf("problems     %d (run `moq check %s`)\n", mods.n_probs, path);
+        if (arch_bad) fprintf(stderr, "moq: warning: config.json: %s\n", arch_msg);
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));
     }
     free(mk);

@@ -1,6 +1,7 @@
 /* cmd_synth.c — `moq synth DIR [--algo A] ...`: write a small synthetic Llama-shaped checkpoint the
- * way ModelOpt exports one (deterministic random bf16 weights, quantized with quant/export_ref.c),
- * so the demo and the tests need no download. */
+ * way ModelOpt exports one (deterministic random bf16 weights; each linear written by its algo's row
+ * of quant/export_linear.c), so the demo and the tests need no download. Covered by
+ * tests/e2e/test_config_cli.sh, model_cli.sh and test_cli_inspect.c. */
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "format/format.h"
+#include "quant/export_linear.h"
 #include "quant/export_ref.h"
 
 void cmd_synth_help(FILE *out) {
@@ -28,15 +30,35 @@ void cmd_synth_help(FILE *out) {
             "routers unquantized; the expert tensors follow A like the dense MLP's.\n");
 }
 
+/* Checkpoints whose linears mix two algos: attention in one, the MLP (and experts) in another. */
+typedef struct synth_mix {
+    const char *algo;       /* the config's quant_algo      */
+    const char *attn_algo;  /* q/k/v/o_proj: an export row   */
+    const char *mlp_algo;   /* MLP and experts: an export row */
+} synth_mix;
+
+/* MIXED_PRECISION is shaped like nvidia/Qwen3.6-27B-NVFP4: FP8 attention, W4A16_NVFP4 MLP. */
+static const synth_mix k_mixes[] = {
+    {"MIXED_PRECISION", "FP8", "W4A16_NVFP4"},
+};
+
 typedef struct synth {
     moq_writer *w;
     void      **bufs;    /* everything the writer borrows until finish */
     size_t      n_bufs;
     uint64_t    rng;
-    const char *algo;
     char       *layers_json;  /* MIXED_PRECISION: the quantized_layers entries written so far */
     size_t      layers_cap;
 } synth;
+
+/* Frees the writer and everything it borrowed. */
+static void synth_release(synth *s) {
+    moq_writer_free(s->w);
+    for (size_t i = 0; i < s->n_bufs; i++) free(s->bufs[i]);
+    free(s->bufs);
+    free(s->layers_json);
+    *s = (synth){0};
+}
 
 static void *keep(synth *s, size_t n) {
     void *p = calloc(1, n ? n : 1);
@@ -82,16 +104,9 @@ static moq_status add_bf16(synth *s, const char *name, int ndim, const int64_t *
     return moq_writer_add(s->w, name, MOQ_DT_BF16, ndim, shape, h, n * 2, err);
 }
 
-static moq_status add_scalar(synth *s, const char *name, float v, moq_error *err) {
-    float *p = keep(s, 4);
-    if (!p) return MOQ_ERR_NOMEM;
-    *p = v;
-    return moq_writer_add(s->w, name, MOQ_DT_F32, 0, NULL, p, 4, err);
-}
-
 /* A fused group (q/k/v or gate/up): shards share the weight amax and the input scale. */
 static moq_status add_group(synth *s, const char *prefix, const char *const *names, const int64_t *ns, int count,
-                            int64_t K, const char *algo, moq_error *err) {
+                            int64_t K, const moq_export_linear_row *row, moq_error *err) {
     float *w[4] = {0};
     float amax = 0;
     moq_status st = MOQ_OK;
@@ -108,62 +123,21 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
         const int64_t N = ns[i];
         if (s->layers_json) { /* MIXED_PRECISION: record the per-layer algo */
             size_t o = strlen(s->layers_json);
-            snprintf(s->layers_json + o, s->layers_cap - o, "%s\"%s.%s\": {\"quant_algo\": \"%s\"%s}", o ? ", " : "", prefix, names[i], algo,
-                     strstr(algo, "NVFP4") ? ", \"group_size\": 16" : "");
+            char gsz[32] = "";
+            if (row->group_size) snprintf(gsz, sizeof gsz, ", \"group_size\": %d", row->group_size);
+            snprintf(s->layers_json + o, s->layers_cap - o, "%s\"%s.%s\": {\"quant_algo\": \"%s\"%s}", o ? ", " : "", prefix, names[i],
+                     row->algo, gsz);
         }
-        if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
-            uint8_t *q = keep(s, (size_t)(N * K / 2)), *sf = keep(s, (size_t)(N * K / 16));
-            float ws2;
-            if (!q || !sf) { st = MOQ_ERR_NOMEM; break; }
-            moq_export_nvfp4_weight(w[i], (size_t)N, (size_t)K, amax, q, sf, &ws2);
-            const int64_t sq[2] = {N, K / 2}, ss[2] = {N, K / 16};
-            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
-            if ((st = moq_writer_add(s->w, nm, MOQ_DT_U8, 2, sq, q, (uint64_t)(N * K / 2), err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
-            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (uint64_t)(N * K / 16), err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.weight_scale_2", prefix, names[i]);
-            if ((st = add_scalar(s, nm, ws2, err))) break;
-            if (strcmp(algo, "NVFP4") == 0) { /* W4A16 checkpoints carry no input scale */
-                snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
-                if ((st = add_scalar(s, nm, act_amax / 2688.0f, err))) break;
-            }
-        } else if (strcmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") == 0 || strcmp(algo, "FP8_PB_WO") == 0 || strcmp(algo, "MXFP8") == 0) {
-            /* NUMERICS.md §5.2, §5.3, §4.2: no input scale (dynamic activations). */
-            const bool row = algo[4] == 'P' && algo[5] == 'E', blk = strcmp(algo, "FP8_PB_WO") == 0;
-            const size_t nsc = row ? (size_t)N : blk ? (size_t)((N + 127) / 128 * (K / 128)) : (size_t)(N * K / 32);
-            uint8_t *q = keep(s, (size_t)(N * K));
-            void *sc = keep(s, nsc * (row || blk ? 4 : 1));
-            if (!q || !sc) { st = MOQ_ERR_NOMEM; break; }
-            if (row) moq_export_fp8_row_weight(w[i], (size_t)N, (size_t)K, q, sc);
-            else if (blk) moq_export_fp8_block_weight(w[i], (size_t)N, (size_t)K, q, sc);
-            else moq_export_mxfp8_weight(w[i], (size_t)N, (size_t)K, q, sc);
-            const int64_t sq[2] = {N, K}, s_row[1] = {N}, s_blk[4] = {(N + 127) / 128, 1, K / 128, 1}, s_mx[2] = {N, K / 32};
-            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
-            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, sq, q, (uint64_t)(N * K), err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
-            if (row) st = moq_writer_add(s->w, nm, MOQ_DT_F32, 1, s_row, sc, nsc * 4, err);
-            else if (blk) st = moq_writer_add(s->w, nm, MOQ_DT_F32, 4, s_blk, sc, nsc * 4, err);
-            else st = moq_writer_add(s->w, nm, MOQ_DT_U8, 2, s_mx, sc, nsc, err);
-            if (st) break;
-        } else if (strcmp(algo, "FP8") == 0) {
-            uint8_t *q = keep(s, (size_t)(N * K));
-            float sc;
-            if (!q) { st = MOQ_ERR_NOMEM; break; }
-            moq_export_fp8_tensor_weight(w[i], (size_t)N, (size_t)K, -1.0f, 1, q, &sc);
-            const int64_t sq[2] = {N, K};
-            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
-            if ((st = moq_writer_add(s->w, nm, MOQ_DT_F8_E4M3, 2, sq, q, (uint64_t)(N * K), err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.weight_scale", prefix, names[i]);
-            if ((st = add_scalar(s, nm, sc, err))) break;
-            snprintf(nm, sizeof nm, "%s.%s.input_scale", prefix, names[i]);
-            if ((st = add_scalar(s, nm, act_amax / 448.0f, err))) break;
-        } else {
-            uint16_t *h = keep(s, (size_t)(N * K) * 2);
-            if (!h) { st = MOQ_ERR_NOMEM; break; }
-            for (size_t j = 0; j < (size_t)(N * K); j++) h[j] = moq_bf16_encode_rne(w[i][j]);
-            const int64_t sq[2] = {N, K};
-            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, names[i]);
-            st = moq_writer_add(s->w, nm, MOQ_DT_BF16, 2, sq, h, (uint64_t)(N * K * 2), err);
+        moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS];
+        int nt = 0;
+        snprintf(nm, sizeof nm, "%s.%s", prefix, names[i]);
+        if ((st = moq_export_linear_plan(row, nm, N, K, t, &nt, err))) break;
+        for (int j = 0; j < nt && st == MOQ_OK; j++)
+            if (!(t[j].data = keep(s, (size_t)t[j].nbytes))) st = MOQ_ERR_NOMEM;
+        if (st || (st = moq_export_linear_run(row, nm, w[i], N, K, amax, act_amax, t, nt, err))) break;
+        for (int j = 0; j < nt && st == MOQ_OK; j++) {
+            snprintf(nm, sizeof nm, "%s.%s.%s", prefix, names[i], t[j].suffix);
+            st = moq_writer_add(s->w, nm, t[j].dtype, t[j].ndim, t[j].shape, t[j].data, t[j].nbytes, err);
         }
     }
 done:
@@ -211,18 +185,30 @@ int cmd_synth(int argc, char **argv) {
         }
     }
     if (optind != argc - 1) return cli_usage_error("synth", "expected one DIR");
-    static const char *const algos[] = {"NVFP4", "FP8", "BF16", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION"};
-    bool algo_ok = false;
-    for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++) algo_ok |= strcmp(algo, algos[i]) == 0;
-    if (!algo_ok)
-        return cli_usage_error("synth", "--algo \"%s\" is not one of NVFP4, FP8, BF16, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, W4A16_NVFP4, MXFP8, MIXED_PRECISION", algo);
-    if (strcmp(algo, "FP8_PB_WO") == 0 && (H % 128 || I % 128))
-        return cli_usage_error("synth", "FP8_PB_WO needs hidden and inter divisible by 128 (got %ld, %ld)", H, I);
-    if (strcmp(algo, "MXFP8") == 0 && (H % 32 || I % 32))
-        return cli_usage_error("synth", "MXFP8 needs hidden and inter divisible by 32 (got %ld, %ld)", H, I);
-    /* MIXED_PRECISION is shaped like nvidia/Qwen3.6-27B-NVFP4: FP8 attention, W4A16_NVFP4 MLP. */
-    const bool mixed = strcmp(algo, "MIXED_PRECISION") == 0;
-    const char *attn_algo = mixed ? "FP8" : algo, *mlp_algo = mixed ? "W4A16_NVFP4" : algo;
+    /* --algo is one export row (quant/export_linear.c) for every linear, or a mix of two. */
+    const moq_export_linear_row *attn_row = moq_export_linear_find(algo), *mlp_row = attn_row;
+    const synth_mix *mix = NULL;
+    for (size_t i = 0; !attn_row && i < sizeof k_mixes / sizeof k_mixes[0]; i++)
+        if (strcmp(algo, k_mixes[i].algo) == 0) {
+            mix = &k_mixes[i];
+            attn_row = moq_export_linear_find(mix->attn_algo), mlp_row = moq_export_linear_find(mix->mlp_algo);
+        }
+    if (!attn_row || !mlp_row) {
+        char list[512] = "";
+        size_t n_rows = 0;
+        const moq_export_linear_row *rows = moq_export_linear_rows(&n_rows);
+        for (size_t i = 0; i < n_rows; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", rows[i].algo);
+        for (size_t i = 0; i < sizeof k_mixes / sizeof k_mixes[0]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", k_mixes[i].algo);
+        return cli_usage_error("synth", "--algo \"%s\" is not one of %s", algo, list);
+    }
+    const moq_export_linear_row *used[2] = {attn_row, mlp_row};
+    for (int i = 0; i < 2; i++)
+        if (H % used[i]->k_multiple || I % used[i]->k_multiple)
+            return cli_usage_error("synth", "%s needs hidden and inter divisible by %d (got %ld, %ld)", used[i]->algo,
+                                   used[i]->k_multiple, H, I);
+    const bool mixed = mix != NULL;
     if (H % heads || heads % kvh || H % 16 || I % 16)
         return cli_usage_error("synth", "hidden %ld must divide by heads %ld and 16, heads by kv-heads %ld, inter %ld by 16", H, heads, kvh, I);
     if (topk > experts) return cli_usage_error("synth", "--top-k %ld exceeds --experts %ld", topk, experts);
@@ -231,14 +217,17 @@ int cmd_synth(int argc, char **argv) {
     const char *dir = argv[optind];
     const long hd = H / heads;
 
-    synth s = {.rng = (uint64_t)seed, .algo = algo};
+    synth s = {.rng = (uint64_t)seed};
     if (mixed) {
         s.layers_cap = (size_t)layers * (7 + (size_t)experts * 3) * 200 + 64;
         if (!(s.layers_json = calloc(1, s.layers_cap))) return MOQ_ERR_NOMEM;
     }
     moq_error err = {0};
     moq_status st = moq_writer_create(&s.w, dir, &err);
-    if (st) return cli_report(&err);
+    if (st) {
+        synth_release(&s);
+        return cli_report(&err);
+    }
     char nm[256];
     const int64_t ev[2] = {V, H}, hv[1] = {H};
     if (!st) st = add_bf16(&s, "model.embed_tokens.weight", 2, ev, 0.02, 0, &err);
@@ -249,10 +238,10 @@ int cmd_synth(int argc, char **argv) {
         snprintf(pre, sizeof pre, "model.layers.%ld.self_attn", l);
         static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
         const int64_t nqkv[3] = {heads * hd, kvh * hd, kvh * hd};
-        if ((st = add_group(&s, pre, qkv, nqkv, 3, H, attn_algo, &err))) break;
+        if ((st = add_group(&s, pre, qkv, nqkv, 3, H, attn_row, &err))) break;
         static const char *const o[1] = {"o_proj"};
         const int64_t no[1] = {H};
-        if ((st = add_group(&s, pre, o, no, 1, heads * hd, attn_algo, &err))) break;
+        if ((st = add_group(&s, pre, o, no, 1, heads * hd, attn_row, &err))) break;
         if (qwen3moe) { /* per-head q/k RMSNorm */
             const int64_t dv[1] = {hd};
             snprintf(nm, sizeof nm, "model.layers.%ld.self_attn.q_norm.weight", l);
@@ -272,17 +261,17 @@ int cmd_synth(int argc, char **argv) {
             const int64_t ngu[2] = {I, I};
             for (long e = 0; e < experts && !st; e++) {
                 snprintf(pre, sizeof pre, "model.layers.%ld.%s.experts.%ld", l, blk, e);
-                if ((st = add_group(&s, pre, mixtral ? gm : gq, ngu, 2, H, mlp_algo, &err))) break;
-                st = add_group(&s, pre, mixtral ? dm : dq, hv, 1, I, mlp_algo, &err);
+                if ((st = add_group(&s, pre, mixtral ? gm : gq, ngu, 2, H, mlp_row, &err))) break;
+                st = add_group(&s, pre, mixtral ? dm : dq, hv, 1, I, mlp_row, &err);
             }
             continue;
         }
         snprintf(pre, sizeof pre, "model.layers.%ld.mlp", l);
         static const char *const gu[2] = {"gate_proj", "up_proj"};
         const int64_t ngu[2] = {I, I};
-        if ((st = add_group(&s, pre, gu, ngu, 2, H, mlp_algo, &err))) break;
+        if ((st = add_group(&s, pre, gu, ngu, 2, H, mlp_row, &err))) break;
         static const char *const dn[1] = {"down_proj"};
-        if ((st = add_group(&s, pre, dn, hv, 1, I, mlp_algo, &err))) break;
+        if ((st = add_group(&s, pre, dn, hv, 1, I, mlp_row, &err))) break;
     }
     if (!st) st = add_bf16(&s, "model.norm.weight", 1, hv, 0.05, 1.0, &err);
     if (!st) st = add_bf16(&s, "lm_head.weight", 2, ev, 0.02, 0, &err);
@@ -294,11 +283,17 @@ int cmd_synth(int argc, char **argv) {
                  mixtral ? "num_local_experts" : "num_experts", experts, topk, I);
     char *cfg = malloc(4096 + extra), *hq = malloc(1024 + extra), *qc = malloc(1024 + extra), ql[64 + 1];
     if (!cfg || !hq || !qc) {
-        free(cfg), free(hq), free(qc), free(s.layers_json);
-        return MOQ_ERR_NOMEM;
+        free(cfg), free(hq), free(qc);
+        synth_release(&s);
+        err.code = MOQ_ERR_NOMEM;
+        snprintf(err.msg, sizeof err.msg, "out of memory for config.json");
+        return cli_report(&err);
     }
-    const bool quant = strcmp(algo, "BF16") != 0;
-    const char *gs = strstr(algo, "NVFP4") || mixed ? ", \"group_size\": 16" : "";
+    const bool quant = attn_row->quantized || mlp_row->quantized;
+    /* A mix writes the group size of its grouped algo at the top level, as ModelOpt does. */
+    const int group_size = mlp_row->group_size ? mlp_row->group_size : attn_row->group_size;
+    char gs[32] = "";
+    if (group_size) snprintf(gs, sizeof gs, ", \"group_size\": %d", group_size);
     ql[0] = 0;
     /* MoE routers stay unquantized; ModelOpt exports list them as excluded */
     const char *excl_router = qwen3moe ? ", \"*mlp.gate\"" : mixtral ? ", \"*block_sparse_moe.gate\"" : "";
@@ -323,10 +318,8 @@ int cmd_synth(int argc, char **argv) {
     if (!st && quant) st = moq_writer_file(s.w, "hf_quant_config.json", hq, &err);
     if (!st) st = moq_writer_metadata(s.w, "format", "pt", &err);
     if (!st) st = moq_writer_finish(s.w, (int)shards, &err);
-    moq_writer_free(s.w);
-    for (size_t i = 0; i < s.n_bufs; i++) free(s.bufs[i]);
-    free(s.bufs);
-    free(s.layers_json), free(cfg), free(hq), free(qc);
+    synth_release(&s);
+    free(cfg), free(hq), free(qc);
     if (st == MOQ_ERR_NOMEM && !err.msg[0]) moq_error_format(&err, nm, 1), snprintf(err.msg, sizeof err.msg, "out of memory");
     if (st) return cli_report(&err);
     printf("%s: %s checkpoint, %ld layers, %ld shard%s\n", dir, algo, layers, shards, shards == 1 ? "" : "s");

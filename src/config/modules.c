@@ -242,6 +242,58 @@ static int64_t k_divisor(moq_dim d, int64_t G) {
     }
 }
 
+/* Where config.json says a projection's weight dims come from (N rows, K columns), one row per
+ * projection name. Used only to tell which tensor is wrong when a weight and its scales disagree. */
+typedef enum cfg_dim { CFG_HIDDEN, CFG_Q, CFG_KV, CFG_INTER } cfg_dim;
+static const struct { const char *proj; cfg_dim n, k; } proj_dims[] = {
+    {"q_proj", CFG_Q, CFG_HIDDEN},        {"k_proj", CFG_KV, CFG_HIDDEN},     {"v_proj", CFG_KV, CFG_HIDDEN},
+    {"o_proj", CFG_HIDDEN, CFG_Q},        {"gate_proj", CFG_INTER, CFG_HIDDEN}, {"up_proj", CFG_INTER, CFG_HIDDEN},
+    {"down_proj", CFG_HIDDEN, CFG_INTER}, {"w1", CFG_INTER, CFG_HIDDEN},      {"w3", CFG_INTER, CFG_HIDDEN},
+    {"w2", CFG_HIDDEN, CFG_INTER},
+};
+
+static int64_t cfg_value(const moq_arch *a, cfg_dim d, bool expert) {
+    const int64_t hd = a->head_dim;
+    switch (d) {
+    case CFG_HIDDEN: return a->hidden_size;
+    case CFG_Q: return a->num_attention_heads * hd;
+    case CFG_KV: return a->num_key_value_heads * hd;
+    case CFG_INTER: return expert && a->moe_intermediate_size > 0 ? a->moe_intermediate_size : a->intermediate_size;
+    }
+    return 0;
+}
+
+/* N and K of module `name` from config.json, or false when the config does not say. */
+static bool config_dims(const moq_checkpoint *c, const char *name, int64_t *N, int64_t *K) {
+    const moq_arch *a = moq_checkpoint_arch(c);
+    if (!a) return false;
+    const char *proj = last_part(name);
+    const bool expert = strstr(name, ".experts.") != NULL;
+    for (size_t i = 0; i < sizeof proj_dims / sizeof proj_dims[0]; i++)
+        if (strcmp(proj_dims[i].proj, proj) == 0) {
+            *N = cfg_value(a, proj_dims[i].n, expert), *K = cfg_value(a, proj_dims[i].k, expert);
+            return *N > 0 && *K > 0;
+        }
+    return false;
+}
+
+/* A weight whose shape disagrees with config.json while its scales agree with config.json (and
+ * none agrees with the weight) is the wrong tensor: the scales are then checked against the
+ * config's N and K and the problem names the weight. */
+static bool weight_shape_wrong(const moq_checkpoint *c, const char *name, const moq_tensor *w, const moq_tensor_rule *rules,
+                               int64_t N, int64_t K, int64_t G, int64_t *Nc, int64_t *Kc) {
+    if (!config_dims(c, name, Nc, Kc) || shape_is(w, rules[0].shape, *Nc, *Kc, G)) return false;
+    int for_config = 0, for_weight = 0;
+    for (const moq_tensor_rule *r = rules + 1; r->suffix; r++) {
+        const moq_tensor *t = named_tensor(c, name, r->suffix);
+        if (!t) continue;
+        const bool fc = shape_is(t, r->shape, *Nc, *Kc, G) || (r->alt_used && shape_is(t, r->shape_alt, *Nc, *Kc, G));
+        const bool fw = shape_is(t, r->shape, N, K, G) || (r->alt_used && shape_is(t, r->shape_alt, N, K, G));
+        for_config += fc && !fw, for_weight += fw && !fc;
+    }
+    return for_config > 0 && for_weight == 0;
+}
+
 void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *name, const moq_resolution *res,
                          const size_t *tensors, int n_tensors, int *expected, int *found) {
     *expected = *found = 0;
@@ -281,9 +333,17 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
     }
     const moq_tensor_rule *rules = s->contract;
     int64_t N = -1, K = -1, G = res->group_size ? res->group_size : s->group;
+    bool w_reported = false;
     if (w && w->ndim == 2) {
         N = w->shape[0];
         K = rules[0].shape[1] == MOQ_DIM_K_HALF ? 2 * w->shape[1] : w->shape[1];
+        int64_t Nc = 0, Kc = 0;
+        if (weight_shape_wrong(c, name, w, rules, N, K, G, &Nc, &Kc)) {
+            problem(m, MOQ_ERR_TENSOR, w->name, "shape %s, expected %s from config.json (scheme %s: %s; N=%lld, K=%lld; its scales agree with the config)",
+                    shape_str(w, b1, sizeof b1), expect_str(rules[0].shape, Nc, Kc, G, b2, sizeof b2), s->algo, rules[0].note,
+                    (long long)Nc, (long long)Kc);
+            N = Nc, K = Kc, w_reported = true;
+        }
         /* K not divisible by what the contract groups along K: one problem naming the weight. */
         int64_t need = 0;
         const char *why = "";
@@ -309,6 +369,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
         (*expected)++, (*found)++;
         if (t->dtype != r->dtype && t->dtype != r->dtype_alt)
             problem(m, MOQ_ERR_TENSOR, t->name, "dtype %s, expected %s (scheme %s: %s)", moq_dtype_name(t->dtype), moq_dtype_name(r->dtype), s->algo, r->note);
+        if (t == w && w_reported) continue;
         if (N < 0) {
             if (t == w && w->ndim != 2) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
             continue;

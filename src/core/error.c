@@ -21,7 +21,7 @@ static const status_row status_table[MOQ_STATUS_COUNT] = {
     [MOQ_ERR_IO]          = {"MOQ_ERR_IO", "a file could not be opened, mapped, read or written",
                              "model-00001-of-00002.safetensors: cannot open: No such file or directory"},
     [MOQ_ERR_FORMAT]      = {"MOQ_ERR_FORMAT", "a file is malformed (safetensors header, JSON)",
-                             "model.safetensors: header length 5000 exceeds file size 4096"},
+                             "model.safetensors: header length 5000 needs 8 + 5000 bytes, file is 4096 bytes"},
     [MOQ_ERR_CONFIG]      = {"MOQ_ERR_CONFIG", "valid JSON that says something inconsistent or unsupported",
                              "hf_quant_config.json: quantization.quant_algo \"NVFP5\" is not one of FP8, NVFP4, ..."},
     [MOQ_ERR_TENSOR]      = {"MOQ_ERR_TENSOR", "a tensor is missing, or has the wrong dtype, shape or values",

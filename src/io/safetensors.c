@@ -293,7 +293,8 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
         goto fail;
     }
     if (n > size - 8) { /* R3 */
-        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header length %llu exceeds file size %llu", (unsigned long long)n, (unsigned long long)size);
+        st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header length %llu needs 8 + %llu bytes, file is %llu bytes",
+                      (unsigned long long)n, (unsigned long long)n, (unsigned long long)size);
         goto fail;
     }
     const uint8_t *h = buf + 8;

@@ -95,6 +95,12 @@ static const struct { const char *k, *v; } kv_scale_names[] = {
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
 
+bool moq_model_architecture_supported(const char *name) {
+    for (size_t i = 0; name && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+        if (strcmp(arch_rows[i].name, name) == 0) return true;
+    return false;
+}
+
 const char *moq_model_supported_list(char *buf, size_t n) {
     size_t o = 0;
     buf[0] = 0;

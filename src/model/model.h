@@ -11,5 +11,8 @@
 
 /* "LlamaForCausalLM, MistralForCausalLM, ..." (for messages). */
 const char *moq_model_supported_list(char *buf, size_t n);
+/* True when config.json architectures[0] == name is a row of the architecture table (moq run
+ * accepts it); inspect and check use it to warn before run refuses. */
+bool moq_model_architecture_supported(const char *name);
 
 #endif

@@ -98,7 +98,7 @@ static ck *open_ck(const char *dir) {
 }
 
 static void finish(ck *c, const char *hf_quant, const char *config) {
-    TU_OK(moq_writer_file(c->w, "config.json", config ? config : "{\"architectures\":[\"X\"],\"model_type\":\"x\"}", err_));
+    TU_OK(moq_writer_file(c->w, "config.json", config ? config : "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\"}", err_));
     if (hf_quant) TU_OK(moq_writer_file(c->w, "hf_quant_config.json", hf_quant, err_));
     TU_OK(moq_writer_finish(c->w, 1, err_));
     moq_writer_free(c->w);
@@ -147,6 +147,34 @@ static void expect_clean(const char *dir, int want_modules) {
     if (n) fail_msg("%s: expected clean, got %d problems:\n%s", dir, n, all);
     assert_int_equal(mods, want_modules);
     free(all);
+}
+
+/* A weight of the wrong shape is named itself when config.json's N and K (down_proj: hidden_size,
+ * intermediate_size) agree with its scale; when the config agrees with neither, nothing is blamed
+ * on the config's word alone. */
+static void test_weight_shape_against_config(void **state) {
+    (void)state;
+    static const char hq[] = "{\"quantization\":{\"quant_algo\":\"MXFP8\",\"kv_cache_quant_algo\":null,\"exclude_modules\":[]}}";
+    for (int round = 0; round < 2; round++) {
+        char *dir = tu_tmpdir("ck_weight_shape");
+        ck *c = open_ck(dir);
+        uint8_t *q = keep(c, 64 * 96), *sf = keep(c, 64 * 4);
+        memset(q, 0x38, 64 * 96), memset(sf, 127, 64 * 4);
+        add(c, "model.layers.0.mlp.down_proj", "weight", MOQ_DT_F8_E4M3, 2, 64, 96, q, 64 * 96);      /* K = 96    */
+        add(c, "model.layers.0.mlp.down_proj", "weight_scale", MOQ_DT_U8, 2, 64, 4, sf, 64 * 4);     /* K = 4 · 32 */
+        finish(c, hq, round == 0 ? "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+                                   "\"num_attention_heads\":4,\"num_hidden_layers\":1}"
+                                 : "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":512,"
+                                   "\"num_attention_heads\":4,\"num_hidden_layers\":1}");
+        int n;
+        char *all = check_dir(dir, false, &n, NULL);
+        const char *want = round == 0 ? "model.layers.0.mlp.down_proj.weight: shape [64, 96], expected [64, 128] from config.json"
+                                      : "model.layers.0.mlp.down_proj.weight_scale: shape [64, 4], expected [64, 3]";
+        if (n != 1 || strncmp(all, want, strlen(want)) != 0) fail_msg("round %d: want one problem \"%s...\", got %d:\n%s", round, want, n, all);
+        free(all);
+        tu_rmtree(dir);
+        free(dir);
+    }
 }
 
 /* Llama-3.1-70B-Instruct-FP8 (FP8 per tensor, FP8 KV cache, lm_head excluded). */
@@ -395,6 +423,6 @@ static void test_mixed_shards(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama_fp8), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_qwen36_mixed),
-                                       cmocka_unit_test(test_minimax_m3), cmocka_unit_test(test_every_problem), cmocka_unit_test(test_mixed_shards)};
+                                       cmocka_unit_test(test_minimax_m3), cmocka_unit_test(test_every_problem), cmocka_unit_test(test_weight_shape_against_config), cmocka_unit_test(test_mixed_shards)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

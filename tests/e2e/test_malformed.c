@@ -11,6 +11,8 @@
  *   - a checkpoint that opens but breaks a scheme contract (stage CHECK, VALUES): `moq check --values`
  *     lists it as a "WHERE: MESSAGE" line on stdout; `moq inspect` exits non-zero with one
  *     "moq: ..." line (inspect reads headers only, so scale values (stage VALUES) pass it);
+ *   - an architecture `moq run` refuses (stage ARCH): inspect succeeds with a "moq: warning:" line
+ *     naming it (a "warnings" entry with --json), `moq check` lists it as a problem;
  *   - `moq run` refuses every case but NOTE (problems the engines accept) with one stderr line;
  *   - nothing is written into the checkpoint directory (names, sizes and mtimes before == after).
  * The expected substrings restate the planted fault (the seeds' rules and contracts, the safetensors
@@ -247,9 +249,10 @@ typedef enum stage {
     RUN,    /* valid for inspect/check; only `moq run` can refuse it                              */
     NOTE,   /* like CHECK, but `moq run` accepts it as the engines do (an extra or unused tensor,
                fused global scales collapsed to their max with a note)                           */
+    ARCH,   /* an architecture `moq run` refuses: inspect warns and succeeds, check lists it      */
 } stage;
 
-static const char *const stage_name[] = {"open", "check", "check --values", "run", "check (run accepts)"};
+static const char *const stage_name[] = {"open", "check", "check --values", "run", "check (run accepts)", "check (inspect warns)"};
 
 typedef struct mcase {
     const char *name;  /* what is wrong                                  */
@@ -456,7 +459,7 @@ static const mcase cases[] = {
     {"config_layers_negative", m_config_layers_negative, OPEN, "config.json", "num_hidden_layers"},
     {"config_architectures_not_list", m_config_architectures_not_list, OPEN, "config.json", "architectures"},
     {"config_quantization_config_not_object", m_config_quantization_config_not_object, OPEN, "config.json", "quantization_config"},
-    {"unsupported_architecture", m_unsupported_architecture, RUN, "config.json", "FrobnicatorForCausalLM"},
+    {"unsupported_architecture", m_unsupported_architecture, ARCH, "config.json", "architecture \"FrobnicatorForCausalLM\", expected one of LlamaForCausalLM"},
     /* quantization config (the seeds' errors) */
     {"quant_algo_unknown", m_quant_algo_unknown, OPEN, "hf_quant_config.json", "\"NVFP5\" is not one of"},
     {"quant_algo_missing", m_quant_algo_missing, OPEN, "hf_quant_config.json", "quant_algo is missing"},
@@ -473,7 +476,7 @@ static const mcase cases[] = {
     {"hf_quant_config_not_json", m_hf_quant_config_not_json, OPEN, "hf_quant_config.json", "JSON"},
     /* scheme contracts */
     {"weight_wrong_dtype", m_weight_dtype, CHECK, Q ".weight", "dtype I8, expected U8"},
-    {"weight_wrong_shape", m_weight_shape, CHECK, Q ".weight_scale", "K=32"},
+    {"weight_wrong_shape", m_weight_shape, CHECK, Q ".weight", "shape [64, 16], expected [64, 32] from config.json"},
     {"weight_scale_wrong_dtype", m_weight_scale_dtype, CHECK, Q ".weight_scale", "dtype BF16, expected F8_E4M3"},
     {"weight_scale_wrong_shape", m_weight_scale_shape, CHECK, Q ".weight_scale", "shape [64, 2], expected [64, 4]"},
     {"weight_scale_2_wrong_dtype", m_weight_scale_2_dtype, CHECK, Q ".weight_scale_2", "dtype F16, expected F32"},
@@ -522,7 +525,7 @@ static const cli_cmd_row commands[] = {
 
 static bool must_fail(cmd_kind k, stage s) {
     switch (k) {
-    case CMD_HEADERS: return s == OPEN || s == CHECK || s == NOTE;
+    case CMD_HEADERS: return s == OPEN || s == CHECK || s == NOTE;  /* ARCH: a warning only */
     case CMD_CHECK: return s != RUN;
     case CMD_RUN: return s != NOTE;
     }
@@ -590,6 +593,16 @@ static bool has_line(const char *text, const char *head, const char *sub) {
     return false;
 }
 
+/* inspect --json: a string of "warnings" containing sub. */
+static bool json_warns(const char *out, const char *sub) {
+    cJSON *j = cJSON_Parse(out);
+    const cJSON *x, *w = cJSON_GetObjectItemCaseSensitive(j, "warnings");
+    bool ok = false;
+    cJSON_ArrayForEach(x, w) ok |= cJSON_IsString(x) && strstr(x->valuestring, sub) != NULL;
+    cJSON_Delete(j);
+    return ok;
+}
+
 static char *make_case(const mcase *c) {
     char *dir = tu_tmpdir(c->name);
     char cmd[2048];
@@ -616,9 +629,11 @@ static int run_case(const mcase *c) {
         const bool fail = must_fail(commands[k].kind, c->stage);
         if (!fail) {
             if (r.status != 0) CASE_FAIL("%s: moq %s: exit %d, expected 0; stderr: %s", what, args, r.status, r.err);
+            if (c->stage == ARCH && !has_line(r.err, "moq: warning: config.json: ", c->msg) && !json_warns(r.out, c->msg))
+                CASE_FAIL("%s: moq %s: no warning \"config.json: ...%s\" (stderr: %s)", what, args, c->msg, r.err);
         } else if (r.status == 0) {
             CASE_FAIL("%s: moq %s: exit 0, expected non-zero; stdout: %.2000s", what, args, r.out);
-        } else if (c->stage == OPEN || (c->stage == RUN && commands[k].kind == CMD_RUN)) {
+        } else if (c->stage == OPEN || ((c->stage == RUN || c->stage == ARCH) && commands[k].kind == CMD_RUN)) {
             snprintf(head, sizeof head, "moq: %s", c->where);
             if (r.out[0]) CASE_FAIL("%s: moq %s: stdout not empty: %.500s", what, args, r.out);
             if (count_lines(r.err) != 1) CASE_FAIL("%s: moq %s: stderr is %d lines, expected 1: %s", what, args, count_lines(r.err), r.err);

@@ -38,7 +38,7 @@ static const st_case bad_cases[] = {
      "header length 18446744073709551615 exceeds the 100000000-byte limit"},
     /* R3: 8 + N > file size */
     {"bad_header_beyond_file.safetensors", NULL, 0, "\x10\x00\x00\x00\x00\x00\x00\x00{}", 10, NULL,
-     "header length 16 exceeds file size 10"},
+     "header length 16 needs 8 + 16 bytes, file is 10 bytes"},
     /* R4: starts with '{' */
     {"bad_header_empty.safetensors", NULL, 0, "\x00\x00\x00\x00\x00\x00\x00\x00", 8, NULL, "an empty header"},
     {"bad_header_leading_space.safetensors", " {}", 0, NULL, 0, NULL, "does not start with '{' (found byte 0x20)"},

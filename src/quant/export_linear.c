@@ -1,0 +1,159 @@
+/* export_linear.c — see export_linear.h: one row per quant_algo, each naming the exporter of
+ * quant/export_ref.c that produces its tensors and the names, dtypes and shapes ModelOpt gives them
+ * (NUMERICS.md §2.3 NVFP4, §5.1 FP8, §5.2 per-channel, §5.3 128x128 block, §4.2 MXFP8).
+ * Input scales are act_amax / 448 (FP8) and act_amax / 2688 (NVFP4, 6 · 448); weight-only and
+ * dynamic-activation algos write none. Tested by tests/quant/test_export_linear.c. */
+#include "quant/export_linear.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "format/format.h"
+#include "quant/export_ref.h"
+
+static void put(moq_export_tensor *t, int *count, const char *suffix, moq_dtype dt, int ndim,
+                const int64_t *shape, uint64_t nbytes) {
+    moq_export_tensor *x = &t[(*count)++];
+    x->suffix = suffix;
+    x->dtype = dt;
+    x->ndim = ndim;
+    for (int d = 0; d < 4; d++) x->shape[d] = d < ndim ? shape[d] : 0;
+    x->nbytes = nbytes;
+}
+
+static void put_scalar(moq_export_tensor *t, int *count, const char *suffix, const float *v) {
+    put(t, count, suffix, MOQ_DT_F32, 0, NULL, 4);
+    if (v) memcpy(t[*count - 1].data, v, 4);
+}
+
+/* NVFP4 (W4A4) and W4A16_NVFP4 differ only in the input scale. */
+static void nvfp4_common(const float *W, size_t N, size_t K, float amax, moq_export_tensor *t, int *count) {
+    const int64_t sq[2] = {(int64_t)N, (int64_t)(K / 2)}, ss[2] = {(int64_t)N, (int64_t)(K / 16)};
+    put(t, count, "weight", MOQ_DT_U8, 2, sq, (uint64_t)(N * K / 2));
+    put(t, count, "weight_scale", MOQ_DT_F8_E4M3, 2, ss, (uint64_t)(N * K / 16));
+    float ws2 = 0;
+    if (W) moq_export_nvfp4_weight(W, N, K, amax, t[0].data, t[1].data, &ws2);
+    put_scalar(t, count, "weight_scale_2", W ? &ws2 : NULL);
+}
+
+static void export_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                         int *count) {
+    nvfp4_common(W, N, K, amax, t, count);
+    const float is = act_amax / 2688.0f;
+    put_scalar(t, count, "input_scale", W ? &is : NULL);
+}
+
+static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax,
+                               moq_export_tensor *t, int *count) {
+    (void)act_amax;
+    nvfp4_common(W, N, K, amax, t, count);
+}
+
+/* FP8 per-tensor: each shard keeps its own amax (the loaders take the max over a fused group). */
+static void export_fp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                       int *count) {
+    (void)amax;
+    const int64_t sq[2] = {(int64_t)N, (int64_t)K};
+    put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
+    float sc = 0;
+    if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, 1, t[0].data, &sc);
+    put_scalar(t, count, "weight_scale", W ? &sc : NULL);
+    const float is = act_amax / 448.0f;
+    put_scalar(t, count, "input_scale", W ? &is : NULL);
+}
+
+static void export_fp8_row(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                           int *count) {
+    (void)amax, (void)act_amax;
+    const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[1] = {(int64_t)N};
+    put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
+    put(t, count, "weight_scale", MOQ_DT_F32, 1, ss, (uint64_t)N * 4);
+    if (W) moq_export_fp8_row_weight(W, N, K, t[0].data, t[1].data);
+}
+
+/* The block scale is written 4-D, [ceil(N/128), 1, K/128, 1], as ModelOpt does. */
+static void export_fp8_block(const float *W, size_t N, size_t K, float amax, float act_amax,
+                             moq_export_tensor *t, int *count) {
+    (void)amax, (void)act_amax;
+    const int64_t nb = (int64_t)((N + 127) / 128), kb = (int64_t)(K / 128);
+    const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[4] = {nb, 1, kb, 1};
+    put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
+    put(t, count, "weight_scale", MOQ_DT_F32, 4, ss, (uint64_t)(nb * kb) * 4);
+    if (W) moq_export_fp8_block_weight(W, N, K, t[0].data, t[1].data);
+}
+
+static void export_mxfp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                         int *count) {
+    (void)amax, (void)act_amax;
+    const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[2] = {(int64_t)N, (int64_t)(K / 32)};
+    put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
+    put(t, count, "weight_scale", MOQ_DT_U8, 2, ss, (uint64_t)(N * K / 32));
+    if (W) moq_export_mxfp8_weight(W, N, K, t[0].data, t[1].data);
+}
+
+static void export_bf16(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                        int *count) {
+    (void)amax, (void)act_amax;
+    const int64_t sq[2] = {(int64_t)N, (int64_t)K};
+    put(t, count, "weight", MOQ_DT_BF16, 2, sq, (uint64_t)(N * K) * 2);
+    if (!W) return;
+    uint16_t *h = t[0].data;
+    for (size_t j = 0; j < N * K; j++) h[j] = moq_bf16_encode_rne(W[j]);
+}
+
+/* algo, quantized, group_size, k_multiple, group_amax, exporter */
+static const moq_export_linear_row k_rows[] = {
+    {"NVFP4", true, 16, 16, true, export_nvfp4},
+    {"FP8", true, 0, 1, false, export_fp8},
+    {"BF16", false, 0, 1, false, export_bf16},
+    {"FP8_PER_CHANNEL_PER_TOKEN", true, 0, 1, false, export_fp8_row},
+    {"FP8_PB_WO", true, 0, 128, false, export_fp8_block},
+    {"W4A16_NVFP4", true, 16, 16, true, export_w4a16_nvfp4},
+    {"MXFP8", true, 0, 32, false, export_mxfp8},
+};
+
+const moq_export_linear_row *moq_export_linear_rows(size_t *count) {
+    *count = sizeof k_rows / sizeof k_rows[0];
+    return k_rows;
+}
+
+const moq_export_linear_row *moq_export_linear_find(const char *algo) {
+    for (size_t i = 0; algo && i < sizeof k_rows / sizeof k_rows[0]; i++)
+        if (strcmp(k_rows[i].algo, algo) == 0) return &k_rows[i];
+    return NULL;
+}
+
+moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *where, int64_t N,
+                                  int64_t K, moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS],
+                                  int *count, moq_error *err) {
+    *count = 0;
+    if (!row) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "no export row given");
+    if (N <= 0 || K <= 0 || N > (INT64_C(1) << 31) || K > (INT64_C(1) << 31))
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "weight shape [%lld, %lld], expected both in 1..2^31",
+                        (long long)N, (long long)K);
+    if (K % row->k_multiple)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "K = %lld, expected a multiple of %d for %s",
+                        (long long)K, row->k_multiple, row->algo);
+    memset(t, 0, MOQ_EXPORT_LINEAR_MAX_TENSORS * sizeof *t);
+    row->export_fn(NULL, (size_t)N, (size_t)K, 0.0f, 0.0f, t, count);
+    return MOQ_OK;
+}
+
+moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *where, const float *W,
+                                 int64_t N, int64_t K, float amax, float act_amax,
+                                 moq_export_tensor *t, int count, moq_error *err) {
+    moq_export_tensor want[MOQ_EXPORT_LINEAR_MAX_TENSORS];
+    int n = 0;
+    MOQ_TRY(moq_export_linear_plan(row, where, N, K, want, &n, err));
+    if (!W || !t || count != n)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "%s export of [%lld, %lld] given %d tensors%s, expected %d",
+                        row->algo, (long long)N, (long long)K, count, W ? "" : " and no weight", n);
+    for (int i = 0; i < n; i++)
+        if (!t[i].data || t[i].nbytes != want[i].nbytes || !t[i].suffix || strcmp(t[i].suffix, want[i].suffix) != 0)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "tensor %d: %s of %llu bytes%s, expected %s of %llu bytes as planned",
+                            i, t[i].suffix ? t[i].suffix : "(none)", (unsigned long long)t[i].nbytes,
+                            t[i].data ? "" : " without data", want[i].suffix, (unsigned long long)want[i].nbytes);
+    int m = 0;
+    row->export_fn(W, (size_t)N, (size_t)K, amax, act_amax, t, &m);
+    return MOQ_OK;
+}
