@@ -103,12 +103,10 @@ static void upper(char *s) {
 }
 
 void moq_qconfig_note(moq_qconfig *q, const char *fmt, ...) {
-    char buf[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    (void)moq_notes_addv(&q->notes, fmt, ap); /* a note lost to OOM is not an error */
     va_end(ap);
-    (void)moq_notes_add(&q->notes, "%s", buf); /* a note lost to OOM is not an error */
 }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL; }

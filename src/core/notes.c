@@ -8,11 +8,16 @@
 #include <string.h>
 
 bool moq_notes_add(moq_notes *l, const char *fmt, ...) {
-    char buf[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    const bool ok = moq_notes_addv(l, fmt, ap);
     va_end(ap);
+    return ok;
+}
+
+bool moq_notes_addv(moq_notes *l, const char *fmt, va_list ap) {
+    char buf[768];
+    vsnprintf(buf, sizeof buf, fmt, ap);
     char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);
     if (!v) return false;
     l->v = v;

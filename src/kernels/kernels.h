@@ -103,5 +103,8 @@ void    moq_x_row_f32(const void *x, moq_elem e, int64_t K, int64_t m, float *ou
  * passed moq_linear_create_from_weight's validation. */
 void    moq_weight_dequant_row(const moq_weight *w, int64_t n, double *out);
 void    moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float v);
+/* Epilogue of a 16-row output tile t of the panel kernels: y[m, 16t + r] = C[m, r] · sm[m] ·
+ * row_scale[n] (+ bias[n]) for every m < M and row n < N. C f32 [M, 16], sm f32 [M]. */
+void    moq_y_store_tile16(const moq_linear_launch *l, const float *C, const float *sm, int64_t t);
 
 #endif

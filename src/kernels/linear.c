@@ -56,6 +56,17 @@ void moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float v) 
     else ((float *)y)[m * N + n] = v;
 }
 
+void moq_y_store_tile16(const moq_linear_launch *l, const float *C, const float *sm, int64_t t) {
+    const moq_weight *w = l->w;
+    for (int64_t m = 0; m < l->M; m++)
+        for (int r = 0; r < 16 && 16 * t + r < w->N; r++) {
+            const int64_t n = 16 * t + r;
+            float v = C[m * 16 + r] * sm[m] * l->row_scale[n];
+            if (w->bias) v += w->bias[n];
+            moq_y_store(l->y, l->y_elem, w->N, m, n, v);
+        }
+}
+
 struct moq_linear {
     moq_weight        w;          /* copy; pointers borrowed from the caller                 */
     moq_pair_id       pair;

@@ -404,13 +404,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
                         micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
                 }
             }
-            for (int64_t m = 0; m < M; m++)
-                for (int r = 0; r < 16 && 16 * t + r < N; r++) {
-                    const int64_t n = 16 * t + r;
-                    float v = C[m * 16 + r] * sm[m] * l->row_scale[n];
-                    if (w->bias) v += w->bias[n];
-                    moq_y_store(l->y, l->y_elem, N, m, n, v);
-                }
+            moq_y_store_tile16(l, C, sm, t);
         }
     }
     return MOQ_OK;
