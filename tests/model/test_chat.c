@@ -10,28 +10,11 @@
 
 #include <cjson/cJSON.h>
 
-static char *golden_path(const char *rel) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", __FILE__);
-    char *slash = strrchr(dir, '/');
-    *slash = '\0';
-    size_t n = strlen(dir) + strlen(rel) + 32;
-    char *p = malloc(n);
-    snprintf(p, n, "%s/../golden/tokenizer/%s", dir, rel);
-    return p;
-}
 
-static moq_tokenizer *open_style(const char *style) {
-    char *p = golden_path(style);
-    moq_tokenizer *t = NULL;
-    TU_OK(moq_tokenizer_open(&t, p, err_));
-    free(p);
-    return t;
-}
 
 static void test_golden_chats(void **state) {
     (void)state;
-    char *p = golden_path("expected.json");
+    char *p = tu_golden_tokenizer_path("expected.json");
     size_t len;
     char *text = tu_read_file(p, &len);
     cJSON *j = cJSON_ParseWithLength(text, len);
@@ -39,7 +22,7 @@ static void test_golden_chats(void **state) {
     int n_rows = 0;
     for (const cJSON *r = cJSON_GetObjectItem(j, "chat")->child; r; r = r->next, n_rows++) {
         const char *style = cJSON_GetObjectItem(r, "tokenizer")->valuestring;
-        moq_tokenizer *t = open_style(style);
+        moq_tokenizer *t = tu_open_golden_tokenizer(style);
         const moq_chat_template *ct = moq_tokenizer_chat_template(t);
         assert_int_not_equal(ct->format, MOQ_CHAT_NONE);
         moq_chat_message msgs[8];
@@ -75,7 +58,7 @@ static void test_golden_chats(void **state) {
 /* Templates of other models (Qwen2.5), from the config text alone, against jinja2. */
 static void test_golden_extra_templates(void **state) {
     (void)state;
-    char *p = golden_path("expected.json");
+    char *p = tu_golden_tokenizer_path("expected.json");
     size_t len;
     char *text = tu_read_file(p, &len);
     cJSON *j = cJSON_ParseWithLength(text, len);
@@ -112,7 +95,7 @@ static void test_detection(void **state) {
         { "smollm2", MOQ_CHAT_CHATML, "You are a helpful AI assistant named SmolLM, trained by Hugging Face", "" },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        moq_tokenizer *t = open_style(want[i].style);
+        moq_tokenizer *t = tu_open_golden_tokenizer(want[i].style);
         const moq_chat_template *ct = moq_tokenizer_chat_template(t);
         assert_int_equal(ct->format, want[i].f);
         assert_string_equal(ct->default_system, want[i].sys);
@@ -179,7 +162,7 @@ static void test_render_edges(void **state) {
 /* Newer snapshots keep the template in chat_template.jinja instead of tokenizer_config.json. */
 static void test_jinja_file(void **state) {
     (void)state;
-    char *src = golden_path("llama3/tokenizer.json"), *cfgp = golden_path("llama3/tokenizer_config.json");
+    char *src = tu_golden_tokenizer_path("llama3/tokenizer.json"), *cfgp = tu_golden_tokenizer_path("llama3/tokenizer_config.json");
     size_t len, clen;
     char *tok = tu_read_file(src, &len), *cfg_text = tu_read_file(cfgp, &clen);
     cJSON *cfg = cJSON_ParseWithLength(cfg_text, clen);

@@ -11,26 +11,10 @@
 
 #include <cjson/cJSON.h>
 
-static char g_dir[1024]; /* tests/golden/tokenizer */
 
-static void golden_dir(void) {
-    if (g_dir[0]) return;
-    snprintf(g_dir, sizeof g_dir, "%s", __FILE__);
-    char *slash = strrchr(g_dir, '/');
-    assert_non_null(slash);
-    snprintf(slash, sizeof g_dir - (size_t)(slash - g_dir), "/../golden/tokenizer");
-}
-
-static char *golden_path(const char *rel) {
-    golden_dir();
-    size_t n = strlen(g_dir) + strlen(rel) + 2;
-    char *p = malloc(n);
-    snprintf(p, n, "%s/%s", g_dir, rel);
-    return p;
-}
 
 static cJSON *load_expected(void) {
-    char *p = golden_path("expected.json");
+    char *p = tu_golden_tokenizer_path("expected.json");
     size_t len;
     char *text = tu_read_file(p, &len);
     free(p);
@@ -54,13 +38,6 @@ static size_t unhex(const char *h, uint8_t **out) {
     return n;
 }
 
-static moq_tokenizer *open_style(const char *style) {
-    char *p = golden_path(style);
-    moq_tokenizer *t = NULL;
-    TU_OK(moq_tokenizer_open(&t, p, err_));
-    free(p);
-    return t;
-}
 
 static const char *k_styles[] = { "gpt2", "llama3", "qwen2", "smollm2", "tiny", "tiny_llama3", "tiny_qwen2", "tiny_digits" };
 #define N_STYLES (sizeof k_styles / sizeof k_styles[0])
@@ -104,7 +81,7 @@ static void test_golden_encodings(void **state) {
     (void)state;
     cJSON *j = load_expected();
     moq_tokenizer *toks[N_STYLES];
-    for (size_t s = 0; s < N_STYLES; s++) toks[s] = open_style(k_styles[s]);
+    for (size_t s = 0; s < N_STYLES; s++) toks[s] = tu_open_golden_tokenizer(k_styles[s]);
     const cJSON *rows = cJSON_GetObjectItem(j, "encode");
     int n_rows = 0, n_round = 0, n_changed = 0;
     for (const cJSON *r = rows->child; r; r = r->next, n_rows++) {
@@ -196,7 +173,7 @@ static void test_lossy_utf8(void **state) {
 /* A character split over tokens comes out whole, in one chunk, never as a part. */
 static void test_stream_tokens(void **state) {
     (void)state;
-    moq_tokenizer *t = open_style("gpt2");
+    moq_tokenizer *t = tu_open_golden_tokenizer("gpt2");
     const char *text = "emoji 😀👍🏽 日本語 \xff end";
     int32_t ids[128];
     size_t n;
@@ -234,7 +211,7 @@ static void test_invalid_utf8_round_trip(void **state) {
     static const uint8_t in[] = { 0xff, 0xfe, ' ', 'a', 0xc3, 0x28, 0xe2, 0x82, ' ', 0xed, 0xa0, 0x80, 0xf4, 0x90, 0x80, 0x80,
                                   '\'', 's', 0xc5, 0xbf, 0x00, '1', '2', '3', '4', 0xc0, 0xaf, 0xc3 };
     for (size_t s = 0; s < N_STYLES; s++) {
-        moq_tokenizer *t = open_style(k_styles[s]);
+        moq_tokenizer *t = tu_open_golden_tokenizer(k_styles[s]);
         int32_t ids[64];
         size_t n, dl;
         moq_error e = {0};
@@ -253,7 +230,7 @@ static void test_nfc_with_invalid_bytes(void **state) {
     (void)state;
     static const uint8_t in[] = { 0xff, 'e', 0xcc, 0x81, 0xc3, ' ', 0xcc, 0x81, 'x' };
     static const uint8_t want[] = { 0xff, 0xc3, 0xa9, 0xc3, ' ', 0xcc, 0x81, 'x' }; /* a space does not compose */
-    moq_tokenizer *t = open_style("qwen2");
+    moq_tokenizer *t = tu_open_golden_tokenizer("qwen2");
     int32_t ids[32];
     size_t n, dl;
     TU_OK(moq_tokenizer_encode(t, (const char *)in, sizeof in, 0, ids, 32, &n, err_));
@@ -266,7 +243,7 @@ static void test_nfc_with_invalid_bytes(void **state) {
 
 static void test_capacity_and_empty(void **state) {
     (void)state;
-    moq_tokenizer *t = open_style("llama3");
+    moq_tokenizer *t = tu_open_golden_tokenizer("llama3");
     const char *text = "Hello world, 1234567 times!";
     int32_t full[64], part[3];
     size_t n, m;
@@ -294,11 +271,11 @@ static void test_special_ids(void **state) {
     for (size_t s = 0; s < N_STYLES; s++) {
         char rel[64];
         snprintf(rel, sizeof rel, "%s/config.json", k_styles[s]);
-        char *p = golden_path(rel);
+        char *p = tu_golden_tokenizer_path(rel);
         size_t len;
         char *text = tu_read_file(p, &len);
         cJSON *cfg = cJSON_ParseWithLength(text, len);
-        moq_tokenizer *t = open_style(k_styles[s]);
+        moq_tokenizer *t = tu_open_golden_tokenizer(k_styles[s]);
         const cJSON *bos = cJSON_GetObjectItem(cfg, "bos_token_id"), *eos = cJSON_GetObjectItem(cfg, "eos_token_id");
         assert_int_equal(moq_tokenizer_bos(t), cJSON_IsNumber(bos) ? bos->valueint : -1);
         const int32_t *eids;
@@ -315,7 +292,7 @@ static void test_special_ids(void **state) {
         free(p); free(text); cJSON_Delete(cfg);
         moq_tokenizer_free(t);
     }
-    moq_tokenizer *t = open_style("qwen2");
+    moq_tokenizer *t = tu_open_golden_tokenizer("qwen2");
     assert_int_equal(moq_tokenizer_token_id(t, "<|im_start|>"), 1); /* trained with the specials first */
     assert_int_equal(moq_tokenizer_token_id(t, "no such token at all"), -1);
     assert_int_equal(moq_tokenizer_token_id(t, " "), moq_tokenizer_token_id(t, " ")); /* byte symbol found */
@@ -323,7 +300,7 @@ static void test_special_ids(void **state) {
     assert_false(moq_tokenizer_is_special(t, moq_tokenizer_token_id(t, " ")));
     moq_tokenizer_free(t);
     /* a tokenizer.json file path works as well as its directory */
-    char *p = golden_path("gpt2/tokenizer.json");
+    char *p = tu_golden_tokenizer_path("gpt2/tokenizer.json");
     TU_OK(moq_tokenizer_open(&t, p, err_));
     assert_int_equal(moq_tokenizer_bos(t), 0);
     moq_tokenizer_free(t);
@@ -333,7 +310,7 @@ static void test_special_ids(void **state) {
 /* ---- error paths: each bad tokenizer.json names the file and the key ------------------------------ */
 
 static cJSON *gpt2_json(void) {
-    char *p = golden_path("gpt2/tokenizer.json");
+    char *p = tu_golden_tokenizer_path("gpt2/tokenizer.json");
     size_t len;
     char *text = tu_read_file(p, &len);
     cJSON *j = cJSON_ParseWithLength(text, len);
@@ -430,7 +407,7 @@ static void test_bad_tokenizer_json(void **state) {
 /* Long inputs stay O(n log n): 400k bytes of one letter is a single piece. No timing asserted. */
 static void test_long_piece(void **state) {
     (void)state;
-    moq_tokenizer *t = open_style("tiny");
+    moq_tokenizer *t = tu_open_golden_tokenizer("tiny");
     size_t n = 400000;
     char *text = malloc(n);
     memset(text, 'a', n);

@@ -31,6 +31,10 @@ char *tu_write_st(const char *dir, const char *name, const char *header, size_t 
 /* Runs a shell command, returns its exit status (-1 on failure to run); captures stdout+stderr
  * into out (NUL-terminated, truncated to n) when out != NULL. */
 int tu_run(const char *cmd, char *out, size_t n);
+/* tests/golden/tokenizer/<rel> (caller frees), and the golden tokenizer of one style ("gpt2",
+ * "llama3", "qwen2", "smollm2", ...) opened (fails the test when it cannot be). */
+char *tu_golden_tokenizer_path(const char *rel);
+moq_tokenizer *tu_open_golden_tokenizer(const char *style);
 /* Path of the moq CLI (MOQ_BIN). */
 const char *tu_moq_bin(void);
 
