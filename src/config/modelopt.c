@@ -498,9 +498,9 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
 
 static moq_status qc_new(moq_qconfig **out, moq_compat profile, moq_error *err) {
     *out = NULL;
-    if ((unsigned)profile >= MOQ_COMPAT_COUNT) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "profile %d out of range", (int)profile);
+    if ((unsigned)profile >= MOQ_COMPAT_COUNT) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_qconfig_open", "profile %d out of range, expected 0..%d", (int)profile, MOQ_COMPAT_COUNT - 1);
     moq_qconfig *q = calloc(1, sizeof *q);
-    if (!q) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory");
+    if (!q) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_qconfig_open", "out of memory for the config");
     q->profile = profile;
     q->r = &moq_compat_table[profile];
     *out = q;
@@ -578,7 +578,7 @@ static void compare(moq_qconfig *q, const moq_qconfig *o) {
 
 moq_status moq_qconfig_open(moq_qconfig **out, const char *path, moq_compat profile, moq_error *err) {
     *out = NULL;
-    if (!path) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "path is NULL");
+    if (!path) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_qconfig_open", "path is NULL");
     if (is_file(path)) {
         cJSON *doc = NULL;
         MOQ_TRY(moq_json_read(&doc, NULL, path, base_name(path), err));

@@ -139,7 +139,7 @@ static moq_status validate(const moq_weight *w, moq_pair_id p, const char *name,
 }
 
 moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, const moq_linear_opts *opts, moq_error *err) {
-    if (!out || !w) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "out and w must not be NULL");
+    if (!out || !w) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_linear_create_from_weight", "out and w must not be NULL");
     *out = NULL;
     const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     const char *name = o.name ? o.name : "";

@@ -80,7 +80,7 @@ static void find_default_system(const chat_row *r, const char *tmpl, char *out, 
 }
 
 moq_status moq_chat_template_from_config(moq_chat_template *out, const char *config_json, size_t len, moq_error *err) {
-    if (!out || !config_json) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_chat_template_from_config: NULL argument");
+    if (!out || !config_json) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_template_from_config", "NULL argument");
     memset(out, 0, sizeof *out);
     cJSON *cfg = NULL;
     MOQ_TRY(moq_json_parse(&cfg, config_json, len, CFG_FILE, err));
@@ -155,13 +155,13 @@ static void put_trimmed(sink *s, const char *p) {
 moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *msgs, size_t n, bool add_generation_prompt,
                            char *out, size_t cap, size_t *len, moq_error *err) {
     if (len) *len = 0;
-    if (!t || (!msgs && n) || (!out && cap) || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_chat_render: NULL argument");
+    if (!t || (!msgs && n) || (!out && cap) || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_render", "NULL argument");
     if ((unsigned)t->format >= MOQ_CHAT_FORMAT_COUNT || t->format == MOQ_CHAT_NONE)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no ChatML or Llama-3 chat_template)");
     const chat_row *r = &k_chat[t->format];
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content || !msgs[i].role[0])
-            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "message %zu has no role or no content", i);
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_render", "message %zu has no role or no content, expected both", i);
     sink s = { out, cap, 0 };
     if (n && t->default_system[0] && strcmp(msgs[0].role, "system") != 0) {
         puts_(&s, r->msg_prefix); puts_(&s, "system"); puts_(&s, r->role_suffix);
@@ -176,7 +176,7 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
     }
     if (add_generation_prompt) puts_(&s, r->gen_prompt);
     *len = s.n;
-    if (s.n >= cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "output holds %zu bytes, the chat needs %zu and a NUL", cap, s.n);
+    if (s.n >= cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_chat_render", "output holds %zu bytes, the chat needs %zu and a NUL", cap, s.n);
     out[s.n] = '\0';
     return MOQ_OK;
 }

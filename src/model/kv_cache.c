@@ -39,7 +39,7 @@ moq_status moq_kv_cache_create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers
     kv->v_scale = malloc((size_t)n_layers * sizeof(float));
     if (!kv->k || !kv->v || !kv->k_scale || !kv->v_scale) {
         moq_kv_cache_free(kv);
-        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for a KV cache of %zu bytes (%lld layers x %lld positions); lower --ctx", 2 * n,
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_model_open", "out of memory for a KV cache of %zu bytes (%lld layers x %lld positions); lower --ctx", 2 * n,
                         (long long)n_layers, (long long)ctx);
     }
     for (int64_t l = 0; l < n_layers; l++) kv->k_scale[l] = kv->v_scale[l] = 1.0f;

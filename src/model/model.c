@@ -401,7 +401,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
-        if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for %lld floats of workspace", (long long)bufs[i].n);
+        if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
     }
     m->erow = moq_blobs_alloc(&m->blobs, (size_t)m->H * sizeof(double));
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
@@ -417,7 +417,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     }
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
-    if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for %zu bytes of linear workspace", ws);
+    if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }
 
@@ -521,7 +521,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
 }
 
 moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err) {
-    if (!out || !dir) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "out and dir must not be NULL");
+    if (!out || !dir) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_open", "out and dir must not be NULL");
     *out = NULL;
     moq_model *m = calloc(1, sizeof *m);
     if (!m) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory");
@@ -666,7 +666,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
 }
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
-    if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
+    if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
     if (m->pos + n > m->T)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, moq_checkpoint_path(m->ckpt), "%lld cached + %lld new tokens exceed the context of %lld positions",
                         (long long)m->pos, (long long)n, (long long)m->T);

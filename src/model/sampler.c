@@ -58,7 +58,7 @@ moq_sampler_opts moq_sampler_opts_default(void) {
 }
 
 moq_status moq_sampler_create(moq_sampler **out, const moq_sampler_opts *opts, moq_error *err) {
-    if (!out) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_sampler_create: out is NULL");
+    if (!out) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_create", "out is NULL");
     *out = NULL;
     moq_sampler_opts o = opts ? *opts : moq_sampler_opts_default();
     if (!(o.temperature >= 0.0f) || isinf(o.temperature))
@@ -67,7 +67,7 @@ moq_status moq_sampler_create(moq_sampler **out, const moq_sampler_opts *opts, m
     if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--top-p", "top_p %g, expected a value in (0, 1]", (double)o.top_p);
     moq_sampler *s = calloc(1, sizeof *s);
-    if (!s) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory");
+    if (!s) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_sampler_create", "out of memory for the sampler");
     s->opts = o;
     moq_xoshiro_seed(&s->rng, o.seed);
     *out = s;
@@ -122,7 +122,7 @@ static void select_top_k(cand *c, size_t n, size_t k) {
 moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch, size_t scratch_size,
                               int32_t *id, moq_error *err) {
     if (!s || !logits || !id || n == 0 || n > INT32_MAX)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_sampler_sample: NULL argument or n = %zu", n);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_sample", "NULL argument or n = %zu, expected logits of n >= 1 entries", n);
     size_t best = 0;
     for (size_t i = 0; i < n; i++) {
         if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
@@ -131,7 +131,7 @@ moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, voi
     }
     if (s->opts.temperature == 0.0f || s->opts.top_k == 1 || isinf(logits[best])) { *id = (int32_t)best; return MOQ_OK; }
     if (!scratch || scratch_size < moq_sampler_scratch_size(n))
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "scratch of %zu bytes, expected %zu", scratch_size, moq_sampler_scratch_size(n));
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_sample", "scratch of %zu bytes, expected %zu", scratch_size, moq_sampler_scratch_size(n));
     cand *c = scratch;
     double mx = logits[best], inv_t = 1.0 / (double)s->opts.temperature, total = 0.0;
     for (size_t i = 0; i < n; i++) {

@@ -250,7 +250,7 @@ static moq_status nfc_normalize(const uint8_t *s, size_t n, uint8_t **out, size_
     uint8_t *o = malloc(n * 16 + 1);
     if (!cp || !tmp || !o) {
         free(cp); free(tmp); free(o);
-        (void)MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "out of memory for NFC of %zu bytes", n);
+        (void)MOQ_FAIL(err, MOQ_ERR_NOMEM, "tokenizer.json", "out of memory for the NFC normalization of %zu input bytes", n);
         return MOQ_ERR_NOMEM;
     }
     size_t m = 0;
@@ -856,7 +856,7 @@ static moq_status open_json(moq_tokenizer **out, const char *json, size_t len, m
 
 moq_status moq_tokenizer_open_text(moq_tokenizer **out, const char *json, size_t len, const char *config_json,
                                    moq_error *err) {
-    if (!out || !json) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_tokenizer_open_text: out and json must not be NULL");
+    if (!out || !json) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_open_text", "out and json must not be NULL");
     MOQ_TRY(open_json(out, json, len, err));
     if (config_json) {
         moq_status st = parse_tokenizer_config(*out, config_json, strlen(config_json), err);
@@ -877,14 +877,14 @@ static moq_status read_side(const char *dir, const char *name, char **text, uint
 }
 
 moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err) {
-    if (!out || !path) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_tokenizer_open: out and path must not be NULL");
+    if (!out || !path) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_open", "out and path must not be NULL");
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) return MOQ_FAIL(err, MOQ_ERR_IO, path, "cannot open: no such file or directory");
     char dir[4096];
     const char *file = TOK_FILE;
     if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "path of %zu bytes is too long", strlen(path));
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_open", "path of %zu bytes is too long", strlen(path));
     if (!S_ISDIR(sb.st_mode)) {
         const char *slash = strrchr(path, '/');
         file = slash ? slash + 1 : path;
@@ -1194,7 +1194,7 @@ static void pretok(enc_ctx *c, int step, const uint8_t *s, size_t n) {
 static moq_status scratch_reserve(enc_ctx *c, size_t n) {
     if (n <= c->mem_len) return MOQ_OK;
     void *mem = malloc(n * (3 * sizeof(int32_t) + 3 * sizeof(uint64_t)));
-    if (!mem) return MOQ_FAIL(c->err, MOQ_ERR_NOMEM, "", "out of memory for encoding %zu bytes", n);
+    if (!mem) return MOQ_FAIL(c->err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "out of memory for encoding %zu bytes", n);
     free(c->mem);
     c->mem = mem;
     c->mem_len = n;
@@ -1253,9 +1253,9 @@ moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t
                                 size_t cap, size_t *n_ids, moq_error *err) {
     if (n_ids) *n_ids = 0;
     if (!t || (!text && len) || (!ids && cap) || !n_ids)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_tokenizer_encode: t, text, ids and n_ids must not be NULL");
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_encode", "t, text, ids and n_ids must not be NULL");
     if (len > (size_t)INT32_MAX / 2)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "text of %zu bytes is longer than moq encodes at once (%d)", len, INT32_MAX / 2);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_encode", "text of %zu bytes is longer than moq encodes at once (%d)", len, INT32_MAX / 2);
     enc_ctx c = { .t = t, .flags = flags, .ids = ids, .cap = cap, .err = err };
     if (flags & MOQ_ENCODE_ADD_SPECIAL)
         for (int i = 0; i < t->n_prefix; i++) emit(&c, t->prefix[i]);
@@ -1269,7 +1269,7 @@ moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t
     if (flags & MOQ_ENCODE_ADD_SPECIAL)
         for (int i = 0; i < t->n_suffix; i++) emit(&c, t->suffix[i]);
     *n_ids = c.n;
-    if (c.n > cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "", "output holds %zu ids, the text needs %zu", cap, c.n);
+    if (c.n > cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "output holds %zu ids, the text needs %zu", cap, c.n);
     return MOQ_OK;
 }
 
@@ -1277,7 +1277,7 @@ moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t
 
 moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id, const uint8_t **bytes, size_t *len,
                                       moq_error *err) {
-    if (!t || !bytes || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_tokenizer_decode_token: NULL argument");
+    if (!t || !bytes || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_decode_token", "NULL argument");
     if (id < 0 || id >= t->n_vocab || !(t->tok_flags[id] & TF_PRESENT))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, TOK_FILE, "token id %d is not in the vocabulary (size %d)", (int)id, (int)t->n_vocab);
     *bytes = t->pool + t->tok_off[id];
@@ -1291,10 +1291,10 @@ static const char k_fffd[3] = { (char)0xEF, (char)0xBF, (char)0xBD };
 
 moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, size_t n, char *out, size_t cap,
                                 size_t *out_len, moq_error *err) {
-    if (!s || (!in && n) || !out || !out_len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "moq_utf8_stream_push: NULL argument");
+    if (!s || (!in && n) || !out || !out_len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_utf8_stream_push", "NULL argument");
     *out_len = 0;
     if (cap < MOQ_UTF8_STREAM_OUT_MAX(n))
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "", "output of %zu bytes, expected at least %zu for %zu input bytes", cap,
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_utf8_stream_push", "output of %zu bytes, expected at least %zu for %zu input bytes", cap,
                         MOQ_UTF8_STREAM_OUT_MAX(n), n);
     if (s->n_pend > 3) s->n_pend = 0; /* a corrupted state cannot overrun pend */
     size_t np = s->n_pend, total = np + n, k = 0, o = 0;

@@ -836,6 +836,9 @@ moq_status moq_moe_format_from_method(const char *method, moq_moe_format *out, m
             *out = (moq_moe_format)f;
             return MOQ_OK;
         }
-    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "", "method \"%s\" is not an expert method (fp8_moe, fp8_block_moe, nvfp4_moe, "
-                    "w4a16_nvfp4_moe, mxfp8_moe, none)", method ? method : "(null)");
+    char list[256] = "";
+    for (int f = 0; f < MOQ_MOE_FMT_COUNT; f++) /* the accepted names come from the format table */
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", f ? ", " : "", moe_fmts[f].method);
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_format_from_method", "method \"%s\" is not an expert method (%s)",
+                    method ? method : "(null)", list);
 }
