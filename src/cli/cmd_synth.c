@@ -15,7 +15,8 @@
 void cmd_synth_help(FILE *out) {
     fprintf(out,
             "usage: moq synth DIR [--algo A] [--layers L] [--hidden H] [--inter I] [--heads A]\n"
-            "                     [--kv-heads KV] [--vocab V] [--shards S] [--seed N]\n\n"
+            "                     [--kv-heads KV] [--vocab V] [--shards S] [--seed N]\n"
+            "                     [--arch llama|qwen3moe|mixtral] [--experts E] [--top-k K]\n\n"
             "Writes a LlamaForCausalLM checkpoint with deterministic random weights into DIR (created if\n"
             "missing): config.json (with quantization_config), hf_quant_config.json, and S safetensors\n"
             "shards (+ model.safetensors.index.json when S > 1). Linear layers are quantized as ModelOpt's\n"
