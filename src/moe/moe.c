@@ -42,6 +42,7 @@
 #include "kernels/kernels.h"
 #include "moe/moe.h"
 #include "moe/routing.h"
+#include "scheme/load.h"
 
 /* ---- format rows --------------------------------------------------------------------------- */
 typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP } moe_scale_kind;
@@ -245,14 +246,11 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     return MOQ_OK;
 }
 
-/* FP8 per-tensor requantization of rows [r0, r0+n) from scale s to s_max (NUMERICS §5.1: the
- * seeds' dequantize to fp16, then static quantization with the f32 reciprocal of s_max). */
+/* FP8 per-tensor requantization of rows [r0, r0+n) from scale s to s_max: the seeds' rule
+ * (NUMERICS §5.1), one code at a time by the same function the linear loader uses. */
 static void fp8_requant(uint8_t *q, int64_t r0, int64_t n, int64_t K, float s, float s_max) {
     const float inv = 1.0f / s_max;
-    for (int64_t i = r0 * K; i < (r0 + n) * K; i++) {
-        const float dq = moq_f16_decode(moq_f16_encode_rne(moq_e4m3_decode(q[i]) * s));
-        q[i] = moq_e4m3_encode_rne_sat(dq * inv);
-    }
+    for (int64_t i = r0 * K; i < (r0 + n) * K; i++) q[i] = moq_fp8_requant_code(q[i], s, inv);
 }
 
 /* Allocates the canonical buffers of a weight with N rows, Kp columns. */
