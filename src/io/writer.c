@@ -78,7 +78,7 @@ void moq_writer_free(moq_writer *w) {
 moq_status moq_writer_add(moq_writer *w, const char *name, moq_dtype dtype, int ndim, const int64_t *shape,
                           const void *data, uint64_t nbytes, moq_error *err) {
     if (!w || !name || !name[0]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_writer_add", "NULL writer or empty name");
-    if ((unsigned)dtype >= MOQ_DT_COUNT) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "unknown dtype %d", (int)dtype);
+    if ((unsigned)dtype >= MOQ_DT_COUNT) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "unknown dtype %d, expected a moq_dtype below %d", (int)dtype, (int)MOQ_DT_COUNT);
     if (ndim < 0 || ndim > MOQ_MAX_DIMS || (ndim && !shape))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "ndim %d, expected 0..%d with a shape", ndim, MOQ_MAX_DIMS);
     if (strcmp(name, "__metadata__") == 0) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "reserved name");

@@ -776,7 +776,8 @@ uint64_t moq_moe_expert_bytes(moq_moe_format fmt, int64_t H, int64_t I) {
 moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, int64_t E, int64_t H, int64_t I, uint64_t seed, void **keep,
                          moq_error *err) {
     *keep = NULL;
-    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT || E < 1 || H < 1 || I < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "bad synthetic MoE shape");
+    if ((unsigned)fmt >= MOQ_MOE_FMT_COUNT || E < 1 || H < 1 || I < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "synthetic MoE format %d, E=%lld, H=%lld, I=%lld; expected a format < %d and E, H, I >= 1",
+                        (int)fmt, (long long)E, (long long)H, (long long)I, (int)MOQ_MOE_FMT_COUNT);
     const moe_fmt *f = &moe_fmts[fmt];
     const uint64_t per = moq_moe_expert_bytes(fmt, H, I);
     uint8_t *blk = malloc((size_t)(per * (uint64_t)E) + 64);
