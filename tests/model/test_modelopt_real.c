@@ -21,9 +21,10 @@
  * decisions and differ only in f32 rounding elsewhere (RMSNorm, RoPE cos/sin, softmax order):
  * measured <= 1.7e-6 abs on every fixture that moq runs, and on every expected-fail fixture once
  * patched to a form moq reads today (docs/ACCURACY.md). One activation code flipped at a rounding
- * tie would move logits by ~1e-4 to 1e-2 (seen with a float32-sgemm oracle, hence float64); skipping
- * a quantizer, a scale or the KV cache quantization moves them by 1e-2 or more, and a wrong
- * rope_theta (10000 for 1e6) by ~0.5.
+ * tie would move logits by ~1e-4 to 1e-2 (seen with a float32-sgemm oracle, hence float64). Mutating
+ * the oracle shows what the limit catches: without the activation quantization the logits move by
+ * 0.11 (MXFP8) to 0.50 (NVFP4), without the FP8 KV cache by 0.16, and a wrong rope_theta (10000 for
+ * 1e6) by 0.44-0.55.
  *
  * Fixtures in k_expected_fail hold forms moq does not accept yet (issue 10, items 1-4: fp8_pb_wo in
  * lower case with 0-d block scales, FP8 KV without scales, rope_parameters of transformers 5, FP8
