@@ -213,6 +213,20 @@ static bool shape_is(const moq_tensor *t, const moq_dim *dims, int64_t N, int64_
     return true;
 }
 
+/* A tensor in any of the rule's accepted shapes: the main one, the alternative, or (scalar_if_one)
+ * 0-d where the main shape holds exactly one element. */
+static bool rule_shape_ok(const moq_tensor *t, const moq_tensor_rule *r, int64_t N, int64_t K, int64_t G) {
+    if (shape_is(t, r->shape, N, K, G) || (r->alt_used && shape_is(t, r->shape_alt, N, K, G))) return true;
+    if (!r->scalar_if_one || t->ndim != 0) return false;
+    int64_t n = 1;
+    for (int d = 0; d < MOQ_RULE_MAX_DIMS && r->shape[d] != MOQ_DIM_END; d++) {
+        const int64_t v = moq_dim_eval(r->shape[d], N, K, G);
+        if (v < 0) return false;
+        n *= v;
+    }
+    return n == 1;
+}
+
 static const char *shape_str(const moq_tensor *t, char *b, size_t n) {
     size_t o = (size_t)snprintf(b, n, "[");
     for (int d = 0; d < t->ndim && o < n; d++) o += (size_t)snprintf(b + o, n - o, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
@@ -287,8 +301,8 @@ static bool weight_shape_wrong(const moq_checkpoint *c, const char *name, const 
     for (const moq_tensor_rule *r = rules + 1; r->suffix; r++) {
         const moq_tensor *t = named_tensor(c, name, r->suffix);
         if (!t) continue;
-        const bool fc = shape_is(t, r->shape, *Nc, *Kc, G) || (r->alt_used && shape_is(t, r->shape_alt, *Nc, *Kc, G));
-        const bool fw = shape_is(t, r->shape, N, K, G) || (r->alt_used && shape_is(t, r->shape_alt, N, K, G));
+        const bool fc = rule_shape_ok(t, r, *Nc, *Kc, G);
+        const bool fw = rule_shape_ok(t, r, N, K, G);
         for_config += fc && !fw, for_weight += fw && !fc;
     }
     return for_config > 0 && for_weight == 0;
@@ -374,7 +388,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
             if (t == w && w->ndim != 2) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
             continue;
         }
-        if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
+        if (!rule_shape_ok(t, r, N, K, G))
             problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
                     expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
                     G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");

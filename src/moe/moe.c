@@ -229,8 +229,9 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
         MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
         const int64_t bn = cdiv(N, 128), bk = cdiv(K, 128), bkp = d->Kp / 128;
+        /* [bn, 1, bk, 1], [bn, bk], or 0-d for a single block (ModelOpt 0.47, NUMERICS §12) */
         if (t->ndim == 4) MOQ_TRY(want_shape(t, 4, (int64_t[]){bn, 1, bk, 1}, why, err));
-        else MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
+        else if (t->ndim != 0 || bn * bk != 1) MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
         float *dst = (float *)d->s;
         for (int64_t i = 0; i < bn; i++)
             for (int64_t j = 0; j < bkp; j++) {

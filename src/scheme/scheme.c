@@ -4,7 +4,8 @@
  *
  *   FP8                       weight e4m3 [N,K]  weight_scale f32 scalar  input_scale f32 scalar
  *   FP8_PER_CHANNEL_PER_TOKEN weight e4m3 [N,K]  weight_scale f32 [N] (or [N,1]), no input scale
- *   FP8_PB_WO                 weight e4m3 [N,K]  weight_scale f32 [ceil(N/128),1,K/128,1] (or 2-D)
+ *   FP8_PB_WO                 weight e4m3 [N,K]  weight_scale f32 [ceil(N/128),1,K/128,1] (or 2-D, or 0-d
+ *                                                for a single block: ModelOpt 0.47, NUMERICS §12)
  *   NVFP4                     weight u8 [N,K/2]  weight_scale e4m3 [N,K/G]  weight_scale_2, input_scale f32
  *   W4A16_NVFP4               as NVFP4, input_scale optional (legacy exports; vLLM drops it)
  *   MXFP8                     weight e4m3 [N,K]  weight_scale e8m0|u8 [N,K/32]
@@ -45,39 +46,40 @@ const char *moq_method_name(moq_method m) {
 #define F32 MOQ_DT_F32, MOQ_DT_F32
 
 static const moq_tensor_rule fp8_tensor_c[] = {
-    /* suffix          dtype(s)                          shape                                  alt shape        alt    opt    note */
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights"},
-    {"weight_scale", F32,                             SCALAR,                                   ONE,             true,  false, "one f32 scale per tensor (amax / 448)"},
-    {"input_scale",  F32,                             SCALAR,                                   ONE,             true,  false, "static activation scale"},
+    /* suffix          dtype(s)                          shape                                  alt shape        alt    opt    note    0-d if one */
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights", false},
+    {"weight_scale", F32,                             SCALAR,                                   ONE,             true,  false, "one f32 scale per tensor (amax / 448)", false},
+    {"input_scale",  F32,                             SCALAR,                                   ONE,             true,  false, "static activation scale", false},
     {0}};
 static const moq_tensor_rule fp8_row_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights"},
-    {"weight_scale", F32,                             {MOQ_DIM_N, MOQ_DIM_END},                 {MOQ_DIM_N, MOQ_DIM_ONE, MOQ_DIM_END}, true, false, "one f32 scale per output channel"},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights", false},
+    {"weight_scale", F32,                             {MOQ_DIM_N, MOQ_DIM_END},                 {MOQ_DIM_N, MOQ_DIM_ONE, MOQ_DIM_END}, true, false, "one f32 scale per output channel", false},
     {0}};
 static const moq_tensor_rule fp8_blk_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights, K % 128 == 0"},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights, K % 128 == 0", false},
     {"weight_scale", F32, {MOQ_DIM_N_BLK128, MOQ_DIM_ONE, MOQ_DIM_K_BLK128, MOQ_DIM_ONE, MOQ_DIM_END},
-                          {MOQ_DIM_N_BLK128, MOQ_DIM_K_BLK128, MOQ_DIM_END}, true, false, "one f32 scale per 128x128 block"},
+                          {MOQ_DIM_N_BLK128, MOQ_DIM_K_BLK128, MOQ_DIM_END}, true, false, "one f32 scale per 128x128 block",
+                          .scalar_if_one = true},
     {0}};
 static const moq_tensor_rule nvfp4_c[] = {
-    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte"},
-    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights"},
-    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)"},
-    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  false, "activation global scale"},
+    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte", false},
+    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights", false},
+    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)", false},
+    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  false, "activation global scale", false},
     {0}};
 static const moq_tensor_rule nvfp4_w_only_c[] = {
-    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte"},
-    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights"},
-    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)"},
-    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  true,  "legacy, unused by W4A16"},
+    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte", false},
+    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights", false},
+    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)", false},
+    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  true,  "legacy, unused by W4A16", false},
     {0}};
 static const moq_tensor_rule mxfp8_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},       {0},           false, false, "e4m3 weights, K % 32 == 0"},
-    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {MOQ_DIM_N_ROWBLK, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, true, false, "one e8m0 scale per 32 weights (or per r rows x 32)"},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},       {0},           false, false, "e4m3 weights, K % 32 == 0", false},
+    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {MOQ_DIM_N_ROWBLK, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, true, false, "one e8m0 scale per 32 weights (or per r rows x 32)", false},
     {0}};
 static const moq_tensor_rule unquantized_c[] = {
-    {"weight", MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END}, {0}, false, false, "model-dtype weights"},
-    {"bias",   MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_END},            {0}, false, true,  "model-dtype bias"},
+    {"weight", MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END}, {0}, false, false, "model-dtype weights", false},
+    {"bias",   MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_END},            {0}, false, true,  "model-dtype bias", false},
     {0}};
 
 static const moq_scheme schemes[] = {

@@ -45,7 +45,8 @@ typedef enum moq_dim {
 
 #define MOQ_RULE_MAX_DIMS 4
 /* One tensor of a contract: <module>.<suffix>. A second accepted shape (alt) covers the forms
- * ModelOpt writes interchangeably (scalar or [1]; FP8_PB_WO scale 4-D or 2-D). */
+ * ModelOpt writes interchangeably (scalar or [1]; FP8_PB_WO scale 4-D or 2-D); scalar_if_one adds
+ * the 0-d form of a one-element shape (FP8_PB_WO weight of a single 128x128 block, NUMERICS §12). */
 typedef struct moq_tensor_rule {
     const char *suffix;
     moq_dtype   dtype, dtype_alt;        /* dtype_alt = dtype when only one is accepted         */
@@ -54,6 +55,8 @@ typedef struct moq_tensor_rule {
     bool        alt_used;
     bool        optional;                /* may be absent (legacy or per-layer)                 */
     const char *note;                    /* quoted in messages                                   */
+    bool        scalar_if_one;           /* a 0-d tensor is accepted where the shape holds one
+                                            element (ModelOpt's FP8_PB_WO single-block scale)     */
 } moq_tensor_rule;
 
 typedef struct moq_scheme {

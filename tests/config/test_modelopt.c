@@ -29,6 +29,11 @@ static const row rows[] = {
     /* vLLM upper-cases quant_algo ("ModelOpt may emit lowercase"); SGLang compares as written. */
     {V, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
     {S, "cfg", FLAT("\"quant_algo\":\"fp8\""), MOQ_ERR_UNSUPPORTED, "not one of FP8, NVFP4, MIXED_PRECISION"},
+    /* ModelOpt 0.47 writes FP8_PB_WO as "fp8_pb_wo" (NUMERICS §12): moq reads it as vLLM does; SGLang's
+     * case-sensitive `"FP8" in quant_algo` rejects it. */
+    {M, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
+    {M, "hf", NESTED("\"quant_algo\":\"fp8_pb_wo\",\"kv_cache_quant_algo\":null,\"exclude_modules\":[]"), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
+    {S, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_ERR_UNSUPPORTED, "\"fp8_pb_wo\" is not one of FP8, NVFP4, MIXED_PRECISION"},
     /* SGLang's FP8 config accepts any name containing FP8 (and reads it as per-tensor FP8). */
     {S, "cfg", FLAT("\"quant_algo\":\"FP8_PB_WO\""), MOQ_OK, "modelopt_fp8|FP8_PB_WO|-|0|0"},
     {S, "cfg", FLAT("\"quant_algo\":\"W4A16_NVFP4\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "not one of FP8, NVFP4"},

@@ -98,6 +98,10 @@ typedef struct shard_ref {
 } shard_ref;
 
 /* Writes module `mod` of pair p (N rows, weights scaled by `range`, group amax `amax` or < 0). */
+/* How FP8_PB_WO scales are written: 0 = [nb, 1, kb, 1], 1 = [nb, kb], 2 = 0-d (ModelOpt 0.47 for a
+ * single-block weight, NUMERICS §12). */
+static int g_blk_form = 0;
+
 static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, float range, float amax, float s_in, fault f) {
     shard_ref r = {.N = N, .s_in = s_in};
     float *W = malloc((size_t)(N * K) * sizeof(float));
@@ -148,7 +152,8 @@ static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, flo
         r.scale = malloc((size_t)(nb * kb) * 4);
         moq_export_fp8_block_weight(W, (size_t)N, (size_t)K, r.q, r.scale);
         put(c, mod, "weight", MOQ_DT_F8_E4M3, 2, sq, r.q, (size_t)(N * K));
-        put(c, mod, "weight_scale", MOQ_DT_F32, 4, sblk, r.scale, (size_t)(nb * kb) * 4);
+        put(c, mod, "weight_scale", MOQ_DT_F32, g_blk_form == 0 ? 4 : g_blk_form == 1 ? 2 : 0, g_blk_form == 1 ? (const int64_t[]){nb, kb} : sblk,
+            r.scale, (size_t)(nb * kb) * 4);
         break;
     case TP_NVFP4: case TP_NVFP4_W4A16: {
         r.q = malloc((size_t)(N * K / 2));
@@ -741,6 +746,49 @@ static void test_fused_fp8_row_and_block(void **state) {
     }
 }
 
+/* FP8_PB_WO as ModelOpt 0.47 writes it: quant_algo "fp8_pb_wo" (lower case) and a weight_scale in
+ * every form that means the same blocks: [nb, 1, kb, 1], [nb, kb], 0-d for a single block. A 0-d
+ * scale for a weight of two blocks is an error naming the tensor. */
+static void test_fp8_pb_wo_forms(void **state) {
+    (void)state;
+    static const struct { int form; int64_t N, K; } f[] = {{0, 200, 256}, {1, 200, 256}, {2, 100, 128}, {2, 128, 128}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        ck c;
+        ck_begin(&c, "load_pbwo_forms");
+        g_blk_form = f[i].form;
+        shard_ref r = emit(&c, "model.layers.0.mlp.down_proj", TP_FP8_BLK128, f[i].N, f[i].K, 0.05f, -1, 0, F_NONE);
+        g_blk_form = 0;
+        ck_finish(&c, "fp8_pb_wo", NULL);
+        moq_linear_layer *l;
+        moq_checkpoint *cp;
+        moq_qconfig *q;
+        TU_OK(open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, &l, &cp, &q, err_));
+        assert_string_equal(moq_linear_layer_resolution(l)->method, "fp8_pbwo_linear");
+        tw t = ref_layer(TP_FP8_BLK128, &r, 1, f[i].K);
+        run_compare("fp8_pb_wo scale form", l, &t);
+        tw_free(&t);
+        close_layer(l, cp, q);
+        ref_free(&r, 1);
+        ck_done(&c);
+    }
+    /* 0-d where the weight has 1 x 2 blocks */
+    ck c;
+    ck_begin(&c, "load_pbwo_bad0d");
+    uint8_t codes[64 * 256] = {0};
+    const float one = 0.01f;
+    put(&c, "model.layers.0.mlp.down_proj", "weight", MOQ_DT_F8_E4M3, 2, (const int64_t[]){64, 256}, codes, sizeof codes);
+    put(&c, "model.layers.0.mlp.down_proj", "weight_scale", MOQ_DT_F32, 0, NULL, &one, 4);
+    ck_finish(&c, "fp8_pb_wo", NULL);
+    moq_linear_layer *l;
+    moq_checkpoint *cp;
+    moq_qconfig *q;
+    moq_error e = {0};
+    const moq_status st = open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, &l, &cp, &q, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.mlp.down_proj.weight_scale", "shape [], expected [1, 1, 2, 1]");
+    close_layer(l, cp, q);
+    ck_done(&c);
+}
+
 /* `moq inspect --kernels`: per module the kernel and the loader's note, under each profile (the
  * seeds' rule: vLLM requantizes fused FP8 shards whose scales differ, moq keeps them). */
 static void test_inspect_kernels(void **state) {
@@ -778,6 +826,7 @@ int main(void) {
         cmocka_unit_test(test_fused_fp8_equal_scales),
         cmocka_unit_test(test_fused_nvfp4),
         cmocka_unit_test(test_fused_fp8_row_and_block),
+        cmocka_unit_test(test_fp8_pb_wo_forms),
         cmocka_unit_test(test_w4a16_legacy_input_scale),
         cmocka_unit_test(test_mxfp8_row_blocks),
         cmocka_unit_test(test_mixed_precision),
