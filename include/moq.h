@@ -543,6 +543,8 @@ typedef enum moq_moe_format {
     MOQ_MOE_FMT_NVFP4,           /* "NVFP4" W4A4                                                 */
     MOQ_MOE_FMT_W4A16_NVFP4,     /* "W4A16_NVFP4": NVFP4 weights, unquantized activations       */
     MOQ_MOE_FMT_MXFP8,           /* "MXFP8": e4m3 + e8m0 per 32                                   */
+    MOQ_MOE_FMT_FP8_PER_CHANNEL, /* "FP8_PER_CHANNEL_PER_TOKEN": e4m3 + f32 [N] per output channel,
+                                    dynamic per-token activations, no input_scale               */
     MOQ_MOE_FMT_COUNT
 } moq_moe_format;
 

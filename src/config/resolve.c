@@ -348,7 +348,8 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
         moq_method m = s->moe;
         const char *why = "quant_algo";
         if (m == MOQ_METHOD_FP8_BLOCK_MOE && !r->pbwo_block_moe) m = MOQ_METHOD_FP8_MOE, why = "quant_algo-fp8-experts-per-tensor";
-        if (s->linear == MOQ_METHOD_FP8_PCPT_LINEAR && !r->pcpt_moe) m = MOQ_METHOD_NONE;
+        /* vLLM's ModelOptFp8Config hands every FP8 algo's experts ModelOptFp8MoEMethod (per-tensor) */
+        if (m == MOQ_METHOD_FP8_PCPT_MOE && !r->pcpt_moe_channel) m = MOQ_METHOD_FP8_MOE, why = "quant_algo-fp8-experts-per-tensor";
         return set(out, m, s->algo, why, m == MOQ_METHOD_FP8_MOE ? 0 : group_of(q, s)), MOQ_OK;
     }
 
@@ -363,7 +364,7 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
             return set(out, MOQ_METHOD_UNQUANTIZED_LINEAR, NULL, L ? "mp-algo-not-dispatched" : mp_rule, 0), MOQ_OK;
         return set(out, s->linear, s->algo, mp_rule, group_of(q, s)), MOQ_OK;
     }
-    if (!dispatched || s->linear == MOQ_METHOD_FP8_PCPT_LINEAR)
+    if (!dispatched || (s->moe == MOQ_METHOD_FP8_PCPT_MOE && !r->pcpt_moe_channel)) /* vLLM: no MoE method for it */
         return set(out, MOQ_METHOD_NONE, NULL, L ? "mp-algo-not-dispatched" : mp_rule, 0), MOQ_OK;
     return set(out, s->moe, s->algo, mp_rule, group_of(q, s)), MOQ_OK;
 }

@@ -45,7 +45,7 @@
 #include "scheme/load.h"
 
 /* ---- format rows --------------------------------------------------------------------------- */
-typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP } moe_scale_kind;
+typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP, SC_ROW } moe_scale_kind; /* SC_ROW: f32 [N] per output channel */
 
 typedef struct moe_fmt {
     const char    *name;     /* ModelOpt quant_algo                                             */
@@ -68,6 +68,7 @@ static const moe_fmt moe_fmts[MOQ_MOE_FMT_COUNT] = {
     [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       "nvfp4_moe",        MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true},
     [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", "w4a16_nvfp4_moe",  MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false},
     [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       "mxfp8_moe",        MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false},
+    [MOQ_MOE_FMT_FP8_PER_CHANNEL] = {"FP8_PER_CHANNEL_PER_TOKEN", "fp8_pcpt_moe", MOQ_PAIR_FP8_ROW, MOQ_DT_F8_E4M3, 1, SC_ROW, MOQ_DT_F32, MOQ_DT_COUNT, 0, false, false},
 };
 
 /* Checkpoint names of an expert's projections, one row per layout. [0] gate, [1] up, [2] down. */
@@ -215,7 +216,7 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     snprintf(nm, sizeof nm, "%s.weight_scale", base);
     if (f->scale == SC_TENSOR) {
         MOQ_TRY(read_scalar(ck, nm, "FP8 per-tensor weight scale", &d->wscale, err));
-    } else if ((f->scale == SC_GROUP || f->scale == SC_BLK128) && !d->s) {
+    } else if ((f->scale == SC_GROUP || f->scale == SC_BLK128 || f->scale == SC_ROW) && !d->s) {
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, nm, "no scale buffer for format %s", f->name);
     } else if (f->scale == SC_GROUP) {
         snprintf(what, sizeof what, "%s: one %s scale per %d weights", f->name, moq_dtype_name(f->sdt), f->group);
@@ -224,6 +225,13 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
         const int64_t G = cdiv(K, f->group), Gp = d->Kp / f->group;
         MOQ_TRY(want_shape(t, 2, (int64_t[]){N, G}, what, err));
         for (int64_t n = 0; n < N; n++) memcpy(d->s + (size_t)((d->row0 + n) * Gp), (const uint8_t *)t->data + (size_t)(n * G), (size_t)G);
+    } else if (f->scale == SC_ROW) {
+        const char *why = "FP8_PER_CHANNEL_PER_TOKEN: one f32 scale per output channel";
+        MOQ_TRY(get_tensor(ck, nm, why, &t, err));
+        MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
+        if (t->ndim == 2) MOQ_TRY(want_shape(t, 2, (int64_t[]){N, 1}, why, err)); /* [N] as written; [N, 1] accepted */
+        else MOQ_TRY(want_shape(t, 1, (int64_t[]){N}, why, err));
+        memcpy((float *)d->s + d->row0, t->data, (size_t)N * sizeof(float));
     } else if (f->scale == SC_BLK128) {
         const char *why = "FP8_PB_WO: one f32 scale per 128x128 block";
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
@@ -260,9 +268,12 @@ static moq_status alloc_weight(const moe_fmt *f, moq_pair_id p, int64_t N, int64
     size_t sb = 0;
     if (f->scale == SC_GROUP) sb = (size_t)(N * (Kp / f->group));
     if (f->scale == SC_BLK128) sb = (size_t)(cdiv(N, 128) * (Kp / 128)) * 4;
+    if (f->scale == SC_ROW) sb = (size_t)N * 4;
     *q = calloc(1, qb ? qb : 1);
     *s = sb ? calloc(1, sb) : NULL;
     if (!*q || (sb && !*s)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of memory for %zu weight bytes", qb + sb);
+    if (f->scale == SC_ROW) /* padding rows (zero weights) between gate and up keep a valid scale */
+        for (int64_t n = 0; n < N; n++) ((float *)*s)[n] = 1.0f;
     return MOQ_OK;
 }
 
@@ -764,7 +775,8 @@ static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *
 static uint64_t synth_proj_bytes(const moe_fmt *f, int64_t N, int64_t K, uint64_t *wb, uint64_t *sb) {
     const int bits = f->wdt == MOQ_DT_COUNT ? 16 : moq_dtype_bits(f->wdt);
     *wb = (uint64_t)(N * cdiv(K, f->per_byte)) * (uint64_t)bits / 8;
-    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4 : 0;
+    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4
+        : f->scale == SC_ROW ? (uint64_t)N * 4 : 0;
     return *wb + *sb + (f->scale == SC_TENSOR ? 4u : 0u) + (f->ws2 ? 4u : 0u) + (f->in_scale ? 4u : 0u);
 }
 
@@ -809,6 +821,9 @@ moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, 
             } else if (f->scale == SC_BLK128) {
                 for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
                 MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 4, (int64_t[]){cdiv(N, 128), 1, cdiv(K, 128), 1}, sc, sb, err));
+            } else if (f->scale == SC_ROW) {
+                for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 1, (int64_t[]){N}, sc, sb, err));
             }
             off += sb;
             static const float scal[3] = {2e-3f, 1e-3f, 3e-3f}; /* weight_scale, weight_scale_2, input_scale */

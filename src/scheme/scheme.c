@@ -35,6 +35,7 @@ static const char *const method_names[MOQ_METHOD_COUNT] = {
     [MOQ_METHOD_W4A16_NVFP4_MOE] = "w4a16_nvfp4_moe",
     [MOQ_METHOD_MXFP8_MOE] = "mxfp8_moe",
     [MOQ_METHOD_KV_CACHE] = "kv_cache",
+    [MOQ_METHOD_FP8_PCPT_MOE] = "fp8_pcpt_moe",
 };
 
 const char *moq_method_name(moq_method m) {
@@ -85,7 +86,7 @@ static const moq_tensor_rule unquantized_c[] = {
 static const moq_scheme schemes[] = {
     /* algo                         alias               owner             weight key              activation key                     linear                          moe                         group contract    sglang_mixed  summary */
     {"FP8",                       NULL,               "modelopt",       &MOQ_KEY_W_FP8_TENSOR, &MOQ_KEY_A_FP8_TENSOR_STATIC, MOQ_METHOD_FP8_LINEAR,         MOQ_METHOD_FP8_MOE,         0,   fp8_tensor_c,   true,  "FP8 per-tensor weights, static per-tensor activations"},
-    {"FP8_PER_CHANNEL_PER_TOKEN", NULL,               "modelopt",       &MOQ_KEY_W_FP8_ROW,    &MOQ_KEY_A_FP8_TOKEN_DYN,     MOQ_METHOD_FP8_PCPT_LINEAR,    MOQ_METHOD_FP8_MOE,         0,   fp8_row_c,      false, "FP8 per-channel weights, dynamic per-token activations"},
+    {"FP8_PER_CHANNEL_PER_TOKEN", NULL,               "modelopt",       &MOQ_KEY_W_FP8_ROW,    &MOQ_KEY_A_FP8_TOKEN_DYN,     MOQ_METHOD_FP8_PCPT_LINEAR,    MOQ_METHOD_FP8_PCPT_MOE,    0,   fp8_row_c,      false, "FP8 per-channel weights, dynamic per-token activations"},
     {"FP8_PB_WO",                 "FP8_BLOCK_SCALES", "modelopt",       &MOQ_KEY_W_FP8_BLK128, &MOQ_KEY_A_FP8_G128_DYN,      MOQ_METHOD_FP8_PBWO_LINEAR,    MOQ_METHOD_FP8_BLOCK_MOE,   128, fp8_blk_c,      false, "FP8 128x128 block weights, dynamic per-128 activations"},
     {"NVFP4",                     NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NVFP4_DYN,         MOQ_METHOD_NVFP4_LINEAR,       MOQ_METHOD_NVFP4_MOE,       16,  nvfp4_c,        true,  "NVFP4 weights and activations (W4A4)"},
     {"W4A16_NVFP4",               NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NONE,              MOQ_METHOD_W4A16_NVFP4_LINEAR, MOQ_METHOD_W4A16_NVFP4_MOE, 16,  nvfp4_w_only_c, true,  "NVFP4 weights, 16-bit activations (W4A16)"},
@@ -108,10 +109,7 @@ const moq_scheme *moq_scheme_find(const char *algo, bool case_insensitive) {
 
 const moq_scheme *moq_scheme_for_method(moq_method m) {
     for (int i = 0; i < N_SCHEMES; i++)
-        if (schemes[i].linear == m || schemes[i].moe == m) {
-            /* fp8_moe is shared by FP8 and FP8_PER_CHANNEL_PER_TOKEN: its tensors are FP8's. */
-            return &schemes[i];
-        }
+        if (schemes[i].linear == m || schemes[i].moe == m) return &schemes[i];
     return NULL;
 }
 

@@ -31,6 +31,7 @@ typedef enum moq_method {
     MOQ_METHOD_W4A16_NVFP4_MOE,
     MOQ_METHOD_MXFP8_MOE,
     MOQ_METHOD_KV_CACHE,
+    MOQ_METHOD_FP8_PCPT_MOE,
     MOQ_METHOD_COUNT
 } moq_method;
 const char *moq_method_name(moq_method m);
