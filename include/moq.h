@@ -644,8 +644,9 @@ typedef struct moq_model_opts {
     moq_compat      compat;             /* resolution rules (MOQ_COMPAT_MOQ)                         */
     moq_elem        kv_elem;            /* cache encoding when the config declares no KV quantization:
                                            MOQ_ELEM_F32 (default) or MOQ_ELEM_BF16                   */
-    float           kv_scales_default;  /* > 0: use for FP8 KV layers without k_scale/v_scale; 0 (default):
-                                           such a checkpoint is MOQ_ERR_TENSOR. Never silently 1.0.  */
+    float           kv_scales_default;  /* ignored (kept for ABI): an FP8 KV cache with no k/v scale in
+                                           any layer uses 1.0, ModelOpt's meaning, with one warning;
+                                           scales in some layers only is MOQ_ERR_TENSOR              */
     uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
     moq_progress_fn progress;           /* NULL: none                                                */
     void           *progress_user;

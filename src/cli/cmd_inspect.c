@@ -260,6 +260,8 @@ int cmd_inspect(int argc, char **argv) {
         }
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++)
             cJSON_AddItemToArray(w, cJSON_CreateString(moq_checkpoint_warning(c, i)));
+        cJSON *ns = cJSON_AddArrayToObject(o, "notes");
+        for (int i = 0; i < mods.notes.n; i++) cJSON_AddItemToArray(ns, cJSON_CreateString(moq_notes_at(&mods.notes, i)));
         char *s = cJSON_Print(o);
         printf("%s\n", s);
         cJSON_free(s);
@@ -316,6 +318,7 @@ int cmd_inspect(int argc, char **argv) {
             if (mods.mods[k].kind != MOQ_MOD_OTHER && mods.mods[k].res.excluded) printf("  %s (%s)\n", mods.mods[k].name, mods.mods[k].res.rule);
         printf("methods\n");
         for (int i = 0; i < nm; i++) printf("  %-19s %d\n", mnames[i], mcount[i]);
+        for (int i = 0; i < mods.notes.n; i++) printf("note         %s\n", moq_notes_at(&mods.notes, i));
         if (mods.n_probs) printf("problems     %d (run `moq check %s`)\n", mods.n_probs, path);
         if (arch_bad) fprintf(stderr, "moq: warning: config.json: %s\n", arch_msg);
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));

@@ -83,15 +83,6 @@ static const arch_row arch_rows[] = {
     {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0},
 };
 
-/* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
- * preference; the legacy single kv_scale serves both. */
-static const struct { const char *k, *v; } kv_scale_names[] = {
-    {".self_attn.k_proj.k_scale", ".self_attn.v_proj.v_scale"},
-    {".self_attn.k_scale", ".self_attn.v_scale"},
-    {".self_attn.attn.k_scale", ".self_attn.attn.v_scale"},
-    {".self_attn.kv_scale", ".self_attn.kv_scale"},
-};
-
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
 
@@ -362,34 +353,11 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
     return MOQ_OK;
 }
 
-/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or the caller's explicit default. */
+/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or 1.0 in every layer when none
+ * has any (config/modules.c decides, as `moq check` does; the note came with the validation pass). */
 static moq_status open_kv_scales(moq_model *m, moq_error *err) {
-    char kn[320], vn[320];
-    for (int64_t l = 0; l < m->L; l++) {
-        bool fk = false, fv = false;
-        for (size_t r = 0; r < sizeof kv_scale_names / sizeof kv_scale_names[0] && !(fk && fv); r++) {
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].k);
-            snprintf(vn, sizeof vn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].v);
-            if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[l], &fk, m->ckpt, kn, err));
-            if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[l], &fv, m->ckpt, vn, err));
-        }
-        if (!fk || !fv) {
-            if (m->opts.kv_scales_default > 0) {
-                if (!fk) m->kv.k_scale[l] = m->opts.kv_scales_default;
-                if (!fv) m->kv.v_scale[l] = m->opts.kv_scales_default;
-                continue;
-            }
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "tensor missing (also looked for .self_attn.{k,v}_scale, .self_attn.attn.{k,v}_scale, "
-                            ".self_attn.kv_scale); the config declares an FP8 KV cache; pass --kv-scales-default 1.0 to run with scale 1.0");
-        }
-        const float ks = m->kv.k_scale[l], vs = m->kv.v_scale[l];
-        if (!(ks > 0) || !isfinite(ks) || !(vs > 0) || !isfinite(vs)) {
-            snprintf(kn, sizeof kn, "model.layers.%lld.self_attn", (long long)l);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "KV scales k %g, v %g; expected finite values > 0", (double)ks, (double)vs);
-        }
-    }
-    return MOQ_OK;
+    bool defaulted;
+    return moq_kv_scales_read(m->ckpt, m->L, m->kv.k_scale, m->kv.v_scale, &defaulted, err);
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
@@ -485,6 +453,12 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         char *w = moq_blobs_alloc(&m->blobs, 800);
         if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
         else snprintf(w, 800, "%.256s: %.512s", mods.probs[i].where, mods.probs[i].msg);
+        m->warn[m->n_warn++] = w;
+    }
+    for (int i = 0; vst == MOQ_OK && i < mods.notes.n && m->n_warn < MOQ_MODEL_MAX_WARN; i++) {
+        char *w = moq_blobs_alloc(&m->blobs, 800);
+        if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        else snprintf(w, 800, "%s", moq_notes_at(&mods.notes, i));
         m->warn[m->n_warn++] = w;
     }
     moq_modules_free(&mods);

@@ -71,9 +71,13 @@ grep -q '"decode_bytes_per_token":' "$TMP/out" || { echo "FAIL: bench model prin
 
 # FP8 KV declared, no scales in the checkpoint
 sed -i 's/"kv_cache_quant_algo": null/"kv_cache_quant_algo": "FP8"/' "$TMP/FP8/hf_quant_config.json" "$TMP/FP8/config.json"
-check 5 "run fp8 kv without scales" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2
-grep -q "kv-scales-default" "$TMP/err" || { echo "FAIL: the error does not name --kv-scales-default"; cat "$TMP/err"; fail=1; }
-check 0 "run fp8 kv --kv-scales-default 1.0" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2 --kv-scales-default 1.0
+check 0 "run fp8 kv without scales (ModelOpt fp8_cast: scale 1.0)" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2
+[ "$(grep -c "scale 1.0 is used" "$TMP/err")" = 1 ] || { echo "FAIL: run does not say once that KV scale 1.0 is used"; cat "$TMP/err"; fail=1; }
+check 0 "inspect fp8 kv without scales" "$MOQ" inspect "$TMP/FP8"
+[ "$(grep -c "scale 1.0 is used" "$TMP/out")" = 1 ] || { echo "FAIL: inspect does not say once that KV scale 1.0 is used"; cat "$TMP/out"; fail=1; }
+check 0 "run fp8 kv --kv-scales-default 1.0 (no-op alias)" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2 --kv-scales-default 1.0
+check 1 "run fp8 kv --kv-scales-default 0.5" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2 --kv-scales-default 0.5
+grep -q "only 1.0 is accepted" "$TMP/err" || { echo "FAIL: --kv-scales-default 0.5 error"; cat "$TMP/err"; fail=1; }
 
 sed -i 's/LlamaForCausalLM/GPT2LMHeadModel/' "$TMP/BF16/config.json"
 check 6 "run unsupported architecture" "$MOQ" run "$TMP/BF16" -p "Hi" -n 2
