@@ -166,6 +166,12 @@ typedef struct moq_arch {
     double  rope_scaling_factor;
     double  rms_norm_eps;
     bool    tie_word_embeddings;
+    /* Where rope_theta and the scaling settings came from: "rope_parameters" (transformers 5),
+     * "rope_theta" (top level, older files), "rope_scaling" (theta inside the scaling object), each
+     * possibly under "text_config."; "" when config.json does not say (rope_theta is then 0 and
+     * the runner uses the architecture's documented default, or refuses). */
+    char    rope_theta_key[48];
+    char    rope_params_key[48];   /* the object the rope type, factor and type parameters come from */
 } moq_arch;
 
 typedef struct moq_checkpoint_opts {

@@ -325,6 +325,11 @@ static void layer_rules(const spec *s, const layout *y, oracle *o) {
     }
 }
 
+/* config.json RoPE keys of a case: NULL = "rope_theta": 10000.0, "rope_scaling": <spec rope>;
+ * else this text (transformers 5 "rope_parameters", or nothing at all), and the theta the oracle
+ * uses for it. */
+static const char *g_rope_cfg = NULL;
+static double g_theta = 10000.0;
 static unsigned g_kv_scale_layers = ~0u; /* bit l: layer l gets k_scale / v_scale tensors (fp8_kv, kv_scales) */
 
 static void make_model_x(const spec *s, const layout *y, const char *dir, oracle *o, uint64_t seed) {
@@ -438,9 +443,10 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
              "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": %d, "
              "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
              "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, "
-             "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
+             "%s%s%s, \"tie_word_embeddings\": %s, "
              "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s%s}",
-             s->arch, H_, I_, o->L, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
+             s->arch, H_, I_, o->L, A_, KV_, D_, V_, g_rope_cfg ? g_rope_cfg : "\"rope_theta\": 10000.0, \"rope_scaling\": ",
+             g_rope_cfg ? "" : s->rope ? s->rope : "null", g_rope_cfg ? "" : "", s->tied ? "true" : "false",
              strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false", extra);
     TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(g.w, 2, err_));
@@ -449,9 +455,10 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
     free(g.bufs);
     const char *type = "";
     double factor = 1;
-    if (s->rope && strstr(s->rope, "llama3")) type = "llama3", factor = 8;
-    if (s->rope && strstr(s->rope, "yarn")) type = "yarn", factor = 4;
-    oracle_rope(o, type, 10000.0, factor);
+    const char *rope = g_rope_cfg ? g_rope_cfg : s->rope;
+    if (rope && strstr(rope, "llama3")) type = "llama3", factor = 8;
+    if (rope && strstr(rope, "yarn")) type = "yarn", factor = 4;
+    oracle_rope(o, type, g_theta, factor);
 }
 
 static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) { make_model_x(s, NULL, dir, o, seed); }
@@ -901,6 +908,69 @@ static void test_greedy_reproducible(void **state) {
     free(dir);
 }
 
+/* RoPE settings as transformers 5 writes them (only inside "rope_parameters"), and a config without
+ * any rope_theta: the architecture's documented default (MixtralConfig: 1e6, not the 10000 a silent
+ * fallback would use), said once in the warnings and by `moq inspect`. */
+static void test_rope_settings(void **state) {
+    (void)state;
+    static const spec q3 = {"qwen3_rope_params", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    static const spec q3y = {"qwen3_rope_params_yarn", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    static const spec mx = {"mixtral_no_theta", "MixtralForCausalLM", "MXFP8", "MXFP8", "BF16", false, false, false, false, false, NULL, 2e-3, true, true};
+    g_rope_cfg = "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", g_theta = 1e6;
+    check_case(&q3);
+    /* the theta matters at these positions: the 10000 oracle misses the 1e6 one by far more than the limit */
+    char *dir = tu_tmpdir("rope_theta_matters");
+    oracle o;
+    make_model(&q3, dir, &o, 5);
+    double *r6 = malloc(sizeof(double) * NTOK * V_), *r4 = malloc(sizeof(double) * NTOK * V_);
+    float *f6 = malloc(sizeof(float) * NTOK * V_);
+    oracle_run(&o, prompt, NTOK, r6);
+    oracle_rope(&o, "", 10000.0, 1);
+    oracle_run(&o, prompt, NTOK, r4);
+    for (int i = 0; i < NTOK * V_; i++) f6[i] = (float)r6[i];
+    size_t worst;
+    const double d = rel_err(f6, r4, (size_t)NTOK * V_, &worst);
+    printf("%-24s theta 1e6 vs 1e4 oracle: %.3g (must exceed 2e-05)\n", q3.name, d);
+    assert_true(d > 2e-5);
+    free(r6), free(r4), free(f6);
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    g_rope_cfg = "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64, \"rope_theta\": 500000.0}",
+    g_theta = 5e5;
+    check_case(&q3y);
+    g_rope_cfg = "\"rope_scaling\": null", g_theta = 1e6; /* no rope_theta anywhere: MixtralConfig's default */
+    check_case(&mx);
+    dir = tu_tmpdir("rope_no_theta");
+    make_model(&mx, dir, &o, 5);
+    moq_model_opts opts = moq_model_opts_default();
+    opts.ctx = 8;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    int n = 0;
+    for (int i = 0; i < moq_model_warning_count(m); i++) n += strstr(moq_model_warning(m, i), "no rope_theta") != NULL;
+    assert_int_equal(n, 1);
+    moq_model_free(m);
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "%s inspect %s", tu_moq_bin(), dir);
+    (void)tu_run(cmd, out, sizeof out);
+    assert_non_null(strstr(out, "rope theta 1e+06 (MixtralConfig default: config.json has no rope_theta)"));
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    /* an architecture row without a default would refuse: a zero theta in the file is an error naming the key */
+    g_rope_cfg = "\"rope_parameters\": {\"rope_theta\": 0, \"rope_type\": \"default\"}";
+    dir = tu_tmpdir("rope_zero_theta");
+    make_model(&q3, dir, &o, 5);
+    moq_error e = {0};
+    const moq_status st = moq_model_open(&m, dir, &opts, &e);
+    TU_ERR(&e, st, MOQ_ERR_CONFIG, "config.json", "rope_parameters.rope_theta is 0, expected a value > 0");
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    g_rope_cfg = NULL, g_theta = 10000.0;
+}
+
 static void test_errors(void **state) {
     (void)state;
     moq_error e = {0};
@@ -1008,6 +1078,7 @@ int main(void) {
         cmocka_unit_test(test_logits_vs_fp64),
         cmocka_unit_test(test_bf16_kv_cache),
         cmocka_unit_test(test_greedy_reproducible),
+        cmocka_unit_test(test_rope_settings),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_moe_dense_layers),
