@@ -49,6 +49,7 @@ typedef struct moq_compat_rules {
     bool mp_block_size_check;     /* vLLM: one group_size over all block-FP8 layers                        */
     bool mp_group_from_layers;    /* SGLang: NVFP4 group size always from quantized_layers                 */
     bool mp_unknown_algo_error;   /* moq: an unknown per-layer algo is a config error                      */
+    bool moq_only_algos;          /* moq: algos neither seed accepts (scheme rows moq_only: NVFP4_AWQ)     */
     /* ---- resolution ---- */
     bool ex_substring;            /* vLLM: an exclude entry that is a substring of the prefix             */
     bool ex_fnmatch;              /* vLLM: fnmatch over the prefix                                         */

@@ -464,6 +464,19 @@ static void check_fused(moq_modules *m, const moq_module *first, const moq_check
             problem(m, MOQ_ERR_CONFIG, fused, "fused shards %s disagree; a fused layer needs one scheme", detail);
             return;
         }
+        /* AWQ: the shards read one input, so one pre_quant_scale (scheme/nvfp4.c refuses the rest) */
+        const moq_tensor *p0 = NULL;
+        int n_pqs = 0;
+        bool pqs_differ = false;
+        for (int s = 0; s < n; s++) {
+            const moq_tensor *t = module_tensor(c, sh[s], "pre_quant_scale");
+            if (!t) continue;
+            if (!n_pqs++) p0 = t;
+            else pqs_differ |= t->nbytes != p0->nbytes || t->dtype != p0->dtype || (t->data && p0->data && memcmp(t->data, p0->data, t->nbytes) != 0);
+        }
+        if (n_pqs && (n_pqs != n || pqs_differ))
+            problem(m, MOQ_ERR_TENSOR, fused, "fused shards have %s pre_quant_scale (%d of %d have one); the shards read one input and need one AWQ scale",
+                    n_pqs != n ? "missing" : "different", n_pqs, n);
         static const char *const globals[] = {"weight_scale_2", "input_scale"};
         for (size_t r = 0; r < 2; r++) {
             float v0 = 0, v;

@@ -356,7 +356,7 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
     /* MIXED_PRECISION */
     if (!r->mp_resolve_first) MOQ_TRY(mp_lookup(q, prefix, packed, n_packed, &L, &mp_rule, err));
     const moq_scheme *s = L ? L->scheme : NULL;
-    const bool dispatched = s && (r->mp_all_linear_algos || s->sglang_mixed);
+    const bool dispatched = s && (r->mp_all_linear_algos || s->sglang_mixed) && (!s->moq_only || r->moq_only_algos);
     if (lin) {
         /* vLLM's LINEAR_ALGOS has no FP8_BLOCK_SCALES: that alias only reaches MoE layers. */
         const bool alias_ok = !s || r->algo_alias_top || strcmp(L->algo, s->algo) == 0;

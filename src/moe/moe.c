@@ -210,6 +210,10 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     }
     const int64_t Ks = cdiv(K, f->per_byte);
     MOQ_TRY(want_shape(t, 2, (int64_t[]){N, Ks}, f->per_byte == 2 ? "[N, K/2]: two e2m1 per byte" : "[N, K]", err));
+    snprintf(nm, sizeof nm, "%s.pre_quant_scale", base);
+    if (moq_checkpoint_tensor(ck, nm)) /* never dropped silently: no expert format applies it yet */
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "AWQ pre_quant_scale on an expert projection, expected none (NVFP4_AWQ is supported for linear layers; experts take no per-channel input scale)");
+    snprintf(nm, sizeof nm, "%s.weight", base);
     const size_t eb = (size_t)moq_dtype_bits(t->dtype) / 8, srow = (size_t)Ks * eb;
     for (int64_t n = 0; n < N; n++) memcpy(d->q + (size_t)(d->row0 + n) * d->qrow, (const uint8_t *)t->data + (size_t)n * srow, srow);
 

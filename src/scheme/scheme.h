@@ -32,6 +32,7 @@ typedef enum moq_method {
     MOQ_METHOD_MXFP8_MOE,
     MOQ_METHOD_KV_CACHE,
     MOQ_METHOD_FP8_PCPT_MOE,
+    MOQ_METHOD_NVFP4_AWQ_LINEAR,
     MOQ_METHOD_COUNT
 } moq_method;
 const char *moq_method_name(moq_method m);
@@ -70,6 +71,7 @@ typedef struct moq_scheme {
     int64_t                group;     /* group size default (0 = none)                          */
     const moq_tensor_rule *contract;  /* per linear (and per expert projection), {0}-terminated */
     bool                   sglang_mixed; /* SGLang's MIXED_PRECISION dispatches this algo         */
+    bool                   moq_only;  /* neither seed accepts it (compat rule moq_only_algos)      */
     const char            *summary;   /* one line for messages                                  */
 } moq_scheme;
 
@@ -83,6 +85,8 @@ const moq_scheme *moq_scheme_for_method(moq_method m);
 const moq_tensor_rule *moq_scheme_unquantized_contract(void);
 /* "FP8, FP8_PER_CHANNEL_PER_TOKEN, ..." into buf (for "not one of ..." messages). */
 const char *moq_scheme_list(char *buf, size_t n);
+/* The same without the moq_only rows (what the seeds list). */
+const char *moq_scheme_list_engines(char *buf, size_t n);
 
 /* Evaluates a shape symbol for N, K, G; -1 when not integral (K not divisible). */
 int64_t moq_dim_eval(moq_dim d, int64_t N, int64_t K, int64_t G);

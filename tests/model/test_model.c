@@ -67,6 +67,7 @@ typedef struct olin {            /* oracle linear                               
     int64_t N, K;
     act     a;
     double  in_scale;            /* FP8 static: s_in; NVFP4: input_scale            */
+    double *pqs;                 /* [K] AWQ pre_quant_scale (x * pqs first) or NULL */
 } olin;
 
 typedef struct gen {
@@ -184,7 +185,7 @@ static void add_linears(gen *g, const char *prefix, const char *const *names, co
             const int64_t sh[2] = {N, K};
             snprintf(nm, sizeof nm, "%s.weight", mod);
             add(g, nm, MOQ_DT_BF16, 2, sh, h, (size_t)(N * K) * 2);
-        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
+        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0 || strcmp(algo, "NVFP4_AWQ") == 0) {
             uint8_t *q = keep(g, (size_t)(N * K / 2)), *sf = keep(g, (size_t)(N * K / 16));
             float ws2;
             moq_export_nvfp4_weight(W[i], (size_t)N, (size_t)K, (float)amax, q, sf, &ws2);
@@ -198,11 +199,22 @@ static void add_linears(gen *g, const char *prefix, const char *const *names, co
             add(g, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (size_t)(N * K / 16));
             snprintf(nm, sizeof nm, "%s.weight_scale_2", mod);
             add_scalar(g, nm, ws2);
-            if (strcmp(algo, "NVFP4") == 0) {
+            if (strcmp(algo, "W4A16_NVFP4") != 0) {
                 const float is = (float)(ACT_AMAX / 2688.0);
                 snprintf(nm, sizeof nm, "%s.input_scale", mod);
                 add_scalar(g, nm, is);
                 o->a = ACT_NVFP4, o->in_scale = is;
+            }
+            if (strcmp(algo, "NVFP4_AWQ") == 0 && strcmp(names[i], "o_proj") == 0) {
+                /* ModelOpt 0.47 keeps the AWQ scale only where it cannot fold it (o_proj, §12) */
+                uint16_t *h = keep(g, (size_t)K * 2);
+                o->pqs = malloc((size_t)K * sizeof(double));
+                for (int64_t k = 0; k < K; k++) {
+                    h[k] = moq_bf16_encode_rne((float)(0.5 + 1.5 * (double)((k * 29) % 64) / 64.0));
+                    o->pqs[k] = (double)moq_bf16_decode(h[k]);
+                }
+                snprintf(nm, sizeof nm, "%s.pre_quant_scale", mod);
+                add(g, nm, MOQ_DT_BF16, 1, (const int64_t[]){K}, h, (size_t)K * 2);
             }
         } else if (strcmp(algo, "FP8") == 0) {
             uint8_t *q = keep(g, (size_t)(N * K));
@@ -466,6 +478,7 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
 static void olin_free(olin *l) {
     free(l->W);
     free(l->bias);
+    free(l->pqs);
 }
 
 static void oracle_free(oracle *o) {
@@ -528,8 +541,14 @@ static void act_quant(act a, double in_scale, const double *x, int64_t K, double
 }
 
 static void lin(const olin *l, const double *x, double *y) {
-    double *xq = malloc((size_t)l->K * sizeof *xq);
+    double *xq = malloc((size_t)l->K * sizeof *xq), *xs = NULL;
+    if (l->pqs) { /* AWQ: the input times the per-channel scale, then the NVFP4 quantizer */
+        xs = malloc((size_t)l->K * sizeof *xs);
+        for (int64_t k = 0; k < l->K; k++) xs[k] = x[k] * l->pqs[k];
+        x = xs;
+    }
     act_quant(l->a, l->in_scale, x, l->K, xq);
+    free(xs);
     for (int64_t n = 0; n < l->N; n++) {
         double acc = 0;
         for (int64_t k = 0; k < l->K; k++) acc += l->W[n * l->K + k] * xq[k];
@@ -726,6 +745,7 @@ static const spec cases[] = {
     {"mixtral_fp8_kv",   "MixtralForCausalLM", "FP8",                      "FP8",                       "BF16",   false, false, false, true,  true,  NULL, 2e-3, true, true},
     {"mixtral_mxfp8",    "MixtralForCausalLM", "MXFP8",                    "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, true, true},
     {"qwen3moe_w4a16",   "Qwen3MoeForCausalLM", "W4A16_NVFP4",             "W4A16_NVFP4",               "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
+    {"llama_nvfp4_awq",  LLAMA,               "NVFP4_AWQ",                 "NVFP4_AWQ",                 "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
     {"llama_fp8kv_noscale", LLAMA,            "FP8",                       "FP8",                       "BF16",   false, false, false, true,  false, NULL, 2e-3, false, false},
     {"qwen3moe_fp8_pcpt", "Qwen3MoeForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16", false, true, false, false, false, NULL, 2e-3, true, true},
 };
