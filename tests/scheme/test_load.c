@@ -893,6 +893,53 @@ static void test_nvfp4_awq(void **state) {
     ck_done(&c);
 }
 
+/* The CLI agrees with the loader on ModelOpt 0.47's forms: `moq check` is clean and `moq inspect`
+ * shows the method, for NVFP4_AWQ with a pre_quant_scale and for fp8_pb_wo with a 0-d scale; and
+ * `moq check` reports fused shards whose AWQ scales differ, as the loader refuses them. */
+static void test_cli_export_forms(void **state) {
+    (void)state;
+    static const struct { const char *algo; tpair p; int64_t N, K; int pqs; const char *method; } f[] = {
+        {"NVFP4_AWQ", TP_NVFP4, 64, K_, 1, "nvfp4_awq_linear"},
+        {"fp8_pb_wo", TP_FP8_BLK128, 100, 128, 0, "fp8_pbwo_linear"},
+    };
+    char cmd[1024], out[16384];
+    for (int i = 0; i < 2; i++) {
+        ck c;
+        ck_begin(&c, "load_cli_forms");
+        uint16_t h[K_];
+        float pq[K_];
+        g_blk_form = 2;
+        shard_ref r = emit(&c, "model.layers.0.self_attn.o_proj", f[i].p, f[i].N, f[i].K, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+        g_blk_form = 0;
+        if (f[i].pqs) write_pqs(&c, "model.layers.0.self_attn.o_proj", f[i].K, 1.0f, h, pq);
+        ck_finish(&c, f[i].algo, NULL);
+        snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), c.dir);
+        if (tu_run(cmd, out, sizeof out) != 0) fail_msg("%s: moq check is not clean:\n%s", f[i].algo, out);
+        snprintf(cmd, sizeof cmd, "%s inspect %s --kernels", tu_moq_bin(), c.dir);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        const char *row = strstr(out, "model.layers.0.self_attn.o_proj ");
+        assert_non_null(row);
+        assert_non_null(strstr(row, f[i].method));
+        ref_free(&r, 1);
+        ck_done(&c);
+    }
+    ck c;
+    ck_begin(&c, "load_cli_awq_fused");
+    uint16_t h[K_];
+    float pq[K_];
+    shard_ref r[2];
+    r[0] = emit(&c, "model.layers.0.mlp.gate_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.mlp.gate_proj", K_, 1.0f, h, pq);
+    r[1] = emit(&c, "model.layers.0.mlp.up_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.mlp.up_proj", K_, 1.5f, h, pq);
+    ck_finish(&c, "NVFP4_AWQ", NULL);
+    snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), c.dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), (int)MOQ_ERR_TENSOR);
+    assert_non_null(strstr(out, "model.layers.0.mlp.gate_up_proj: fused shards have different pre_quant_scale (2 of 2 have one)"));
+    ref_free(r, 2);
+    ck_done(&c);
+}
+
 /* `moq inspect --kernels`: per module the kernel and the loader's note, under each profile (the
  * seeds' rule: vLLM requantizes fused FP8 shards whose scales differ, moq keeps them). */
 static void test_inspect_kernels(void **state) {
@@ -932,6 +979,7 @@ int main(void) {
         cmocka_unit_test(test_fused_fp8_row_and_block),
         cmocka_unit_test(test_fp8_pb_wo_forms),
         cmocka_unit_test(test_nvfp4_awq),
+        cmocka_unit_test(test_cli_export_forms),
         cmocka_unit_test(test_w4a16_legacy_input_scale),
         cmocka_unit_test(test_mxfp8_row_blocks),
         cmocka_unit_test(test_mixed_precision),
