@@ -434,14 +434,29 @@ static void run_case(const char *what, const tmoe *t, const tcfg *c, int T, bool
         }
         route_fp64(&rr, E, dl, ids, w);
         if (g_route_margin < 1e-5) { skip[t_] = true, excluded++; continue; }
+        bool unstable = false;
         for (int j = 0; j < k; j++) {
             const int e = ids[j];
             if (c->map && c->map[e] < 0) continue;
             for (int h = 0; h < H; h++) xin[h] = c->r.weight_on_input ? (float)((double)xr[h] * (double)(float)w[j]) : xr[h];
             ref_expert(t, c, &ex[e], xin, bf16_io, eo);
+            if (c->r.weight_on_input) {
+                /* Llama-4 scales x by the routing weight before a dynamic quantizer: moq's f32 weight
+                 * may be an ulp from the fp64 one, and where one ulp moves the reference itself (a
+                 * code on a rounding boundary; seen with per-token FP8: 2.8 % on one token of 257)
+                 * the token is a near-tie like a routing one and is skipped. */
+                const float wf = nextafterf((float)w[j], 2.0f);
+                double d2 = 0, n2 = 0, *e2 = malloc((size_t)H * sizeof(double));
+                for (int h = 0; h < H; h++) xin[h] = (float)((double)xr[h] * (double)wf);
+                ref_expert(t, c, &ex[e], xin, bf16_io, e2);
+                for (int h = 0; h < H; h++) d2 += (e2[h] - eo[h]) * (e2[h] - eo[h]), n2 += eo[h] * eo[h];
+                free(e2);
+                if (d2 > 1e-6 * n2) unstable = true;
+            }
             const double f = c->r.weight_on_input ? 1.0 : (double)(float)w[j];
             for (int h = 0; h < H; h++) want[(size_t)t_ * (size_t)H + (size_t)h] += f * eo[h];
         }
+        if (unstable) { skip[t_] = true, excluded++; continue; }
         if (t->shared) {
             ref_expert(t, c, &ex[E], xr, bf16_io, eo);
             for (int h = 0; h < H; h++) want[(size_t)t_ * (size_t)H + (size_t)h] += eo[h];
@@ -496,15 +511,11 @@ static void test_every_format_and_routing(void **state) {
         tmoe *t = tmoe_write(fmt, 8, 128, fmt == MOQ_MOE_FMT_MXFP8 ? 64 : 48, (fmt == MOQ_MOE_FMT_FP8 || fmt == MOQ_MOE_FMT_MXFP8) ? 1 : 0, true,
                              fmt == MOQ_MOE_FMT_NVFP4 || fmt == MOQ_MOE_FMT_UNQUANTIZED, false, true, NULL, -1);
         for (int i = 0; i < 4; i++) {
-            /* Open: per-channel FP8 experts under Llama-4 weight-on-input routing differ from the
-             * reference on one token of 257 (3 % of that token, same with the _ref kernels); that
-             * case is left out, T = 3 of the mode and the other modes hold at 2e-4. Not yet explained. */
-            const bool open_case = fmt == MOQ_MOE_FMT_FP8_PER_CHANNEL;
             tcfg c = mode_cfg(i);
             c.map = (i & 1) ? half_map : NULL;
             char what[128];
             snprintf(what, sizeof what, "%s/%s", fmt_names[f], mode_names[i]);
-            if (!(open_case && i == 3)) run_case(what, t, &c, Ts[i], false);
+            run_case(what, t, &c, Ts[i], false);
             c = mode_cfg((i + 2) % 4); /* the other modes with the other map at T = 3 */
             c.map = (i & 1) ? NULL : half_map;
             snprintf(what, sizeof what, "%s/%s", fmt_names[f], mode_names[(i + 2) % 4]);
