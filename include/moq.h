@@ -551,6 +551,8 @@ typedef enum moq_moe_format {
     MOQ_MOE_FMT_MXFP8,           /* "MXFP8": e4m3 + e8m0 per 32                                   */
     MOQ_MOE_FMT_FP8_PER_CHANNEL, /* "FP8_PER_CHANNEL_PER_TOKEN": e4m3 + f32 [N] per output channel,
                                     dynamic per-token activations, no input_scale               */
+    MOQ_MOE_FMT_NVFP4_AWQ,       /* "NVFP4_AWQ": NVFP4 W4A4, x multiplied by each projection's
+                                    pre_quant_scale (gate and up share one) where present        */
     MOQ_MOE_FMT_COUNT
 } moq_moe_format;
 

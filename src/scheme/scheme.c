@@ -38,6 +38,7 @@ static const char *const method_names[MOQ_METHOD_COUNT] = {
     [MOQ_METHOD_KV_CACHE] = "kv_cache",
     [MOQ_METHOD_FP8_PCPT_MOE] = "fp8_pcpt_moe",
     [MOQ_METHOD_NVFP4_AWQ_LINEAR] = "nvfp4_awq_linear",
+    [MOQ_METHOD_NVFP4_AWQ_MOE] = "nvfp4_awq_moe",
 };
 
 const char *moq_method_name(moq_method m) {
@@ -102,7 +103,7 @@ static const moq_scheme schemes[] = {
     {"NVFP4",                     NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NVFP4_DYN,         MOQ_METHOD_NVFP4_LINEAR,       MOQ_METHOD_NVFP4_MOE,       16,  nvfp4_c,        true,  false, "NVFP4 weights and activations (W4A4)"},
     {"W4A16_NVFP4",               NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NONE,              MOQ_METHOD_W4A16_NVFP4_LINEAR, MOQ_METHOD_W4A16_NVFP4_MOE, 16,  nvfp4_w_only_c, true,  false, "NVFP4 weights, 16-bit activations (W4A16)"},
     {"MXFP8",                     NULL,               "modelopt_mxfp8", &MOQ_KEY_W_MXFP8,      &MOQ_KEY_A_MXFP8_DYN,         MOQ_METHOD_MXFP8_LINEAR,       MOQ_METHOD_MXFP8_MOE,       32,  mxfp8_c,        false, false, "MXFP8 weights (e8m0 per 32), dynamic MXFP8 activations"},
-    {"NVFP4_AWQ",                 NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NVFP4_DYN,         MOQ_METHOD_NVFP4_AWQ_LINEAR,   MOQ_METHOD_NVFP4_MOE,       16,  nvfp4_awq_c,    false, true,  "NVFP4 W4A4 with AWQ pre_quant_scale on the input channels"},
+    {"NVFP4_AWQ",                 NULL,               "modelopt_fp4",   &MOQ_KEY_W_NVFP4,      &MOQ_KEY_A_NVFP4_DYN,         MOQ_METHOD_NVFP4_AWQ_LINEAR,   MOQ_METHOD_NVFP4_AWQ_MOE,   16,  nvfp4_awq_c,    false, true,  "NVFP4 W4A4 with AWQ pre_quant_scale on the input channels"},
 };
 enum { N_SCHEMES = sizeof schemes / sizeof schemes[0] };
 

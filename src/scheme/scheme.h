@@ -33,6 +33,7 @@ typedef enum moq_method {
     MOQ_METHOD_KV_CACHE,
     MOQ_METHOD_FP8_PCPT_MOE,
     MOQ_METHOD_NVFP4_AWQ_LINEAR,
+    MOQ_METHOD_NVFP4_AWQ_MOE,
     MOQ_METHOD_COUNT
 } moq_method;
 const char *moq_method_name(moq_method m);

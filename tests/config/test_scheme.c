@@ -30,7 +30,7 @@ static void test_keys_and_methods(void **state) {
         {"W4A16_NVFP4", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NONE, "w4a16_nvfp4_linear", "w4a16_nvfp4_moe"},
         {"MXFP8", &MOQ_KEY_W_MXFP8, &MOQ_KEY_A_MXFP8_DYN, "mxfp8_linear", "mxfp8_moe"},
         /* moq only (neither seed): NVFP4 keys, the input multiplied by pre_quant_scale first */
-        {"NVFP4_AWQ", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NVFP4_DYN, "nvfp4_awq_linear", "nvfp4_moe"},
+        {"NVFP4_AWQ", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NVFP4_DYN, "nvfp4_awq_linear", "nvfp4_awq_moe"},
     };
     assert_int_equal(moq_scheme_count(), 7);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

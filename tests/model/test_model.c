@@ -747,6 +747,7 @@ static const spec cases[] = {
     {"qwen3moe_w4a16",   "Qwen3MoeForCausalLM", "W4A16_NVFP4",             "W4A16_NVFP4",               "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
     {"llama_nvfp4_awq",  LLAMA,               "NVFP4_AWQ",                 "NVFP4_AWQ",                 "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
     {"llama_fp8kv_noscale", LLAMA,            "FP8",                       "FP8",                       "BF16",   false, false, false, true,  false, NULL, 2e-3, false, false},
+    {"qwen3moe_nvfp4_awq", "Qwen3MoeForCausalLM", "NVFP4_AWQ",             "NVFP4_AWQ",                 "BF16",   false, true,  false, false, false, NULL, 2e-3, true, true},
     {"qwen3moe_fp8_pcpt", "Qwen3MoeForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16", false, true, false, false, false, NULL, 2e-3, true, true},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
