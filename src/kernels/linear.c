@@ -229,6 +229,7 @@ moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, i
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace %zu bytes, expected >= %zu for M=%lld", ws_size, need, (long long)M);
     uintptr_t a = ((uintptr_t)ws + 63) & ~(uintptr_t)63;
     if (l->w.pre_scale) { /* AWQ: every kernel sees x · diag(pre_quant_scale), in f32 */
+        if (!ws) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace NULL, expected >= %zu bytes for M=%lld", need, (long long)M);
         float *xs = (float *)a;
         const int64_t K = l->w.K;
         for (int64_t m = 0; m < M; m++) {

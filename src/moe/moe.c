@@ -292,7 +292,7 @@ static moq_status alloc_weight(const moe_fmt *f, moq_pair_id p, int64_t N, int64
     *q = calloc(1, qb ? qb : 1);
     *s = sb ? calloc(1, sb) : NULL;
     if (!*q || (sb && !*s)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of memory for %zu weight bytes", qb + sb);
-    if (f->scale == SC_ROW) /* padding rows (zero weights) between gate and up keep a valid scale */
+    if (f->scale == SC_ROW && *s) /* padding rows (zero weights) between gate and up keep a valid scale */
         for (int64_t n = 0; n < N; n++) ((float *)*s)[n] = 1.0f;
     return MOQ_OK;
 }
@@ -348,8 +348,8 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
     float ws[2] = {1.0f, 1.0f};
     float *pq[2] = {NULL, NULL}; /* AWQ: gate's and up's pre_quant_scale (they read one input) */
     if (f->pqs) {
-        ex->p13 = malloc((size_t)(2 * m->H) * sizeof(float));
-        ex->p2 = malloc((size_t)m->Ip * sizeof(float));
+        ex->p13 = malloc((size_t)(2 * m->H + 1) * sizeof(float)); /* H, Ip >= 1 (checked at create) */
+        ex->p2 = malloc((size_t)(m->Ip + 1) * sizeof(float));
         if (!ex->p13 || !ex->p2) return MOQ_FAIL(err, MOQ_ERR_NOMEM, ebase, "out of memory");
         pq[0] = ex->p13, pq[1] = ex->p13 + m->H;
         for (int64_t k = 0; k < m->Ip; k++) ex->p2[k] = 1.0f; /* padded columns multiply zero weights */
@@ -528,7 +528,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         const int32_t l = m->local_of[g];
         if (l < 0) continue;
         in_scales a = amax;
-        if (f->in_scale && o.input_scale == MOQ_MOE_INPUT_SCALE_PER_EXPERT) {
+        if (per && o.input_scale == MOQ_MOE_INPUT_SCALE_PER_EXPERT) { /* per: read when the format has input scales */
             a.a13[0] = a.a13[1] = fmaxf(per[3 * g], per[3 * g + 1]);
             a.a2 = per[3 * g + 2];
         }

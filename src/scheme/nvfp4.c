@@ -30,7 +30,7 @@ static moq_status pre_quant_scale(moq_load_ctx *x, moq_error *err) {
     bool in_contract = false;
     for (const moq_tensor_rule *r = x->scheme->contract; r->suffix && !in_contract; r++) in_contract = strcmp(r->suffix, "pre_quant_scale") == 0;
     if (!in_contract) return MOQ_OK;
-    const moq_tensor *t[MOQ_MAX_SHARDS];
+    const moq_tensor *t[MOQ_MAX_SHARDS] = {0};
     char nm[320];
     int have = 0;
     for (int s = 0; s < x->n; s++) {

@@ -50,49 +50,48 @@ const char *moq_method_name(moq_method m) {
 #define F32 MOQ_DT_F32, MOQ_DT_F32
 
 static const moq_tensor_rule fp8_tensor_c[] = {
-    /* suffix          dtype(s)                          shape                                  alt shape        alt    opt    note    0-d if one */
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights", false},
-    {"weight_scale", F32,                             SCALAR,                                   ONE,             true,  false, "one f32 scale per tensor (amax / 448)", false},
-    {"input_scale",  F32,                             SCALAR,                                   ONE,             true,  false, "static activation scale", false},
+    /* suffix          dtype(s)                          shape                                  alt shape        alt    opt    0-d if one  note */
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, false, "e4m3 weights"},
+    {"weight_scale", F32,                             SCALAR,                                   ONE,             true,  false, false, "one f32 scale per tensor (amax / 448)"},
+    {"input_scale",  F32,                             SCALAR,                                   ONE,             true,  false, false, "static activation scale"},
     {0}};
 static const moq_tensor_rule fp8_row_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights", false},
-    {"weight_scale", F32,                             {MOQ_DIM_N, MOQ_DIM_END},                 {MOQ_DIM_N, MOQ_DIM_ONE, MOQ_DIM_END}, true, false, "one f32 scale per output channel", false},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, false, "e4m3 weights"},
+    {"weight_scale", F32,                             {MOQ_DIM_N, MOQ_DIM_END},                 {MOQ_DIM_N, MOQ_DIM_ONE, MOQ_DIM_END}, true, false, false, "one f32 scale per output channel"},
     {0}};
 static const moq_tensor_rule fp8_blk_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, "e4m3 weights, K % 128 == 0", false},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},     {0},             false, false, false, "e4m3 weights, K % 128 == 0"},
     {"weight_scale", F32, {MOQ_DIM_N_BLK128, MOQ_DIM_ONE, MOQ_DIM_K_BLK128, MOQ_DIM_ONE, MOQ_DIM_END},
-                          {MOQ_DIM_N_BLK128, MOQ_DIM_K_BLK128, MOQ_DIM_END}, true, false, "one f32 scale per 128x128 block",
-                          .scalar_if_one = true},
+                          {MOQ_DIM_N_BLK128, MOQ_DIM_K_BLK128, MOQ_DIM_END}, true, false, true, "one f32 scale per 128x128 block"},
     {0}};
 static const moq_tensor_rule nvfp4_c[] = {
-    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte", false},
-    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights", false},
-    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)", false},
-    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  false, "activation global scale", false},
+    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, false, "two e2m1 per byte"},
+    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, false, "one e4m3 scale per group of weights"},
+    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, false, "global scale amax / (6 * 448)"},
+    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  false, false, "activation global scale"},
     {0}};
 /* NVFP4_AWQ (ModelOpt NVFP4_AWQ_LITE_CFG, NUMERICS §12): NVFP4 plus the AWQ per-input-channel
  * scale where ModelOpt could not fold it into the previous layer (o_proj; folded elsewhere). */
 static const moq_tensor_rule nvfp4_awq_c[] = {
-    {"weight",          MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte", false},
-    {"weight_scale",    MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights", false},
-    {"weight_scale_2",  F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)", false},
-    {"input_scale",     F32,                            SCALAR,                                    ONE,           true,  false, "activation global scale", false},
-    {"pre_quant_scale", MOQ_DT_BF16, MOQ_DT_F16,        {MOQ_DIM_K, MOQ_DIM_END},                  {0},           false, true,  "AWQ scale per input channel, x * s before quantization", false},
+    {"weight",          MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, false, "two e2m1 per byte"},
+    {"weight_scale",    MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, false, "one e4m3 scale per group of weights"},
+    {"weight_scale_2",  F32,                            SCALAR,                                    ONE,           true,  false, false, "global scale amax / (6 * 448)"},
+    {"input_scale",     F32,                            SCALAR,                                    ONE,           true,  false, false, "activation global scale"},
+    {"pre_quant_scale", MOQ_DT_BF16, MOQ_DT_F16,        {MOQ_DIM_K, MOQ_DIM_END},                  {0},           false, true,  false, "AWQ scale per input channel, x * s before quantization"},
     {0}};
 static const moq_tensor_rule nvfp4_w_only_c[] = {
-    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, "two e2m1 per byte", false},
-    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, "one e4m3 scale per group of weights", false},
-    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, "global scale amax / (6 * 448)", false},
-    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  true,  "legacy, unused by W4A16", false},
+    {"weight",         MOQ_DT_U8, MOQ_DT_U8,           {MOQ_DIM_N, MOQ_DIM_K_HALF, MOQ_DIM_END},  {0},           false, false, false, "two e2m1 per byte"},
+    {"weight_scale",   MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {0},           false, false, false, "one e4m3 scale per group of weights"},
+    {"weight_scale_2", F32,                            SCALAR,                                    ONE,           true,  false, false, "global scale amax / (6 * 448)"},
+    {"input_scale",    F32,                            SCALAR,                                    ONE,           true,  true,  false, "legacy, unused by W4A16"},
     {0}};
 static const moq_tensor_rule mxfp8_c[] = {
-    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},       {0},           false, false, "e4m3 weights, K % 32 == 0", false},
-    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {MOQ_DIM_N_ROWBLK, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, true, false, "one e8m0 scale per 32 weights (or per r rows x 32)", false},
+    {"weight",       MOQ_DT_F8_E4M3, MOQ_DT_F8_E4M3, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END},       {0},           false, false, false, "e4m3 weights, K % 32 == 0"},
+    {"weight_scale", MOQ_DT_U8, MOQ_DT_F8_E8M0,      {MOQ_DIM_N, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, {MOQ_DIM_N_ROWBLK, MOQ_DIM_K_DIV_G, MOQ_DIM_END}, true, false, false, "one e8m0 scale per 32 weights (or per r rows x 32)"},
     {0}};
 static const moq_tensor_rule unquantized_c[] = {
-    {"weight", MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END}, {0}, false, false, "model-dtype weights", false},
-    {"bias",   MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_END},            {0}, false, true,  "model-dtype bias", false},
+    {"weight", MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_K, MOQ_DIM_END}, {0}, false, false, false, "model-dtype weights"},
+    {"bias",   MOQ_DT_BF16, MOQ_DT_F16, {MOQ_DIM_N, MOQ_DIM_END},            {0}, false, true,  false, "model-dtype bias"},
     {0}};
 
 static const moq_scheme schemes[] = {

@@ -57,9 +57,9 @@ typedef struct moq_tensor_rule {
     moq_dim     shape_alt[MOQ_RULE_MAX_DIMS + 1]; /* {MOQ_DIM_N_BLK128...}; unused if alt_used=false */
     bool        alt_used;
     bool        optional;                /* may be absent (legacy or per-layer)                 */
-    const char *note;                    /* quoted in messages                                   */
     bool        scalar_if_one;           /* a 0-d tensor is accepted where the shape holds one
                                             element (ModelOpt's FP8_PB_WO single-block scale)     */
+    const char *note;                    /* quoted in messages                                   */
 } moq_tensor_rule;
 
 typedef struct moq_scheme {
