@@ -25,11 +25,6 @@
  * the oracle shows what the limit catches: without the activation quantization the logits move by
  * 0.11 (MXFP8) to 0.50 (NVFP4), without the FP8 KV cache by 0.16, and a wrong rope_theta (10000 for
  * 1e6) by 0.44-0.55.
- *
- * Fixtures in k_expected_fail hold forms moq does not accept yet (issue 10, items 1-4: fp8_pb_wo in
- * lower case with 0-d block scales, FP8 KV without scales, rope_parameters of transformers 5, FP8
- * per-channel MoE experts, NVFP4_AWQ). Each of those must still fail here (a fixture that starts
- * passing fails the test until its row is removed: the lead empties the table when those land).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -40,30 +35,12 @@
 
 enum { MAX_T = 64 };
 
-/* Expected to fail until the issue-10 export items land (branch `export`); the reason is what
- * moq does with the fixture today. Empty this table when they are merged. */
-static const struct { const char *name, *why; } k_expected_fail[] = {
-    {"llama_fp8_pb_wo", "quant_algo fp8_pb_wo with 0-d weight_scale: 'shape [], expected [1, 1, 1, 1]' (item 1)"},
-    {"llama_fp8_kv_cast", "FP8 KV without k/v scales: check 0 problems, run refuses (item 2)"},
-    {"llama_nvfp4_awq", "quant_algo NVFP4_AWQ not accepted (item 5)"},
-    {"qwen3moe_fp8", "rope_theta 1e6 only in rope_parameters: logits of theta 10000 (item 3)"},
-    {"qwen3moe_fp8_pc_pt", "per-channel FP8 MoE experts read as per-tensor (item 4)"},
-    {"qwen3moe_fp8_pb_wo", "fp8_pb_wo 0-d scales (item 1) and rope_parameters (item 3)"},
-    {"qwen3moe_nvfp4", "rope_theta 1e6 only in rope_parameters (item 3)"},
-};
-
 static const char *const k_fixtures[] = {
     "llama_fp8",   "llama_fp8_pc_pt", "llama_fp8_pb_wo", "llama_nvfp4",        "llama_w4a16_nvfp4",
     "llama_nvfp4_awq", "llama_mxfp8", "llama_fp8_kv",    "llama_fp8_kv_cast",  "qwen3moe_fp8",
     "qwen3moe_fp8_pc_pt", "qwen3moe_fp8_pb_wo", "qwen3moe_nvfp4",
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
-
-static const char *expected_fail_reason(const char *name) {
-    for (size_t i = 0; i < sizeof k_expected_fail / sizeof k_expected_fail[0]; i++)
-        if (!strcmp(k_expected_fail[i].name, name)) return k_expected_fail[i].why;
-    return NULL;
-}
 
 /* ---- expected_logits.safetensors, read here (not with moq's parser) ----------------------------- */
 typedef struct expected {
@@ -198,24 +175,13 @@ static void test_fixture(void **state) {
     const char *name = *state;
     double max_abs, max_ref;
     const char *why = run_fixture(name, &max_abs, &max_ref);
-    const char *xfail = expected_fail_reason(name);
-    if (!why)
-        print_message("%-20s ok: logits max abs err %.3g, relative %.3g (max |logit| %.3f)\n", name, max_abs, max_abs / max_ref, max_ref);
-    else if (xfail)
-        print_message("%-20s expected to fail (%s): %s\n", name, xfail, why);
-    if (why && !xfail) fail_msg("%s: %s", name, why);
-    if (!why && xfail) fail_msg("%s passes now: remove it from k_expected_fail (%s)", name, xfail);
+    if (why) fail_msg("%s: %s", name, why);
+    print_message("%-20s ok: logits max abs err %.3g, relative %.3g (max |logit| %.3f)\n", name, max_abs, max_abs / max_ref, max_ref);
 }
 
-/* Every fixture directory holds the files the README lists, and every expected-fail row names a
- * fixture (a stale row would silently exempt nothing). */
+/* Every fixture directory holds the files the README lists. */
 static void test_table(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof k_expected_fail / sizeof k_expected_fail[0]; i++) {
-        bool found = false;
-        for (size_t j = 0; j < N_FIXTURES; j++) found |= !strcmp(k_fixtures[j], k_expected_fail[i].name);
-        if (!found) fail_msg("k_expected_fail names %s, which is no fixture", k_expected_fail[i].name);
-    }
     static const char *const files[] = {"config.json", "hf_quant_config.json", "model.safetensors", "tokenizer.json", "expected_logits.safetensors"};
     for (size_t j = 0; j < N_FIXTURES; j++)
         for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
