@@ -238,7 +238,7 @@ static void test_real(void **state) {
     for (size_t i = 0; i < sizeof rr / sizeof rr[0]; i++) {
         char rel[256];
         snprintf(rel, sizeof rel, "modelopt_configs/%s", rr[i].file);
-        char *p = tu_shared_path(rel);
+        char *p = tu_data_path(rel);
         moq_qconfig *q = NULL;
         TU_OK(moq_qconfig_open(&q, p, MOQ_COMPAT_MOQ, err_));
         moq_layer_kind kind;

@@ -155,13 +155,14 @@ static void test_choice_follows_cpu_mask(void **state) {
 int main(void) {
     g_seed = (unsigned)time(NULL);
     g_rng = g_seed;
-    char *p = tu_shared_path("golden/rcp/rcpa_ftz_corr_2bit.bin");
+    char *p = tu_data_path("golden/rcp/rcpa_ftz_corr_2bit.bin");
     FILE *f = fopen(p, "rb");
-    if (f) {
-        g_corr = malloc((size_t)1 << 21);
-        if (fread(g_corr, 1, (size_t)1 << 21, f) != (size_t)1 << 21) { free(g_corr); g_corr = NULL; }
-        fclose(f);
+    g_corr = malloc((size_t)1 << 21);
+    if (!f || fread(g_corr, 1, (size_t)1 << 21, f) != (size_t)1 << 21) {
+        fprintf(stderr, "%s: missing or short (tests/data/golden.tar.xz is unpacked there by CMake)\n", p);
+        return 1;
     }
+    fclose(f);
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),

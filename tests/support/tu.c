@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-char *tu_shared_path(const char *rel) {
-    const char *base = getenv("MOQ_SHARED");
-    if (!base || !*base) base = "../shared";
+char *tu_data_path(const char *rel) {
+    const char *base = getenv("MOQ_TESTDATA");
+    if (!base || !*base) fail_msg("MOQ_TESTDATA is not set: run the tests with ctest (it points at build/testdata)");
     size_t n = strlen(base) + strlen(rel) + 2;
     char *p = malloc(n);
     snprintf(p, n, "%s/%s", base, rel);

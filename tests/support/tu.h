@@ -15,8 +15,9 @@
 
 #include "moq.h"
 
-/* ../shared (from MOQ_SHARED, set by ctest), joined with rel. Caller frees. */
-char *tu_shared_path(const char *rel);
+/* The unpacked test data (MOQ_TESTDATA, set by ctest: build/testdata, made by CMake from
+ * tests/data/<name>.tar.xz) joined with rel, e.g. "golden/formats/inputs_f32.bin". Caller frees. */
+char *tu_data_path(const char *rel);
 /* A fresh empty directory under MOQ_TMP (or /tmp) named after `tag`; caller frees the string. */
 char *tu_tmpdir(const char *tag);
 /* Removes a directory tree (best effort). */
