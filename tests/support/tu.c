@@ -110,15 +110,21 @@ void tu_assert_error(const moq_error *e, moq_status got, moq_status code, const 
         fail_msg("%s:%d: message \"%s\" does not contain \"%s\"", file, line, e->msg, msg_sub);
 }
 
-char *tu_golden_tokenizer_path(const char *rel) {
+char *tu_golden_path(const char *rel) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", __FILE__); /* tests/support/tu.c */
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
     size_t n = strlen(dir) + strlen(rel) + 32;
     char *p = malloc(n);
-    snprintf(p, n, "%s/../golden/tokenizer/%s", dir, rel);
+    snprintf(p, n, "%s/../golden/%s", dir, rel);
     return p;
+}
+
+char *tu_golden_tokenizer_path(const char *rel) {
+    char r[512];
+    snprintf(r, sizeof r, "tokenizer/%s", rel);
+    return tu_golden_path(r);
 }
 
 moq_tokenizer *tu_open_golden_tokenizer(const char *style) {

@@ -32,6 +32,8 @@ char *tu_write_st(const char *dir, const char *name, const char *header, size_t 
 /* Runs a shell command, returns its exit status (-1 on failure to run); captures stdout+stderr
  * into out (NUL-terminated, truncated to n) when out != NULL. */
 int tu_run(const char *cmd, char *out, size_t n);
+/* tests/golden/<rel> in the source tree (caller frees). */
+char *tu_golden_path(const char *rel);
 /* tests/golden/tokenizer/<rel> (caller frees), and the golden tokenizer of one style ("gpt2",
  * "llama3", "qwen2", "smollm2", ...) opened (fails the test when it cannot be). */
 char *tu_golden_tokenizer_path(const char *rel);
