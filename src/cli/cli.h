@@ -50,6 +50,8 @@ int  cmd_eval(int argc, char **argv);
 void cmd_eval_help(FILE *out);
 int  cmd_bench_model(int argc, char **argv);   /* `moq bench model DIR`, dispatched by cmd_bench */
 double cli_now_s(void);
+/* moq_progress_fn drawing "phase [====    ] done/total" on stderr (call it only on a TTY). */
+void cli_progress_bar(void *user, const char *phase, uint64_t done, uint64_t total);
 /* Opens a model (progress bar on a TTY, load timings on stderr unless quiet); 0 or an exit code. */
 int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet);
 /* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,
