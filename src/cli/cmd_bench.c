@@ -70,7 +70,11 @@ static int make_weight(moq_pair_id p, int64_t N, int64_t K, moq_weight *w, void 
     if (w->w.scale_elem == MOQ_ELEM_E4M3 || w->w.scale_elem == MOQ_ELEM_E8M0) sbytes = nk / (size_t)w->w.group_cols;
     if (sbytes) {
         uint8_t *sb = malloc(sbytes);
-        if (!sb) return -1;
+        if (!sb) {
+            free(qb);
+            *q = NULL;
+            return -1;
+        }
         for (size_t i = 0; i < sbytes; i++) sb[i] = w->w.scale_elem == MOQ_ELEM_E8M0 ? (uint8_t)(120 + rnd() % 8) : (uint8_t)(0x30 + rnd() % 0x40);
         if (w->w.scale_elem == MOQ_ELEM_F32)
             for (size_t i = 0; i < sbytes / 4; i++) ((float *)sb)[i] = urand(1e-3f, 1e-2f);
@@ -254,7 +258,7 @@ int cmd_bench(int argc, char **argv) {
     o.n_threads = threads;
     o.kernel = kernel;
     const size_t wb = weight_bytes(&w);
-    const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / wb + 1);
+    const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / (wb ? wb : 1) + 1);
     moq_linear **ls = calloc((size_t)copies, sizeof(moq_linear *));
     moq_error err = {0};
     int rc = 0;
