@@ -36,64 +36,62 @@ static void nvfp4_common(const float *W, size_t N, size_t K, float amax, moq_exp
     put_scalar(t, count, "weight_scale_2", W ? &ws2 : NULL);
 }
 
-static void export_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+static void export_nvfp4(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                          int *count) {
-    nvfp4_common(W, N, K, amax, t, count);
-    const float is = act_amax / 2688.0f;
+    nvfp4_common(W, N, K, a->amax, t, count);
+    const float is = a->act_amax / 2688.0f;
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 
-static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax,
-                               moq_export_tensor *t, int *count) {
-    (void)act_amax;
-    nvfp4_common(W, N, K, amax, t, count);
+static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    nvfp4_common(W, N, K, a->amax, t, count);
 }
 
-/* FP8 per-tensor: each shard keeps its own amax (the loaders take the max over a fused group). */
-static void export_fp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                       int *count) {
-    (void)amax;
+/* FP8 per-tensor: the weight scale from the group amax (ModelOpt's preprocess_linear_fusion gives
+ * every one-element weight amax of a fused group the group max, NUMERICS.md §9.3). */
+static void export_fp8(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
     const int64_t sq[2] = {(int64_t)N, (int64_t)K};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     float sc = 0;
-    if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, 1, t[0].data, &sc);
+    if (W) moq_export_fp8_tensor_weight(W, N, K, a->amax, a->model_dtype, t[0].data, &sc);
     put_scalar(t, count, "weight_scale", W ? &sc : NULL);
-    const float is = act_amax / 448.0f;
+    const float is = (a->act_amax == 0.0f ? 448.0f : a->act_amax) / 448.0f; /* export_amax: 0 -> 448 */
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 
-static void export_fp8_row(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                           int *count) {
-    (void)amax, (void)act_amax;
+static void export_fp8_row(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[1] = {(int64_t)N};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     put(t, count, "weight_scale", MOQ_DT_F32, 1, ss, (uint64_t)N * 4);
     if (W) moq_export_fp8_row_weight(W, N, K, t[0].data, t[1].data);
 }
 
-/* The block scale is written 4-D, [ceil(N/128), 1, K/128, 1], as ModelOpt does. */
-static void export_fp8_block(const float *W, size_t N, size_t K, float amax, float act_amax,
-                             moq_export_tensor *t, int *count) {
-    (void)amax, (void)act_amax;
+/* The block scale is written 4-D, [ceil(N/128), 1, K/128, 1], as ModelOpt does, except that a
+ * weight of a single block gets a 0-d scale (not a routed expert's gate/up: [1, 1, 1, 1]), and that
+ * single block's amax is the group amax (§12). */
+static void export_fp8_block(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
     const int64_t nb = (int64_t)((N + 127) / 128), kb = (int64_t)(K / 128);
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[4] = {nb, 1, kb, 1};
+    const bool one = nb * kb == 1;
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
-    put(t, count, "weight_scale", MOQ_DT_F32, 4, ss, (uint64_t)(nb * kb) * 4);
-    if (W) moq_export_fp8_block_weight(W, N, K, t[0].data, t[1].data);
+    put(t, count, "weight_scale", MOQ_DT_F32, one && !a->moe_gate_up ? 0 : 4, ss, (uint64_t)(nb * kb) * 4);
+    if (!W) return;
+    if (one && a->amax >= 0) moq_export_fp8_block_weight_amax(W, N, K, a->amax, t[0].data, t[1].data);
+    else moq_export_fp8_block_weight(W, N, K, t[0].data, t[1].data);
 }
 
-static void export_mxfp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+static void export_mxfp8(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                          int *count) {
-    (void)amax, (void)act_amax;
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[2] = {(int64_t)N, (int64_t)(K / 32)};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     put(t, count, "weight_scale", MOQ_DT_U8, 2, ss, (uint64_t)(N * K / 32));
     if (W) moq_export_mxfp8_weight(W, N, K, t[0].data, t[1].data);
 }
 
-static void export_bf16(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                        int *count) {
-    (void)amax, (void)act_amax;
+static void export_bf16(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K};
     put(t, count, "weight", MOQ_DT_BF16, 2, sq, (uint64_t)(N * K) * 2);
     if (!W) return;
@@ -101,16 +99,20 @@ static void export_bf16(const float *W, size_t N, size_t K, float amax, float ac
     for (size_t j = 0; j < N * K; j++) h[j] = moq_bf16_encode_rne(W[j]);
 }
 
-/* algo, quantized, group_size, k_multiple, group_amax, exporter */
 static const moq_export_linear_row k_rows[] = {
-    {"NVFP4", true, 16, 16, true, export_nvfp4},
-    {"FP8", true, 0, 1, false, export_fp8},
-    {"BF16", false, 0, 1, false, export_bf16},
-    {"FP8_PER_CHANNEL_PER_TOKEN", true, 0, 1, false, export_fp8_row},
-    {"FP8_PB_WO", true, 0, 128, false, export_fp8_block},
-    {"W4A16_NVFP4", true, 16, 16, true, export_w4a16_nvfp4},
-    {"MXFP8", true, 0, 32, false, export_mxfp8},
+    /* algo                        written                      quantized group k_mult group_amax static_input exporter */
+    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true,  export_nvfp4},
+    {"FP8",                        "FP8",                       true,  0,  1,   true,  true,  export_fp8},
+    {"BF16",                       "BF16",                      false, 0,  1,   false, false, export_bf16},
+    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, export_fp8_row},
+    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, export_fp8_block},
+    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, export_w4a16_nvfp4},
+    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, export_mxfp8},
 };
+
+moq_export_args moq_export_args_default(void) {
+    return (moq_export_args){.amax = -1.0f, .act_amax = 0.0f, .model_dtype = MOQ_DT_BF16, .moe_gate_up = false};
+}
 
 const moq_export_linear_row *moq_export_linear_rows(size_t *count) {
     *count = sizeof k_rows / sizeof k_rows[0];
@@ -124,8 +126,8 @@ const moq_export_linear_row *moq_export_linear_find(const char *algo) {
 }
 
 moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *where, int64_t N,
-                                  int64_t K, moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS],
-                                  int *count, moq_error *err) {
+                                  int64_t K, const moq_export_args *a,
+                                  moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS], int *count, moq_error *err) {
     *count = 0;
     if (!row) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "no export row given");
     if (N <= 0 || K <= 0 || N > (INT64_C(1) << 31) || K > (INT64_C(1) << 31))
@@ -135,16 +137,19 @@ moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "K = %lld, expected a multiple of %d for %s",
                         (long long)K, row->k_multiple, row->algo);
     memset(t, 0, MOQ_EXPORT_LINEAR_MAX_TENSORS * sizeof *t);
-    row->export_fn(NULL, (size_t)N, (size_t)K, 0.0f, 0.0f, t, count);
+    const moq_export_args def = moq_export_args_default();
+    row->export_fn(NULL, (size_t)N, (size_t)K, a ? a : &def, t, count);
     return MOQ_OK;
 }
 
 moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *where, const float *W,
-                                 int64_t N, int64_t K, float amax, float act_amax,
+                                 int64_t N, int64_t K, const moq_export_args *a,
                                  moq_export_tensor *t, int count, moq_error *err) {
     moq_export_tensor want[MOQ_EXPORT_LINEAR_MAX_TENSORS];
     int n = 0;
-    MOQ_TRY(moq_export_linear_plan(row, where, N, K, want, &n, err));
+    const moq_export_args def = moq_export_args_default();
+    if (!a) a = &def;
+    MOQ_TRY(moq_export_linear_plan(row, where, N, K, a, want, &n, err));
     if (!W || !t || count != n)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "%s export of [%lld, %lld] given %d tensors%s, expected %d",
                         row->algo, (long long)N, (long long)K, count, W ? "" : " and no weight", n);
@@ -154,6 +159,6 @@ moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *w
                             i, t[i].suffix ? t[i].suffix : "(none)", (unsigned long long)t[i].nbytes,
                             t[i].data ? "" : " without data", want[i].suffix, (unsigned long long)want[i].nbytes);
     int m = 0;
-    row->export_fn(W, (size_t)N, (size_t)K, amax, act_amax, t, &m);
+    row->export_fn(W, (size_t)N, (size_t)K, a, t, &m);
     return MOQ_OK;
 }

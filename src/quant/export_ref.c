@@ -40,17 +40,21 @@ void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uin
     }
 }
 
-void moq_export_fp8_tensor_weight(const float *W, size_t N, size_t K, float amax, int model_bf16,
+/* x rounded to the model dtype (bf16, f16; f32 unchanged). */
+static float to_model_dtype(float x, moq_dtype d) {
+    if (d == MOQ_DT_BF16) return moq_bf16_decode(moq_bf16_encode_rne(x));
+    if (d == MOQ_DT_F16) return moq_f16_decode(moq_f16_encode_rne(x));
+    return x;
+}
+
+void moq_export_fp8_tensor_weight(const float *W, size_t N, size_t K, float amax, moq_dtype model_dtype,
                                   uint8_t *q, float *scale) {
     if (amax < 0) amax = moq_amax_f32(W, N * K);
     if (amax == 0.0f) amax = 448.0f;    /* export_amax fix-up: scale 1.0 */
     const float s = amax / 448.0f;
+    const float sm = to_model_dtype(s, model_dtype);
     *scale = s;
-    for (size_t i = 0; i < N * K; i++) {
-        const float quo = W[i] / s;
-        const float r = model_bf16 ? moq_bf16_decode(moq_bf16_encode_rne(quo)) : moq_f16_decode(moq_f16_encode_rne(quo));
-        q[i] = moq_e4m3_encode_rne(r);
-    }
+    for (size_t i = 0; i < N * K; i++) q[i] = moq_e4m3_encode_rne(to_model_dtype(W[i] / sm, model_dtype));
 }
 
 void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale) {
@@ -79,6 +83,13 @@ void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q,
             for (size_t n = bn * 128; n < n1; n++)
                 for (size_t k = bk * 128; k < bk * 128 + 128; k++) q[n * K + k] = moq_e4m3_encode_rne(W[n * K + k] / s);
         }
+}
+
+void moq_export_fp8_block_weight_amax(const float *W, size_t N, size_t K, float amax, uint8_t *q, float *scale) {
+    if (amax == 0.0f) amax = 448.0f;
+    const float s = amax / 448.0f;
+    *scale = s;
+    for (size_t i = 0; i < N * K; i++) q[i] = moq_e4m3_encode_rne(W[i] / s);
 }
 
 /* ceil(log2(x)) for a positive finite f32, exactly (frexp: x = m * 2^e, m in [0.5, 1)). */
