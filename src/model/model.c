@@ -150,7 +150,18 @@ struct moq_model {
     moq_model_timings tm;
     const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
     int         n_warn;
+    moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
+    void              *obs_user;
 };
+
+void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user) {
+    if (!m) return;
+    m->obs = fn;
+    m->obs_user = user;
+}
+
+#define TAP(m, l, tap, x, rows, cols) \
+    do { if ((m)->obs) (m)->obs((m)->obs_user, (l), (tap), (x), (rows), (cols)); } while (0)
 
 static double now_s(void) {
     struct timespec ts;
@@ -629,6 +640,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
+        TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, H);
         MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
         for (int64_t i = 0; i < M; i++) {
             float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
@@ -640,18 +652,24 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
                 if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
                 moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
             }
+            TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
+            TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
             moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
         }
         attention(m, l, p0, M);
+        TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
         MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
         if (ly->is_moe) {
+            TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
             MOQ_TRY(moe_block(m, ly, M, err));
             continue;
         }
+        TAP(m, l, MOQ_TAP_GATE_UP_IN, m->h, M, H);
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
         swiglu(m->gu, M, I, m->act);
+        TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
     }

@@ -52,6 +52,8 @@ typedef struct moq_export_linear_row {
                                           only for a one-block weight)                           */
     bool                  static_input;/* writes input_scale: needs calibration data             */
     moq_export_linear_fn *export_fn;
+    const char           *config_group;/* config.json quantization_config config_groups entry
+                                          (without "targets"), NULL when ModelOpt writes none    */
 } moq_export_linear_row;
 
 /* The table, in the order `moq synth --help` lists the algos. */
