@@ -8,26 +8,13 @@
 #define MOQ_MODEL_MODEL_H
 
 #include "moq.h"
+#include "quant/calib.h"
 
 /* "LlamaForCausalLM, MistralForCausalLM, ..." (for messages). */
 const char *moq_model_supported_list(char *buf, size_t n);
 /* True when config.json architectures[0] == name is a row of the architecture table (moq run
  * accepts it); inspect and check use it to warn before run refuses. */
 bool moq_model_architecture_supported(const char *name);
-
-/* Observation points of the forward pass, for max calibration (quant/calibrate.c): the input of
- * each linear (q/k/v share one, gate/up share one) and the K (after RoPE and q/k norm, as the
- * attention reads it) and V rows written to the cache. */
-typedef enum moq_model_tap {
-    MOQ_TAP_QKV_IN = 0,  /* [M, H]      input of q_proj, k_proj, v_proj        */
-    MOQ_TAP_O_IN,        /* [M, A D]    input of o_proj                        */
-    MOQ_TAP_GATE_UP_IN,  /* [M, H]      input of gate_proj/up_proj (dense MLP)  */
-    MOQ_TAP_DOWN_IN,     /* [M, I]      input of down_proj (dense MLP)          */
-    MOQ_TAP_K,           /* [1, KV D]   one token's keys                        */
-    MOQ_TAP_V,           /* [1, KV D]   one token's values                      */
-    MOQ_TAP_MOE_IN,      /* [M, H]      input of a routed-expert block          */
-    MOQ_TAP_COUNT
-} moq_model_tap;
 
 /* Called with rows x cols f32 values (row-major, contiguous) at each tap of layer `layer`. Runs on
  * the forwarding thread; x is borrowed for the call. */
@@ -36,5 +23,15 @@ typedef void (*moq_model_observer)(void *user, int64_t layer, moq_model_tap tap,
 /* Sets (fn != NULL) or clears the observer. Caller-owned: the model keeps only the pointers; when
  * unset the forward pass tests one pointer per tap and does nothing else. */
 void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user);
+
+/* Max calibration (model/calibrate.c): runs the unquantized model at src_dir over ids[0..n_ids) in
+ * windows of up to 512 tokens (the cache reset between windows) and records the amax at every tap.
+ * n_threads <= 0: OpenMP's default. NaN or Inf at a tap is MOQ_ERR_INVALID_ARG naming the layer. */
+moq_status moq_calibrate(moq_calib *out, const char *src_dir, const int32_t *ids, int64_t n_ids, int n_threads,
+                         moq_error *err);
+/* Tokenizes text[0..len) with src_dir's tokenizer (bos first when it has one), keeps the first
+ * max_tokens ids (0: all) and calls moq_calibrate. */
+moq_status moq_calibrate_text(moq_calib *out, const char *src_dir, const char *text, size_t len, int64_t max_tokens,
+                              int n_threads, moq_error *err);
 
 #endif

@@ -1,0 +1,812 @@
+/* quantize.c — see quantize.h: plan, amax, write. The only format knowledge here is the leaf table
+ * (which checkpoint names are linears, which fuse, which calibration tap feeds them); everything a
+ * format writes comes from its row of quant/export_linear.c. */
+#include "quant/quantize.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/glob.h"
+#include "core/error.h"
+#include "format/format.h"
+#include "io/checkpoint.h"
+#include "io/mmap.h"
+#include "quant/export_linear.h"
+#include "quant/export_ref.h"
+
+/* ---- the leaf table ------------------------------------------------------------------------- */
+
+enum { GRP_NONE = 0, GRP_QKV, GRP_GATE_UP, GRP_W13 };
+
+typedef struct leaf_row {
+    const char   *leaf;      /* last component of the module name                             */
+    int           group;     /* fused group (shards that read the same input)                 */
+    moq_model_tap tap;       /* calibration tap of its input (dense layers)                   */
+    moq_model_tap kv;        /* MOQ_TAP_K / MOQ_TAP_V: carries k_scale / v_scale (§8)         */
+    const char   *kv_suffix; /* "k_scale" / "v_scale"                                          */
+    bool          lm_head;   /* excluded by default (ModelOpt's default config disables it)   */
+} leaf_row;
+
+static const leaf_row k_leaves[] = {
+    /* leaf        group        tap                 kv            kv_suffix  lm_head */
+    {"q_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, NULL,      false},
+    {"k_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_K,    "k_scale", false},
+    {"v_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_V,    "v_scale", false},
+    {"o_proj",    GRP_NONE,    MOQ_TAP_O_IN,       MOQ_TAP_NONE, NULL,      false},
+    {"gate_proj", GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, NULL,      false},
+    {"up_proj",   GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, NULL,      false},
+    {"down_proj", GRP_NONE,    MOQ_TAP_DOWN_IN,    MOQ_TAP_NONE, NULL,      false},
+    {"w1",        GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
+    {"w3",        GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
+    {"w2",        GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
+    {"lm_head",   GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      true},
+};
+
+/* Modules ModelOpt lists as excluded without being asked (§12): the embedding and MoE routers.
+ * A router is a 2-D "<block>.gate.weight" outside any experts list. */
+static const char *const k_embed_leaves[] = {"embed_tokens"};
+static const char *const k_router_leaves[] = {"gate"};
+
+/* Files of the source directory not copied: the ones moq writes itself. */
+static const char *const k_not_copied[] = {"config.json", "hf_quant_config.json", "model.safetensors.index.json"};
+
+static const char *leaf_of(const char *module) {
+    const char *d = strrchr(module, '.');
+    return d ? d + 1 : module;
+}
+
+static const leaf_row *leaf_find(const char *leaf) {
+    for (size_t i = 0; i < sizeof k_leaves / sizeof k_leaves[0]; i++)
+        if (strcmp(k_leaves[i].leaf, leaf) == 0) return &k_leaves[i];
+    return NULL;
+}
+
+static bool in_list(const char *s, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s, list[i]) == 0) return true;
+    return false;
+}
+
+/* ---- the plan ------------------------------------------------------------------------------- */
+
+typedef struct unit {
+    const moq_tensor           *src;       /* the source tensor (the weight for a linear)        */
+    char                       *module;    /* linear: the module name; else NULL                 */
+    const leaf_row             *leaf;
+    const moq_export_linear_row *row;      /* NULL: copied unchanged                             */
+    moq_export_args             args;
+    int64_t                     layer;     /* "model.layers.<l>." or -1                          */
+    bool                        expert;
+    float                       own_amax;  /* weight amax (group-amax rows)                      */
+    int                         group_of;  /* index of the group's first unit, or -1             */
+    moq_export_tensor           t[MOQ_EXPORT_LINEAR_MAX_TENSORS];
+    int                         nt;
+    float                       kv_scale;  /* k_proj / v_proj with FP8 KV: the scale             */
+    bool                        has_kv;
+} unit;
+
+typedef struct out_tensor {
+    char      *name;
+    moq_dtype  dtype;
+    int        ndim;
+    int64_t    shape[MOQ_MAX_DIMS];
+    uint64_t   nbytes;
+    size_t     unit;
+    int        part;      /* index into unit.t, -1: the copied source, -2: the kv scale */
+    int        shard;
+} out_tensor;
+
+typedef struct qctx {
+    const moq_quantize_opts *o;
+    moq_checkpoint          *ck;
+    unit                    *u;
+    size_t                   nu;
+    out_tensor              *ot;
+    size_t                   not, cap_ot;
+    char                   **excl;        /* exclude list, in order */
+    size_t                   nexcl;
+    cJSON                   *recipe;
+    const moq_export_linear_row *single;  /* non-mixed: the row of --algo */
+    bool                     mixed;
+    int                      n_shards;
+    char                    *tmp_dir;
+    char                    *dst_dir;
+} qctx;
+
+static moq_status add_excl(qctx *q, const char *name, moq_error *err) {
+    for (size_t i = 0; i < q->nexcl; i++)
+        if (strcmp(q->excl[i], name) == 0) return MOQ_OK;
+    char **e = realloc(q->excl, (q->nexcl + 1) * sizeof *e);
+    if (!e) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+    q->excl = e;
+    if (!(e[q->nexcl] = strdup(name))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+    q->nexcl++;
+    return MOQ_OK;
+}
+
+static moq_status add_out(qctx *q, const char *name, moq_dtype dt, int ndim, const int64_t *shape, uint64_t nbytes,
+                          size_t u, int part, moq_error *err) {
+    if (q->not == q->cap_ot) {
+        size_t cap = q->cap_ot ? 2 * q->cap_ot : 256;
+        out_tensor *t = realloc(q->ot, cap * sizeof *t);
+        if (!t) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+        q->ot = t, q->cap_ot = cap;
+    }
+    out_tensor *t = &q->ot[q->not];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = strdup(name))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+    t->dtype = dt, t->ndim = ndim, t->nbytes = nbytes, t->unit = u, t->part = part;
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+    q->not++;
+    return MOQ_OK;
+}
+
+/* The algo of a module: MIXED_PRECISION recipe (first matching pattern, else its default) or the
+ * single --algo row. */
+static moq_status algo_for(const qctx *q, const char *module, const moq_export_linear_row **row, moq_error *err) {
+    if (!q->mixed) return *row = q->single, MOQ_OK;
+    const char *name = q->o->recipe_name ? q->o->recipe_name : "recipe";
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(q->recipe, "layers");
+    const cJSON *pick = NULL;
+    for (const cJSON *e = layers ? layers->child : NULL; e && !pick; e = e->next)
+        if (moq_glob_fnmatch(e->string, module)) pick = e;
+    if (!pick) pick = cJSON_GetObjectItemCaseSensitive(q->recipe, "default");
+    *row = moq_export_linear_find(pick->valuestring);
+    if (!*row) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, name, "algo \"%s\" was checked at parse time", pick->valuestring);
+    return MOQ_OK;
+}
+
+static void algo_list(char *buf, size_t n) {
+    size_t nr = 0;
+    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
+    buf[0] = 0;
+    for (size_t i = 0; i < nr; i++) snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i ? ", " : "", rows[i].algo);
+}
+
+/* {"default": ALGO, "layers": {PATTERN: ALGO, ...}} with ALGO a row of the export table. */
+static moq_status parse_recipe(qctx *q, moq_error *err) {
+    const char *name = q->o->recipe_name ? q->o->recipe_name : "recipe";
+    char list[256];
+    algo_list(list, sizeof list);
+    if (!q->o->recipe) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "MIXED_PRECISION", "needs a recipe (--recipe FILE: {\"default\": ALGO, \"layers\": {PATTERN: ALGO}})");
+    if (!(q->recipe = cJSON_Parse(q->o->recipe))) return MOQ_FAIL(err, MOQ_ERR_FORMAT, name, "is not valid JSON");
+    if (!cJSON_IsObject(q->recipe)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "is %s, expected an object {\"default\": ALGO, \"layers\": {...}}",
+                                                    cJSON_IsArray(q->recipe) ? "an array" : "not an object");
+    for (const cJSON *e = q->recipe->child; e; e = e->next)
+        if (strcmp(e->string, "default") != 0 && strcmp(e->string, "layers") != 0)
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "unknown key \"%s\", expected default and layers", e->string);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(q->recipe, "default");
+    if (!cJSON_IsString(d)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "default is %s, expected an algo string (one of %s)", d ? "not a string" : "missing", list);
+    if (!moq_export_linear_find(d->valuestring))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "default \"%s\" is not one of %s", d->valuestring, list);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(q->recipe, "layers");
+    if (l && !cJSON_IsObject(l)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers is not an object {PATTERN: ALGO}");
+    for (const cJSON *e = l ? l->child : NULL; e; e = e->next) {
+        if (!cJSON_IsString(e) || !moq_export_linear_find(e->valuestring))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers[\"%s\"] is %s%s%s, expected one of %s", e->string,
+                            cJSON_IsString(e) ? "\"" : "not a string", cJSON_IsString(e) ? e->valuestring : "", cJSON_IsString(e) ? "\"" : "", list);
+        if (!e->string[0]) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers has an empty pattern");
+    }
+    return MOQ_OK;
+}
+
+/* "model.layers.<l>." -> l, else -1. */
+static int64_t layer_of(const char *name) {
+    const char *p = strstr(name, "layers.");
+    if (!p) return -1;
+    char *end = NULL;
+    long long l = strtoll(p + 7, &end, 10);
+    return end && end != p + 7 && *end == '.' ? (int64_t)l : -1;
+}
+
+static float decode_one(const moq_tensor *t, uint64_t i) {
+    const uint8_t *p = t->data;
+    if (t->dtype == MOQ_DT_F32) { float v; memcpy(&v, p + 4 * i, 4); return v; }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+}
+
+static void decode_all(const moq_tensor *t, float *out) {
+    for (uint64_t i = 0; i < t->nelem; i++) out[i] = decode_one(t, i);
+}
+
+static float tensor_amax(const moq_tensor *t) {
+    float m = 0;
+    for (uint64_t i = 0; i < t->nelem; i++) {
+        const float a = fabsf(decode_one(t, i));
+        if (a > m) m = a;
+    }
+    return m;
+}
+
+static bool is_float_src(moq_dtype d) { return d == MOQ_DT_BF16 || d == MOQ_DT_F16 || d == MOQ_DT_F32; }
+
+/* Builds the units: one per source tensor, linears with their row. */
+static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
+    const moq_checkpoint *c = q->ck;
+    const size_t n = moq_checkpoint_tensor_count(c);
+    if (!(q->u = calloc(n ? n : 1, sizeof *q->u))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "plan", "cannot allocate %zu units", n);
+    q->nu = n;
+    MOQ_TRY(add_excl(q, "lm_head", err));   /* ModelOpt lists lm_head first, also when tied */
+    for (size_t i = 0; i < n; i++) {
+        unit *u = &q->u[i];
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, i);
+        u->src = t;
+        u->group_of = -1;
+        u->layer = layer_of(t->name);
+        size_t len = strlen(t->name);
+        const bool is_weight = len > 7 && strcmp(t->name + len - 7, ".weight") == 0;
+        if ((t->dtype == MOQ_DT_F8_E4M3 || t->dtype == MOQ_DT_F4 || t->dtype == MOQ_DT_F8_E8M0 || t->dtype == MOQ_DT_F8_E5M2))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected BF16, F16 or F32 (moq quantize takes an unquantized checkpoint)",
+                            moq_dtype_name(t->dtype));
+        if (!is_weight) continue;
+        char module[512];
+        snprintf(module, sizeof module, "%.*s", (int)(len - 7), t->name);
+        const char *leaf = leaf_of(module);
+        if (in_list(leaf, k_embed_leaves, sizeof k_embed_leaves / sizeof k_embed_leaves[0])) {
+            MOQ_TRY(add_excl(q, module, err));
+            continue;
+        }
+        const bool expert = strstr(module, ".experts.") != NULL;
+        if (t->ndim == 2 && !expert && in_list(leaf, k_router_leaves, sizeof k_router_leaves / sizeof k_router_leaves[0])) {
+            MOQ_TRY(add_excl(q, module, err));  /* MoE router: always BF16 */
+            continue;
+        }
+        const leaf_row *lr = leaf_find(leaf);
+        if (!lr || t->ndim != 2) continue;
+        if (!is_float_src(t->dtype))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected BF16, F16 or F32 (moq quantize takes an unquantized checkpoint)",
+                            moq_dtype_name(t->dtype));
+        if (!(u->module = strdup(module))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, module, "cannot allocate");
+        u->leaf = lr;
+        u->expert = expert;
+        rep->n_linears++;
+        if (lr->lm_head) continue;     /* excluded by default, already listed */
+        bool excluded = false;
+        for (int e = 0; e < q->o->n_exclude && !excluded; e++) excluded = moq_glob_fnmatch(q->o->exclude[e], module);
+        const moq_export_linear_row *row = NULL;
+        if (!excluded) MOQ_TRY(algo_for(q, module, &row, err));
+        if (excluded || !row->quantized) {
+            MOQ_TRY(add_excl(q, module, err));
+            continue;
+        }
+        u->row = row;
+        u->args = moq_export_args_default();
+        u->args.model_dtype = t->dtype;
+        u->args.moe_gate_up = expert && lr->group != GRP_NONE;
+        rep->n_quantized++;
+        if (row->static_input && expert)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, module,
+                            "%s needs a static input scale per routed expert, and moq's calibration does not route tokens per expert yet; "
+                            "use W4A16_NVFP4, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO or MXFP8 for the experts (a MIXED_PRECISION recipe can)",
+                            row->algo);
+    }
+    /* Fused groups: the first member found (in source order) leads; members must share the algo. */
+    for (size_t i = 0; i < n; i++) {
+        unit *u = &q->u[i];
+        if (!u->module || !u->leaf || u->leaf->group == GRP_NONE) continue;
+        const char *leaf = leaf_of(u->module);
+        const size_t plen = (size_t)(leaf - u->module);
+        for (size_t j = 0; j < i; j++) {
+            const unit *v = &q->u[j];
+            if (!v->module || !v->leaf || v->leaf->group != u->leaf->group || strncmp(v->module, u->module, plen) != 0 ||
+                strchr(v->module + plen, '.'))
+                continue;
+            if (v->row != u->row)
+                return MOQ_FAIL(err, MOQ_ERR_CONFIG, u->module, "fused with %s, which is %s, while this one is %s; fused shards need one algo (recipe or --exclude)",
+                                v->module, v->row ? v->row->algo : "unquantized", u->row ? u->row->algo : "unquantized");
+            u->group_of = v->group_of >= 0 ? v->group_of : (int)j;
+            break;
+        }
+    }
+    return MOQ_OK;
+}
+
+/* Weight amax of group-amax rows, maxed over each fused group; input and KV amax from calib. */
+static moq_status amax_pass(qctx *q, moq_error *err) {
+    const moq_calib *cb = q->o->calib;
+    for (size_t i = 0; i < q->nu; i++) {
+        unit *u = &q->u[i];
+        if (!u->row) continue;
+        if (u->row->group_amax) u->own_amax = tensor_amax(u->src);
+        if (q->o->cancel && *q->o->cancel) return MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted");
+    }
+    for (size_t i = 0; i < q->nu; i++) {
+        unit *u = &q->u[i];
+        if (!u->row) continue;
+        if (u->row->group_amax) {
+            float m = u->own_amax;
+            const size_t lead = u->group_of >= 0 ? (size_t)u->group_of : i;
+            for (size_t j = 0; j < q->nu; j++)
+                if (q->u[j].row && (j == lead || q->u[j].group_of == (int)lead) && q->u[j].own_amax > m) m = q->u[j].own_amax;
+            u->args.amax = m;
+        }
+        if (u->row->static_input) {
+            if (!cb)
+                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module,
+                                "%s writes a static input_scale from calibrated activations: pass --calib FILE (text to calibrate on; --calib-tokens N limits it)",
+                                u->row->algo);
+            const float a = u->layer >= 0 && u->layer < cb->n_layers && u->leaf->tap != MOQ_TAP_NONE
+                                ? cb->amax[u->layer * MOQ_TAP_COUNT + u->leaf->tap] : -1.0f;
+            if (a < 0)
+                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no input for this linear (layer %lld); a %s input_scale needs one",
+                                (long long)u->layer, u->row->algo);
+            u->args.act_amax = a;
+        }
+    }
+    if (!q->o->kv_fp8) return MOQ_OK;
+    if (!cb) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "k_scale and v_scale are amax/448 of calibrated K and V: pass --calib FILE");
+    int found = 0;
+    for (size_t i = 0; i < q->nu; i++) {
+        unit *u = &q->u[i];
+        if (!u->leaf || u->leaf->kv == MOQ_TAP_NONE || !u->module || !strstr(u->module, "self_attn.")) continue;
+        const float a = u->layer >= 0 && u->layer < cb->n_layers ? cb->amax[u->layer * MOQ_TAP_COUNT + u->leaf->kv] : -1.0f;
+        if (a < 0) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no %s for layer %lld", u->leaf->kv == MOQ_TAP_K ? "K" : "V", (long long)u->layer);
+        u->kv_scale = a / 448.0f;   /* §8: f32(amax / 448), no clamp on the HF export path */
+        u->has_kv = true;
+        found++;
+    }
+    if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale");
+    return MOQ_OK;
+}
+
+/* Output tensor list in source order; a linear's tensors in its row's order, then its KV scale. */
+static moq_status layout(qctx *q, moq_quantize_report *rep, moq_error *err) {
+    char nm[640];
+    for (size_t i = 0; i < q->nu; i++) {
+        unit *u = &q->u[i];
+        const moq_tensor *t = u->src;
+        if (!u->row) {
+            MOQ_TRY(add_out(q, t->name, t->dtype, t->ndim, t->shape, t->nbytes, i, -1, err));
+        } else {
+            MOQ_TRY(moq_export_linear_plan(u->row, u->module, t->shape[0], t->shape[1], &u->args, u->t, &u->nt, err));
+            for (int p = 0; p < u->nt; p++) {
+                snprintf(nm, sizeof nm, "%s.%s", u->module, u->t[p].suffix);
+                MOQ_TRY(add_out(q, nm, u->t[p].dtype, u->t[p].ndim, u->t[p].shape, u->t[p].nbytes, i, p, err));
+            }
+        }
+        if (u->has_kv) {
+            snprintf(nm, sizeof nm, "%s.%s", u->module, u->leaf->kv_suffix);
+            MOQ_TRY(add_out(q, nm, MOQ_DT_F32, 0, NULL, 4, i, -2, err));
+        }
+        rep->bytes_in += t->nbytes;
+    }
+    /* shards: greedy in order, a new one when the next tensor would pass shard_size */
+    const uint64_t cap = q->o->shard_size ? q->o->shard_size : UINT64_C(5000000000);
+    uint64_t acc = 0;
+    int s = 0;
+    for (size_t i = 0; i < q->not; i++) {
+        if (acc > 0 && acc + q->ot[i].nbytes > cap) s++, acc = 0;
+        q->ot[i].shard = s;
+        acc += q->ot[i].nbytes;
+        rep->bytes_out += q->ot[i].nbytes;
+        if (q->ot[i].nbytes > rep->largest_tensor) rep->largest_tensor = q->ot[i].nbytes;
+    }
+    q->n_shards = q->not ? s + 1 : 1;
+    if (q->n_shards > 99999) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--shard-size", "%llu bytes gives %d shards, at most 99999",
+                                             (unsigned long long)cap, q->n_shards);
+    rep->n_tensors_out = q->not;
+    rep->n_shards = q->n_shards;
+    return MOQ_OK;
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+static void shard_name(const qctx *q, int s, char *buf, size_t n) {
+    if (q->n_shards == 1) snprintf(buf, n, "model.safetensors");
+    else snprintf(buf, n, "model-%05d-of-%05d.safetensors", s + 1, q->n_shards);
+}
+
+static char *shard_header(const qctx *q, size_t lo, size_t hi, uint64_t *len) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(m, "format", "pt");
+    cJSON_AddStringToObject(m, "moq_version", moq_version_string());
+    if (q->o->command) cJSON_AddStringToObject(m, "moq_command", q->o->command);
+    uint64_t off = 0;
+    for (size_t i = lo; i < hi; i++) {
+        const out_tensor *t = &q->ot[i];
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        if (!e) break;
+        cJSON_AddStringToObject(e, "dtype", moq_dtype_name(t->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; sh && d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+        if (o) {
+            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + t->nbytes)));
+        }
+        off += t->nbytes;
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) return NULL;
+    size_t n = strlen(s), padded = (n + 7) / 8 * 8;
+    char *p = realloc(s, padded + 1);
+    if (!p) {
+        free(s);
+        return NULL;
+    }
+    memset(p + n, ' ', padded - n);
+    p[padded] = 0;
+    *len = padded;
+    return p;
+}
+
+static moq_status put(FILE *f, const void *p, size_t n, const char *where, moq_error *err) {
+    if (n && fwrite(p, 1, n, f) != n) return MOQ_FAIL(err, MOQ_ERR_IO, where, "write failed: %s", strerror(errno));
+    return MOQ_OK;
+}
+
+/* Exports unit u into its tensors' buffers (the source weight decoded to f32 first). */
+static moq_status produce(qctx *q, unit *u, float **wbuf, size_t *wcap, moq_error *err) {
+    const size_t ne = (size_t)u->src->nelem;
+    if (ne > *wcap) {
+        float *w = realloc(*wbuf, ne * sizeof *w);
+        if (!w) return MOQ_FAIL(err, MOQ_ERR_NOMEM, u->module, "cannot allocate %zu floats for the weight", ne);
+        *wbuf = w, *wcap = ne;
+    }
+    decode_all(u->src, *wbuf);
+    for (int p = 0; p < u->nt; p++)
+        if (!(u->t[p].data = malloc((size_t)u->t[p].nbytes ? (size_t)u->t[p].nbytes : 1)))
+            return MOQ_FAIL(err, MOQ_ERR_NOMEM, u->module, "cannot allocate %llu bytes for %s", (unsigned long long)u->t[p].nbytes, u->t[p].suffix);
+    (void)q;
+    return moq_export_linear_run(u->row, u->module, *wbuf, u->src->shape[0], u->src->shape[1], &u->args, u->t, u->nt, err);
+}
+
+static void release(unit *u) {
+    for (int p = 0; p < u->nt; p++) {
+        free(u->t[p].data);
+        u->t[p].data = NULL;
+    }
+}
+
+static moq_status write_shards(qctx *q, moq_error *err) {
+    float *wbuf = NULL;
+    size_t wcap = 0, live = (size_t)-1;   /* the unit whose buffers are filled */
+    moq_status st = MOQ_OK;
+    uint64_t done = 0, total = 0;
+    for (size_t i = 0; i < q->not; i++) total += q->ot[i].nbytes;
+    size_t i = 0;
+    for (int s = 0; s < q->n_shards && st == MOQ_OK; s++) {
+        size_t hi = i;
+        while (hi < q->not && q->ot[hi].shard == s) hi++;
+        char nm[64];
+        shard_name(q, s, nm, sizeof nm);
+        char *path = moq_path_join(q->tmp_dir, nm);
+        uint64_t hlen = 0;
+        char *hdr = path ? shard_header(q, i, hi, &hlen) : NULL;
+        FILE *f = hdr ? fopen(path, "wb") : NULL;
+        if (!f) st = hdr ? MOQ_FAIL(err, MOQ_ERR_IO, nm, "cannot create in %s: %s", q->tmp_dir, strerror(errno))
+                         : MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "cannot build the header");
+        uint8_t len8[8];
+        for (int b = 0; b < 8; b++) len8[b] = (uint8_t)(hlen >> (8 * b));
+        if (st == MOQ_OK) st = put(f, len8, 8, nm, err);
+        if (st == MOQ_OK) st = put(f, hdr, (size_t)hlen, nm, err);
+        for (; i < hi && st == MOQ_OK; i++) {
+            const out_tensor *t = &q->ot[i];
+            unit *u = &q->u[t->unit];
+            if (q->o->cancel && *q->o->cancel) {
+                st = MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted; nothing written there");
+                break;
+            }
+            if (t->part == -1) st = put(f, u->src->data, (size_t)u->src->nbytes, t->name, err);
+            else if (t->part == -2) st = put(f, &u->kv_scale, 4, t->name, err);
+            else {
+                if (live != t->unit) {
+                    if (live != (size_t)-1) release(&q->u[live]);
+                    live = t->unit;
+                    st = produce(q, u, &wbuf, &wcap, err);
+                }
+                if (st == MOQ_OK) st = put(f, u->t[t->part].data, (size_t)t->nbytes, t->name, err);
+            }
+            done += t->nbytes;
+            if (q->o->progress) q->o->progress(q->o->progress_user, "write", done, total);
+        }
+        if (f && fclose(f) != 0 && st == MOQ_OK) st = MOQ_FAIL(err, MOQ_ERR_IO, nm, "close failed: %s", strerror(errno));
+        free(hdr);
+        free(path);
+    }
+    if (live != (size_t)-1) release(&q->u[live]);
+    free(wbuf);
+    return st;
+}
+
+static moq_status write_text(const qctx *q, const char *name, const char *text, moq_error *err) {
+    char *path = moq_path_join(q->tmp_dir, name);
+    FILE *f = path ? fopen(path, "wb") : NULL;
+    free(path);
+    if (!f) return MOQ_FAIL(err, MOQ_ERR_IO, name, "cannot create in %s: %s", q->tmp_dir, strerror(errno));
+    moq_status st = put(f, text, strlen(text), name, err);
+    if (fclose(f) != 0 && st == MOQ_OK) st = MOQ_FAIL(err, MOQ_ERR_IO, name, "close failed: %s", strerror(errno));
+    return st;
+}
+
+static moq_status write_json(const qctx *q, const char *name, cJSON *j, moq_error *err) {
+    char *s = cJSON_Print(j);
+    if (!s) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot print");
+    const size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+    }
+    t[n] = '\n', t[n + 1] = 0;
+    moq_status st = write_text(q, name, t, err);
+    free(t);
+    return st;
+}
+
+static cJSON *excl_array(const qctx *q) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < q->nexcl; i++) cJSON_AddItemToArray(a, cJSON_CreateString(q->excl[i]));
+    return a;
+}
+
+static cJSON *producer(void) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", "modelopt");
+    cJSON_AddStringToObject(p, "version", "0.47.0");
+    return p;
+}
+
+/* The group size written at the top level: the single algo's, or a mix's first grouped algo. */
+static int top_group_size(const qctx *q) {
+    if (!q->mixed) return q->single->group_size;
+    for (size_t i = 0; i < q->nu; i++)
+        if (q->u[i].row && q->u[i].row->group_size) return q->u[i].row->group_size;
+    return 0;
+}
+
+static cJSON *quantized_layers(const qctx *q) {
+    cJSON *ql = cJSON_CreateObject();
+    for (size_t i = 0; ql && i < q->nu; i++) {
+        const unit *u = &q->u[i];
+        if (!u->row) continue;
+        cJSON *e = cJSON_AddObjectToObject(ql, u->module);
+        cJSON_AddStringToObject(e, "quant_algo", u->row->written);
+        if (u->row->group_size) cJSON_AddNumberToObject(e, "group_size", u->row->group_size);
+    }
+    return ql;
+}
+
+static moq_status write_configs(qctx *q, moq_error *err) {
+    const char *algo = q->mixed ? "MIXED_PRECISION" : q->single->written;
+    const int gs = top_group_size(q);
+    /* hf_quant_config.json */
+    cJSON *hq = cJSON_CreateObject();
+    cJSON_AddItemToObject(hq, "producer", producer());
+    cJSON *qz = cJSON_AddObjectToObject(hq, "quantization");
+    cJSON_AddStringToObject(qz, "quant_algo", algo);
+    if (q->o->kv_fp8) cJSON_AddStringToObject(qz, "kv_cache_quant_algo", "FP8");
+    else cJSON_AddNullToObject(qz, "kv_cache_quant_algo");
+    if (gs) cJSON_AddNumberToObject(qz, "group_size", gs);
+    cJSON_AddItemToObject(qz, "exclude_modules", excl_array(q));
+    if (q->mixed) cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
+    moq_status st = write_json(q, "hf_quant_config.json", hq, err);
+    cJSON_Delete(hq);
+    if (st) return st;
+
+    /* config.json + quantization_config (convert_hf_quant_config_format's shape) */
+    const char *ctext = moq_checkpoint_json_text(q->ck, "config.json");
+    cJSON *cfg = ctext ? cJSON_Parse(ctext) : NULL;
+    if (!cfg) return MOQ_FAIL(err, MOQ_ERR_FORMAT, "config.json", "cannot be read back as JSON");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+    cJSON *qc = cJSON_AddObjectToObject(cfg, "quantization_config");
+    cJSON *groups = cJSON_CreateObject();
+    int ng = 0;
+    size_t nr = 0;
+    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
+    for (size_t r = 0; r < nr; r++) {
+        const moq_export_linear_row *row = &rows[r];
+        if (!row->config_group || (!q->mixed && row != q->single)) continue;
+        cJSON *targets = cJSON_CreateArray();
+        int nt = 0;
+        for (size_t i = 0; q->mixed && i < q->nu; i++)
+            if (q->u[i].row == row) cJSON_AddItemToArray(targets, cJSON_CreateString(q->u[i].module)), nt++;
+        if (!q->mixed) cJSON_AddItemToArray(targets, cJSON_CreateString("Linear")), nt++;
+        cJSON *g = nt ? cJSON_Parse(row->config_group) : NULL;
+        if (!g) {
+            cJSON_Delete(targets);
+            continue;
+        }
+        cJSON_AddItemToObject(g, "targets", targets);
+        char gn[24];
+        snprintf(gn, sizeof gn, "group_%d", ng++);
+        cJSON_AddItemToObject(groups, gn, g);
+    }
+    if (ng) cJSON_AddItemToObject(qc, "config_groups", groups);
+    else cJSON_Delete(groups);
+    if (q->mixed) cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
+    cJSON_AddItemToObject(qc, "ignore", excl_array(q));
+    cJSON_AddStringToObject(qc, "quant_algo", algo);
+    if (gs && !ng) cJSON_AddNumberToObject(qc, "group_size", gs);
+    if (q->o->kv_fp8) {
+        cJSON *kv = cJSON_AddObjectToObject(qc, "kv_cache_scheme");
+        cJSON_AddFalseToObject(kv, "dynamic");
+        cJSON_AddNumberToObject(kv, "num_bits", 8);
+        cJSON_AddStringToObject(kv, "type", "float");
+    }
+    cJSON_AddItemToObject(qc, "producer", producer());
+    cJSON_AddStringToObject(qc, "quant_method", "modelopt");
+    st = write_json(q, "config.json", cfg, err);
+    cJSON_Delete(cfg);
+    if (st || q->n_shards == 1) return st;
+
+    cJSON *ix = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(ix, "metadata");
+    uint64_t total = 0;
+    for (size_t i = 0; i < q->not; i++) total += q->ot[i].nbytes;
+    cJSON_AddNumberToObject(md, "total_size", (double)total);
+    cJSON *wm = cJSON_AddObjectToObject(ix, "weight_map");
+    for (size_t i = 0; i < q->not; i++) {
+        char nm[64];
+        shard_name(q, q->ot[i].shard, nm, sizeof nm);
+        cJSON_AddStringToObject(wm, q->ot[i].name, nm);
+    }
+    st = write_json(q, "model.safetensors.index.json", ix, err);
+    cJSON_Delete(ix);
+    return st;
+}
+
+/* Copies every other regular file of the source directory (tokenizer, generation config, chat
+ * template, ...), as ModelOpt's copy_non_safetensor_files_from_ckpt does. */
+static moq_status copy_side_files(qctx *q, const char *src_dir, moq_error *err) {
+    DIR *d = opendir(src_dir);
+    if (!d) return MOQ_FAIL(err, MOQ_ERR_IO, src_dir, "cannot list: %s", strerror(errno));
+    moq_status st = MOQ_OK;
+    struct dirent *e;
+    while (st == MOQ_OK && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        const size_t n = strlen(nm);
+        if (nm[0] == '.' || in_list(nm, k_not_copied, sizeof k_not_copied / sizeof k_not_copied[0]) ||
+            (n > 12 && strcmp(nm + n - 12, ".safetensors") == 0))
+            continue;
+        char *sp = moq_path_join(src_dir, nm), *dp = moq_path_join(q->tmp_dir, nm);
+        struct stat sb;
+        if (!sp || !dp) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "cannot allocate");
+        else if (stat(sp, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            FILE *in = fopen(sp, "rb"), *out = in ? fopen(dp, "wb") : NULL;
+            if (!in || !out) st = MOQ_FAIL(err, MOQ_ERR_IO, nm, "cannot copy: %s", strerror(errno));
+            char buf[1 << 16];
+            size_t r;
+            while (st == MOQ_OK && (r = fread(buf, 1, sizeof buf, in)) > 0) st = put(out, buf, r, nm, err);
+            if (st == MOQ_OK && ferror(in)) st = MOQ_FAIL(err, MOQ_ERR_IO, nm, "read failed");
+            if (in) fclose(in);
+            if (out && fclose(out) != 0 && st == MOQ_OK) st = MOQ_FAIL(err, MOQ_ERR_IO, nm, "close failed: %s", strerror(errno));
+        }
+        free(sp);
+        free(dp);
+    }
+    closedir(d);
+    return st;
+}
+
+/* Removes the partial directory (only files moq put there: it holds no subdirectories). */
+static void remove_partial(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char *p = moq_path_join(dir, e->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static const char k_marker[] = ".moq-partial";
+
+moq_quantize_opts moq_quantize_opts_default(void) {
+    moq_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.algo = "NVFP4";
+    return o;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void qctx_free(qctx *q) {
+    for (size_t i = 0; q->u && i < q->nu; i++) {
+        release(&q->u[i]);
+        free(q->u[i].module);
+    }
+    free(q->u);
+    for (size_t i = 0; i < q->not; i++) free(q->ot[i].name);
+    free(q->ot);
+    for (size_t i = 0; i < q->nexcl; i++) free(q->excl[i]);
+    free(q->excl);
+    cJSON_Delete(q->recipe);
+    moq_checkpoint_free(q->ck);
+    free(q->tmp_dir);
+}
+
+moq_status moq_quantize(const char *src_dir, const char *dst_dir, const moq_quantize_opts *o, moq_quantize_report *rep,
+                        moq_error *err) {
+    if (!src_dir || !dst_dir || !o || !o->algo)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_quantize", "src_dir, dst_dir, opts and opts.algo must be given");
+    moq_quantize_report rdummy;
+    if (!rep) rep = &rdummy;
+    memset(rep, 0, sizeof *rep);
+    qctx q = {.o = o, .dst_dir = (char *)dst_dir};
+    q.mixed = strcmp(o->algo, "MIXED_PRECISION") == 0;
+    q.single = q.mixed ? NULL : moq_export_linear_find(o->algo);
+    if (!q.mixed && (!q.single || !q.single->quantized)) {
+        char list[256];
+        algo_list(list, sizeof list);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--algo", "\"%s\" is not a quantized algo; expected one of %s, MIXED_PRECISION (BF16 only in a recipe)",
+                        o->algo, list);
+    }
+    if (!q.mixed && o->recipe) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--recipe", "is for --algo MIXED_PRECISION (got %s)", o->algo);
+    struct stat sb;
+    if (lstat(dst_dir, &sb) == 0) return MOQ_FAIL(err, MOQ_ERR_IO, dst_dir, "already exists; moq quantize writes a new directory");
+    double t0 = now_s();
+    moq_status st = q.mixed ? parse_recipe(&q, err) : MOQ_OK;
+    if (st == MOQ_OK) st = moq_checkpoint_open(&q.ck, src_dir, NULL, err);
+    if (st == MOQ_OK && !q.ck->is_dir) st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, src_dir, "is a file; expected a Hugging Face checkpoint directory");
+    if (st == MOQ_OK && moq_checkpoint_json_text(q.ck, "hf_quant_config.json"))
+        st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "hf_quant_config.json", "the source is already quantized; moq quantize takes a BF16, F16 or F32 checkpoint");
+    if (st == MOQ_OK) {
+        const cJSON *cfg = q.ck->side[MOQ_SIDE_CONFIG].json;
+        if (cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config"))
+            st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "config.json", "has a quantization_config: the source is already quantized; moq quantize takes a BF16, F16 or F32 checkpoint");
+    }
+    if (st == MOQ_OK) st = plan(&q, rep, err);
+    rep->plan_s = now_s() - t0;
+    t0 = now_s();
+    if (st == MOQ_OK) st = amax_pass(&q, err);
+    if (st == MOQ_OK) st = layout(&q, rep, err);
+    rep->amax_s = now_s() - t0;
+    if (st) {
+        qctx_free(&q);
+        return st;
+    }
+    /* DST.moq-partial: a stale one from an interrupted run (it holds the marker) is removed */
+    t0 = now_s();
+    const size_t dl = strlen(dst_dir);
+    if (!(q.tmp_dir = malloc(dl + sizeof k_marker + 1))) {
+        qctx_free(&q);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, dst_dir, "cannot allocate");
+    }
+    size_t tl = dl;
+    memcpy(q.tmp_dir, dst_dir, dl);
+    while (tl > 1 && q.tmp_dir[tl - 1] == '/') tl--;   /* "out/" -> "out.moq-partial" */
+    snprintf(q.tmp_dir + tl, sizeof k_marker + 1, "%s", k_marker);
+    char *marker = moq_path_join(q.tmp_dir, k_marker);
+    if (lstat(q.tmp_dir, &sb) == 0) {
+        if (marker && access(marker, F_OK) == 0) remove_partial(q.tmp_dir);
+        else st = MOQ_FAIL(err, MOQ_ERR_IO, q.tmp_dir, "exists and is not moq's partial output; remove it first");
+    }
+    if (st == MOQ_OK && mkdir(q.tmp_dir, 0777) != 0) st = MOQ_FAIL(err, MOQ_ERR_IO, q.tmp_dir, "cannot create: %s", strerror(errno));
+    else if (st == MOQ_OK) {
+        if (!marker) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, q.tmp_dir, "cannot allocate");
+        else st = write_text(&q, k_marker, "moq quantize writes here; renamed when complete\n", err);
+        if (st == MOQ_OK) st = write_shards(&q, err);
+        if (st == MOQ_OK) st = write_configs(&q, err);
+        if (st == MOQ_OK) st = copy_side_files(&q, src_dir, err);
+        if (st == MOQ_OK && unlink(marker) != 0) st = MOQ_FAIL(err, MOQ_ERR_IO, marker, "cannot remove: %s", strerror(errno));
+        if (st == MOQ_OK && rename(q.tmp_dir, dst_dir) != 0)
+            st = MOQ_FAIL(err, MOQ_ERR_IO, dst_dir, "cannot rename %s into place: %s", q.tmp_dir, strerror(errno));
+        if (st != MOQ_OK) remove_partial(q.tmp_dir);
+    }
+    free(marker);
+    rep->write_s = now_s() - t0;
+    qctx_free(&q);
+    return st;
+}
