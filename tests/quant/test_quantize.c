@@ -54,16 +54,30 @@ static double e4m3_value(int c) { /* code -> value; NaN for 0x7F/0xFF */
     return s ? -v : v;
 }
 
-static uint8_t ref_e4m3(double x) { /* nearest, ties to even code, |x| <= 448 */
-    int best = 0;
-    double bd = INFINITY;
-    for (int c = 0; c < 256; c++) {
-        const double v = e4m3_value(c);
-        if (isnan(v) || (c >= 0x80) != (x < 0 || (x == 0 && signbit(x)))) continue;
-        const double d = fabs(v - x);
-        if (d < bd || (d == bd && (c & 1) == 0)) bd = d, best = c;
+static double rne_int(double q) { /* round half to even */
+    double r = floor(q);
+    const double f = q - r;
+    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0)) r += 1;
+    return r;
+}
+
+/* float8_e4m3fn code nearest to x (RNE), saturated at 448, from the format's definition: 3 mantissa
+ * bits, bias 7, subnormal step 2^-9; -0 for negatives that round to zero (a sign-preserving cast). */
+static uint8_t ref_e4m3(double x) {
+    const uint8_t sign = x < 0 || (x == 0 && signbit(x)) ? 0x80 : 0;
+    const double a = fabs(x);
+    if (a >= 448) return sign | 0x7E;
+    if (a < ldexp(1, -6)) {
+        const int m = (int)rne_int(a / ldexp(1, -9));   /* 0..8; 8 is the smallest normal 0x08 */
+        return (uint8_t)(sign | m);
     }
-    return (uint8_t)best;
+    int E;
+    frexp(a, &E);
+    int e = E - 1, m = (int)rne_int((a / ldexp(1, e) - 1) * 8);
+    if (m == 8) e++, m = 0;
+    int code = ((e + 7) << 3) | m;
+    if (code > 0x7E) code = 0x7E;
+    return (uint8_t)(sign | code);
 }
 
 static const double k_e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
