@@ -108,14 +108,14 @@ static void export_bf16(const float *W, size_t N, size_t K, const moq_export_arg
 /* config groups: what ModelOpt 0.47's convert_hf_quant_config_format writes (NUMERICS §12: FP8,
  * NVFP4 and W4A16 only), as in the nvidia NVFP4 checkpoints and nvidia/Qwen3.6-27B-NVFP4's config.json. */
 static const moq_export_linear_row k_rows[] = {
-    /* algo                        written                      quantized group k_mult group_amax static_input exporter          config group */
-    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true,  export_nvfp4,       NVFP4_GROUP},
-    {"FP8",                        "FP8",                       true,  0,  1,   true,  true,  export_fp8,         FP8_GROUP},
-    {"BF16",                       "BF16",                      false, 0,  1,   false, false, export_bf16,        NULL},
-    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, export_fp8_row,     NULL},
-    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, export_fp8_block,   NULL},
-    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, export_w4a16_nvfp4, W4A16_GROUP},
-    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, export_mxfp8,       NULL},
+    /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group */
+    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP},
+    {"FP8",                        "FP8",                       true,  0,  1,   true,  true, true,  export_fp8,         FP8_GROUP},
+    {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL},
+    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL},
+    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL},
+    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, false, export_w4a16_nvfp4, W4A16_GROUP},
+    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, false, export_mxfp8,       NULL},
 };
 
 moq_export_args moq_export_args_default(void) {

@@ -51,6 +51,9 @@ typedef struct moq_export_linear_row {
     bool                  group_amax;  /* the weight scale comes from the group amax (FP8_PB_WO:
                                           only for a one-block weight)                           */
     bool                  static_input;/* writes input_scale: needs calibration data             */
+    bool                  act_zero_ok; /* static input amax 0 is fixed up to the max bound (FP8's
+                                          export_amax); false: an error, as ModelOpt's dynamic-block
+                                          NVFP4 input quantizer (NUMERICS.md §9.2)                */
     moq_export_linear_fn *export_fn;
     const char           *config_group;/* config.json quantization_config config_groups entry
                                           (without "targets"), NULL when ModelOpt writes none    */

@@ -341,6 +341,9 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
             if (a < 0)
                 return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no input for this linear (layer %lld); a %s input_scale needs one",
                                 (long long)u->layer, u->row->algo);
+            if (a == 0 && !u->row->act_zero_ok)
+                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration saw only zeros at this linear's input; a %s input_scale of 0 is invalid "
+                                "(ModelOpt refuses it too): calibrate on more text or exclude the module", u->row->algo);
             u->args.act_amax = a;
         }
     }

@@ -825,6 +825,24 @@ static void test_errors_leave_nothing(void **state) {
     o.algo = "NVFP5", e = (moq_error){0};
     st = moq_quantize(src, dst, &o, NULL, &e);
     TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "--algo", "\"NVFP5\" is not a quantized algo");
+    /* NVFP4 input amax 0 (ModelOpt refuses it: §9.2); FP8 maps it to scale 1 */
+    float table[L * MOQ_TAP_COUNT];
+    for (int i = 0; i < L * MOQ_TAP_COUNT; i++) table[i] = 0.5f;
+    table[1 * MOQ_TAP_COUNT + MOQ_TAP_DOWN_IN] = 0.0f;
+    const moq_calib zc = {.n_layers = L, .amax = table, .n_tokens = 1};
+    o.algo = "NVFP4", o.calib = &zc, e = (moq_error){0};
+    st = moq_quantize(src, dst, &o, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.1.mlp.down_proj", "only zeros");
+    NOTHING();
+    o.algo = "FP8";
+    TU_OK(moq_quantize(src, dst, &o, NULL, err_));
+    moq_checkpoint *fc = NULL;
+    TU_OK(moq_checkpoint_open(&fc, dst, NULL, err_));
+    assert_true(scalar(need(fc, "model.layers.1.mlp.down_proj", "input_scale")) == 1.0f);
+    assert_true(scalar(need(fc, "model.layers.1.mlp.up_proj", "input_scale")) == (float)(0.5 / 448.0));
+    moq_checkpoint_free(fc);
+    tu_rmtree(dst);
+    o.calib = NULL;
     /* recipes */
     static const struct { const char *text; moq_status code; const char *msg; } bad[] = {
         {"{\"default\": \"NVFP4\",", MOQ_ERR_FORMAT, "is not valid JSON"},
