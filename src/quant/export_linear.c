@@ -104,18 +104,24 @@ static void export_bf16(const float *W, size_t N, size_t K, const moq_export_arg
 #define FP4_W     "\"weights\": {\"dynamic\": false, \"num_bits\": 4, \"type\": \"float\", \"group_size\": 16}"
 #define NVFP4_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 4, \"type\": \"float\", \"group_size\": 16}, " FP4_W "}"
 #define W4A16_GROUP "{" FP4_W "}"
+#define PCPT_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}, " \
+                   "\"weights\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"strategy\": \"channel\"}}"
+#define MXFP8_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"group_size\": 32}, " \
+                    "\"weights\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"group_size\": 32}}"
+#define PBWO_GROUP "{\"quant_algo\": \"fp8_pb_wo\"}"  /* ModelOpt has no mapping for it: it writes the algo */
 
-/* config groups: what ModelOpt 0.47's convert_hf_quant_config_format writes (NUMERICS §12: FP8,
- * NVFP4 and W4A16 only), as in the nvidia NVFP4 checkpoints and nvidia/Qwen3.6-27B-NVFP4's config.json. */
+/* config groups: what ModelOpt's convert_hf_quant_config_format writes for a single algo (NUMERICS
+ * §12: FP8, NVFP4 and W4A16 only), as in the nvidia NVFP4 checkpoints, and per algo of a mix
+ * (_quant_algo_to_group_config), as in nvidia/Qwen3.6-27B-NVFP4's config.json. */
 static const moq_export_linear_row k_rows[] = {
-    /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group */
-    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP},
-    {"FP8",                        "FP8",                       true,  0,  1,   true,  true, true,  export_fp8,         FP8_GROUP},
-    {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL},
-    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL},
-    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL},
-    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, false, export_w4a16_nvfp4, W4A16_GROUP},
-    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, false, export_mxfp8,       NULL},
+    /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group, mixed group */
+    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP, NVFP4_GROUP},
+    {"FP8",                        "FP8",                       true,  0,  1,   true,  true, true,  export_fp8,         FP8_GROUP,   FP8_GROUP},
+    {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL,        NULL},
+    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL,        PCPT_GROUP},
+    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL,        PBWO_GROUP},
+    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, false, export_w4a16_nvfp4, W4A16_GROUP, W4A16_GROUP},
+    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, false, export_mxfp8,       NULL,        MXFP8_GROUP},
 };
 
 moq_export_args moq_export_args_default(void) {

@@ -56,7 +56,10 @@ typedef struct moq_export_linear_row {
                                           NVFP4 input quantizer (NUMERICS.md §9.2)                */
     moq_export_linear_fn *export_fn;
     const char           *config_group;/* config.json quantization_config config_groups entry
-                                          (without "targets"), NULL when ModelOpt writes none    */
+                                          (without "targets") of a single-algo checkpoint, NULL
+                                          when ModelOpt writes none                              */
+    const char           *mixed_group; /* the same in a MIXED_PRECISION checkpoint (ModelOpt's
+                                          _quant_algo_to_group_config), NULL: unquantized       */
 } moq_export_linear_row;
 
 /* The table, in the order `moq synth --help` lists the algos. */

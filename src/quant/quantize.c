@@ -550,9 +550,116 @@ static moq_status write_json(const qctx *q, const char *name, cJSON *j, moq_erro
     return st;
 }
 
-static cJSON *excl_array(const qctx *q) {
+/* ---- exclude_modules: ModelOpt's prefix-wildcard summary ------------------------------------
+ * process_layer_quant_config writes sorted(_prefix_wildcard_summarize_exclude_modules(unquantized,
+ * quantized)): for each unquantized module, in order, the first of "a*", {"a", "a.*"} (a = the name
+ * up to each dot, left to right) and finally the name itself that matches no quantized module is
+ * kept ("a.*" alone for the pair); a module already covered adds nothing. So "lm_head" and
+ * "model.embed_tokens" stay as they are, and unquantized attention becomes
+ * "model.layers.N.self_attn*" (NUMERICS §12). */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Index of the first of sorted[0..n) not below key. */
+static size_t lower_bound(char *const *sorted, size_t n, const char *key) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(sorted[mid], key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* A wildcard some quantized module matches (one of its prefixes + "*", or its exact name). */
+static bool negative(char *const *sorted, size_t n, const char *w) {
+    const size_t len = strlen(w);
+    if (len && w[len - 1] == '*') {
+        char *p = strndup(w, len - 1);
+        if (!p) return true;
+        const size_t i = lower_bound(sorted, n, p);
+        const bool hit = i < n && strncmp(sorted[i], p, len - 1) == 0;
+        free(p);
+        return hit;
+    }
+    const size_t i = lower_bound(sorted, n, w);
+    return i < n && strcmp(sorted[i], w) == 0;
+}
+
+typedef struct strset {
+    char **s;
+    size_t n;
+} strset;
+
+static bool set_has(const strset *set, const char *w) {
+    for (size_t i = 0; i < set->n; i++)
+        if (strcmp(set->s[i], w) == 0) return true;
+    return false;
+}
+
+static bool set_add(strset *set, const char *w) {
+    if (set_has(set, w)) return true;
+    char **t = realloc(set->s, (set->n + 1) * sizeof *t);
+    if (!t) return false;
+    set->s = t;
+    return (t[set->n] = strdup(w)) != NULL && (set->n++, true);
+}
+
+static void set_free(strset *set) {
+    for (size_t i = 0; i < set->n; i++) free(set->s[i]);
+    free(set->s);
+    *set = (strset){0};
+}
+
+/* The summary of q->excl against the quantized modules, sorted; NULL on allocation failure. */
+static moq_status summarize_excl(const qctx *q, strset *out, moq_error *err) {
+    size_t nq = 0;
+    char **quant = malloc((q->nu ? q->nu : 1) * sizeof *quant);
+    if (!quant) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
+    for (size_t i = 0; i < q->nu; i++)
+        if (q->u[i].row) quant[nq++] = q->u[i].module;
+    qsort(quant, nq, sizeof *quant, cmp_str);
+    *out = (strset){0};
+    bool ok = true;
+    for (size_t e = 0; e < q->nexcl && ok; e++) {
+        const char *name = q->excl[e];
+        const size_t len = strlen(name);
+        char *buf = malloc(2 * len + 8);
+        if (!buf) { ok = false; break; }
+        /* candidates in ModelOpt's order: at each dot "a*", then {"a", "a.*"}; then the name */
+        const char *cand[2] = {NULL, NULL};
+        char *c1 = buf, *c2 = buf + len + 4;
+        bool chosen = false, covered = false;
+        for (size_t i = 0; i <= len && !chosen && !covered; i++) {
+            if (i < len && name[i] != '.') continue;
+            for (int form = 0; form < (i < len ? 2 : 1) && !chosen && !covered; form++) {
+                int nc;
+                if (i == len) nc = 1, snprintf(c1, len + 4, "%s", name);
+                else if (form == 0) nc = 1, snprintf(c1, len + 4, "%.*s*", (int)i, name);
+                else nc = 2, snprintf(c1, len + 4, "%.*s", (int)i, name), snprintf(c2, len + 4, "%.*s.*", (int)i, name);
+                const char *w[2] = {c1, c2};
+                bool neg = false, all_in = true;
+                for (int k = 0; k < nc; k++) neg |= negative(quant, nq, w[k]), all_in &= set_has(out, w[k]);
+                if (neg) continue;
+                if (all_in) { covered = true; break; }
+                cand[0] = c1, cand[1] = nc == 2 ? c2 : NULL, chosen = true;
+            }
+        }
+        if (chosen) ok = cand[1] ? set_add(out, cand[1]) : set_add(out, cand[0]);
+        free(buf);
+    }
+    free(quant);
+    if (!ok) {
+        set_free(out);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
+    }
+    qsort(out->s, out->n, sizeof *out->s, cmp_str);
+    return MOQ_OK;
+}
+
+static cJSON *excl_array(const strset *ex) {
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < q->nexcl; i++) cJSON_AddItemToArray(a, cJSON_CreateString(q->excl[i]));
+    for (size_t i = 0; a && i < ex->n; i++) cJSON_AddItemToArray(a, cJSON_CreateString(ex->s[i]));
     return a;
 }
 
@@ -571,6 +678,8 @@ static int top_group_size(const qctx *q) {
     return 0;
 }
 
+static moq_status write_configs_with(qctx *q, const strset *ex, moq_error *err);
+
 static cJSON *quantized_layers(const qctx *q) {
     cJSON *ql = cJSON_CreateObject();
     for (size_t i = 0; ql && i < q->nu; i++) {
@@ -584,6 +693,14 @@ static cJSON *quantized_layers(const qctx *q) {
 }
 
 static moq_status write_configs(qctx *q, moq_error *err) {
+    strset ex;
+    MOQ_TRY(summarize_excl(q, &ex, err));
+    moq_status st = write_configs_with(q, &ex, err);
+    set_free(&ex);
+    return st;
+}
+
+static moq_status write_configs_with(qctx *q, const strset *ex, moq_error *err) {
     const char *algo = q->mixed ? "MIXED_PRECISION" : q->single->written;
     const int gs = top_group_size(q);
     /* hf_quant_config.json */
@@ -593,9 +710,9 @@ static moq_status write_configs(qctx *q, moq_error *err) {
     cJSON_AddStringToObject(qz, "quant_algo", algo);
     if (q->o->kv_fp8) cJSON_AddStringToObject(qz, "kv_cache_quant_algo", "FP8");
     else cJSON_AddNullToObject(qz, "kv_cache_quant_algo");
-    if (gs) cJSON_AddNumberToObject(qz, "group_size", gs);
-    cJSON_AddItemToObject(qz, "exclude_modules", excl_array(q));
     if (q->mixed) cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
+    else if (gs) cJSON_AddNumberToObject(qz, "group_size", gs);
+    cJSON_AddItemToObject(qz, "exclude_modules", excl_array(ex));
     moq_status st = write_json(q, "hf_quant_config.json", hq, err);
     cJSON_Delete(hq);
     if (st) return st;
@@ -608,21 +725,34 @@ static moq_status write_configs(qctx *q, moq_error *err) {
     cJSON *qc = cJSON_AddObjectToObject(cfg, "quantization_config");
     cJSON *groups = cJSON_CreateObject();
     int ng = 0;
-    size_t nr = 0;
-    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
-    for (size_t r = 0; r < nr; r++) {
-        const moq_export_linear_row *row = &rows[r];
-        if (!row->config_group || (!q->mixed && row != q->single)) continue;
-        cJSON *targets = cJSON_CreateArray();
-        int nt = 0;
-        for (size_t i = 0; q->mixed && i < q->nu; i++)
-            if (q->u[i].row == row) cJSON_AddItemToArray(targets, cJSON_CreateString(q->u[i].module)), nt++;
-        if (!q->mixed) cJSON_AddItemToArray(targets, cJSON_CreateString("Linear")), nt++;
-        cJSON *g = nt ? cJSON_Parse(row->config_group) : NULL;
+    if (!q->mixed && q->single->config_group) {
+        cJSON *g = cJSON_Parse(q->single->config_group), *targets = cJSON_CreateArray();
+        cJSON_AddItemToArray(targets, cJSON_CreateString("Linear"));
+        cJSON_AddItemToObject(g, "targets", targets);
+        cJSON_AddItemToObject(groups, "group_0", g);
+        ng = 1;
+    }
+    /* a mix: one group per distinct algo in order of first appearance, targets sorted */
+    for (size_t i = 0; q->mixed && i < q->nu; i++) {
+        const moq_export_linear_row *row = q->u[i].row;
+        bool seen = false;
+        for (size_t j = 0; row && j < i && !seen; j++) seen = q->u[j].row == row;
+        if (!row || seen || !row->mixed_group) continue;
+        size_t nt = 0;
+        for (size_t j = i; j < q->nu; j++) nt += q->u[j].row == row;
+        const char **names = malloc(nt * sizeof *names);
+        cJSON *g = names ? cJSON_Parse(row->mixed_group) : NULL, *targets = cJSON_CreateArray();
         if (!g) {
+            free(names);
             cJSON_Delete(targets);
             continue;
         }
+        nt = 0;
+        for (size_t j = i; j < q->nu; j++)
+            if (q->u[j].row == row) names[nt++] = q->u[j].module;
+        qsort(names, nt, sizeof *names, cmp_str);
+        for (size_t j = 0; j < nt; j++) cJSON_AddItemToArray(targets, cJSON_CreateString(names[j]));
+        free(names);
         cJSON_AddItemToObject(g, "targets", targets);
         char gn[24];
         snprintf(gn, sizeof gn, "group_%d", ng++);
@@ -631,9 +761,8 @@ static moq_status write_configs(qctx *q, moq_error *err) {
     if (ng) cJSON_AddItemToObject(qc, "config_groups", groups);
     else cJSON_Delete(groups);
     if (q->mixed) cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
-    cJSON_AddItemToObject(qc, "ignore", excl_array(q));
+    cJSON_AddItemToObject(qc, "ignore", excl_array(ex));
     cJSON_AddStringToObject(qc, "quant_algo", algo);
-    if (gs && !ng) cJSON_AddNumberToObject(qc, "group_size", gs);
     if (q->o->kv_fp8) {
         cJSON *kv = cJSON_AddObjectToObject(qc, "kv_cache_scheme");
         cJSON_AddFalseToObject(kv, "dynamic");

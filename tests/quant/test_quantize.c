@@ -794,6 +794,44 @@ static void test_moe_experts_and_router(void **state) {
     free(src);
 }
 
+/* --exclude: ModelOpt's sorted prefix-wildcard summary (NVFP4_MLP_ONLY writes
+ * "model.layers.N.self_attn*", NUMERICS §12); a module whose prefix a quantized one shares keeps its
+ * full name. */
+static void test_exclude_summary(void **state) {
+    (void)state;
+    src_model sm;
+    char *src = write_src("qz_excl_src", MOQ_DT_BF16, &sm, 61);
+    src_free(&sm);
+    char *dst = out_dir("qz_excl");
+    const char *const ex[] = {"*self_attn*", "model.layers.1.mlp.down_proj"};
+    moq_quantize_opts o = moq_quantize_opts_default();
+    o.algo = "W4A16_NVFP4", o.exclude = ex, o.n_exclude = 2;
+    moq_quantize_report rep;
+    TU_OK(moq_quantize(src, dst, &o, &rep, err_));
+    assert_int_equal(rep.n_quantized, 5);
+    moq_checkpoint *c = NULL;
+    TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
+    const char *hq = moq_checkpoint_json_text(c, "hf_quant_config.json");
+    if (!strstr(hq, "\"exclude_modules\":\t[\"lm_head\", \"model.embed_tokens\", \"model.layers.0.self_attn*\", "
+                    "\"model.layers.1.mlp.down_proj\", \"model.layers.1.self_attn*\"]"))
+        fail_msg("exclude_modules:\n%s", hq);
+    assert_int_equal(moq_checkpoint_tensor(c, "model.layers.1.self_attn.v_proj.weight")->dtype, MOQ_DT_BF16);
+    assert_int_equal(moq_checkpoint_tensor(c, "model.layers.1.mlp.down_proj.weight")->dtype, MOQ_DT_BF16);
+    const char *cfg = moq_checkpoint_json_text(c, "config.json");
+    assert_non_null(strstr(cfg, "\"ignore\":\t[\"lm_head\", \"model.embed_tokens\", \"model.layers.0.self_attn*\""));
+    moq_checkpoint_free(c);
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
+    run_ok(cmd, ", 0 problems");
+    snprintf(cmd, sizeof cmd, "'%s' resolve '%s' model.layers.0.self_attn.o_proj --kind linear", tu_moq_bin(), dst);
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    if (!strstr(out, "excluded  true")) fail_msg("o_proj:\n%s", out);
+    tu_rmtree(dst);
+    free(dst);
+    tu_rmtree(src);
+    free(src);
+}
+
 /* ---- error cases -------------------------------------------------------------------------------- */
 
 static void cancel_on_progress(void *user, const char *phase, uint64_t done, uint64_t total) {
@@ -907,6 +945,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_recipe),
         cmocka_unit_test(test_cli_shards_kv_and_run),
         cmocka_unit_test(test_moe_experts_and_router),
+        cmocka_unit_test(test_exclude_summary),
         cmocka_unit_test(test_errors_leave_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
