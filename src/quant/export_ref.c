@@ -15,6 +15,9 @@ float moq_amax_f32(const float *x, size_t n) {
     return m;
 }
 
+/* ModelOpt's _cast_fp4 takes the sign bit from (q < 0): -0.0 (a -0.0 weight) is code 0, not 8. */
+static uint8_t e2m1_modelopt(float q) { return moq_e2m1_encode_rne_sat(q == 0.0f ? 0.0f : q); }
+
 void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uint8_t *packed,
                              uint8_t *sf, float *ws2_out) {
     if (amax < 0) amax = moq_amax_f32(W, N * K);
@@ -32,8 +35,8 @@ void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uin
             sf[n * (K / 16) + b] = code;
             const float d = moq_e4m3_decode(code) * ws2; /* step 5 */
             for (size_t j = 0; j < 16; j += 2) {
-                const uint8_t lo = moq_e2m1_encode_rne_sat(blk[j] / d);
-                const uint8_t hi = moq_e2m1_encode_rne_sat(blk[j + 1] / d);
+                const uint8_t lo = e2m1_modelopt(blk[j] / d);
+                const uint8_t hi = e2m1_modelopt(blk[j + 1] / d);
                 packed[n * (K / 2) + b * 8 + j / 2] = (uint8_t)(lo | hi << 4);
             }
         }

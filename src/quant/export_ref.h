@@ -10,7 +10,8 @@
 #include "moq.h"
 
 /* NVFP4 weight, W f32 [N, K] (values already representable in the model dtype), K % 16 == 0.
- *   packed u8 [N, K/2] (low nibble = even k), sf e4m3 [N, K/16], *ws2 f32 scalar.
+ *   packed u8 [N, K/2] (low nibble = even k), sf e4m3 [N, K/16], *ws2 f32 scalar. Element codes
+ *   carry the sign of (q < 0), as ModelOpt's _cast_fp4: a -0.0 weight is code 0.
  * amax: the tensor amax to use (the group max for fused layers), or < 0 to compute it from W. */
 void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uint8_t *packed,
                              uint8_t *sf, float *ws2);

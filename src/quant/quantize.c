@@ -318,7 +318,10 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
     for (size_t i = 0; i < q->nu; i++) {
         unit *u = &q->u[i];
         if (!u->row) continue;
-        if (u->row->group_amax) u->own_amax = tensor_amax(u->src);
+        if (u->row->group_amax) {
+            u->own_amax = tensor_amax(u->src);
+            moq_map_release(u->src->data, u->src->nbytes);  /* streaming: keep the resident set small */
+        }
         if (q->o->cancel && *q->o->cancel) return MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted");
     }
     for (size_t i = 0; i < q->nu; i++) {
@@ -460,6 +463,7 @@ static moq_status produce(qctx *q, unit *u, float **wbuf, size_t *wcap, moq_erro
         *wbuf = w, *wcap = ne;
     }
     decode_all(u->src, *wbuf);
+    moq_map_release(u->src->data, u->src->nbytes);
     for (int p = 0; p < u->nt; p++)
         if (!(u->t[p].data = malloc((size_t)u->t[p].nbytes ? (size_t)u->t[p].nbytes : 1)))
             return MOQ_FAIL(err, MOQ_ERR_NOMEM, u->module, "cannot allocate %llu bytes for %s", (unsigned long long)u->t[p].nbytes, u->t[p].suffix);
@@ -503,7 +507,10 @@ static moq_status write_shards(qctx *q, moq_error *err) {
                 st = MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted; nothing written there");
                 break;
             }
-            if (t->part == -1) st = put(f, u->src->data, (size_t)u->src->nbytes, t->name, err);
+            if (t->part == -1) {
+                st = put(f, u->src->data, (size_t)u->src->nbytes, t->name, err);
+                moq_map_release(u->src->data, u->src->nbytes);
+            }
             else if (t->part == -2) st = put(f, &u->kv_scale, 4, t->name, err);
             else {
                 if (live != t->unit) {
