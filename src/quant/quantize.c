@@ -542,18 +542,72 @@ static moq_status write_text(const qctx *q, const char *name, const char *text, 
     return st;
 }
 
-static moq_status write_json(const qctx *q, const char *name, cJSON *j, moq_error *err) {
-    char *s = cJSON_Print(j);
-    if (!s) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot print");
-    const size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot allocate");
+/* JSON as Python's json.dump(obj, f, indent=4) lays it out (ModelOpt writes both config files so):
+ * one member or element per line, 4 spaces per level, "key": value, empty containers as {} / [].
+ * Scalars are printed by cJSON. */
+typedef struct jbuf {
+    char  *p;
+    size_t n, cap;
+    bool   oom;
+} jbuf;
+
+static void jput(jbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 1024;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *t = realloc(b->p, cap);
+        if (!t) { b->oom = true; return; }
+        b->p = t, b->cap = cap;
     }
-    t[n] = '\n', t[n + 1] = 0;
-    moq_status st = write_text(q, name, t, err);
-    free(t);
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void jputs(jbuf *b, const char *s) { jput(b, s, strlen(s)); }
+
+static void jindent(jbuf *b, int level) {
+    for (int i = 0; i < level; i++) jputs(b, "    ");
+}
+
+static void jscalar(jbuf *b, const cJSON *j) {
+    char *s = cJSON_PrintUnformatted(j);
+    if (!s) { b->oom = true; return; }
+    jputs(b, s);
+    free(s);
+}
+
+static void jdump(jbuf *b, const cJSON *j, int level) {
+    const bool obj = cJSON_IsObject(j), arr = cJSON_IsArray(j);
+    if (!obj && !arr) { jscalar(b, j); return; }
+    if (!j->child) { jputs(b, obj ? "{}" : "[]"); return; }
+    jputs(b, obj ? "{\n" : "[\n");
+    for (const cJSON *c = j->child; c; c = c->next) {
+        jindent(b, level + 1);
+        if (obj) {
+            cJSON *k = cJSON_CreateString(c->string);
+            if (!k) { b->oom = true; return; }
+            jscalar(b, k);
+            cJSON_Delete(k);
+            jputs(b, ": ");
+        }
+        jdump(b, c, level + 1);
+        jputs(b, c->next ? ",\n" : "\n");
+    }
+    jindent(b, level);
+    jputs(b, obj ? "}" : "]");
+}
+
+static moq_status write_json(const qctx *q, const char *name, cJSON *j, moq_error *err) {
+    jbuf b = {0};
+    jdump(&b, j, 0);
+    if (b.oom || !b.p) {
+        free(b.p);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "cannot print");
+    }
+    moq_status st = write_text(q, name, b.p, err);
+    free(b.p);
     return st;
 }
 

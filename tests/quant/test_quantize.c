@@ -677,7 +677,7 @@ static void test_mixed_recipe(void **state) {
     const char *hq = moq_checkpoint_json_text(c, "hf_quant_config.json");
     assert_non_null(strstr(hq, "\"MIXED_PRECISION\""));
     assert_non_null(strstr(hq, "\"model.layers.0.self_attn.o_proj\""));    /* in exclude_modules */
-    assert_non_null(strstr(hq, "\"model.layers.1.mlp.down_proj\":\t{\n\t\t\t\t\"quant_algo\":\t\"MXFP8\""));
+    assert_non_null(strstr(hq, "\"model.layers.1.mlp.down_proj\": {\n                \"quant_algo\": \"MXFP8\""));
     moq_checkpoint_free(c);
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
@@ -727,7 +727,7 @@ static void test_cli_shards_kv_and_run(void **state) {
     assert_true(ver && cmdl);
     assert_non_null(moq_checkpoint_tensor(c, "model.layers.1.self_attn.k_proj.k_scale"));
     const char *cfg = moq_checkpoint_json_text(c, "config.json");
-    assert_non_null(strstr(cfg, "\"quant_method\":\t\"modelopt\""));
+    assert_non_null(strstr(cfg, "\"quant_method\": \"modelopt\""));
     assert_non_null(strstr(cfg, "\"kv_cache_scheme\""));
     assert_non_null(strstr(cfg, "\"config_groups\""));
     moq_checkpoint_free(c);
@@ -813,13 +813,14 @@ static void test_exclude_summary(void **state) {
     moq_checkpoint *c = NULL;
     TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
     const char *hq = moq_checkpoint_json_text(c, "hf_quant_config.json");
-    if (!strstr(hq, "\"exclude_modules\":\t[\"lm_head\", \"model.embed_tokens\", \"model.layers.0.self_attn*\", "
-                    "\"model.layers.1.mlp.down_proj\", \"model.layers.1.self_attn*\"]"))
+    if (!strstr(hq, "        \"exclude_modules\": [\n            \"lm_head\",\n            \"model.embed_tokens\",\n"
+                    "            \"model.layers.0.self_attn*\",\n            \"model.layers.1.mlp.down_proj\",\n"
+                    "            \"model.layers.1.self_attn*\"\n        ]\n"))
         fail_msg("exclude_modules:\n%s", hq);
     assert_int_equal(moq_checkpoint_tensor(c, "model.layers.1.self_attn.v_proj.weight")->dtype, MOQ_DT_BF16);
     assert_int_equal(moq_checkpoint_tensor(c, "model.layers.1.mlp.down_proj.weight")->dtype, MOQ_DT_BF16);
     const char *cfg = moq_checkpoint_json_text(c, "config.json");
-    assert_non_null(strstr(cfg, "\"ignore\":\t[\"lm_head\", \"model.embed_tokens\", \"model.layers.0.self_attn*\""));
+    assert_non_null(strstr(cfg, "        \"ignore\": [\n            \"lm_head\",\n            \"model.embed_tokens\",\n            \"model.layers.0.self_attn*\","));
     moq_checkpoint_free(c);
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
