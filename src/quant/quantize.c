@@ -56,8 +56,10 @@ static const leaf_row k_leaves[] = {
 static const char *const k_embed_leaves[] = {"embed_tokens"};
 static const char *const k_router_leaves[] = {"gate"};
 
-/* Files of the source directory not copied: the ones moq writes itself. */
+/* Files of the source directory not copied: the ones moq writes itself, and weights in any format
+ * (the quantized safetensors replace them). */
 static const char *const k_not_copied[] = {"config.json", "hf_quant_config.json", "model.safetensors.index.json"};
+static const char *const k_not_copied_ext[] = {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx"};
 
 static const char *leaf_of(const char *module) {
     const char *d = strrchr(module, '.');
@@ -315,11 +317,16 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
 /* Weight amax of group-amax rows, maxed over each fused group; input and KV amax from calib. */
 static moq_status amax_pass(qctx *q, moq_error *err) {
     const moq_calib *cb = q->o->calib;
+    uint64_t done = 0, total = 0;
+    for (size_t i = 0; i < q->nu; i++)
+        if (q->u[i].row && q->u[i].row->group_amax) total += q->u[i].src->nbytes;
     for (size_t i = 0; i < q->nu; i++) {
         unit *u = &q->u[i];
         if (!u->row) continue;
         if (u->row->group_amax) {
             u->own_amax = tensor_amax(u->src);
+            done += u->src->nbytes;
+            if (q->o->progress) q->o->progress(q->o->progress_user, "amax ", done, total);
             moq_map_release(u->src->data, u->src->nbytes);  /* streaming: keep the resident set small */
         }
         if (q->o->cancel && *q->o->cancel) return MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted");
@@ -862,9 +869,12 @@ static moq_status copy_side_files(qctx *q, const char *src_dir, moq_error *err) 
     while (st == MOQ_OK && (e = readdir(d))) {
         const char *nm = e->d_name;
         const size_t n = strlen(nm);
-        if (nm[0] == '.' || in_list(nm, k_not_copied, sizeof k_not_copied / sizeof k_not_copied[0]) ||
-            (n > 12 && strcmp(nm + n - 12, ".safetensors") == 0))
-            continue;
+        bool weights = false;
+        for (size_t x = 0; x < sizeof k_not_copied_ext / sizeof k_not_copied_ext[0]; x++) {
+            const size_t el = strlen(k_not_copied_ext[x]);
+            weights |= n > el && strcmp(nm + n - el, k_not_copied_ext[x]) == 0;
+        }
+        if (nm[0] == '.' || weights || in_list(nm, k_not_copied, sizeof k_not_copied / sizeof k_not_copied[0])) continue;
         char *sp = moq_path_join(src_dir, nm), *dp = moq_path_join(q->tmp_dir, nm);
         struct stat sb;
         if (!sp || !dp) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "cannot allocate");
