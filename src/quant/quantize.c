@@ -29,26 +29,26 @@ enum { GRP_NONE = 0, GRP_QKV, GRP_GATE_UP, GRP_W13 };
 
 typedef struct leaf_row {
     const char   *leaf;      /* last component of the module name                             */
+    const char   *kv_suffix; /* "k_scale" / "v_scale" when it carries the FP8 KV scale (§8)   */
     int           group;     /* fused group (shards that read the same input)                 */
     moq_model_tap tap;       /* calibration tap of its input (dense layers)                   */
-    moq_model_tap kv;        /* MOQ_TAP_K / MOQ_TAP_V: carries k_scale / v_scale (§8)         */
-    const char   *kv_suffix; /* "k_scale" / "v_scale"                                          */
+    moq_model_tap kv;        /* MOQ_TAP_K / MOQ_TAP_V: the tap of that KV scale               */
     bool          lm_head;   /* excluded by default (ModelOpt's default config disables it)   */
 } leaf_row;
 
 static const leaf_row k_leaves[] = {
-    /* leaf        group        tap                 kv            kv_suffix  lm_head */
-    {"q_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, NULL,      false},
-    {"k_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_K,    "k_scale", false},
-    {"v_proj",    GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_V,    "v_scale", false},
-    {"o_proj",    GRP_NONE,    MOQ_TAP_O_IN,       MOQ_TAP_NONE, NULL,      false},
-    {"gate_proj", GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, NULL,      false},
-    {"up_proj",   GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, NULL,      false},
-    {"down_proj", GRP_NONE,    MOQ_TAP_DOWN_IN,    MOQ_TAP_NONE, NULL,      false},
-    {"w1",        GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
-    {"w3",        GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
-    {"w2",        GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      false},
-    {"lm_head",   GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, NULL,      true},
+    /* leaf        kv_suffix  group        tap                 kv            lm_head */
+    {"q_proj",    NULL,      GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, false},
+    {"k_proj",    "k_scale", GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_K,    false},
+    {"v_proj",    "v_scale", GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_V,    false},
+    {"o_proj",    NULL,      GRP_NONE,    MOQ_TAP_O_IN,       MOQ_TAP_NONE, false},
+    {"gate_proj", NULL,      GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, false},
+    {"up_proj",   NULL,      GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, false},
+    {"down_proj", NULL,      GRP_NONE,    MOQ_TAP_DOWN_IN,    MOQ_TAP_NONE, false},
+    {"w1",        NULL,      GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, false},
+    {"w3",        NULL,      GRP_W13,     MOQ_TAP_NONE,       MOQ_TAP_NONE, false},
+    {"w2",        NULL,      GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, false},
+    {"lm_head",   NULL,      GRP_NONE,    MOQ_TAP_NONE,       MOQ_TAP_NONE, true},
 };
 
 /* Modules ModelOpt lists as excluded without being asked (§12): the embedding and MoE routers.
@@ -686,7 +686,7 @@ static moq_status summarize_excl(const qctx *q, strset *out, moq_error *err) {
     if (!quant) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
     for (size_t i = 0; i < q->nu; i++)
         if (q->u[i].row) quant[nq++] = q->u[i].module;
-    qsort(quant, nq, sizeof *quant, cmp_str);
+    if (nq > 1) qsort(quant, nq, sizeof *quant, cmp_str);
     *out = (strset){0};
     bool ok = true;
     for (size_t e = 0; e < q->nexcl && ok; e++) {
@@ -721,7 +721,7 @@ static moq_status summarize_excl(const qctx *q, strset *out, moq_error *err) {
         set_free(out);
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
     }
-    qsort(out->s, out->n, sizeof *out->s, cmp_str);
+    if (out->n > 1) qsort(out->s, out->n, sizeof *out->s, cmp_str);
     return MOQ_OK;
 }
 
