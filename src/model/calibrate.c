@@ -97,20 +97,22 @@ moq_status moq_calibrate_text(moq_calib *out, const char *src_dir, const char *t
                               int n_threads, moq_error *err) {
     if (!out || !src_dir || !text) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_calibrate_text", "NULL argument");
     *out = (moq_calib){0};
+    /* Only the first max_tokens ids are used: tokenize a prefix of 64 bytes per token (cut at a
+     * UTF-8 boundary) rather than the whole file; tokens are far shorter than that on average. */
+    if (max_tokens > 0 && (uint64_t)len / 64 > (uint64_t)max_tokens) {
+        len = (size_t)max_tokens * 64;
+        while (len > 0 && ((unsigned char)text[len] & 0xC0) == 0x80) len--;
+    }
     moq_tokenizer *tk = NULL;
     MOQ_TRY(moq_tokenizer_open(&tk, src_dir, err));
-    size_t n = 0, cap = len + 2;
+    size_t n = 0, cap = len + 8;
     int32_t *ids = malloc(cap * sizeof *ids);
     moq_status st = ids ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, "calibration text", "cannot allocate %zu token ids", cap);
-    const int32_t bos = moq_tokenizer_bos(tk);
-    size_t off = bos >= 0 ? 1 : 0;
-    if (st == MOQ_OK) {
-        if (bos >= 0) ids[0] = bos;
-        st = moq_tokenizer_encode(tk, text, len, MOQ_ENCODE_SPECIAL_AS_TEXT, ids + off, cap - off, &n, err);
-    }
+    /* special tokens as the tokenizer's post-processor adds them (Hugging Face's default
+     * add_special_tokens=True, as ModelOpt's calibration loader tokenizes) */
+    if (st == MOQ_OK) st = moq_tokenizer_encode(tk, text, len, MOQ_ENCODE_ADD_SPECIAL | MOQ_ENCODE_SPECIAL_AS_TEXT, ids, cap, &n, err);
     moq_tokenizer_free(tk);
-    n += off;
-    if (st == MOQ_OK && n <= off) st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "calibration text", "is empty: no tokens to calibrate on");
+    if (st == MOQ_OK && n == 0) st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "calibration text", "is empty: no tokens to calibrate on");
     if (st == MOQ_OK && max_tokens > 0 && (int64_t)n > max_tokens) n = (size_t)max_tokens;
     if (st == MOQ_OK) st = moq_calibrate(out, src_dir, ids, (int64_t)n, n_threads, err);
     free(ids);

@@ -29,8 +29,9 @@ void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user);
  * n_threads <= 0: OpenMP's default. NaN or Inf at a tap is MOQ_ERR_INVALID_ARG naming the layer. */
 moq_status moq_calibrate(moq_calib *out, const char *src_dir, const int32_t *ids, int64_t n_ids, int n_threads,
                          moq_error *err);
-/* Tokenizes text[0..len) with src_dir's tokenizer (bos first when it has one), keeps the first
- * max_tokens ids (0: all) and calls moq_calibrate. */
+/* Tokenizes text[0..len) with src_dir's tokenizer (special tokens added as its post-processor does,
+ * Hugging Face's default), keeps the first max_tokens ids (0: all; then only a prefix of 64 bytes per
+ * token is tokenized) and calls moq_calibrate. */
 moq_status moq_calibrate_text(moq_calib *out, const char *src_dir, const char *text, size_t len, int64_t max_tokens,
                               int n_threads, moq_error *err);
 

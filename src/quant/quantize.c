@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -162,9 +163,18 @@ static moq_status algo_for(const qctx *q, const char *module, const moq_export_l
     for (const cJSON *e = layers ? layers->child : NULL; e && !pick; e = e->next)
         if (moq_glob_fnmatch(e->string, module)) pick = e;
     if (!pick) pick = cJSON_GetObjectItemCaseSensitive(q->recipe, "default");
-    *row = moq_export_linear_find(pick->valuestring);
+    *row = row_named(pick->valuestring);
     if (!*row) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, name, "algo \"%s\" was checked at parse time", pick->valuestring);
     return MOQ_OK;
+}
+
+/* The export row for an algo as moq or ModelOpt spells it, any case ("FP8_PB_WO", "fp8_pb_wo", "nvfp4"). */
+static const moq_export_linear_row *row_named(const char *name) {
+    size_t nr = 0;
+    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
+    for (size_t i = 0; name && i < nr; i++)
+        if (strcasecmp(rows[i].algo, name) == 0 || strcasecmp(rows[i].written, name) == 0) return &rows[i];
+    return NULL;
 }
 
 static void algo_list(char *buf, size_t n) {
@@ -188,12 +198,12 @@ static moq_status parse_recipe(qctx *q, moq_error *err) {
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "unknown key \"%s\", expected default and layers", e->string);
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(q->recipe, "default");
     if (!cJSON_IsString(d)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "default is %s, expected an algo string (one of %s)", d ? "not a string" : "missing", list);
-    if (!moq_export_linear_find(d->valuestring))
+    if (!row_named(d->valuestring))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "default \"%s\" is not one of %s", d->valuestring, list);
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(q->recipe, "layers");
     if (l && !cJSON_IsObject(l)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers is not an object {PATTERN: ALGO}");
     for (const cJSON *e = l ? l->child : NULL; e; e = e->next) {
-        if (!cJSON_IsString(e) || !moq_export_linear_find(e->valuestring))
+        if (!cJSON_IsString(e) || !row_named(e->valuestring))
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers[\"%s\"] is %s%s%s, expected one of %s", e->string,
                             cJSON_IsString(e) ? "\"" : "not a string", cJSON_IsString(e) ? e->valuestring : "", cJSON_IsString(e) ? "\"" : "", list);
         if (!e->string[0]) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "layers has an empty pattern");
@@ -948,8 +958,8 @@ moq_status moq_quantize(const char *src_dir, const char *dst_dir, const moq_quan
     if (!rep) rep = &rdummy;
     memset(rep, 0, sizeof *rep);
     qctx q = {.o = o, .dst_dir = (char *)dst_dir};
-    q.mixed = strcmp(o->algo, "MIXED_PRECISION") == 0;
-    q.single = q.mixed ? NULL : moq_export_linear_find(o->algo);
+    q.mixed = strcasecmp(o->algo, "MIXED_PRECISION") == 0;
+    q.single = q.mixed ? NULL : row_named(o->algo);
     if (!q.mixed && (!q.single || !q.single->quantized)) {
         char list[256];
         algo_list(list, sizeof list);
