@@ -153,6 +153,15 @@ static moq_status add_out(qctx *q, const char *name, moq_dtype dt, int ndim, con
     return MOQ_OK;
 }
 
+/* The export row for an algo as moq or ModelOpt spells it, any case ("FP8_PB_WO", "fp8_pb_wo", "nvfp4"). */
+static const moq_export_linear_row *row_named(const char *name) {
+    size_t nr = 0;
+    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
+    for (size_t i = 0; name && i < nr; i++)
+        if (strcasecmp(rows[i].algo, name) == 0 || strcasecmp(rows[i].written, name) == 0) return &rows[i];
+    return NULL;
+}
+
 /* The algo of a module: MIXED_PRECISION recipe (first matching pattern, else its default) or the
  * single --algo row. */
 static moq_status algo_for(const qctx *q, const char *module, const moq_export_linear_row **row, moq_error *err) {
@@ -166,15 +175,6 @@ static moq_status algo_for(const qctx *q, const char *module, const moq_export_l
     *row = row_named(pick->valuestring);
     if (!*row) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, name, "algo \"%s\" was checked at parse time", pick->valuestring);
     return MOQ_OK;
-}
-
-/* The export row for an algo as moq or ModelOpt spells it, any case ("FP8_PB_WO", "fp8_pb_wo", "nvfp4"). */
-static const moq_export_linear_row *row_named(const char *name) {
-    size_t nr = 0;
-    const moq_export_linear_row *rows = moq_export_linear_rows(&nr);
-    for (size_t i = 0; name && i < nr; i++)
-        if (strcasecmp(rows[i].algo, name) == 0 || strcasecmp(rows[i].written, name) == 0) return &rows[i];
-    return NULL;
 }
 
 static void algo_list(char *buf, size_t n) {
