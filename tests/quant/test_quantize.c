@@ -806,13 +806,14 @@ static void test_exclude_summary(void **state) {
     char *dst = out_dir("qz_excl");
     const char *const ex[] = {"*self_attn*", "model.layers.1.mlp.down_proj"};
     moq_quantize_opts o = moq_quantize_opts_default();
-    o.algo = "W4A16_NVFP4", o.exclude = ex, o.n_exclude = 2;
+    o.algo = "w4a16_nvfp4", o.exclude = ex, o.n_exclude = 2;   /* any case */
     moq_quantize_report rep;
     TU_OK(moq_quantize(src, dst, &o, &rep, err_));
     assert_int_equal(rep.n_quantized, 5);
     moq_checkpoint *c = NULL;
     TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
     const char *hq = moq_checkpoint_json_text(c, "hf_quant_config.json");
+    assert_non_null(strstr(hq, "\"quant_algo\": \"W4A16_NVFP4\""));
     if (!strstr(hq, "        \"exclude_modules\": [\n            \"lm_head\",\n            \"model.embed_tokens\",\n"
                     "            \"model.layers.0.self_attn*\",\n            \"model.layers.1.mlp.down_proj\",\n"
                     "            \"model.layers.1.self_attn*\"\n        ]\n"))
