@@ -18,6 +18,7 @@
 
 #include "config/glob.h"
 #include "core/error.h"
+#include "core/strmap.h"
 #include "format/format.h"
 #include "io/checkpoint.h"
 #include "io/mmap.h"
@@ -303,25 +304,32 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
                             "use W4A16_NVFP4, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO or MXFP8 for the experts (a MIXED_PRECISION recipe can)",
                             row->algo);
     }
-    /* Fused groups: the first member found (in source order) leads; members must share the algo. */
-    for (size_t i = 0; i < n; i++) {
+    /* Fused groups: the first member found (in source order) leads; members must share the algo.
+     * Key "<parent>.#<group>" -> the leading unit, in one hash map. */
+    moq_strmap lead = {0};
+    char **keys = calloc(n ? n : 1, sizeof *keys);
+    moq_status st = keys && moq_strmap_init(&lead, n ? n : 1) ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, "plan", "cannot allocate the fused-group map");
+    for (size_t i = 0; i < n && st == MOQ_OK; i++) {
         unit *u = &q->u[i];
         if (!u->module || !u->leaf || u->leaf->group == GRP_NONE) continue;
-        const char *leaf = leaf_of(u->module);
-        const size_t plen = (size_t)(leaf - u->module);
-        for (size_t j = 0; j < i; j++) {
-            const unit *v = &q->u[j];
-            if (!v->module || !v->leaf || v->leaf->group != u->leaf->group || strncmp(v->module, u->module, plen) != 0 ||
-                strchr(v->module + plen, '.'))
-                continue;
-            if (v->row != u->row)
-                return MOQ_FAIL(err, MOQ_ERR_CONFIG, u->module, "fused with %s, which is %s, while this one is %s; fused shards need one algo (recipe or --exclude)",
-                                v->module, v->row ? v->row->algo : "unquantized", u->row ? u->row->algo : "unquantized");
-            u->group_of = v->group_of >= 0 ? v->group_of : (int)j;
+        const size_t plen = (size_t)(leaf_of(u->module) - u->module);
+        if (!(keys[i] = malloc(plen + 16))) {
+            st = MOQ_FAIL(err, MOQ_ERR_NOMEM, u->module, "cannot allocate");
             break;
         }
+        snprintf(keys[i], plen + 16, "%.*s#%d", (int)plen, u->module, u->leaf->group);
+        size_t j = 0;
+        if (moq_strmap_put(&lead, keys[i], i, &j)) continue;  /* the first of its group */
+        const unit *v = &q->u[j];
+        if (v->row != u->row)
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, u->module, "fused with %s, which is %s, while this one is %s; fused shards need one algo (recipe or --exclude)",
+                          v->module, v->row ? v->row->algo : "unquantized", u->row ? u->row->algo : "unquantized");
+        u->group_of = (int)j;
     }
-    return MOQ_OK;
+    moq_strmap_free(&lead);
+    for (size_t i = 0; keys && i < n; i++) free(keys[i]);
+    free(keys);
+    return st;
 }
 
 /* Weight amax of group-amax rows, maxed over each fused group; input and KV amax from calib. */
@@ -341,16 +349,19 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
         }
         if (q->o->cancel && *q->o->cancel) return MOQ_FAIL(err, MOQ_ERR_IO, q->dst_dir, "interrupted");
     }
+    /* the group max, gathered on each group's leading unit */
+    float *gmax = calloc(q->nu ? q->nu : 1, sizeof *gmax);
+    if (!gmax) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "amax", "cannot allocate");
+    for (size_t i = 0; i < q->nu; i++) {
+        const size_t lead = q->u[i].group_of >= 0 ? (size_t)q->u[i].group_of : i;
+        if (q->u[i].row && q->u[i].own_amax > gmax[lead]) gmax[lead] = q->u[i].own_amax;
+    }
+    for (size_t i = 0; i < q->nu; i++)
+        if (q->u[i].row && q->u[i].row->group_amax) q->u[i].args.amax = gmax[q->u[i].group_of >= 0 ? (size_t)q->u[i].group_of : i];
+    free(gmax);
     for (size_t i = 0; i < q->nu; i++) {
         unit *u = &q->u[i];
         if (!u->row) continue;
-        if (u->row->group_amax) {
-            float m = u->own_amax;
-            const size_t lead = u->group_of >= 0 ? (size_t)u->group_of : i;
-            for (size_t j = 0; j < q->nu; j++)
-                if (q->u[j].row && (j == lead || q->u[j].group_of == (int)lead) && q->u[j].own_amax > m) m = q->u[j].own_amax;
-            u->args.amax = m;
-        }
         if (u->row->static_input) {
             if (!cb)
                 return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module,
