@@ -3,6 +3,7 @@
  * per-phase timings on stderr, --json summary on stdout. Ctrl-C removes the partial output.
  * Covered by tests/quant/test_quantize.c and docs/QUANTIZE.md. */
 #include <getopt.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ void cmd_quantize_help(FILE *out) {
             "with SRC's tokenizer; --calib-tokens N keeps the first N tokens, default 4096). FP8, NVFP4 and\n"
             "--kv-cache fp8 refuse to run without it.\n"
             "--shard-size BYTES (suffixes K, M, G; default 5G): shards at most this big.\n"
+            "--threads N: threads for calibration and the exporters (default: OpenMP's, OMP_NUM_THREADS);\n"
+            "the bytes written do not depend on it.\n"
             "The output is written to DST_DIR.moq-partial and renamed when complete; an interrupted run\n"
             "leaves nothing at DST_DIR. Details: docs/QUANTIZE.md.\n");
 }
@@ -175,6 +178,7 @@ int cmd_quantize(int argc, char **argv) {
         o.calib = &calib;
         calib_s = cli_now_s() - t0;
     }
+    if (threads > 0) omp_set_num_threads((int)threads);   /* the exporters' row loops */
     bar b = {.t0 = cli_now_s()};
     if (cli_stderr_is_tty()) o.progress = progress, o.progress_user = &b;
     g_cancel = 0;

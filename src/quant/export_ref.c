@@ -1,13 +1,20 @@
 /* export_ref.c — see export_ref.h. Every step is one binary32 operation, in ModelOpt's order.
+ * Rows (or 128-row blocks) are independent, so large weights are split over OpenMP threads
+ * (OMP_NUM_THREADS or omp_set_num_threads): the bytes do not depend on the thread count.
  * Tested by tests/unit/test_export_ref.c against NUMERICS.md's worked examples. */
 #include "quant/export_ref.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "format/format.h"
 
+/* Split loops over threads only when there is enough work (a parallel region costs microseconds). */
+#define PAR_MIN (1u << 16)
+
 float moq_amax_f32(const float *x, size_t n) {
     float m = 0.0f;
+#pragma omp parallel for reduction(max : m) schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         const float a = fabsf(x[i]);
         if (a > m) m = a;
@@ -24,6 +31,7 @@ void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uin
     const float ws2 = amax / 2688.0f;   /* 2688 = 6 · 448                                   */
     const float den = 6.0f * ws2;       /* step 3: f32(6 ⊗ ws2)                             */
     *ws2_out = ws2;
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t n = 0; n < N; n++) {
         for (size_t b = 0; b < K / 16; b++) {
             const float *blk = W + n * K + b * 16;
@@ -57,10 +65,12 @@ void moq_export_fp8_tensor_weight(const float *W, size_t N, size_t K, float amax
     const float s = amax / 448.0f;
     const float sm = to_model_dtype(s, model_dtype);
     *scale = s;
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t i = 0; i < N * K; i++) q[i] = moq_e4m3_encode_rne(to_model_dtype(W[i] / sm, model_dtype));
 }
 
 void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale) {
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t n = 0; n < N; n++) {
         float a = moq_amax_f32(W + n * K, K);
         if (a == 0.0f) a = 448.0f; /* export_amax: zero row -> scale 1.0 */
@@ -72,6 +82,7 @@ void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, f
 
 void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q, float *scale) {
     const size_t nb = (N + 127) / 128, kb = K / 128;
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t bn = 0; bn < nb; bn++)
         for (size_t bk = 0; bk < kb; bk++) {
             const size_t n1 = bn * 128 + 128 < N ? bn * 128 + 128 : N;
@@ -92,6 +103,7 @@ void moq_export_fp8_block_weight_amax(const float *W, size_t N, size_t K, float 
     if (amax == 0.0f) amax = 448.0f;
     const float s = amax / 448.0f;
     *scale = s;
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t i = 0; i < N * K; i++) q[i] = moq_e4m3_encode_rne(W[i] / s);
 }
 
@@ -103,6 +115,7 @@ static int ceil_log2_f32(float x) {
 }
 
 void moq_export_mxfp8_weight(const float *W, size_t N, size_t K, uint8_t *q, uint8_t *scale) {
+#pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t n = 0; n < N; n++)
         for (size_t b = 0; b < K / 32; b++) {
             const float *blk = W + n * K + b * 32;

@@ -230,11 +230,13 @@ static float decode_one(const moq_tensor *t, uint64_t i) {
 }
 
 static void decode_all(const moq_tensor *t, float *out) {
+#pragma omp parallel for schedule(static) if (t->nelem >= (1u << 16))
     for (uint64_t i = 0; i < t->nelem; i++) out[i] = decode_one(t, i);
 }
 
 static float tensor_amax(const moq_tensor *t) {
     float m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static) if (t->nelem >= (1u << 16))
     for (uint64_t i = 0; i < t->nelem; i++) {
         const float a = fabsf(decode_one(t, i));
         if (a > m) m = a;

@@ -14,6 +14,7 @@
  *    --calib, bad recipes, a quantized or F8 source, an existing destination, an interrupted run
  *    leaving nothing behind). */
 #include <math.h>
+#include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -835,6 +836,41 @@ static void test_exclude_summary(void **state) {
     free(src);
 }
 
+/* The exporters split rows over OpenMP threads: the bytes must not depend on how many. */
+static void test_thread_count_invariant(void **state) {
+    (void)state;
+    /* weights of 2^18 elements, above the exporters' threshold for splitting (2^16) */
+    char *src = out_dir("qz_thr_src"), cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' synth '%s' --algo BF16 --layers 1 --hidden 256 --inter 1024 --heads 2 --kv-heads 1 --vocab 300",
+             tu_moq_bin(), src);
+    run_ok(cmd, NULL);
+    static const char *const algos[] = {"W4A16_NVFP4", "FP8_PB_WO", "MXFP8", "FP8_PER_CHANNEL_PER_TOKEN"};
+    for (int a = 0; a < 4; a++) {
+        char *d1 = out_dir("qz_thr1"), *d3 = out_dir("qz_thr3");
+        moq_quantize_opts o = moq_quantize_opts_default();
+        o.algo = algos[a];
+        omp_set_num_threads(1);
+        TU_OK(moq_quantize(src, d1, &o, NULL, err_));
+        omp_set_num_threads(3);
+        TU_OK(moq_quantize(src, d3, &o, NULL, err_));
+        moq_checkpoint *c1 = NULL, *c3 = NULL;
+        TU_OK(moq_checkpoint_open(&c1, d1, NULL, err_));
+        TU_OK(moq_checkpoint_open(&c3, d3, NULL, err_));
+        assert_int_equal(moq_checkpoint_tensor_count(c1), moq_checkpoint_tensor_count(c3));
+        for (size_t i = 0; i < moq_checkpoint_tensor_count(c1); i++) {
+            const moq_tensor *t1 = moq_checkpoint_tensor_at(c1, i), *t3 = moq_checkpoint_tensor(c3, t1->name);
+            assert_non_null(t3);
+            assert_int_equal(t1->nbytes, t3->nbytes);
+            if (t1->nbytes && memcmp(t1->data, t3->data, (size_t)t1->nbytes)) fail_msg("%s %s differs between 1 and 3 threads", algos[a], t1->name);
+        }
+        moq_checkpoint_free(c1), moq_checkpoint_free(c3);
+        tu_rmtree(d1), tu_rmtree(d3);
+        free(d1), free(d3);
+    }
+    tu_rmtree(src);
+    free(src);
+}
+
 /* ---- error cases -------------------------------------------------------------------------------- */
 
 static void cancel_on_progress(void *user, const char *phase, uint64_t done, uint64_t total) {
@@ -949,6 +985,7 @@ int main(void) {
         cmocka_unit_test(test_cli_shards_kv_and_run),
         cmocka_unit_test(test_moe_experts_and_router),
         cmocka_unit_test(test_exclude_summary),
+        cmocka_unit_test(test_thread_count_invariant),
         cmocka_unit_test(test_errors_leave_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
