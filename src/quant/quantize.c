@@ -641,6 +641,51 @@ static moq_status write_json(const qctx *q, const char *name, cJSON *j, moq_erro
     return st;
 }
 
+/* ---- module order ----------------------------------------------------------------------------
+ * ModelOpt lists modules in named_modules() order (the order the model class defines them), not the
+ * safetensors order (alphabetical in Hugging Face files: layers.10 before layers.2, mlp before
+ * self_attn). Names are compared segment by segment: numbers numerically, known segments by their
+ * place in a decoder (this table), others alphabetically after them. */
+static const char *const k_module_order[] = {
+    "embed_tokens", "layers", "input_layernorm", "self_attn", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm",
+    "post_attention_layernorm", "mlp", "block_sparse_moe", "gate", "experts", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3",
+    "norm", "lm_head"};
+
+static int seg_rank(const char *s, size_t n) {
+    for (size_t i = 0; i < sizeof k_module_order / sizeof k_module_order[0]; i++)
+        if (strlen(k_module_order[i]) == n && strncmp(k_module_order[i], s, n) == 0) return (int)i;
+    return 1000;
+}
+
+static bool all_digits(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return n > 0;
+}
+
+static int module_cmp(const char *a, const char *b) {
+    while (*a && *b) {
+        const size_t na = strcspn(a, "."), nb = strcspn(b, ".");
+        int c = 0;
+        if (all_digits(a, na) && all_digits(b, nb)) c = na != nb ? (na < nb ? -1 : 1) : strncmp(a, b, na);
+        else {
+            const int ra = seg_rank(a, na), rb = seg_rank(b, nb);
+            if (ra != rb) c = ra < rb ? -1 : 1;
+            else {
+                c = strncmp(a, b, na < nb ? na : nb);
+                if (!c && na != nb) c = na < nb ? -1 : 1;
+            }
+        }
+        if (c) return c;
+        a += na, b += nb;
+        if (*a == '.') a++;
+        if (*b == '.') b++;
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
+static int cmp_module(const void *x, const void *y) { return module_cmp(*(char *const *)x, *(char *const *)y); }
+
 /* ---- exclude_modules: ModelOpt's prefix-wildcard summary ------------------------------------
  * process_layer_quant_config writes sorted(_prefix_wildcard_summarize_exclude_modules(unquantized,
  * quantized)): for each unquantized module, in order, the first of "a*", {"a", "a.*"} (a = the name
@@ -712,8 +757,16 @@ static moq_status summarize_excl(const qctx *q, strset *out, moq_error *err) {
     if (nq > 1) qsort(quant, nq, sizeof *quant, cmp_str);
     *out = (strset){0};
     bool ok = true;
+    /* ModelOpt walks the unquantized modules in module order */
+    char **excl = malloc((q->nexcl ? q->nexcl : 1) * sizeof *excl);
+    if (!excl) {
+        free(quant);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
+    }
+    memcpy(excl, q->excl, q->nexcl * sizeof *excl);
+    if (q->nexcl > 1) qsort(excl, q->nexcl, sizeof *excl, cmp_module);
     for (size_t e = 0; e < q->nexcl && ok; e++) {
-        const char *name = q->excl[e];
+        const char *name = excl[e];
         const size_t len = strlen(name);
         char *buf = malloc(2 * len + 8);
         if (!buf) { ok = false; break; }
@@ -740,6 +793,7 @@ static moq_status summarize_excl(const qctx *q, strset *out, moq_error *err) {
         free(buf);
     }
     free(quant);
+    free(excl);
     if (!ok) {
         set_free(out);
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, "exclude_modules", "cannot allocate");
@@ -771,15 +825,31 @@ static int top_group_size(const qctx *q) {
 
 static moq_status write_configs_with(qctx *q, const strset *ex, moq_error *err);
 
+static int unit_order_cmp(const void *x, const void *y) {
+    return module_cmp((*(const unit *const *)x)->module, (*(const unit *const *)y)->module);
+}
+
+/* The quantized units in module order (malloc'd, *n of them). */
+static const unit **quantized_in_order(const qctx *q, size_t *n) {
+    const unit **v = malloc((q->nu ? q->nu : 1) * sizeof *v);
+    *n = 0;
+    for (size_t i = 0; v && i < q->nu; i++)
+        if (q->u[i].row) v[(*n)++] = &q->u[i];
+    if (v && *n > 1) qsort(v, *n, sizeof *v, unit_order_cmp);
+    return v;
+}
+
 static cJSON *quantized_layers(const qctx *q) {
-    cJSON *ql = cJSON_CreateObject();
-    for (size_t i = 0; ql && i < q->nu; i++) {
-        const unit *u = &q->u[i];
-        if (!u->row) continue;
+    size_t nq = 0;
+    const unit **ord = quantized_in_order(q, &nq);
+    cJSON *ql = ord ? cJSON_CreateObject() : NULL;
+    for (size_t i = 0; ql && i < nq; i++) {
+        const unit *u = ord[i];
         cJSON *e = cJSON_AddObjectToObject(ql, u->module);
         cJSON_AddStringToObject(e, "quant_algo", u->row->written);
         if (u->row->group_size) cJSON_AddNumberToObject(e, "group_size", u->row->group_size);
     }
+    free(ord);
     return ql;
 }
 
@@ -823,32 +893,36 @@ static moq_status write_configs_with(qctx *q, const strset *ex, moq_error *err) 
         cJSON_AddItemToObject(groups, "group_0", g);
         ng = 1;
     }
-    /* a mix: one group per distinct algo in order of first appearance, targets sorted */
-    for (size_t i = 0; q->mixed && i < q->nu; i++) {
-        const moq_export_linear_row *row = q->u[i].row;
+    /* a mix: one group per distinct algo in order of first appearance (module order), targets sorted */
+    size_t nq = 0;
+    const unit **ord = q->mixed ? quantized_in_order(q, &nq) : NULL;
+    const char **names = ord ? malloc((nq ? nq : 1) * sizeof *names) : NULL;
+    const moq_export_linear_row *done_rows[32];
+    size_t n_done = 0;
+    for (size_t i = 0; names && i < nq; i++) {
+        const moq_export_linear_row *row = ord[i]->row;
         bool seen = false;
-        for (size_t j = 0; row && j < i && !seen; j++) seen = q->u[j].row == row;
-        if (!row || seen || !row->mixed_group) continue;
+        for (size_t j = 0; j < n_done && !seen; j++) seen = done_rows[j] == row;
+        if (seen || n_done == sizeof done_rows / sizeof done_rows[0]) continue;
+        done_rows[n_done++] = row;
+        if (!row->mixed_group) continue;
+        cJSON *g = cJSON_Parse(row->mixed_group), *targets = cJSON_CreateArray();
         size_t nt = 0;
-        for (size_t j = i; j < q->nu; j++) nt += q->u[j].row == row;
-        const char **names = malloc(nt * sizeof *names);
-        cJSON *g = names ? cJSON_Parse(row->mixed_group) : NULL, *targets = cJSON_CreateArray();
+        for (size_t j = i; j < nq; j++)
+            if (ord[j]->row == row) names[nt++] = ord[j]->module;
+        if (nt > 1) qsort(names, nt, sizeof *names, cmp_str);
+        for (size_t j = 0; targets && j < nt; j++) cJSON_AddItemToArray(targets, cJSON_CreateString(names[j]));
         if (!g) {
-            free(names);
             cJSON_Delete(targets);
             continue;
         }
-        nt = 0;
-        for (size_t j = i; j < q->nu; j++)
-            if (q->u[j].row == row) names[nt++] = q->u[j].module;
-        qsort(names, nt, sizeof *names, cmp_str);
-        for (size_t j = 0; j < nt; j++) cJSON_AddItemToArray(targets, cJSON_CreateString(names[j]));
-        free(names);
         cJSON_AddItemToObject(g, "targets", targets);
         char gn[24];
         snprintf(gn, sizeof gn, "group_%d", ng++);
         cJSON_AddItemToObject(groups, gn, g);
     }
+    free(names);
+    free(ord);
     if (ng) cJSON_AddItemToObject(qc, "config_groups", groups);
     else cJSON_Delete(groups);
     if (q->mixed) cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));

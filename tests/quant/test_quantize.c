@@ -125,6 +125,20 @@ static uint16_t f16_bits(float x) { /* exact: x is an f16 value */
     return (uint16_t)(s | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)m);
 }
 
+/* Tensors are written in name order at the end, as Hugging Face's safetensors files hold them
+ * (layers.10 before layers.2, mlp before self_attn), so module order has to be restored. */
+typedef struct pend {
+    char       name[96];
+    moq_dtype  dt;
+    int        ndim;
+    int64_t    shape[2];
+    const void *data;
+    uint64_t   nbytes;
+} pend;
+static pend g_pend[64];
+static int  g_npend;
+static int pend_cmp(const void *a, const void *b) { return strcmp(((const pend *)a)->name, ((const pend *)b)->name); }
+
 static void add_tensor(moq_writer *wr, src_model *sm, void **keep, int *nk, const char *name, int ndim, int64_t n0, int64_t n1,
                        moq_dtype dt, double std, double mean) {
     const int64_t ne = ndim == 1 ? n0 : n0 * n1;
@@ -148,8 +162,10 @@ static void add_tensor(moq_writer *wr, src_model *sm, void **keep, int *nk, cons
             memcpy(b + 2 * i, &h, 2);
         }
     }
-    const int64_t shape[2] = {n0, n1};
-    TU_OK(moq_writer_add(wr, name, dt, ndim, shape, b, (uint64_t)ne * es, err_));
+    (void)wr;
+    pend *pd = &g_pend[g_npend++];
+    snprintf(pd->name, sizeof pd->name, "%s", name);
+    pd->dt = dt, pd->ndim = ndim, pd->shape[0] = n0, pd->shape[1] = n1, pd->data = b, pd->nbytes = (uint64_t)ne * es;
     keep[(*nk)++] = b;
     snprintf(sm->name[sm->n], sizeof sm->name[0], "%.*s", (int)(strlen(name) - 7), name);
     sm->shape[sm->n][0] = n0, sm->shape[sm->n][1] = ndim == 2 ? n1 : 0;
@@ -197,6 +213,10 @@ static char *write_src(const char *tag, moq_dtype dt, src_model *sm, uint64_t se
     }
     add_tensor(wr, sm, keep, &nk, "model.norm.weight", 1, H, 0, dt, 0.1, 1.0);
     add_tensor(wr, sm, keep, &nk, "lm_head.weight", 2, V, H, dt, 0.1, 0);
+    qsort(g_pend, (size_t)g_npend, sizeof g_pend[0], pend_cmp);
+    for (int i = 0; i < g_npend; i++)
+        TU_OK(moq_writer_add(wr, g_pend[i].name, g_pend[i].dt, g_pend[i].ndim, g_pend[i].shape, g_pend[i].data, g_pend[i].nbytes, err_));
+    g_npend = 0;
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"torch_dtype\": \"%s\", \"hidden_size\": %d, "
@@ -679,6 +699,14 @@ static void test_mixed_recipe(void **state) {
     assert_non_null(strstr(hq, "\"MIXED_PRECISION\""));
     assert_non_null(strstr(hq, "\"model.layers.0.self_attn.o_proj\""));    /* in exclude_modules */
     assert_non_null(strstr(hq, "\"model.layers.1.mlp.down_proj\": {\n                \"quant_algo\": \"MXFP8\""));
+    /* module order, as ModelOpt lists them (the source file is in name order) */
+    assert_true(strstr(hq, "\"model.layers.0.self_attn.q_proj\"") < strstr(hq, "\"model.layers.0.self_attn.k_proj\""));
+    assert_true(strstr(hq, "\"model.layers.0.self_attn.k_proj\"") < strstr(hq, "\"model.layers.0.mlp.gate_proj\""));
+    assert_true(strstr(hq, "\"model.layers.0.mlp.down_proj\"") < strstr(hq, "\"model.layers.1.self_attn.q_proj\""));
+    const char *cfgm = moq_checkpoint_json_text(c, "config.json"), *g0 = strstr(cfgm, "\"group_0\"");
+    assert_non_null(g0);   /* the first algo met in module order is the attention's FP8 */
+    assert_true(strstr(g0, "\"input_activations\"") < strstr(g0, "\"model.layers.0.self_attn.k_proj\""));
+    assert_true(strstr(g0, "\"model.layers.0.self_attn.k_proj\"") < strstr(g0, "\"group_1\""));
     moq_checkpoint_free(c);
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
@@ -893,7 +921,7 @@ static void test_errors_leave_nothing(void **state) {
 #define NOTHING() assert_true(stat(dst, &sb) != 0 && stat(partial, &sb) != 0)
     o.algo = "FP8";
     st = moq_quantize(src, dst, &o, NULL, &e);
-    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.0.self_attn.q_proj", "pass --calib FILE");
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.0.", "pass --calib FILE");
     NOTHING();
     o.algo = "MXFP8", o.kv_fp8 = true, e = (moq_error){0};
     st = moq_quantize(src, dst, &o, NULL, &e);
@@ -928,13 +956,13 @@ static void test_errors_leave_nothing(void **state) {
         {"{\"default\": \"NVFP5\"}", MOQ_ERR_CONFIG, "default \"NVFP5\" is not one of"},
         {"{\"default\": \"MXFP8\", \"layers\": {\"*\": 4}}", MOQ_ERR_CONFIG, "layers[\"*\"] is not a string"},
         {"{\"default\": \"MXFP8\", \"defaults\": \"FP8\"}", MOQ_ERR_CONFIG, "unknown key \"defaults\""},
-        {"{\"default\": \"MXFP8\", \"layers\": {\"*k_proj\": \"W4A16_NVFP4\"}}", MOQ_ERR_CONFIG, "fused shards need one algo"},
+        {"{\"default\": \"MXFP8\", \"layers\": {\"*k_proj\": \"W4A16_NVFP4\"}}", MOQ_ERR_CONFIG, "k_proj, which is W4A16_NVFP4, while this one is MXFP8; fused shards need one algo"},
     };
     o.algo = "MIXED_PRECISION";
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.recipe = bad[i].text, o.recipe_name = "recipe.json", e = (moq_error){0};
         st = moq_quantize(src, dst, &o, NULL, &e);
-        TU_ERR(&e, st, bad[i].code, i == 6 ? "k_proj" : "recipe.json", bad[i].msg);
+        TU_ERR(&e, st, bad[i].code, i == 6 ? "model.layers.0.self_attn." : "recipe.json", bad[i].msg);
         NOTHING();
     }
     o.recipe = NULL, e = (moq_error){0};
@@ -965,7 +993,7 @@ static void test_errors_leave_nothing(void **state) {
     free(tu_write_file(dst, "config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 128}", 59));
     e = (moq_error){0};
     st = moq_quantize(dst, dst2, &o, NULL, &e);
-    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.self_attn.q_proj.weight", "dtype F8_E4M3, expected BF16, F16 or F32");
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.mlp.down_proj.weight", "dtype F8_E4M3, expected BF16, F16 or F32");
     assert_true(stat(dst2, &sb) != 0);
     free(dst2);
 #undef NOTHING
