@@ -831,11 +831,11 @@ static int unit_order_cmp(const void *x, const void *y) {
 
 /* The quantized units in module order (malloc'd, *n of them). */
 static const unit **quantized_in_order(const qctx *q, size_t *n) {
-    const unit **v = malloc((q->nu ? q->nu : 1) * sizeof *v);
+    const unit **v = malloc((q->nu ? q->nu : 1) * sizeof(const unit *));
     *n = 0;
     for (size_t i = 0; v && i < q->nu; i++)
         if (q->u[i].row) v[(*n)++] = &q->u[i];
-    if (v && *n > 1) qsort(v, *n, sizeof *v, unit_order_cmp);
+    if (v && *n > 1) qsort(v, *n, sizeof(const unit *), unit_order_cmp);
     return v;
 }
 
