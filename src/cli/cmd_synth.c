@@ -133,7 +133,7 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
         int nt = 0;
         snprintf(nm, sizeof nm, "%s.%s", prefix, names[i]);
         moq_export_args a = moq_export_args_default();
-        a.amax = amax, a.act_amax = act_amax;
+        a.amax = row->group_amax ? amax : -1.0f, a.act_amax = act_amax;
         if ((st = moq_export_linear_plan(row, nm, N, K, &a, t, &nt, err))) break;
         for (int j = 0; j < nt && st == MOQ_OK; j++)
             if (!(t[j].data = keep(s, (size_t)t[j].nbytes))) st = MOQ_ERR_NOMEM;

@@ -47,13 +47,15 @@ static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, const moq_exp
     nvfp4_common(W, N, K, a->amax, t, count);
 }
 
-/* FP8 per-tensor: the weight scale from the group amax (ModelOpt's preprocess_linear_fusion gives
- * every one-element weight amax of a fused group the group max, NUMERICS.md §9.3). */
+/* FP8 per-tensor: each shard its own weight amax. ModelOpt's fusion step skips FP8
+ * (_fuse_shared_input_modules leaves QUANTIZATION_FP8 groups alone), so q/k/v keep their own
+ * weight_scale; their input_scale agrees because they read the same input. The loaders take the
+ * max over a fused group (NUMERICS.md §5.1). */
 static void export_fp8(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
     const int64_t sq[2] = {(int64_t)N, (int64_t)K};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     float sc = 0;
-    if (W) moq_export_fp8_tensor_weight(W, N, K, a->amax, a->model_dtype, t[0].data, &sc);
+    if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, a->model_dtype, t[0].data, &sc);
     put_scalar(t, count, "weight_scale", W ? &sc : NULL);
     const float is = (a->act_amax == 0.0f ? 448.0f : a->act_amax) / 448.0f; /* export_amax: 0 -> 448 */
     put_scalar(t, count, "input_scale", W ? &is : NULL);
@@ -116,7 +118,7 @@ static void export_bf16(const float *W, size_t N, size_t K, const moq_export_arg
 static const moq_export_linear_row k_rows[] = {
     /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group, mixed group */
     {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP, NVFP4_GROUP},
-    {"FP8",                        "FP8",                       true,  0,  1,   true,  true, true,  export_fp8,         FP8_GROUP,   FP8_GROUP},
+    {"FP8",                        "FP8",                       true,  0,  1,   false, true, true,  export_fp8,         FP8_GROUP,   FP8_GROUP},
     {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL,        NULL},
     {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL,        PCPT_GROUP},
     {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL,        PBWO_GROUP},

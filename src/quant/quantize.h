@@ -7,7 +7,8 @@
  *                lm_head, embeddings and MoE routers stay unquantized and are listed as excluded);
  *                fused shards (q/k/v, gate/up, w1/w3, per expert) must agree.
  *   2. amax      the weight amax of every linear whose scale comes from the group (NVFP4 global
- *                scale, FP8 per-tensor, one-block FP8_PB_WO), maxed over its fused group (§9.3).
+ *                scale, one-block FP8_PB_WO), maxed over its fused group (§9.3; ModelOpt leaves
+ *                FP8 per-tensor groups unfused).
  *   3. write     shards of at most shard_size bytes into DST.moq-partial/, each tensor read from
  *                the source mapping and exported by its row of quant/export_linear.c just before it
  *                is written (memory: about 6x the largest linear); then hf_quant_config.json,

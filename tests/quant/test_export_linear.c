@@ -86,7 +86,7 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
         if (algo[0] == 'N') memcpy(p, &in, 4), p += 4;
     } else if (!strcmp(algo, "FP8")) {
         float sc, in = act_amax / 448.0f;
-        moq_export_fp8_tensor_weight(W, N, K, amax, MOQ_DT_BF16, p, &sc); /* the group amax */
+        moq_export_fp8_tensor_weight(W, N, K, -1.0f, MOQ_DT_BF16, p, &sc); /* each shard its own amax */
         p += N * K;
         memcpy(p, &sc, 4), p += 4;
         memcpy(p, &in, 4), p += 4;
