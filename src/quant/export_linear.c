@@ -1,7 +1,8 @@
 /* export_linear.c — see export_linear.h: one row per quant_algo, each naming the exporter of
  * quant/export_ref.c that produces its tensors and the names, dtypes and shapes ModelOpt gives them
  * (NUMERICS.md §2.3 NVFP4, §5.1 FP8, §5.2 per-channel, §5.3 128x128 block, §4.2 MXFP8).
- * Input scales are act_amax / 448 (FP8) and act_amax / 2688 (NVFP4, 6 · 448); weight-only and
+ * Input scales are f32(act_amax ⊗ f32(1/448)) (FP8) and f32(act_amax ⊗ f32(1/2688)) (NVFP4, 6 · 448),
+ * reciprocal products as PyTorch computes ModelOpt's amax / maxbound (export_ref.h); weight-only and
  * dynamic-activation algos write none. Tested by tests/quant/test_export_linear.c. */
 #include "quant/export_linear.h"
 
@@ -39,7 +40,7 @@ static void nvfp4_common(const float *W, size_t N, size_t K, float amax, moq_exp
 static void export_nvfp4(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                          int *count) {
     nvfp4_common(W, N, K, a->amax, t, count);
-    const float is = a->act_amax / 2688.0f;
+    const float is = a->act_amax * MOQ_RCP2688;
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 
@@ -57,7 +58,7 @@ static void export_fp8(const float *W, size_t N, size_t K, const moq_export_args
     float sc = 0;
     if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, a->model_dtype, t[0].data, &sc);
     put_scalar(t, count, "weight_scale", W ? &sc : NULL);
-    const float is = (a->act_amax == 0.0f ? 448.0f : a->act_amax) / 448.0f; /* export_amax: 0 -> 448 */
+    const float is = (a->act_amax == 0.0f ? 448.0f : a->act_amax) * MOQ_RCP448; /* export_amax: 0 -> 448 */
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 

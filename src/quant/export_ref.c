@@ -28,7 +28,7 @@ static uint8_t e2m1_modelopt(float q) { return moq_e2m1_encode_rne_sat(q == 0.0f
 void moq_export_nvfp4_weight(const float *W, size_t N, size_t K, float amax, uint8_t *packed,
                              uint8_t *sf, float *ws2_out) {
     if (amax < 0) amax = moq_amax_f32(W, N * K);
-    const float ws2 = amax / 2688.0f;   /* 2688 = 6 · 448                                   */
+    const float ws2 = amax * MOQ_RCP2688; /* 2688 = 6 · 448; reciprocal product, see export_ref.h */
     const float den = 6.0f * ws2;       /* step 3: f32(6 ⊗ ws2)                             */
     *ws2_out = ws2;
 #pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
@@ -74,7 +74,7 @@ void moq_export_fp8_row_weight(const float *W, size_t N, size_t K, uint8_t *q, f
     for (size_t n = 0; n < N; n++) {
         float a = moq_amax_f32(W + n * K, K);
         if (a == 0.0f) a = 448.0f; /* export_amax: zero row -> scale 1.0 */
-        const float s = a / 448.0f;
+        const float s = a * MOQ_RCP448;
         scale[n] = s;
         for (size_t k = 0; k < K; k++) q[n * K + k] = moq_e4m3_encode_rne(W[n * K + k] / s);
     }
@@ -92,7 +92,7 @@ void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q,
                 if (r > a) a = r;
             }
             if (a == 0.0f) a = 448.0f;
-            const float s = a / 448.0f;
+            const float s = a * MOQ_RCP448;
             scale[bn * kb + bk] = s;
             for (size_t n = bn * 128; n < n1; n++)
                 for (size_t k = bk * 128; k < bk * 128 + 128; k++) q[n * K + k] = moq_e4m3_encode_rne(W[n * K + k] / s);
@@ -101,7 +101,7 @@ void moq_export_fp8_block_weight(const float *W, size_t N, size_t K, uint8_t *q,
 
 void moq_export_fp8_block_weight_amax(const float *W, size_t N, size_t K, float amax, uint8_t *q, float *scale) {
     if (amax == 0.0f) amax = 448.0f;
-    const float s = amax / 448.0f;
+    const float s = amax * MOQ_RCP448;
     *scale = s;
 #pragma omp parallel for schedule(static) if (N * K >= PAR_MIN)
     for (size_t i = 0; i < N * K; i++) q[i] = moq_e4m3_encode_rne(W[i] / s);
@@ -120,7 +120,7 @@ void moq_export_mxfp8_weight(const float *W, size_t N, size_t K, uint8_t *q, uin
         for (size_t b = 0; b < K / 32; b++) {
             const float *blk = W + n * K + b * 32;
             const float a = moq_amax_f32(blk, 32);
-            int e = a > 0.0f ? ceil_log2_f32(a / 448.0f) : -127;
+            int e = a > 0.0f ? ceil_log2_f32(a * MOQ_RCP448) : -127;
             if (e < -127) e = -127;
             if (e > 127) e = 127;
             const int code = e + 127;

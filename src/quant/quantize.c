@@ -388,7 +388,7 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
         if (!u->leaf || u->leaf->kv == MOQ_TAP_NONE || !u->module || !strstr(u->module, "self_attn.")) continue;
         const float a = u->layer >= 0 && u->layer < cb->n_layers ? cb->amax[u->layer * MOQ_TAP_COUNT + u->leaf->kv] : -1.0f;
         if (a < 0) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no %s for layer %lld", u->leaf->kv == MOQ_TAP_K ? "K" : "V", (long long)u->layer);
-        u->kv_scale = a / 448.0f;   /* §8: f32(amax / 448), no clamp on the HF export path */
+        u->kv_scale = a * MOQ_RCP448;   /* §8: amax / 448 (a reciprocal product, export_ref.h), no clamp on the HF export path */
         u->has_kv = true;
         found++;
     }

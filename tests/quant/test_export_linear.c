@@ -3,7 +3,8 @@
  *    and shapes written here from SGLang/vLLM's ModelOpt modules, e.g. NVFP4 weight uint8 [N, K/2],
  *    weight_scale fp8 [N, K/16], scalar weight_scale_2 and input_scale);
  *  - the bytes it writes equal direct calls of the quant/export_ref.c exporters, and its input
- *    scales are act_amax / 448 (FP8) and act_amax / (6 · 448) (NVFP4);
+ *    scales are act_amax ⊗ f32(1/448) (FP8) and act_amax ⊗ f32(1/(6 · 448)) (NVFP4), the reciprocal
+ *    products PyTorch computes for ModelOpt's amax / maxbound;
  *  - a checkpoint written from its output (moq_writer) opens with moq_checkpoint_open and `moq check`
  *    reports it clean;
  *  - plan/run refuse a K the algo cannot group and buffers that differ from the plan. */
@@ -79,13 +80,13 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
                               size_t *len) {
     uint8_t *b = calloc(1, N * K * 2 + N * 4 + 64), *p = b;
     if (!strcmp(algo, "NVFP4") || !strcmp(algo, "W4A16_NVFP4")) {
-        float ws2, in = act_amax / 2688.0f;
+        float ws2, in = act_amax * (1.0f / 2688.0f);
         moq_export_nvfp4_weight(W, N, K, amax, p, p + N * K / 2, &ws2);
         p += N * K / 2 + N * K / 16;
         memcpy(p, &ws2, 4), p += 4;
         if (algo[0] == 'N') memcpy(p, &in, 4), p += 4;
     } else if (!strcmp(algo, "FP8")) {
-        float sc, in = act_amax / 448.0f;
+        float sc, in = act_amax * (1.0f / 448.0f);
         moq_export_fp8_tensor_weight(W, N, K, -1.0f, MOQ_DT_BF16, p, &sc); /* each shard its own amax */
         p += N * K;
         memcpy(p, &sc, 4), p += 4;
