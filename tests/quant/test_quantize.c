@@ -10,6 +10,8 @@
  *    bound of the source;
  *  - calibration: input_scale = amax/448 (FP8), amax/2688 (NVFP4), k_scale/v_scale = amax/448 of an
  *    fp64 forward of the same tokens written here (tolerance: f32 vs fp64 forward);
+ *  - real ModelOpt 0.47 exports (tests/data/modelopt_real): re-quantizing their dequantized weights
+ *    gives back the same tensors byte for byte and the same config files;
  *  - MIXED_PRECISION recipes, shards + index, MoE experts and routers, and the error cases (missing
  *    --calib, bad recipes, a quantized or F8 source, an existing destination, an interrupted run
  *    leaving nothing behind). */
