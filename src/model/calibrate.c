@@ -16,6 +16,7 @@ enum { CALIB_WINDOW = 512 };
 void moq_calib_free(moq_calib *c) {
     if (!c) return;
     free(c->amax);
+    free(c->expert_amax);
     *c = (moq_calib){0};
 }
 
@@ -25,10 +26,14 @@ typedef struct calib_obs {
     int        bad_tap;
 } calib_obs;
 
-static void observe(void *user, int64_t layer, moq_model_tap tap, const float *x, int64_t rows, int64_t cols) {
+static void observe(void *user, int64_t layer, moq_model_tap tap, int64_t expert, const float *x, int64_t rows, int64_t cols) {
     calib_obs *o = user;
-    if (layer < 0 || layer >= o->c->n_layers || (int)tap < 0 || tap >= MOQ_TAP_COUNT) return;
-    float *a = &o->c->amax[layer * MOQ_TAP_COUNT + tap];
+    float *a = NULL;
+    if (layer < 0 || layer >= o->c->n_layers) return;
+    if ((int)tap >= 0 && tap < MOQ_TAP_COUNT) a = &o->c->amax[layer * MOQ_TAP_COUNT + tap];
+    else if ((tap == MOQ_TAP_EXPERT_IN || tap == MOQ_TAP_EXPERT_DOWN_IN) && o->c->expert_amax && expert >= 0 && expert < o->c->n_experts)
+        a = &o->c->expert_amax[(layer * o->c->n_experts + expert) * 2 + (tap == MOQ_TAP_EXPERT_DOWN_IN)];
+    if (!a) return;
     float m = *a;
     for (int64_t i = 0; i < rows * cols; i++) {
         const float v = fabsf(x[i]);
@@ -56,17 +61,21 @@ moq_status moq_calibrate(moq_calib *out, const char *src_dir, const int32_t *ids
     moq_checkpoint *ck = NULL;
     moq_status st = moq_checkpoint_open(&ck, src_dir, NULL, err);
     if (st == MOQ_OK) a = moq_checkpoint_arch(ck);
-    const int64_t L = a ? a->num_hidden_layers : 0;
+    const int64_t L = a ? a->num_hidden_layers : 0, E = a ? a->num_experts : 0;
     moq_checkpoint_free(ck);
     if (st == MOQ_OK && L < 1) st = MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_hidden_layers is missing");
     if (st == MOQ_OK && !(out->amax = malloc((size_t)(L * MOQ_TAP_COUNT) * sizeof *out->amax)))
         st = MOQ_FAIL(err, MOQ_ERR_NOMEM, src_dir, "cannot allocate the calibration table");
+    if (st == MOQ_OK && E > 0 && !(out->expert_amax = malloc((size_t)(L * E * 2) * sizeof *out->expert_amax)))
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, src_dir, "cannot allocate the expert calibration table");
     if (st != MOQ_OK) {
         moq_model_free(m);
         return st;
     }
     out->n_layers = L;
+    out->n_experts = out->expert_amax ? E : 0;
     for (int64_t i = 0; i < L * MOQ_TAP_COUNT; i++) out->amax[i] = -1.0f;
+    for (int64_t i = 0; out->expert_amax && i < L * E * 2; i++) out->expert_amax[i] = -1.0f;
     calib_obs o = {.c = out, .bad_layer = -1};
     moq_model_set_observer(m, observe, &o);
     const int64_t V = moq_model_vocab_size(m), win = moq_model_ctx(m);

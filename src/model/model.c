@@ -154,14 +154,22 @@ struct moq_model {
     void              *obs_user;
 };
 
+/* Routed experts report through the MoE layer's hook (moe.h), tagged with the layer. */
+static void moe_tap(void *user, int64_t l, int64_t expert, int which, const float *x, int64_t rows, int64_t cols) {
+    const moq_model *m = user;
+    m->obs(m->obs_user, l, which ? MOQ_TAP_EXPERT_DOWN_IN : MOQ_TAP_EXPERT_IN, expert, x, rows, cols);
+}
+
 void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user) {
     if (!m) return;
     m->obs = fn;
     m->obs_user = user;
+    for (int64_t l = 0; m->layers && l < m->L; l++)
+        if (m->layers[l].moe) moq_moe_set_observer(m->layers[l].moe, fn ? moe_tap : NULL, m, l);
 }
 
 #define TAP(m, l, tap, x, rows, cols) \
-    do { if ((m)->obs) (m)->obs((m)->obs_user, (l), (tap), (x), (rows), (cols)); } while (0)
+    do { if ((m)->obs) (m)->obs((m)->obs_user, (l), (tap), -1, (x), (rows), (cols)); } while (0)
 
 static double now_s(void) {
     struct timespec ts;

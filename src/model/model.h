@@ -16,10 +16,11 @@ const char *moq_model_supported_list(char *buf, size_t n);
  * accepts it); inspect and check use it to warn before run refuses. */
 bool moq_model_architecture_supported(const char *name);
 
-/* Called with rows x cols f32 values (row-major, contiguous) at each tap of layer `layer`. Runs on
- * the forwarding thread; x is borrowed for the call. */
-typedef void (*moq_model_observer)(void *user, int64_t layer, moq_model_tap tap, const float *x, int64_t rows,
-                                   int64_t cols);
+/* Called with rows x cols f32 values (row-major, contiguous) at each tap of layer `layer`; expert is
+ * the global expert id for MOQ_TAP_EXPERT_IN / MOQ_TAP_EXPERT_DOWN_IN, else -1. Expert taps may come
+ * from the MoE layer's worker threads, one at a time; x is borrowed for the call. */
+typedef void (*moq_model_observer)(void *user, int64_t layer, moq_model_tap tap, int64_t expert, const float *x,
+                                   int64_t rows, int64_t cols);
 /* Sets (fn != NULL) or clears the observer. Caller-owned: the model keeps only the pointers; when
  * unset the forward pass tests one pointer per tap and does nothing else. */
 void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user);

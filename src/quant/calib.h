@@ -19,14 +19,19 @@ typedef enum moq_model_tap {
     MOQ_TAP_V,           /* [1, KV D]   one token's values                      */
     MOQ_TAP_MOE_IN,      /* [M, H]      input of a routed-expert block          */
     MOQ_TAP_COUNT,
+    MOQ_TAP_EXPERT_IN = MOQ_TAP_COUNT, /* [c, H]  the rows routed to one expert (its gate/up input)   */
+    MOQ_TAP_EXPERT_DOWN_IN,            /* [c, I]  that expert's down_proj input (the activation)   */
     MOQ_TAP_NONE = -1
 } moq_model_tap;
 
-/* amax per (layer, tap) over the calibration tokens; -1 where nothing was seen. */
+/* amax per (layer, tap) over the calibration tokens; -1 where nothing was seen. Routed experts:
+ * per (layer, expert, 0 = gate/up input | 1 = down input), over the tokens routed to each. */
 typedef struct moq_calib {
     int64_t n_layers;
-    float  *amax;        /* [n_layers][MOQ_TAP_COUNT], malloc'ed */
-    int64_t n_tokens;    /* tokens run                           */
+    float  *amax;        /* [n_layers][MOQ_TAP_COUNT], malloc'ed             */
+    int64_t n_tokens;    /* tokens run                                       */
+    int64_t n_experts;   /* 0 when the model has no routed experts          */
+    float  *expert_amax; /* [n_layers][n_experts][2], malloc'ed, or NULL    */
 } moq_calib;
 
 void moq_calib_free(moq_calib *c);

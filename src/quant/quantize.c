@@ -300,11 +300,6 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
         u->args.model_dtype = t->dtype;
         u->args.moe_gate_up = expert && lr->group != GRP_NONE;
         rep->n_quantized++;
-        if (row->static_input && expert)
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, module,
-                            "%s needs a static input scale per routed expert, and moq's calibration does not route tokens per expert yet; "
-                            "use W4A16_NVFP4, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO or MXFP8 for the experts (a MIXED_PRECISION recipe can)",
-                            row->algo);
     }
     /* Fused groups: the first member found (in source order) leads; members must share the algo.
      * Key "<parent>.#<group>" -> the leading unit, in one hash map. */
@@ -332,6 +327,29 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
     for (size_t i = 0; keys && i < n; i++) free(keys[i]);
     free(keys);
     return st;
+}
+
+/* A routed expert's input amax: over the tokens routed to it (gate/up: its input rows; down: its
+ * activation). An expert no calibration token reached gets the max of the layer's calibrated experts
+ * for the same projection, else 0.5: ModelOpt's set_expert_quantizer_amax. */
+static moq_status expert_input_amax(const moq_calib *cb, const unit *u, float *out, moq_error *err) {
+    const char *p = strstr(u->module, ".experts.");
+    char *end = NULL;
+    const long long e = p ? strtoll(p + 9, &end, 10) : -1;
+    if (!cb->expert_amax || u->layer < 0 || u->layer >= cb->n_layers || e < 0 || e >= cb->n_experts)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "the calibration recorded no routed experts for layer %lld (%lld experts); a %s input_scale needs them",
+                        (long long)u->layer, (long long)cb->n_experts, u->row->algo);
+    const int slot = u->leaf->group == GRP_NONE;   /* down_proj / w2: the activation */
+    const float *row = cb->expert_amax + u->layer * cb->n_experts * 2;
+    float a = row[e * 2 + slot];
+    if (a < 0) {
+        a = -1.0f;
+        for (int64_t x = 0; x < cb->n_experts; x++)
+            if (row[x * 2 + slot] > a) a = row[x * 2 + slot];
+        if (a < 0) a = 0.5f;
+    }
+    *out = a;
+    return MOQ_OK;
 }
 
 /* Weight amax of group-amax rows, maxed over each fused group; input and KV amax from calib. */
@@ -369,8 +387,9 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
                 return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module,
                                 "%s writes a static input_scale from calibrated activations: pass --calib FILE (text to calibrate on; --calib-tokens N limits it)",
                                 u->row->algo);
-            const float a = u->layer >= 0 && u->layer < cb->n_layers && u->leaf->tap != MOQ_TAP_NONE
-                                ? cb->amax[u->layer * MOQ_TAP_COUNT + u->leaf->tap] : -1.0f;
+            float a = u->layer >= 0 && u->layer < cb->n_layers && u->leaf->tap != MOQ_TAP_NONE && !u->expert
+                          ? cb->amax[u->layer * MOQ_TAP_COUNT + u->leaf->tap] : -1.0f;
+            if (u->expert) MOQ_TRY(expert_input_amax(cb, u, &a, err));
             if (a < 0)
                 return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no input for this linear (layer %lld); a %s input_scale needs one",
                                 (long long)u->layer, u->row->algo);

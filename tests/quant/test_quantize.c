@@ -800,7 +800,62 @@ static void test_moe_experts_and_router(void **state) {
     o.algo = "NVFP4";
     moq_error e = {0};
     moq_status st = moq_quantize(src, dst, &o, NULL, &e);
-    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "experts.0.gate_proj", "per routed expert");
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.0.", "pass --calib FILE");
+
+    /* per-expert calibration: every token reaches top-k experts, so the max over the experts'
+     * input amax is the MoE block's input amax, and each is at most that */
+    int32_t ids[48];
+    g_rng = 9;
+    for (int t = 0; t < 48; t++) ids[t] = (int32_t)(urand() * 500);
+    moq_calib cb = {0};
+    TU_OK(moq_calibrate(&cb, src, ids, 48, 1, err_));
+    assert_int_equal(cb.n_experts, 2);
+    assert_non_null(cb.expert_amax);
+    const float moe_in = cb.amax[MOQ_TAP_MOE_IN];
+    float mx = -1;
+    for (int x = 0; x < 2; x++) {
+        assert_true(cb.expert_amax[x * 2] <= moe_in);
+        assert_true(cb.expert_amax[x * 2 + 1] > 0);
+        mx = fmaxf(mx, cb.expert_amax[x * 2]);
+    }
+    assert_true(mx == moe_in);
+    static const char *const stat_algos[] = {"NVFP4", "FP8"};
+    for (int a = 0; a < 2; a++) {
+        o.algo = stat_algos[a], o.calib = &cb;
+        TU_OK(moq_quantize(src, dst, &o, NULL, err_));
+        moq_checkpoint *c = NULL;
+        TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
+        const double div = a == 0 ? 2688.0 : 448.0;
+        for (int x = 0; x < 2; x++) {
+            char g[128], u[128], d[128];
+            snprintf(g, sizeof g, "model.layers.0.mlp.experts.%d.gate_proj", x);
+            snprintf(u, sizeof u, "model.layers.0.mlp.experts.%d.up_proj", x);
+            snprintf(d, sizeof d, "model.layers.0.mlp.experts.%d.down_proj", x);
+            assert_true(scalar(need(c, g, "input_scale")) == rcp_times(cb.expert_amax[x * 2], div));
+            assert_true(scalar(need(c, u, "input_scale")) == scalar(need(c, g, "input_scale")));
+            assert_true(scalar(need(c, d, "input_scale")) == rcp_times(cb.expert_amax[x * 2 + 1], div));
+        }
+        moq_checkpoint_free(c);
+        snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
+        run_ok(cmd, ", 0 problems");
+        tu_rmtree(dst);
+    }
+    /* an expert no token reached: the max of the layer's others (ModelOpt's fallback) */
+    cb.expert_amax[1 * 2] = -1.0f, cb.expert_amax[1 * 2 + 1] = -1.0f;
+    o.algo = "FP8";
+    TU_OK(moq_quantize(src, dst, &o, NULL, err_));
+    {
+        moq_checkpoint *c = NULL;
+        TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
+        assert_true(scalar(need(c, "model.layers.0.mlp.experts.1.gate_proj", "input_scale")) ==
+                    scalar(need(c, "model.layers.0.mlp.experts.0.gate_proj", "input_scale")));
+        assert_true(scalar(need(c, "model.layers.0.mlp.experts.1.down_proj", "input_scale")) ==
+                    scalar(need(c, "model.layers.0.mlp.experts.0.down_proj", "input_scale")));
+        moq_checkpoint_free(c);
+    }
+    tu_rmtree(dst);
+    moq_calib_free(&cb);
+    o.calib = NULL;
     static const char *const algos[] = {"W4A16_NVFP4", "FP8_PB_WO"};
     for (int a = 0; a < 2; a++) {
         o.algo = algos[a];
@@ -996,9 +1051,11 @@ static void real_fixture_round_trip(const char *fx) {
     TU_OK(moq_writer_create(&wr, src, err_));
     void *keep[512];
     int nk = 0;
-    const int64_t NL = moq_checkpoint_arch(c)->num_hidden_layers;
+    const int64_t NL = moq_checkpoint_arch(c)->num_hidden_layers, NE = moq_checkpoint_arch(c)->num_experts;
     float *table = malloc((size_t)(NL * MOQ_TAP_COUNT) * sizeof *table);
+    float *etable = NE > 0 ? malloc((size_t)(NL * NE * 2) * sizeof *etable) : NULL;
     for (int64_t i = 0; i < NL * MOQ_TAP_COUNT; i++) table[i] = -1.0f;
+    for (int64_t i = 0; etable && i < NL * NE * 2; i++) etable[i] = -1.0f;
     static const struct { const char *leaf; int tap; } taps[] = {
         {"self_attn.q_proj", MOQ_TAP_QKV_IN}, {"self_attn.o_proj", MOQ_TAP_O_IN}, {"mlp.gate_proj", MOQ_TAP_GATE_UP_IN}, {"mlp.down_proj", MOQ_TAP_DOWN_IN}};
     for (size_t i = 0; i < moq_checkpoint_tensor_count(c); i++) {
@@ -1026,6 +1083,12 @@ static void real_fixture_round_trip(const char *fx) {
                 snprintf(m, sizeof m, "model.layers.%lld.%s.input_scale", (long long)l, taps[j].leaf);
                 if (!strcmp(t->name, m)) table[l * MOQ_TAP_COUNT + taps[j].tap] = f32p(t)[0] * (fp4 ? 2688.0f : 448.0f);
             }
+            long long x = -1;
+            char proj[32] = "";
+            const size_t nl = strlen(t->name);
+            const bool is_in = nl > 12 && !strcmp(t->name + nl - 12, ".input_scale");
+            if (etable && is_in && l >= 0 && l < NL && sscanf(t->name, "model.layers.%*d.mlp.experts.%lld.%31[a-z_].input_scale", &x, proj) == 2 && x >= 0 && x < NE)
+                etable[(l * NE + x) * 2 + (strcmp(proj, "down_proj") == 0)] = f32p(t)[0] * (fp4 ? 2688.0f : 448.0f);
             if (l >= 0 && strstr(t->name, ".k_proj.k_scale")) table[l * MOQ_TAP_COUNT + MOQ_TAP_K] = f32p(t)[0] * 448.0f;
             if (l >= 0 && strstr(t->name, ".v_proj.v_scale")) table[l * MOQ_TAP_COUNT + MOQ_TAP_V] = f32p(t)[0] * 448.0f;
             continue;
@@ -1044,7 +1107,7 @@ static void real_fixture_round_trip(const char *fx) {
 
     snprintf(tag, sizeof tag, "qz_real_%s", fx);
     char *dst = out_dir(tag);
-    const moq_calib cb = {.n_layers = NL, .amax = table, .n_tokens = 1};
+    const moq_calib cb = {.n_layers = NL, .amax = table, .n_tokens = 1, .n_experts = etable ? NE : 0, .expert_amax = etable};
     moq_quantize_opts o = moq_quantize_opts_default();
     o.algo = algo, o.calib = &cb, o.kv_fp8 = kv;
     TU_OK(moq_quantize(src, dst, &o, NULL, err_));
@@ -1081,17 +1144,17 @@ static void real_fixture_round_trip(const char *fx) {
     cJSON_Delete(dhq), cJSON_Delete(dcfg), cJSON_Delete(fhq), cJSON_Delete(fcfg);
     moq_checkpoint_free(d);
     moq_checkpoint_free(c);
-    free(table);
+    free(table), free(etable);
     tu_rmtree(dst), tu_rmtree(src);
     free(dst), free(src), free(fdir);
 }
 
 static void test_real_modelopt_exports(void **state) {
     (void)state;
-    /* qwen3moe_fp8 / qwen3moe_nvfp4 need per-expert calibration (refused); llama_nvfp4_awq and
-     * llama_fp8_kv_cast are forms moq quantize does not write */
-    static const char *const fx[] = {"llama_fp8", "llama_fp8_pc_pt", "llama_fp8_pb_wo", "llama_nvfp4", "llama_w4a16_nvfp4",
-                                     "llama_mxfp8", "llama_fp8_kv", "qwen3moe_fp8_pc_pt", "qwen3moe_fp8_pb_wo"};
+    /* llama_nvfp4_awq and llama_fp8_kv_cast are forms moq quantize does not write */
+    static const char *const fx[] = {"llama_fp8",   "llama_fp8_pc_pt", "llama_fp8_pb_wo",    "llama_nvfp4",        "llama_w4a16_nvfp4",
+                                     "llama_mxfp8", "llama_fp8_kv",    "qwen3moe_fp8",       "qwen3moe_fp8_pc_pt", "qwen3moe_fp8_pb_wo",
+                                     "qwen3moe_nvfp4"};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) real_fixture_round_trip(fx[i]);
 }
 
