@@ -12,7 +12,7 @@
  *    fp64 forward of the same tokens written here (tolerance: f32 vs fp64 forward);
  *  - real ModelOpt 0.47 exports (tests/data/modelopt_real): re-quantizing their dequantized weights
  *    gives back the same tensors byte for byte and the same config files;
- *  - MIXED_PRECISION recipes, shards + index, MoE experts and routers, and the error cases (missing
+ *  - MIXED_PRECISION recipes, shards + index, MoE experts (per-expert calibration) and routers, and the error cases (missing
  *    --calib, bad recipes, a quantized or F8 source, an existing destination, an interrupted run
  *    leaving nothing behind). */
 #include <math.h>
