@@ -29,6 +29,8 @@ int  cmd_inspect(int argc, char **argv);
 void cmd_inspect_help(FILE *out);
 int  cmd_synth(int argc, char **argv);
 void cmd_synth_help(FILE *out);
+int  cmd_quantize(int argc, char **argv);
+void cmd_quantize_help(FILE *out);
 int  cmd_tokenize(int argc, char **argv);
 void cmd_tokenize_help(FILE *out);
 int  cmd_errors(int argc, char **argv);

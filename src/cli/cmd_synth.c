@@ -137,10 +137,12 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
         moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS];
         int nt = 0;
         snprintf(nm, sizeof nm, "%s.%s", prefix, names[i]);
-        if ((st = moq_export_linear_plan(row, nm, N, K, t, &nt, err))) break;
+        moq_export_args a = moq_export_args_default();
+        a.amax = row->group_amax ? amax : -1.0f, a.act_amax = act_amax;
+        if ((st = moq_export_linear_plan(row, nm, N, K, &a, t, &nt, err))) break;
         for (int j = 0; j < nt && st == MOQ_OK; j++)
             if (!(t[j].data = keep(s, (size_t)t[j].nbytes))) st = MOQ_ERR_NOMEM;
-        if (st || (st = moq_export_linear_run(row, nm, w[i], N, K, amax, act_amax, t, nt, err))) break;
+        if (st || (st = moq_export_linear_run(row, nm, w[i], N, K, &a, t, nt, err))) break;
         for (int j = 0; j < nt && st == MOQ_OK; j++) {
             snprintf(nm, sizeof nm, "%s.%s.%s", prefix, names[i], t[j].suffix);
             st = moq_writer_add(s->w, nm, t[j].dtype, t[j].ndim, t[j].shape, t[j].data, t[j].nbytes, err);

@@ -11,6 +11,7 @@
 static const cli_cmd commands[] = {
     {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help, NULL},
     {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help, NULL},
+    {"quantize", "write a ModelOpt checkpoint from a BF16/F16/F32 one (calibrated static scales)", cmd_quantize, cmd_quantize_help, NULL},
     {"tokenize", "encode text (or a chat) with a tokenizer.json, or decode ids", cmd_tokenize, cmd_tokenize_help, NULL},
     {"errors",  "list exit codes and what they mean (--markdown for docs/ERRORS.md)", cmd_errors, cmd_errors_help, NULL},
     {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help, NULL},

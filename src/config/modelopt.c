@@ -474,7 +474,7 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
         if (!have_gs && !nested && r->group_size_from_groups && cJSON_IsObject(g0) && g0->child)
             MOQ_TRY(json_group_size(q, get(get(g0->child, "weights"), "group_size"), file,
                                     "config_groups[0].weights.group_size", &gs, &have_gs, err));
-        if (r->group_size_consistent) {
+        if (r->group_size_consistent && cls != CLS_MIXED) { /* a mix carries each layer's own (quantized_layers) */
             int64_t any = 0;
             bool have_any = false;
             MOQ_TRY(group_sizes_agree(q, root, file, &any, &have_any, err));

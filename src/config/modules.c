@@ -210,6 +210,11 @@ static bool dim_matches(moq_dim d, int64_t have, int64_t N, int64_t K, int64_t G
 static bool shape_is(const moq_tensor *t, const moq_dim *dims, int64_t N, int64_t K, int64_t G) {
     int nd = 0;
     while (nd < MOQ_RULE_MAX_DIMS && dims[nd] != MOQ_DIM_END) nd++;
+    if (t->ndim == 0 && nd > 0) { /* one value: ModelOpt 0.47 writes a one-block FP8_PB_WO scale 0-d (NUMERICS §12) */
+        for (int d = 0; d < nd; d++)
+            if (!dim_matches(dims[d], 1, N, K, G)) return false;
+        return true;
+    }
     if (t->ndim != nd) return false;
     for (int d = 0; d < nd; d++)
         if (!dim_matches(dims[d], t->shape[d], N, K, G)) return false;

@@ -89,3 +89,10 @@ char *moq_path_join(const char *dir, const char *name) {
     snprintf(p, n, "%s%s%s", dir, (a && dir[a - 1] != '/') ? "/" : "", name);
     return p;
 }
+
+void moq_map_release(const void *p, uint64_t n) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (!p || pg <= 0 || n < (uint64_t)pg) return;
+    const uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + (uintptr_t)n) & ~((uintptr_t)pg - 1);
+    if (e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_DONTNEED);
+}

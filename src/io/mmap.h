@@ -15,6 +15,11 @@ typedef struct moq_map {
 moq_status moq_map_open(moq_map *m, const char *path, const char *where, moq_error *err);
 void       moq_map_close(moq_map *m);
 
+/* Tells the kernel the pages wholly inside [p, p + n) of a read-only mapping are not needed soon
+ * (madvise MADV_DONTNEED: they leave this process's resident set and are read back from the page
+ * cache if touched again). Used by streaming passes so resident memory stays near one tensor. */
+void       moq_map_release(const void *p, uint64_t n);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer, refusing files over max_bytes.
  * Returns MOQ_ERR_IO with errno text when the file cannot be read. */
 moq_status moq_read_file(const char *path, const char *where, uint64_t max_bytes, char **out,

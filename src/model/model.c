@@ -154,7 +154,26 @@ struct moq_model {
     moq_model_timings tm;
     const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
     int         n_warn;
+    moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
+    void              *obs_user;
 };
+
+/* Routed experts report through the MoE layer's hook (moe.h), tagged with the layer. */
+static void moe_tap(void *user, int64_t l, int64_t expert, int which, const float *x, int64_t rows, int64_t cols) {
+    const moq_model *m = user;
+    m->obs(m->obs_user, l, which ? MOQ_TAP_EXPERT_DOWN_IN : MOQ_TAP_EXPERT_IN, expert, x, rows, cols);
+}
+
+void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user) {
+    if (!m) return;
+    m->obs = fn;
+    m->obs_user = user;
+    for (int64_t l = 0; m->layers && l < m->L; l++)
+        if (m->layers[l].moe) moq_moe_set_observer(m->layers[l].moe, fn ? moe_tap : NULL, m, l);
+}
+
+#define TAP(m, l, tap, x, rows, cols) \
+    do { if ((m)->obs) (m)->obs((m)->obs_user, (l), (tap), -1, (x), (rows), (cols)); } while (0)
 
 static double now_s(void) {
     struct timespec ts;
@@ -664,6 +683,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
         CHECK(m->h, M, H, "model.layers.%lld.input_layernorm", (long long)l);
+        TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, H);
         MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
         CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
         for (int64_t i = 0; i < M; i++) {
@@ -676,11 +696,14 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
                 if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
                 moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
             }
+            TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
+            TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
             moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
         }
         CHECK(m->qkv, M, qkvN, "model.layers.%lld.self_attn (q/k norm and rope)", (long long)l);
         attention(m, l, p0, M);
         CHECK(m->att, M, A * D, "model.layers.%lld.self_attn (attention)", (long long)l);
+        TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
         MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
         CHECK(m->tmp, M, H, "%s", ly->o.name);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
@@ -688,15 +711,18 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
         CHECK(m->h, M, H, "model.layers.%lld.post_attention_layernorm", (long long)l);
         if (ly->is_moe) {
+            TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
             MOQ_TRY(moe_block(m, ly, M, err));
             CHECK(m->tmp, M, H, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
             CHECK(m->x, M, H, "model.layers.%lld (residual after the experts)", (long long)l);
             continue;
         }
+        TAP(m, l, MOQ_TAP_GATE_UP_IN, m->h, M, H);
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
         CHECK(m->gu, M, 2 * I, "%s", ly->gate_up.name);
         swiglu(m->gu, M, I, m->act);
         CHECK(m->act, M, I, "model.layers.%lld.mlp (silu(gate) * up)", (long long)l);
+        TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
         CHECK(m->tmp, M, H, "%s", ly->down.name);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];

@@ -8,6 +8,7 @@
 #define MOQ_MODEL_MODEL_H
 
 #include "moq.h"
+#include "quant/calib.h"
 
 /* "LlamaForCausalLM, MistralForCausalLM, ..." (for messages). */
 const char *moq_model_supported_list(char *buf, size_t n);
@@ -17,5 +18,25 @@ bool moq_model_architecture_supported(const char *name);
 /* The rope_theta an architecture's transformers config class uses when config.json has none
  * (its documented default); false when the architecture has none here. */
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class);
+
+/* Called with rows x cols f32 values (row-major, contiguous) at each tap of layer `layer`; expert is
+ * the global expert id for MOQ_TAP_EXPERT_IN / MOQ_TAP_EXPERT_DOWN_IN, else -1. Expert taps may come
+ * from the MoE layer's worker threads, one at a time; x is borrowed for the call. */
+typedef void (*moq_model_observer)(void *user, int64_t layer, moq_model_tap tap, int64_t expert, const float *x,
+                                   int64_t rows, int64_t cols);
+/* Sets (fn != NULL) or clears the observer. Caller-owned: the model keeps only the pointers; when
+ * unset the forward pass tests one pointer per tap and does nothing else. */
+void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user);
+
+/* Max calibration (model/calibrate.c): runs the unquantized model at src_dir over ids[0..n_ids) in
+ * windows of up to 512 tokens (the cache reset between windows) and records the amax at every tap.
+ * n_threads <= 0: OpenMP's default. NaN or Inf at a tap is MOQ_ERR_INVALID_ARG naming the layer. */
+moq_status moq_calibrate(moq_calib *out, const char *src_dir, const int32_t *ids, int64_t n_ids, int n_threads,
+                         moq_error *err);
+/* Tokenizes text[0..len) with src_dir's tokenizer (special tokens added as its post-processor does,
+ * Hugging Face's default), keeps the first max_tokens ids (0: all; then only a prefix of 64 bytes per
+ * token is tokenized) and calls moq_calibrate. */
+moq_status moq_calibrate_text(moq_calib *out, const char *src_dir, const char *text, size_t len, int64_t max_tokens,
+                              int n_threads, moq_error *err);
 
 #endif

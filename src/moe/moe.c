@@ -105,6 +105,10 @@ struct moq_moe {
     moq_linear         *router;
     void               *router_q;    /* owned copy of the router weight                         */
     int                 n_threads;
+    moq_moe_observer    obs;         /* calibration hook (moe.h), NULL when unset                */
+    void               *obs_user;
+    int64_t             obs_tag;
+    int64_t            *global_of;   /* i64 [n_local]: global id of each local expert            */
     int                 n_warn;
     char                warn[MOE_MAX_WARN][MOE_WARN_LEN];
 };
@@ -415,7 +419,7 @@ void moq_moe_free(moq_moe *m) {
     for (int64_t i = 0; m->ex && i < m->n_local; i++) expert_free(&m->ex[i]);
     if (m->has_shared) expert_free(&m->shared);
     moq_linear_free(m->router);
-    free(m->router_q), free(m->bias), free(m->local_of), free(m->ex), free(m);
+    free(m->router_q), free(m->bias), free(m->local_of), free(m->global_of), free(m->ex), free(m);
 }
 
 /* Input scales of expert g: {w13 gate, w13 up, w2}. Missing and g not local: *present = false. */
@@ -476,6 +480,10 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         int64_t cnt = 0;
         for (int64_t g = 0; g < m->E; g++) cnt += m->local_of[g] >= 0;
         if (cnt != m->n_local) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds %lld experts but local ids reach %lld; expected 0..n-1 each once", (long long)cnt, (long long)m->n_local); goto fail; }
+        m->global_of = malloc((m->n_local > 0 ? (size_t)m->n_local : 1) * sizeof(int64_t));
+        if (!m->global_of) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+        for (int64_t g = 0; g < m->E; g++)
+            if (m->local_of[g] >= 0) m->global_of[m->local_of[g]] = g;
     }
     if (first < 0) { st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "expert_map holds none of the %lld experts, expected at least one local", (long long)m->E); goto fail; }
     /* Sizes from the first local expert's first projection: [I, H]. */
@@ -687,15 +695,30 @@ size_t moq_moe_workspace_size(const moq_moe *m, int64_t T) {
 }
 
 /* One expert over its c gathered rows: h = w13·x, a = act(h), out = w2·a. slot: this thread's. */
-static moq_status run_expert(const moq_moe *m, const moe_expert *ex, const void *x, moq_elem xe, int64_t c, float *out, uint8_t *slot,
-                             size_t lin_ws, moq_error *err) {
+void moq_moe_set_observer(moq_moe *m, moq_moe_observer fn, void *user, int64_t tag) {
+    if (!m) return;
+    m->obs = fn, m->obs_user = user, m->obs_tag = tag;
+}
+
+/* The observer, one call at a time (experts run on several threads). */
+static void observe(const moq_moe *m, int64_t g, int which, const float *x, int64_t rows, int64_t cols) {
+#pragma omp critical /* unnamed: a named one exports a .gomp_critical_user_ symbol */
+    m->obs(m->obs_user, m->obs_tag, g, which, x, rows, cols);
+}
+
+/* g: the expert's global id for the observer (-1: the shared expert, not observed). */
+static moq_status run_expert(const moq_moe *m, const moe_expert *ex, int64_t g, const void *x, moq_elem xe, int64_t c, float *out,
+                             uint8_t *slot, size_t lin_ws, moq_error *err) {
     float *h = (float *)(void *)slot;
     float *a = (float *)(void *)(slot + al64((size_t)c * (size_t)m->N13 * 4));
     uint16_t *ab = (uint16_t *)(void *)((uint8_t *)a + al64((size_t)c * (size_t)m->Ip * 4));
     void *lws = (uint8_t *)ab + al64((size_t)c * (size_t)m->Ip * 2);
+    const bool obs = m->obs && g >= 0 && xe == MOQ_ELEM_F32;
+    if (obs) observe(m, g, 0, x, c, m->H);
     MOQ_TRY(moq_linear_run(ex->l13, x, xe, c, h, MOQ_ELEM_F32, lws, lin_ws, err));
     const int64_t Ip = m->Ip;
     for (int64_t r = 0; r < c; r++) moq_moe_act_ref(m->act, &m->ap, h + r * m->N13, Ip, a + r * Ip);
+    if (obs) observe(m, g, 1, a, c, Ip);
     if (xe == MOQ_ELEM_BF16) /* the engines hand the second GEMM activations in the model dtype */
         for (int64_t i = 0; i < c * Ip; i++) ab[i] = moq_bf16_encode_rne(a[i]);
     const void *a_in = xe == MOQ_ELEM_BF16 ? (const void *)ab : (const void *)a;
@@ -770,7 +793,7 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
         const int64_t c = w.off[l + 1] - w.off[l];
         if (c == 0) continue;
         moq_error e = {0};
-        const moq_status s = run_expert(m, &m->ex[l], (const uint8_t *)w.xg + (size_t)w.off[l] * (size_t)H * eb, ge, c, w.o + w.off[l] * H,
+        const moq_status s = run_expert(m, &m->ex[l], m->global_of ? m->global_of[l] : -1, (const uint8_t *)w.xg + (size_t)w.off[l] * (size_t)H * eb, ge, c, w.o + w.off[l] * H,
                                         w.thr + (size_t)omp_get_thread_num() * w.slot, w.lin_ws, &e);
         if (s != MOQ_OK) {
 #pragma omp critical
@@ -778,7 +801,7 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
         }
     }
     if (st != MOQ_OK) { if (err) *err = first; return st; }
-    if (m->has_shared) MOQ_TRY(run_expert(m, &m->shared, x, x_elem, T, w.so, w.thr, w.lin_ws, err));
+    if (m->has_shared) MOQ_TRY(run_expert(m, &m->shared, -1, x, x_elem, T, w.so, w.thr, w.lin_ws, err));
 
     /* Combine in slot order. */
 #pragma omp parallel for num_threads(nt) schedule(static) if (par_rows)

@@ -19,4 +19,12 @@ uint64_t moq_moe_expert_bytes(moq_moe_format f, int64_t H, int64_t I);
 /* The w13 (which = 0) or w2 (1) linear of local expert l; NULL when out of range. */
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which);
 
+/* Calibration hook: fn(user, tag, global expert id, 0 = the expert's input rows [c, H] | 1 = its
+ * down-projection input [c, I'], values, c, cols) for every expert a step routes tokens to (f32
+ * input only). Calls are serialized (a critical section); NULL clears it. The layer keeps the
+ * pointers; when unset the run pays one pointer test per expert. */
+typedef void (*moq_moe_observer)(void *user, int64_t tag, int64_t expert, int which, const float *x, int64_t rows,
+                                 int64_t cols);
+void moq_moe_set_observer(moq_moe *m, moq_moe_observer fn, void *user, int64_t tag);
+
 #endif

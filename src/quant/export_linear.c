@@ -1,7 +1,8 @@
 /* export_linear.c — see export_linear.h: one row per quant_algo, each naming the exporter of
  * quant/export_ref.c that produces its tensors and the names, dtypes and shapes ModelOpt gives them
  * (NUMERICS.md §2.3 NVFP4, §5.1 FP8, §5.2 per-channel, §5.3 128x128 block, §4.2 MXFP8).
- * Input scales are act_amax / 448 (FP8) and act_amax / 2688 (NVFP4, 6 · 448); weight-only and
+ * Input scales are f32(act_amax ⊗ f32(1/448)) (FP8) and f32(act_amax ⊗ f32(1/2688)) (NVFP4, 6 · 448),
+ * reciprocal products as PyTorch computes ModelOpt's amax / maxbound (export_ref.h); weight-only and
  * dynamic-activation algos write none. Tested by tests/quant/test_export_linear.c. */
 #include "quant/export_linear.h"
 
@@ -37,10 +38,10 @@ static void nvfp4_common(const float *W, size_t N, size_t K, float amax, moq_exp
     put_scalar(t, count, "weight_scale_2", W ? &ws2 : NULL);
 }
 
-static void export_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+static void export_nvfp4(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                          int *count) {
-    nvfp4_common(W, N, K, amax, t, count);
-    const float is = act_amax / 2688.0f;
+    nvfp4_common(W, N, K, a->amax, t, count);
+    const float is = a->act_amax * MOQ_RCP2688;
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 
@@ -51,8 +52,9 @@ static void export_nvfp4(const float *W, size_t N, size_t K, float amax, float a
  * NVFP4 exporter, so no buffer is needed. amax < 0 means this weight's own amax of W ⊘ s. */
 static float awq_scale(size_t k) { return moq_bf16_decode(moq_bf16_encode_rne(0.5f + 1.5f * (float)((k * 37) % 64) / 64.0f)); }
 
-static void export_nvfp4_awq(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+static void export_nvfp4_awq(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                              int *count) {
+    const float amax = a->amax, act_amax = a->act_amax;
     const int64_t sq[2] = {(int64_t)N, (int64_t)(K / 2)}, ss[2] = {(int64_t)N, (int64_t)(K / 16)}, sk[1] = {(int64_t)K};
     put(t, count, "weight", MOQ_DT_U8, 2, sq, (uint64_t)(N * K / 2));
     put(t, count, "weight_scale", MOQ_DT_F8_E4M3, 2, ss, (uint64_t)(N * K / 16));
@@ -76,57 +78,57 @@ static void export_nvfp4_awq(const float *W, size_t N, size_t K, float amax, flo
         for (size_t k = 0; k < K; k++) ((uint16_t *)t[4].data)[k] = moq_bf16_encode_rne(awq_scale(k));
 }
 
-static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax,
-                               moq_export_tensor *t, int *count) {
-    (void)act_amax;
-    nvfp4_common(W, N, K, amax, t, count);
+static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    nvfp4_common(W, N, K, a->amax, t, count);
 }
 
-/* FP8 per-tensor: each shard keeps its own amax (the loaders take the max over a fused group). */
-static void export_fp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                       int *count) {
-    (void)amax;
+/* FP8 per-tensor: each shard its own weight amax. ModelOpt's fusion step skips FP8
+ * (_fuse_shared_input_modules leaves QUANTIZATION_FP8 groups alone), so q/k/v keep their own
+ * weight_scale; their input_scale agrees because they read the same input. The loaders take the
+ * max over a fused group (NUMERICS.md §5.1). */
+static void export_fp8(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
     const int64_t sq[2] = {(int64_t)N, (int64_t)K};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     float sc = 0;
-    if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, 1, t[0].data, &sc);
+    if (W) moq_export_fp8_tensor_weight(W, N, K, -1.0f, a->model_dtype, t[0].data, &sc);
     put_scalar(t, count, "weight_scale", W ? &sc : NULL);
-    const float is = act_amax / 448.0f;
+    const float is = (a->act_amax == 0.0f ? 448.0f : a->act_amax) * MOQ_RCP448; /* export_amax: 0 -> 448 */
     put_scalar(t, count, "input_scale", W ? &is : NULL);
 }
 
-static void export_fp8_row(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                           int *count) {
-    (void)amax, (void)act_amax;
+static void export_fp8_row(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[1] = {(int64_t)N};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     put(t, count, "weight_scale", MOQ_DT_F32, 1, ss, (uint64_t)N * 4);
     if (W) moq_export_fp8_row_weight(W, N, K, t[0].data, t[1].data);
 }
 
-/* The block scale is written 4-D, [ceil(N/128), 1, K/128, 1], as ModelOpt does. */
-static void export_fp8_block(const float *W, size_t N, size_t K, float amax, float act_amax,
-                             moq_export_tensor *t, int *count) {
-    (void)amax, (void)act_amax;
+/* The block scale is written 4-D, [ceil(N/128), 1, K/128, 1], as ModelOpt does, except that a
+ * weight of a single block gets a 0-d scale (not a routed expert's gate/up: [1, 1, 1, 1]), and that
+ * single block's amax is the group amax (§12). */
+static void export_fp8_block(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
     const int64_t nb = (int64_t)((N + 127) / 128), kb = (int64_t)(K / 128);
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[4] = {nb, 1, kb, 1};
+    const bool one = nb * kb == 1;
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
-    put(t, count, "weight_scale", MOQ_DT_F32, 4, ss, (uint64_t)(nb * kb) * 4);
-    if (W) moq_export_fp8_block_weight(W, N, K, t[0].data, t[1].data);
+    put(t, count, "weight_scale", MOQ_DT_F32, one && !a->moe_gate_up ? 0 : 4, ss, (uint64_t)(nb * kb) * 4);
+    if (!W) return;
+    if (one && a->amax >= 0) moq_export_fp8_block_weight_amax(W, N, K, a->amax, t[0].data, t[1].data);
+    else moq_export_fp8_block_weight(W, N, K, t[0].data, t[1].data);
 }
 
-static void export_mxfp8(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+static void export_mxfp8(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t,
                          int *count) {
-    (void)amax, (void)act_amax;
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K}, ss[2] = {(int64_t)N, (int64_t)(K / 32)};
     put(t, count, "weight", MOQ_DT_F8_E4M3, 2, sq, (uint64_t)(N * K));
     put(t, count, "weight_scale", MOQ_DT_U8, 2, ss, (uint64_t)(N * K / 32));
     if (W) moq_export_mxfp8_weight(W, N, K, t[0].data, t[1].data);
 }
 
-static void export_bf16(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
-                        int *count) {
-    (void)amax, (void)act_amax;
+static void export_bf16(const float *W, size_t N, size_t K, const moq_export_args *a, moq_export_tensor *t, int *count) {
+    (void)a;
     const int64_t sq[2] = {(int64_t)N, (int64_t)K};
     put(t, count, "weight", MOQ_DT_BF16, 2, sq, (uint64_t)(N * K) * 2);
     if (!W) return;
@@ -134,17 +136,35 @@ static void export_bf16(const float *W, size_t N, size_t K, float amax, float ac
     for (size_t j = 0; j < N * K; j++) h[j] = moq_bf16_encode_rne(W[j]);
 }
 
-/* algo, quantized, group_size, k_multiple, group_amax, exporter */
+#define FP8_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}, " \
+                  "\"weights\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}}"
+#define FP4_W     "\"weights\": {\"dynamic\": false, \"num_bits\": 4, \"type\": \"float\", \"group_size\": 16}"
+#define NVFP4_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 4, \"type\": \"float\", \"group_size\": 16}, " FP4_W "}"
+#define W4A16_GROUP "{" FP4_W "}"
+#define PCPT_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\"}, " \
+                   "\"weights\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"strategy\": \"channel\"}}"
+#define MXFP8_GROUP "{\"input_activations\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"group_size\": 32}, " \
+                    "\"weights\": {\"dynamic\": false, \"num_bits\": 8, \"type\": \"float\", \"group_size\": 32}}"
+#define PBWO_GROUP "{\"quant_algo\": \"fp8_pb_wo\"}"  /* ModelOpt has no mapping for it: it writes the algo */
+
+/* config groups: what ModelOpt's convert_hf_quant_config_format writes for a single algo (NUMERICS
+ * §12: FP8, NVFP4 and W4A16 only), as in the nvidia NVFP4 checkpoints, and per algo of a mix
+ * (_quant_algo_to_group_config), as in nvidia/Qwen3.6-27B-NVFP4's config.json. */
 static const moq_export_linear_row k_rows[] = {
-    {"NVFP4", true, 16, 16, true, export_nvfp4},
-    {"FP8", true, 0, 1, false, export_fp8},
-    {"BF16", false, 0, 1, false, export_bf16},
-    {"FP8_PER_CHANNEL_PER_TOKEN", true, 0, 1, false, export_fp8_row},
-    {"FP8_PB_WO", true, 0, 128, false, export_fp8_block},
-    {"W4A16_NVFP4", true, 16, 16, true, export_w4a16_nvfp4},
-    {"MXFP8", true, 0, 32, false, export_mxfp8},
-    {"NVFP4_AWQ", true, 16, 16, true, export_nvfp4_awq},
+    /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group, mixed group, synthetic */
+    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP, NVFP4_GROUP, false},
+    {"FP8",                        "FP8",                       true,  0,  1,   false, true, true,  export_fp8,         FP8_GROUP,   FP8_GROUP, false},
+    {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL,        NULL, false},
+    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL,        PCPT_GROUP, false},
+    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL,        PBWO_GROUP, false},
+    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, false, export_w4a16_nvfp4, W4A16_GROUP, W4A16_GROUP, false},
+    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, false, export_mxfp8,       NULL,        MXFP8_GROUP, false},
+    {"NVFP4_AWQ",                  "NVFP4_AWQ",                 true,  16, 16,  true,  true, false,  export_nvfp4_awq,   NULL,        NULL,        true},
 };
+
+moq_export_args moq_export_args_default(void) {
+    return (moq_export_args){.amax = -1.0f, .act_amax = 0.0f, .model_dtype = MOQ_DT_BF16, .moe_gate_up = false};
+}
 
 const moq_export_linear_row *moq_export_linear_rows(size_t *count) {
     *count = sizeof k_rows / sizeof k_rows[0];
@@ -158,8 +178,8 @@ const moq_export_linear_row *moq_export_linear_find(const char *algo) {
 }
 
 moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *where, int64_t N,
-                                  int64_t K, moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS],
-                                  int *count, moq_error *err) {
+                                  int64_t K, const moq_export_args *a,
+                                  moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS], int *count, moq_error *err) {
     *count = 0;
     if (!row) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "no export row given");
     if (N <= 0 || K <= 0 || N > (INT64_C(1) << 31) || K > (INT64_C(1) << 31))
@@ -169,16 +189,19 @@ moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "K = %lld, expected a multiple of %d for %s",
                         (long long)K, row->k_multiple, row->algo);
     memset(t, 0, MOQ_EXPORT_LINEAR_MAX_TENSORS * sizeof *t);
-    row->export_fn(NULL, (size_t)N, (size_t)K, 0.0f, 0.0f, t, count);
+    const moq_export_args def = moq_export_args_default();
+    row->export_fn(NULL, (size_t)N, (size_t)K, a ? a : &def, t, count);
     return MOQ_OK;
 }
 
 moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *where, const float *W,
-                                 int64_t N, int64_t K, float amax, float act_amax,
+                                 int64_t N, int64_t K, const moq_export_args *a,
                                  moq_export_tensor *t, int count, moq_error *err) {
     moq_export_tensor want[MOQ_EXPORT_LINEAR_MAX_TENSORS];
     int n = 0;
-    MOQ_TRY(moq_export_linear_plan(row, where, N, K, want, &n, err));
+    const moq_export_args def = moq_export_args_default();
+    if (!a) a = &def;
+    MOQ_TRY(moq_export_linear_plan(row, where, N, K, a, want, &n, err));
     if (!W || !t || count != n)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "%s export of [%lld, %lld] given %d tensors%s, expected %d",
                         row->algo, (long long)N, (long long)K, count, W ? "" : " and no weight", n);
@@ -188,6 +211,6 @@ moq_status moq_export_linear_run(const moq_export_linear_row *row, const char *w
                             i, t[i].suffix ? t[i].suffix : "(none)", (unsigned long long)t[i].nbytes,
                             t[i].data ? "" : " without data", want[i].suffix, (unsigned long long)want[i].nbytes);
     int m = 0;
-    row->export_fn(W, (size_t)N, (size_t)K, amax, act_amax, t, &m);
+    row->export_fn(W, (size_t)N, (size_t)K, a, t, &m);
     return MOQ_OK;
 }

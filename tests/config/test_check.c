@@ -67,7 +67,7 @@ static void linear(ck *c, const char *mod, const char *algo, int64_t N, int64_t 
     } else if (strcmp(algo, "FP8") == 0) {
         uint8_t *q = keep(c, (size_t)(N * K));
         float sc;
-        moq_export_fp8_tensor_weight(w, (size_t)N, (size_t)K, -1.0f, 1, q, &sc);
+        moq_export_fp8_tensor_weight(w, (size_t)N, (size_t)K, -1.0f, MOQ_DT_BF16, q, &sc);
         add(c, mod, "weight", MOQ_DT_F8_E4M3, 2, N, K, q, (size_t)(N * K));
         add_f32(c, mod, "weight_scale", sc);
         add_f32(c, mod, "input_scale", 4.0f / 448.0f);

@@ -219,7 +219,7 @@ static void add_linears(gen *g, const char *prefix, const char *const *names, co
         } else if (strcmp(algo, "FP8") == 0) {
             uint8_t *q = keep(g, (size_t)(N * K));
             float sc;
-            moq_export_fp8_tensor_weight(W[i], (size_t)N, (size_t)K, -1.0f, 1, q, &sc);
+            moq_export_fp8_tensor_weight(W[i], (size_t)N, (size_t)K, -1.0f, MOQ_DT_BF16, q, &sc);
             for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc;
             const int64_t sq[2] = {N, K};
             snprintf(nm, sizeof nm, "%s.weight", mod);

@@ -92,7 +92,7 @@ static void write_proj(moq_writer *w, bufs *b, tmoe *t, tproj *pr, const char *b
         break;
     case MOQ_MOE_FMT_FP8:
         pr->q = keep(b, malloc(nk));
-        moq_export_fp8_tensor_weight(W, (size_t)N, (size_t)K, -1.0f, 1, pr->q, &pr->ws);
+        moq_export_fp8_tensor_weight(W, (size_t)N, (size_t)K, -1.0f, MOQ_DT_BF16, pr->q, &pr->ws);
         add(w, nm, MOQ_DT_F8_E4M3, 2, (int64_t[]){N, K}, pr->q, nk, omit);
         snprintf(nm, sizeof nm, "%s.weight_scale", base);
         add(w, nm, MOQ_DT_F32, 0, NULL, &pr->ws, 4, omit);

@@ -30,6 +30,10 @@ static void fill(float *w, size_t n, uint64_t seed, float amp) {
     }
 }
 
+/* ModelOpt's amax / 448 on a CUDA tensor is PyTorch's multiplication by the f32 reciprocal:
+ * f32(a ⊗ f32(1/448)); the product of two floats is exact in double, so one rounding to float. */
+static float rcp448_times(double a) { return (float)(a * (double)(float)(1.0 / 448.0)); }
+
 static bool same_value(uint8_t a, uint8_t b) { return moq_e4m3_decode(a) == moq_e4m3_decode(b); }
 
 static void test_fp8_row(void **state) {
@@ -43,7 +47,7 @@ static void test_fp8_row(void **state) {
     for (int n = 0; n < N; n++) {
         double a = 0;
         for (int k = 0; k < K; k++) a = fmax(a, fabs(w[n * K + k]));
-        const float want = n == 5 ? 1.0f : (float)(a / 448.0);
+        const float want = n == 5 ? 1.0f : rcp448_times(a);
         assert_true(s[n] == want);
         for (int k = 0; k < K; k++)
             if (!same_value(q[n * K + k], nearest_e4m3((double)(float)(w[n * K + k] / s[n]))))
@@ -64,9 +68,9 @@ static void test_fp8_block(void **state) {
             double a = 0;
             for (int n = bn * 128; n < N && n < bn * 128 + 128; n++)
                 for (int k = bk * 128; k < bk * 128 + 128; k++) a = fmax(a, fabs(w[n * K + k]));
-            assert_true(s[bn * 2 + bk] == (float)(a / 448.0));
+            assert_true(s[bn * 2 + bk] == rcp448_times(a));
         }
-    assert_true(s[3] == 3.0f / 448.0f);
+    assert_true(s[3] == rcp448_times(3.0));
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) {
             const float sc = s[(n / 128) * 2 + k / 128];
@@ -96,8 +100,8 @@ static void test_mxfp8(void **state) {
         if (a == 0) continue;
         /* smallest power of two >= a / 448 */
         const double p = ldexp(1.0, sc[b] - 127);
-        assert_true(p >= (double)(float)(a / 448.0));
-        assert_true(p / 2 < (double)(float)(a / 448.0));
+        assert_true(p >= (double)rcp448_times(a));
+        assert_true(p / 2 < (double)rcp448_times(a));
         for (int j = 0; j < 32; j++) assert_true(same_value(q[b * 32 + j], nearest_e4m3(w[b * 32 + j] / p)));
     }
 }

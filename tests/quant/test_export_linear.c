@@ -3,7 +3,8 @@
  *    and shapes written here from SGLang/vLLM's ModelOpt modules, e.g. NVFP4 weight uint8 [N, K/2],
  *    weight_scale fp8 [N, K/16], scalar weight_scale_2 and input_scale);
  *  - the bytes it writes equal direct calls of the quant/export_ref.c exporters, and its input
- *    scales are act_amax / 448 (FP8) and act_amax / (6 · 448) (NVFP4);
+ *    scales are act_amax ⊗ f32(1/448) (FP8) and act_amax ⊗ f32(1/(6 · 448)) (NVFP4), the reciprocal
+ *    products PyTorch computes for ModelOpt's amax / maxbound;
  *  - a checkpoint written from its output (moq_writer) opens with moq_checkpoint_open and `moq check`
  *    reports it clean;
  *  - plan/run refuse a K the algo cannot group and buffers that differ from the plan. */
@@ -87,7 +88,7 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
                               size_t *len) {
     uint8_t *b = calloc(1, N * K * 2 + N * 4 + 64), *p = b;
     if (!strcmp(algo, "NVFP4") || !strcmp(algo, "W4A16_NVFP4")) {
-        float ws2, in = act_amax / 2688.0f;
+        float ws2, in = act_amax * (1.0f / 2688.0f);
         moq_export_nvfp4_weight(W, N, K, amax, p, p + N * K / 2, &ws2);
         p += N * K / 2 + N * K / 16;
         memcpy(p, &ws2, 4), p += 4;
@@ -104,8 +105,8 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
         memcpy(p, &in, 4), p += 4;
         memcpy(p, sb, K * 2), p += K * 2;
     } else if (!strcmp(algo, "FP8")) {
-        float sc, in = act_amax / 448.0f;
-        moq_export_fp8_tensor_weight(W, N, K, -1.0f, 1, p, &sc); /* each shard its own amax */
+        float sc, in = act_amax * (1.0f / 448.0f);
+        moq_export_fp8_tensor_weight(W, N, K, -1.0f, MOQ_DT_BF16, p, &sc); /* each shard its own amax */
         p += N * K;
         memcpy(p, &sc, 4), p += 4;
         memcpy(p, &in, 4), p += 4;
@@ -133,7 +134,9 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
 static int export_and_compare(const moq_export_linear_row *row, const float *W, int64_t N, int64_t K, float amax,
                               float act_amax, moq_export_tensor *t) {
     int nt = 0;
-    TU_OK(moq_export_linear_plan(row, "model.layers.0.mlp.down_proj", N, K, t, &nt, err_));
+    moq_export_args a = moq_export_args_default();
+    a.amax = amax, a.act_amax = act_amax;
+    TU_OK(moq_export_linear_plan(row, "model.layers.0.mlp.down_proj", N, K, &a, t, &nt, err_));
     want_tensor want[5];
     const int nw = want_for(row->algo, N, K, want);
     assert_int_equal(nt, nw);
@@ -148,7 +151,7 @@ static int export_and_compare(const moq_export_linear_row *row, const float *W, 
         t[i].data = malloc((size_t)t[i].nbytes);
         total += (size_t)t[i].nbytes;
     }
-    TU_OK(moq_export_linear_run(row, "model.layers.0.mlp.down_proj", W, N, K, amax, act_amax, t, nt, err_));
+    TU_OK(moq_export_linear_run(row, "model.layers.0.mlp.down_proj", W, N, K, &a, t, nt, err_));
     size_t len = 0;
     uint8_t *ref = direct_export(row->algo, W, (size_t)N, (size_t)K, amax, act_amax, &len);
     assert_int_equal(len, total);
@@ -249,25 +252,25 @@ static void test_plan_and_run_refuse_mismatches(void **state) {
     moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS];
     int nt = 0;
     moq_error e = {0};
-    moq_status st = moq_export_linear_plan(moq_export_linear_find("FP8_PB_WO"), "model.layers.3.mlp.down_proj", 64, 192, t, &nt, &e);
+    moq_status st = moq_export_linear_plan(moq_export_linear_find("FP8_PB_WO"), "model.layers.3.mlp.down_proj", 64, 192, NULL, t, &nt, &e);
     TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.3.mlp.down_proj", "K = 192, expected a multiple of 128");
     assert_int_equal(nt, 0);
     e = (moq_error){0};
-    st = moq_export_linear_plan(moq_export_linear_find("NVFP4"), "x.q_proj", 0, 64, t, &nt, &e);
+    st = moq_export_linear_plan(moq_export_linear_find("NVFP4"), "x.q_proj", 0, 64, NULL, t, &nt, &e);
     TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "x.q_proj", "weight shape [0, 64]");
 
     /* run with one buffer the wrong size */
     const moq_export_linear_row *row = moq_export_linear_find("MXFP8");
     float W[8 * 64] = {0};
-    TU_OK(moq_export_linear_plan(row, "x.o_proj", 8, 64, t, &nt, err_));
+    TU_OK(moq_export_linear_plan(row, "x.o_proj", 8, 64, NULL, t, &nt, err_));
     uint8_t q[8 * 64], sc[8 * 2];
     t[0].data = q, t[1].data = sc;
     t[1].nbytes = 8;
     e = (moq_error){0};
-    st = moq_export_linear_run(row, "x.o_proj", W, 8, 64, -1.0f, 1.0f, t, nt, &e);
+    st = moq_export_linear_run(row, "x.o_proj", W, 8, 64, NULL, t, nt, &e);
     TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "x.o_proj", "weight_scale of 8 bytes, expected weight_scale of 16 bytes");
     e = (moq_error){0};
-    st = moq_export_linear_run(row, "x.o_proj", W, 8, 64, -1.0f, 1.0f, t, 1, &e);
+    st = moq_export_linear_run(row, "x.o_proj", W, 8, 64, NULL, t, 1, &e);
     TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "x.o_proj", "given 1 tensors, expected 2");
 }
 

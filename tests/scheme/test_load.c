@@ -135,7 +135,7 @@ static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, flo
         break;
     case TP_FP8_TENSOR:
         r.q = malloc((size_t)(N * K));
-        moq_export_fp8_tensor_weight(W, (size_t)N, (size_t)K, amax, 1, r.q, &r.s);
+        moq_export_fp8_tensor_weight(W, (size_t)N, (size_t)K, amax, MOQ_DT_BF16, r.q, &r.s);
         put(c, mod, "weight", MOQ_DT_F8_E4M3, 2, sq, r.q, (size_t)(N * K));
         put_scalar(c, mod, "weight_scale", f == F_NAN_SCALE ? NAN : r.s);
         if (f != F_NO_INPUT_SCALE) put_scalar(c, mod, "input_scale", f == F_ZERO_IN_SCALE ? 0.0f : s_in);

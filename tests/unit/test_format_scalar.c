@@ -269,18 +269,27 @@ static void test_nvfp4_worked_example(void **state) {
     assert_int_equal(packed[8 + 2], 0x70);            /* 1.34375 at k = 5: +6.0 in the high nibble */
 }
 
-/* NUMERICS §5.1: w = 0.009521484375 (bf16 0x3C1C), s = f32(1/448): w/s = 4.265625 -> bf16 4.25 ->
- * e4m3 4.0 (0x48), where a single rounding would give 4.5 (0x49). */
+/* NUMERICS §12 (measured on real ModelOpt 0.47 exports): q = E4n(bf16(w / bf16(s))), the 0-dim f32
+ * scale being read as bf16 by PyTorch's bf16 division. s = f32(1/448) = 0x3B124925, bf16(s) =
+ * 0x3B12 (0.002227783203125). w = 0.005279541015625 (bf16 0x3BAD): w / bf16(s) = 2.36986 -> bf16
+ * 2.375 -> e4m3 tie between 2.25 and 2.5 -> 2.5 (0x42, even code); a single rounding gives 2.25
+ * (0x41), and so does §5.1's bf16(w / s) without the scale rounding. §5.1's own example w =
+ * 0.009521484375: 4.27397 -> bf16 4.28125 -> 4.5 (0x49). Values computed by hand from the rule. */
 static void test_fp8_double_rounding_example(void **state) {
     (void)state;
-    const float W[2] = {0.009521484375f, 1.0f};
-    uint8_t q[2];
+    const float W[3] = {0.005279541015625f, 0.009521484375f, 1.0f};
+    uint8_t q[3];
     float s = 0;
-    moq_export_fp8_tensor_weight(W, 1, 2, -1.0f, 1, q, &s);
+    moq_export_fp8_tensor_weight(W, 1, 3, -1.0f, MOQ_DT_BF16, q, &s);
     assert_int_equal(fbits(s), 0x3B124925u);
-    assert_int_equal(q[0], 0x48);
-    assert_int_equal(moq_e4m3_encode_rne(W[0] / s), 0x49); /* without the bf16 step */
-    assert_int_equal(q[1], 0x7E);
+    assert_int_equal(q[0], 0x42);
+    assert_int_equal(moq_e4m3_encode_rne(W[0] / s), 0x41);                                        /* single rounding */
+    assert_int_equal(moq_e4m3_encode_rne(moq_bf16_decode(moq_bf16_encode_rne(W[0] / s))), 0x41); /* §5.1 without bf16(s) */
+    assert_int_equal(q[1], 0x49);
+    assert_int_equal(q[2], 0x7E);
+    /* f32 source: no intermediate rounding at all */
+    moq_export_fp8_tensor_weight(W, 1, 3, -1.0f, MOQ_DT_F32, q, &s);
+    assert_int_equal(q[0], 0x41);
 }
 
 static void test_invalid_args(void **state) {
