@@ -34,6 +34,8 @@
 #include "core/error.h"
 #include "io/json.h"
 #include "kernels/kernels.h"
+#include "model/arch/deepseek_v3.h"
+#include "model/attn/mla.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
 #include "model/rope.h"
@@ -56,6 +58,23 @@ typedef enum window_rule {
                             the config docstring says the opposite, the code is what runs)           */
 } window_rule;
 
+/* How a layer attends: grouped-query attention over per-head K/V (fused qkv_proj, this file), or
+ * multi-head latent attention over a cached latent (DeepSeek-V3, model/attn/mla.c). */
+typedef enum attn_kind { ATTN_GQA, ATTN_MLA } attn_kind;
+
+/* Which layers hold routed experts, and how tokens are routed to them. */
+typedef enum moe_rule {
+    MOE_EVERY_LAYER,    /* Mixtral                                                               */
+    MOE_SPARSE_STEP,    /* Qwen3-MoE: outside mlp_only_layers with (l + 1) % decoder_sparse_step == 0
+                           (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size   */
+    MOE_FIRST_K_DENSE,  /* DeepSeek-V3: l >= first_k_dense_replace and l % moe_layer_freq == 0     */
+} moe_rule;
+typedef enum router_kind {
+    ROUTER_SOFTMAX,        /* softmax top-k (+ renormalize when norm_topk_prob)                     */
+    ROUTER_SIGMOID_GROUPED /* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
+                              topk_group grouped top-k, renormalize, routed_scaling_factor            */
+} router_kind;
+
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
  * config classes' defaults when config.json lacks the key (MistralConfig 4096, MixtralConfig None,
@@ -66,21 +85,26 @@ typedef struct arch_row {
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
     bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
     bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
-    bool        sparse_step;   /* MoE only on layers outside mlp_only_layers with (l + 1) % decoder_sparse_step
-                                  == 0 (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size */
+    moe_rule    moe_layers;
     window_rule window;
     int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
     int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
+    attn_kind   attn;
+    router_kind router;
+    const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk sparse_step window             default  max_window */
-    {"LlamaForCausalLM",       NULL,               false,  false,    false,      WINDOW_NONE,       0,       0},
-    {"MistralForCausalLM",     NULL,               false,  false,    false,      WINDOW_ALL_LAYERS, 4096,    0},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    false,      WINDOW_QWEN2,      4096,    28},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    false,      WINDOW_QWEN2,      4096,    28},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    true,       WINDOW_QWEN2,      4096,    28},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0},
+    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn      router                  shared expert */
+    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
+     * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
+    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts"},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -114,6 +138,9 @@ const char *moq_model_supported_list(char *buf, size_t n) {
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
+    moq_mla          mla;                /* ATTN_MLA layers (then qkv and o are unused)       */
+    moq_layer_linear sh_gate_up, sh_down;/* shared expert of an MoE layer (arch_row.shared_expert) */
+    bool             has_shared;
     moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
     moq_moe_format   moe_fmt;
     bool             is_moe;             /* routed experts in place of the dense MLP          */
@@ -130,7 +157,12 @@ struct moq_model {
     int               n_threads;
     int64_t           H, A, KV, D, I, V, L, T, chunk;
     int64_t           E, topk, Ie;       /* experts, experts per token, expert intermediate  */
+    int64_t           Is;                /* shared expert intermediate (0 = none)            */
+    int64_t           kv_row;            /* cache values per position and layer              */
     bool              norm_topk;
+    moq_deepseek_cfg  ds;                /* ATTN_MLA / ROUTER_SIGMOID_GROUPED rows            */
+    moq_mla_dims      mla;
+    moq_mla_ws        mws;
     double            eps;
     layer            *layers;
     moq_layer_linear  embed, lm_head_own;
@@ -207,6 +239,8 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
         {"beta_fast", offsetof(moq_rope_params, beta_fast)},
         {"beta_slow", offsetof(moq_rope_params, beta_slow)},
         {"attention_factor", offsetof(moq_rope_params, attention_factor)},
+        {"mscale", offsetof(moq_rope_params, mscale)},
+        {"mscale_all_dim", offsetof(moq_rope_params, mscale_all_dim)},
     };
     moq_status st = MOQ_OK;
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
@@ -232,7 +266,7 @@ static moq_status read_window(const cJSON *j, int64_t *v, moq_error *err) {
 }
 
 /* Per-layer plan from config.json j: each layer's attention window (arch_row.window) and whether it
- * holds routed experts (arch_row.moe_block, narrowed by arch_row.sparse_step). *n_moe: MoE layers. */
+ * holds routed experts (arch_row.moe_block, narrowed by arch_row.moe_layers). *n_moe: MoE layers. */
 static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_error *err) {
     const arch_row *r = m->arch;
     int64_t win = r->window == WINDOW_NONE ? 0 : r->window_default, from = 0, step = 1;
@@ -244,7 +278,7 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
         MOQ_TRY(moq_json_int(j, "max_window_layers", &from, &present, "config.json", NULL, err));
     }
     const cJSON *only = NULL;
-    if (r->sparse_step) {
+    if (r->moe_layers == MOE_SPARSE_STEP) {
         MOQ_TRY(moq_json_int(j, "decoder_sparse_step", &step, &present, "config.json", NULL, err));
         if (step < 1) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "decoder_sparse_step %lld, expected >= 1", (long long)step);
         only = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
@@ -252,9 +286,11 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_only_layers is %s, expected an array of layer indices", moq_json_type(only));
     }
     /* Qwen3MoeDecoderLayer: experts iff l not in mlp_only_layers, num_experts > 0 and (l + 1) % step == 0 */
-    const bool experts = r->moe_block && (!r->sparse_step || m->E > 0);
+    const bool experts = r->moe_block && (r->moe_layers != MOE_SPARSE_STEP || m->E > 0);
     for (int64_t l = 0; l < m->L; l++) {
         m->layers[l].is_moe = experts && (l + 1) % step == 0;
+        if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: first_k_dense_replace, moe_layer_freq */
+            m->layers[l].is_moe = experts && l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0;
         m->layers[l].window = use && l >= from ? win : 0;
     }
     const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
@@ -307,6 +343,13 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     mo.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
     mo.routing.top_k = (int)m->topk;
     mo.routing.renormalize = m->norm_topk;
+    if (m->arch->router == ROUTER_SIGMOID_GROUPED) { /* DeepseekV3TopkRouter */
+        mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
+        mo.routing.num_expert_group = (int)m->ds.n_group;
+        mo.routing.topk_group = (int)m->ds.topk_group;
+        mo.routing.use_correction_bias = true;
+        mo.routing.routed_scaling_factor = (float)m->ds.routed_scaling_factor;
+    }
     mo.num_experts = m->E;
     mo.router = "gate";
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
@@ -319,15 +362,40 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     return st;
 }
 
+/* The shared expert of MoE layer l: an always-on SiLU MLP of intermediate Is beside the routed ones,
+ * opened as ordinary linears (fused gate_up + down), so it may be quantized differently from the
+ * experts (ModelOpt keeps Kimi-K2's shared experts in BF16 while the experts are NVFP4). */
+static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
+    layer *ly = &m->layers[l];
+    char p[320];
+    snprintf(p, sizeof p, "model.layers.%lld.%s.%s.gate_up_proj", (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+    snprintf(p, sizeof p, "model.layers.%lld.%s.%s.down_proj", (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+    if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
+        ly->sh_down.w.K != m->Is)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_down.name, "shared expert shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
+                        (long long)ly->sh_gate_up.w.N, (long long)ly->sh_gate_up.w.K, (long long)ly->sh_down.w.N, (long long)ly->sh_down.w.K,
+                        (long long)m->Is, (long long)m->H, (long long)m->H, (long long)m->Is);
+    ly->has_shared = true;
+    return MOQ_OK;
+}
+
 static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
     const moq_checkpoint *c = m->ckpt;
     char p[256], n[320];
     for (int64_t l = 0; l < m->L; l++) {
         layer *ly = &m->layers[l];
-        snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
-        MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
-        snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
-        MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        if (m->arch->attn == ATTN_MLA) {
+            snprintf(p, sizeof p, "model.layers.%lld.self_attn", (long long)l);
+            MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &m->mla, lo, &m->blobs, err));
+        } else {
+            snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
+            snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        }
+        if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
             snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
@@ -336,11 +404,11 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
-        if (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D)
+        if (m->arch->attn == ATTN_GQA && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
                             (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->KV,
                             (long long)m->D, (long long)(m->A * m->D), (long long)m->H);
-        if (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D)
+        if (m->arch->attn == ATTN_GQA && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
         if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
@@ -393,12 +461,22 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I;
+    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
     };
+    const moq_mla_dims *md = &m->mla;
+    const bool mla = m->arch->attn == ATTN_MLA;
+    struct { float **p; int64_t n; } mbufs[] = { /* MLA: its own chunk buffers */
+        {&m->mws.qa, C * md->q_lora}, {&m->mws.q, C * md->A * (md->dn + md->dr)}, {&m->mws.ckv, C * (md->R + md->dr)},
+        {&m->mws.att, C * md->A * md->dv}, {&m->mws.scratch, (int64_t)m->n_threads * moq_mla_scratch_floats(md, m->T)},
+    };
+    for (size_t i = 0; mla && i < sizeof mbufs / sizeof mbufs[0]; i++) {
+        *mbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)mbufs[i].n * sizeof(float));
+        if (!*mbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of MLA workspace", (long long)mbufs[i].n);
+    }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
@@ -407,8 +485,9 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
-        for (int i = 0; i < 4; i++) {
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down};
+        if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
+        for (int i = 0; i < 6; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
@@ -417,6 +496,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     }
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
+    m->mws.lws = m->lws, m->mws.lws_size = ws, m->mws.n_threads = m->n_threads, m->mws.ctx = m->T;
     if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }
@@ -448,6 +528,12 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->norm_topk = m->arch->norm_topk;
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
     }
+    if (m->arch->attn == ATTN_MLA) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
+        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, &m->ds, err));
+        m->D = m->ds.qk_rope_head_dim;
+        m->KV = 1;
+        m->Is = m->ds.n_shared_experts * m->Ie;
+    }
     if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
                         "vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
@@ -470,6 +556,13 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->D / 2 * sizeof(float));
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->D / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
+    m->kv_row = m->KV * m->D;
+    if (m->arch->attn == ATTN_MLA) {
+        m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
+                                .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps};
+        m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
+    }
     m->tm.open_s = now_s() - t0;
 
     /* validate: every module of the checkpoint against its resolved scheme's contract, all at once
@@ -515,7 +608,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_elem ke;
     bool scaled;
     MOQ_TRY(moq_kv_elem_for_algo(m->q ? moq_qconfig_kv_cache_quant_algo(m->q) : NULL, m->opts.kv_elem, &ke, &scaled, err));
-    MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->KV * m->D, err));
+    MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->kv_row, err));
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
     return alloc_ws(m, err);
 }
@@ -547,6 +640,9 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].o);
         moq_layers_close_linear(&m->layers[l].gate_up);
         moq_layers_close_linear(&m->layers[l].down);
+        moq_layers_close_linear(&m->layers[l].sh_gate_up);
+        moq_layers_close_linear(&m->layers[l].sh_down);
+        moq_mla_close(&m->layers[l].mla);
         moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
@@ -619,9 +715,38 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
     return MOQ_OK;
 }
 
+/* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
+static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, moq_error *err) {
+    const int64_t D = m->D, A = m->A, KV = m->KV, qkvN = (A + 2 * KV) * D;
+    MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+    for (int64_t i = 0; i < M; i++) {
+        float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
+        for (int64_t hd = 0; hd < A; hd++) {
+            if (ly->q_norm) rmsnorm(q + hd * D, q + hd * D, ly->q_norm, D, m->eps);
+            moq_rope_apply(q + hd * D, D, p0 + i, m->inv_freq, m->mscale);
+        }
+        for (int64_t hd = 0; hd < KV; hd++) {
+            if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
+            moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
+        }
+        moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
+    }
+    attention(m, l, p0, M);
+    return run_linear(m, &ly->o, m->att, M, m->tmp, err);
+}
+
+/* The shared expert of an MoE layer on m->h, added into m->x. */
+static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
+    MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
+    swiglu(m->gu, M, m->Is, m->act);
+    MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->tmp, err));
+    for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
+    return MOQ_OK;
+}
+
 /* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only). */
 static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
-    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, I = m->I, qkvN = (A + 2 * KV) * D, p0 = m->pos;
+    const int64_t H = m->H, I = m->I, p0 = m->pos;
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
         for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e];
@@ -629,25 +754,13 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
-        MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
-        for (int64_t i = 0; i < M; i++) {
-            float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
-            for (int64_t hd = 0; hd < A; hd++) {
-                if (ly->q_norm) rmsnorm(q + hd * D, q + hd * D, ly->q_norm, D, m->eps);
-                moq_rope_apply(q + hd * D, D, p0 + i, m->inv_freq, m->mscale);
-            }
-            for (int64_t hd = 0; hd < KV; hd++) {
-                if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-                moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
-            }
-            moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
-        }
-        attention(m, l, p0, M);
-        MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
+        if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, l, m->tmp, err));
+        else MOQ_TRY(gqa_block(m, ly, l, p0, M, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
         if (ly->is_moe) {
             MOQ_TRY(moe_block(m, ly, M, err));
+            if (ly->has_shared) MOQ_TRY(shared_block(m, ly, M, err));
             continue;
         }
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
@@ -712,6 +825,8 @@ uint64_t moq_model_decode_bytes(const moq_model *m) {
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         b += weight_bytes(&ly->qkv.w) + weight_bytes(&ly->o.w) + weight_bytes(&ly->gate_up.w) + weight_bytes(&ly->down.w);
+        b += weight_bytes(&ly->sh_gate_up.w) + weight_bytes(&ly->sh_down.w) + weight_bytes(&ly->mla.q_a.w) + weight_bytes(&ly->mla.q_b.w) +
+             weight_bytes(&ly->mla.kv_a.w) + weight_bytes(&ly->mla.kv_b.w) + weight_bytes(&ly->mla.o.w);
         /* MoE: the router and the k experts a token is routed to (all experts are the same size) */
         if (ly->moe) b += (uint64_t)(m->E * m->H) * 2 + (uint64_t)m->topk * moq_moe_expert_bytes(ly->moe_fmt, m->H, m->Ie);
     }

@@ -121,6 +121,17 @@ char *tu_golden_tokenizer_path(const char *rel) {
     return p;
 }
 
+char *tu_data_path(const char *rel) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", __FILE__); /* tests/support/tu.c */
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    size_t n = strlen(dir) + strlen(rel) + 32;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/../data/%s", dir, rel);
+    return p;
+}
+
 moq_tokenizer *tu_open_golden_tokenizer(const char *style) {
     char *p = tu_golden_tokenizer_path(style);
     moq_tokenizer *t = NULL;
