@@ -50,6 +50,15 @@ enum { N_FUSED = sizeof fused_groups / sizeof fused_groups[0] };
 /* Tensor roles that belong to the KV cache, not to the module's weight contract. */
 static bool kv_role(const char *r) { return strcmp(r, "k_scale") == 0 || strcmp(r, "v_scale") == 0; }
 
+/* Tensors a module may hold beside its weight and bias: the FP8 KV-cache scales (NUMERICS §8) and
+ * DeepSeek-V3's router selection bias (mlp.gate.e_score_correction_bias, src/moe routing). */
+static bool side_role(const char *r) {
+    static const char *const roles[] = {"k_scale", "v_scale", "e_score_correction_bias"};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(r, roles[i]) == 0) return true;
+    return false;
+}
+
 static const char *last_part(const char *s) {
     if (!s) return "";
     const char *d = strrchr(s, '.');
@@ -319,7 +328,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
         else *found = 1;
         for (int i = 0; i < n_tensors; i++) {
             const char *role = last_part(moq_checkpoint_tensor_at(c, tensors[i])->name);
-            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !kv_role(role))
+            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !side_role(role))
                 problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
         }
         return;
@@ -382,7 +391,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
     for (int i = 0; i < n_tensors; i++) {
         const moq_tensor *t = moq_checkpoint_tensor_at(c, tensors[i]);
         const char *role = last_part(t->name);
-        bool known = strcmp(role, "bias") == 0 || kv_role(role);
+        bool known = strcmp(role, "bias") == 0 || side_role(role);
         for (const moq_tensor_rule *r = rules; r->suffix && !known; r++) known = strcmp(role, r->suffix) == 0;
         if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of scheme %s", role, s->algo);
     }
