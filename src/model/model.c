@@ -35,6 +35,8 @@
 #include "io/json.h"
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/qwen3_5.h"
+#include "model/attn/gdn.h"
 #include "model/attn/mla.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
@@ -60,7 +62,12 @@ typedef enum window_rule {
 
 /* How a layer attends: grouped-query attention over per-head K/V (fused qkv_proj, this file), or
  * multi-head latent attention over a cached latent (DeepSeek-V3, model/attn/mla.c). */
-typedef enum attn_kind { ATTN_GQA, ATTN_MLA } attn_kind;
+typedef enum attn_kind {
+    ATTN_GQA,
+    ATTN_MLA,
+    ATTN_HYBRID_GDN, /* Qwen3.5: layer_types picks Gated DeltaNet layers (model/attn/gdn.c) or gated
+                        GQA with q_proj = [query | gate] per head and partial RoPE (this file)       */
+} attn_kind;
 
 /* Which layers hold routed experts, and how tokens are routed to them. */
 typedef enum moe_rule {
@@ -92,19 +99,26 @@ typedef struct arch_row {
     attn_kind   attn;
     router_kind router;
     const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
+    const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
+    bool        norm_plus1;          /* RMSNorm weights are stored as w - 1: the norm is x·(1 + w)
+                                        (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn      router                  shared expert */
-    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
-    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA, ROUTER_SOFTMAX,         NULL},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA, ROUTER_SOFTMAX,         NULL},
+    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn             router                  shared expert    shared gate           norm+1 */
+    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts"},
+    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false},
+    /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
+     * always renormalized, a shared expert behind a sigmoid gate */
+    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true},
+    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -140,7 +154,10 @@ typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
     moq_mla          mla;                /* ATTN_MLA layers (then qkv and o are unused)       */
     moq_layer_linear sh_gate_up, sh_down;/* shared expert of an MoE layer (arch_row.shared_expert) */
+    moq_layer_linear sh_gate;            /* its sigmoid gate [1, H] (arch_row.shared_gate)       */
     bool             has_shared;
+    bool             linear;             /* ATTN_HYBRID_GDN: a Gated DeltaNet layer              */
+    moq_gdn          gdn;
     moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
     moq_moe_format   moe_fmt;
     bool             is_moe;             /* routed experts in place of the dense MLP          */
@@ -163,6 +180,11 @@ struct moq_model {
     moq_deepseek_cfg  ds;                /* ATTN_MLA / ROUTER_SIGMOID_GROUPED rows            */
     moq_mla_dims      mla;
     moq_mla_ws        mws;
+    moq_qwen3_5_cfg   qc;                /* ATTN_HYBRID_GDN rows                             */
+    moq_gdn_dims      gdn;
+    moq_gdn_ws        gws;
+    int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
+    int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
     double            eps;
     layer            *layers;
     moq_layer_linear  embed, lm_head_own;
@@ -377,7 +399,21 @@ static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_down.name, "shared expert shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                         (long long)ly->sh_gate_up.w.N, (long long)ly->sh_gate_up.w.K, (long long)ly->sh_down.w.N, (long long)ly->sh_down.w.K,
                         (long long)m->Is, (long long)m->H, (long long)m->H, (long long)m->Is);
+    if (m->arch->shared_gate) {
+        snprintf(p, sizeof p, "model.layers.%lld.%s.%s", (long long)l, m->arch->moe_block, m->arch->shared_gate);
+        MOQ_TRY(moq_layers_load_linear(&ly->sh_gate, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        if (ly->sh_gate.w.N != 1 || ly->sh_gate.w.K != m->H)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_gate.name, "shape [%lld, %lld], expected [1, %lld]", (long long)ly->sh_gate.w.N,
+                            (long long)ly->sh_gate.w.K, (long long)m->H);
+    }
     ly->has_shared = true;
+    return MOQ_OK;
+}
+
+/* An RMSNorm weight as the runner uses it: w, or 1 + w where the architecture stores w - 1. */
+static moq_status load_norm(moq_model *m, float **out, const char *name, int64_t n, moq_error *err) {
+    MOQ_TRY(moq_layers_f32(out, m->ckpt, name, n, &m->blobs, err));
+    for (int64_t i = 0; m->arch->norm_plus1 && i < n; i++) (*out)[i] += 1.0f;
     return MOQ_OK;
 }
 
@@ -389,6 +425,9 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         if (m->arch->attn == ATTN_MLA) {
             snprintf(p, sizeof p, "model.layers.%lld.self_attn", (long long)l);
             MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &m->mla, lo, &m->blobs, err));
+        } else if (ly->linear) {
+            snprintf(p, sizeof p, "model.layers.%lld.linear_attn", (long long)l);
+            MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
         } else {
             snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
@@ -403,12 +442,13 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
-        const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
-        if (m->arch->attn == ATTN_GQA && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
-                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->KV,
-                            (long long)m->D, (long long)(m->A * m->D), (long long)m->H);
-        if (m->arch->attn == ATTN_GQA && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
+        const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
+        const bool gqa = ly->qkv.lin != NULL;
+        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->qh))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + 2 x %lld x %lld rows, q %lld, K = hidden %lld",
+                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->qh,
+                            (long long)m->KV, (long long)m->D, (long long)(m->A * m->qh), (long long)m->H);
+        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
         if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
@@ -416,14 +456,14 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
         snprintf(n, sizeof n, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        MOQ_TRY(moq_layers_f32(&ly->in_norm, c, n, m->H, &m->blobs, err));
+        MOQ_TRY(load_norm(m, &ly->in_norm, n, m->H, err));
         snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
-        MOQ_TRY(moq_layers_f32(&ly->post_norm, c, n, m->H, &m->blobs, err));
-        if (m->arch->qk_norm) {
+        MOQ_TRY(load_norm(m, &ly->post_norm, n, m->H, err));
+        if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->q_norm, c, n, m->D, &m->blobs, err));
+            MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
             snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->k_norm, c, n, m->D, &m->blobs, err));
+            MOQ_TRY(load_norm(m, &ly->k_norm, n, m->D, err));
         }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
     }
@@ -461,7 +501,7 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I > m->Is ? m->I : m->Is;
+    const int64_t C = m->chunk, qkvN = m->A * m->qh + 2 * m->KV * m->D, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
@@ -477,6 +517,15 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         *mbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)mbufs[i].n * sizeof(float));
         if (!*mbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of MLA workspace", (long long)mbufs[i].n);
     }
+    const moq_gdn_dims *gd = &m->gdn;
+    struct { float **p; int64_t n; } gbufs[] = { /* Gated DeltaNet layers */
+        {&m->gws.w, C * moq_gdn_channels(gd)}, {&m->gws.z, C * gd->Hv * gd->dv}, {&m->gws.b, C * gd->Hv}, {&m->gws.a, C * gd->Hv},
+        {&m->gws.o, C * gd->Hv * gd->dv},
+    };
+    for (size_t i = 0; m->arch->attn == ATTN_HYBRID_GDN && i < sizeof gbufs / sizeof gbufs[0]; i++) {
+        *gbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)gbufs[i].n * sizeof(float));
+        if (!*gbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of DeltaNet workspace", (long long)gbufs[i].n);
+    }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
@@ -485,9 +534,10 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down};
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate};
         if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
-        for (int i = 0; i < 6; i++) {
+        if (ly->linear && moq_gdn_linear_ws(&ly->gdn, C) > ws) ws = moq_gdn_linear_ws(&ly->gdn, C);
+        for (int i = 0; i < 7; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
@@ -497,6 +547,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
     m->mws.lws = m->lws, m->mws.lws_size = ws, m->mws.n_threads = m->n_threads, m->mws.ctx = m->T;
+    m->gws.lws = m->lws, m->gws.lws_size = ws;
     if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }
@@ -540,6 +591,20 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
                         (long long)m->H, (long long)m->A, (long long)m->KV, (long long)m->D, (long long)m->V, (long long)m->L);
     m->layers = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(layer));
     if (!m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    m->qh = m->D;
+    m->Drot = m->D;
+    if (m->arch->attn == ATTN_HYBRID_GDN) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
+        bool *lin = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+        if (!lin) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+        MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, lin, err));
+        for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = lin[l];
+        m->qh = 2 * m->D; /* q_proj: [query | output gate] per head */
+        m->Drot = (int64_t)((double)m->D * m->qc.partial_rotary_factor);
+        m->Drot -= m->Drot % 2;
+        m->gdn = (moq_gdn_dims){.H = m->H, .Hk = m->qc.linear_num_key_heads, .dk = m->qc.linear_key_head_dim, .Hv = m->qc.linear_num_value_heads,
+                                .dv = m->qc.linear_value_head_dim, .K = m->qc.linear_conv_kernel_dim, .eps = m->eps};
+        if (m->arch->shared_expert) m->Is = m->qc.shared_expert_intermediate_size;
+    }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
     if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
@@ -553,9 +618,9 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
-    m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->D / 2 * sizeof(float));
-    if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->D / 2);
-    MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
+    m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
+    if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
+    MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
     m->kv_row = m->KV * m->D;
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
@@ -592,7 +657,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, "model.embed_tokens.weight", "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
-    MOQ_TRY(moq_layers_f32(&m->final_norm, m->ckpt, "model.norm.weight", m->H, &m->blobs, err));
+    MOQ_TRY(load_norm(m, &m->final_norm, "model.norm.weight", m->H, err));
     if (moq_checkpoint_tensor(m->ckpt, "lm_head.weight") || !a->tie_word_embeddings) {
         MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
         if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
@@ -643,6 +708,8 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].sh_gate_up);
         moq_layers_close_linear(&m->layers[l].sh_down);
         moq_mla_close(&m->layers[l].mla);
+        moq_gdn_close(&m->layers[l].gdn);
+        moq_layers_close_linear(&m->layers[l].sh_gate);
         moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
@@ -669,13 +736,13 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * task; a sliding-window layer (window W > 0) sees positions npos - W .. npos - 1 (the last W,
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
-    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = (A + 2 * m->KV) * D, W = m->layers[l].window;
+    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
     const float sc = 1.0f / sqrtf((float)D);
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
-        const float *q = m->qkv + i * qkvN + hd * D;
+        const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
             moq_kv_cache_read(&m->kv, 0, l, p, kvh * D, D, row);
@@ -717,21 +784,28 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
 
 /* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
 static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, moq_error *err) {
-    const int64_t D = m->D, A = m->A, KV = m->KV, qkvN = (A + 2 * KV) * D;
+    const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
     MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
     for (int64_t i = 0; i < M; i++) {
-        float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
+        float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
         for (int64_t hd = 0; hd < A; hd++) {
-            if (ly->q_norm) rmsnorm(q + hd * D, q + hd * D, ly->q_norm, D, m->eps);
-            moq_rope_apply(q + hd * D, D, p0 + i, m->inv_freq, m->mscale);
+            if (ly->q_norm) rmsnorm(q + hd * qh, q + hd * qh, ly->q_norm, D, m->eps);
+            moq_rope_apply(q + hd * qh, R, p0 + i, m->inv_freq, m->mscale);
         }
         for (int64_t hd = 0; hd < KV; hd++) {
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-            moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
+            moq_rope_apply(k + hd * D, R, p0 + i, m->inv_freq, m->mscale);
         }
         moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
     }
     attention(m, l, p0, M);
+    if (qh > D) /* output gate (Qwen3.5): att *= sigmoid(gate), the second half of each head's q rows */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t hd = 0; hd < A; hd++)
+                for (int64_t e = 0; e < D; e++) {
+                    const float g = m->qkv[i * qkvN + hd * qh + D + e];
+                    m->att[i * A * D + hd * D + e] *= 1.0f / (1.0f + expf(-g));
+                }
     return run_linear(m, &ly->o, m->att, M, m->tmp, err);
 }
 
@@ -740,6 +814,13 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_err
     MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
     swiglu(m->gu, M, m->Is, m->act);
     MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->tmp, err));
+    if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
+        MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
+        for (int64_t i = 0; i < M; i++) {
+            const float g = 1.0f / (1.0f + expf(-m->gu[i]));
+            for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
+        }
+    }
     for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
     return MOQ_OK;
 }
@@ -755,6 +836,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
         if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, l, m->tmp, err));
+        else if (ly->linear) MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
         else MOQ_TRY(gqa_block(m, ly, l, p0, M, err));
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
@@ -797,7 +879,10 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
 moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err) { return moq_model_prefill(m, &token, 1, NULL, err); }
 const float *moq_model_logits(const moq_model *m) { return m ? m->logits : NULL; }
 void moq_model_reset(moq_model *m) {
-    if (m) m->pos = 0;
+    if (!m) return;
+    m->pos = 0;
+    for (int64_t l = 0; l < m->L; l++) /* recurrent state belongs to the sequence */
+        if (m->layers[l].linear) moq_gdn_reset(&m->layers[l].gdn);
 }
 int64_t moq_model_vocab_size(const moq_model *m) { return m ? m->V : 0; }
 int64_t moq_model_ctx(const moq_model *m) { return m ? m->T : 0; }

@@ -18,10 +18,12 @@
  * W_UK / W_UV from process_weights_after_loading). Tolerances as tests/model/test_model.c.
  *
  * Tolerance (max |d| / max |ref|): the generator cast the model to bf16 and back to f32, which also
- * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured: 3.2e-4
- * (deepseek_v3_a), 7.9e-5 (deepseek_v3_b); with moq's inv_freq rounded to bf16 as an experiment, 7.5e-7
- * and 3.1e-7, so the rest is f32 summation order. Limit 1e-3 vs transformers; decode vs prefill
- * (same inv_freq, same weights) measured <= 6e-7, limit 1e-5. Greedy ids must be equal.
+ * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured:
+ * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5; with moq's inv_freq
+ * rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6 (the DeltaNet recurrence in f32 vs
+ * transformers' chunked form), so the rest is f32 summation order. Limit 1e-3 vs transformers (a
+ * wrong softmax scale or routed_scaling_factor gave 0.74 and a wrong greedy id); decode vs prefill
+ * (same inv_freq, same weights) measured <= 2.7e-6, limit 1e-5. Greedy ids must be equal.
  */
 #include <math.h>
 
@@ -129,6 +131,19 @@ static void test_deepseek_v3_a(void **st) {
 static void test_deepseek_v3_b(void **st) {
     (void)st;
     check_model("deepseek_v3_b", "DeepseekV3ForCausalLM", 1);
+}
+
+/* Gated DeltaNet (linear_attention) layers 0, 1, 3 and a gated full-attention layer 2 with partial
+ * RoPE (4 of 16 dims), 8 experts top-2 + a shared expert (intermediate 48) behind its sigmoid gate. */
+static void test_qwen3_5_moe(void **st) {
+    (void)st;
+    check_model("qwen3_5_moe", "Qwen3_5MoeForCausalLM", 2);
+}
+
+/* The dense Qwen3.5 stack (linear, full, linear), tied embeddings. */
+static void test_qwen3_5(void **st) {
+    (void)st;
+    check_model("qwen3_5", "Qwen3_5ForCausalLM", 1);
 }
 
 /* ---- fp64 DeepSeek-V3 oracle on generated checkpoints --------------------------------------- */
@@ -473,6 +488,8 @@ int main(void) {
         cmocka_unit_test(test_deepseek_v3_a),
         cmocka_unit_test(test_deepseek_v3_b),
         cmocka_unit_test(test_deepseek_formats_vs_fp64),
+        cmocka_unit_test(test_qwen3_5_moe),
+        cmocka_unit_test(test_qwen3_5),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
