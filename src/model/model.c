@@ -102,23 +102,29 @@ typedef struct arch_row {
     const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
     bool        norm_plus1;          /* RMSNorm weights are stored as w - 1: the norm is x·(1 + w)
                                         (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
+    const char *prefix;              /* the decoder's module: <prefix>.embed_tokens, .layers.N, .norm */
+    const char *head;                /* the output projection                                        */
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn             router                  shared expert    shared gate           norm+1 */
-    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
-    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false},
+    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn             router                  shared expert    shared gate           norm+1 prefix   head */
+    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false},
+    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false, "model", "lm_head"},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true},
-    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true},
+    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true, "model", "lm_head"},
+    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true, "model", "lm_head"},
+    /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
+    {"Qwen3_5ForConditionalGeneration",    NULL,  true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, NULL,            NULL,                 true, "model.language_model", "lm_head"},
+    {"Qwen3_5MoeForConditionalGeneration", "mlp", true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, "shared_expert", "shared_expert_gate", true, "model.language_model", "lm_head"},
+    {"KimiK25ForConditionalGeneration",    "mlp", false, true, MOE_FIRST_K_DENSE, WINDOW_NONE, 0, 0, ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,            false, "language_model.model", "language_model.lm_head"},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -354,7 +360,7 @@ static const moq_moe_compat moe_compat_of[MOQ_COMPAT_COUNT] = {
 static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[256], e[300];
-    snprintf(p, sizeof p, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
+    snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
     snprintf(e, sizeof e, "%s.experts", p);
     moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
     if (m->q) MOQ_TRY(moq_resolve(m->q, e, MOQ_KIND_MOE, NULL, 0, &res, err));
@@ -390,9 +396,9 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
 static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[320];
-    snprintf(p, sizeof p, "model.layers.%lld.%s.%s.gate_up_proj", (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
     MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-    snprintf(p, sizeof p, "model.layers.%lld.%s.%s.down_proj", (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.down_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
     MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
     if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
         ly->sh_down.w.K != m->Is)
@@ -400,7 +406,7 @@ static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo
                         (long long)ly->sh_gate_up.w.N, (long long)ly->sh_gate_up.w.K, (long long)ly->sh_down.w.N, (long long)ly->sh_down.w.K,
                         (long long)m->Is, (long long)m->H, (long long)m->H, (long long)m->Is);
     if (m->arch->shared_gate) {
-        snprintf(p, sizeof p, "model.layers.%lld.%s.%s", (long long)l, m->arch->moe_block, m->arch->shared_gate);
+        snprintf(p, sizeof p, "%s.layers.%lld.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_gate);
         MOQ_TRY(moq_layers_load_linear(&ly->sh_gate, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         if (ly->sh_gate.w.N != 1 || ly->sh_gate.w.K != m->H)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_gate.name, "shape [%lld, %lld], expected [1, %lld]", (long long)ly->sh_gate.w.N,
@@ -423,23 +429,23 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
     for (int64_t l = 0; l < m->L; l++) {
         layer *ly = &m->layers[l];
         if (m->arch->attn == ATTN_MLA) {
-            snprintf(p, sizeof p, "model.layers.%lld.self_attn", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &m->mla, lo, &m->blobs, err));
         } else if (ly->linear) {
-            snprintf(p, sizeof p, "model.layers.%lld.linear_attn", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.linear_attn", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
         } else {
-            snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn.qkv_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
-            snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn.o_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
-            snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.mlp.gate_up_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-            snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.mlp.down_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
@@ -455,14 +461,14 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
-        snprintf(n, sizeof n, "model.layers.%lld.input_layernorm.weight", (long long)l);
+        snprintf(n, sizeof n, "%s.layers.%lld.input_layernorm.weight", m->arch->prefix, (long long)l);
         MOQ_TRY(load_norm(m, &ly->in_norm, n, m->H, err));
-        snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
+        snprintf(n, sizeof n, "%s.layers.%lld.post_attention_layernorm.weight", m->arch->prefix, (long long)l);
         MOQ_TRY(load_norm(m, &ly->post_norm, n, m->H, err));
         if (m->arch->qk_norm && gqa) {
-            snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
-            snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.k_norm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->k_norm, n, m->D, err));
         }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
@@ -618,6 +624,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
+    if (a->rope_theta == 0 && m->qc.rope_theta > 0) rp.theta = m->qc.rope_theta; /* Qwen3.5: only in rope_parameters */
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
@@ -652,16 +659,20 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
-    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, "model.embed_tokens", MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
+    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
     if (m->embed.w.N != m->V || m->embed.w.K != m->H)
-        return MOQ_FAIL(err, MOQ_ERR_TENSOR, "model.embed_tokens.weight", "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->embed.name, "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
-    MOQ_TRY(load_norm(m, &m->final_norm, "model.norm.weight", m->H, err));
-    if (moq_checkpoint_tensor(m->ckpt, "lm_head.weight") || !a->tie_word_embeddings) {
-        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
+    snprintf(nm, sizeof nm, "%s.norm.weight", m->arch->prefix);
+    MOQ_TRY(load_norm(m, &m->final_norm, nm, m->H, err));
+    snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
+    if (moq_checkpoint_tensor(m->ckpt, nm) || !a->tie_word_embeddings) {
+        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
         if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, "lm_head.weight", "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head_own.name, "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
                             (long long)m->lm_head_own.w.K, (long long)m->V, (long long)m->H);
         m->lm_head = &m->lm_head_own;
     } else {

@@ -146,6 +146,62 @@ static void test_qwen3_5(void **st) {
     check_model("qwen3_5", "Qwen3_5ForCausalLM", 1);
 }
 
+/* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
+ * config.json's text fields moved into text_config. Written from a fixture; the logits must be
+ * transformers' for the fixture, unchanged. */
+static void check_rekeyed(const char *model, const char *arch, const char *prefix, const char *head) {
+    char sub[128];
+    snprintf(sub, sizeof sub, "hf_tiny/%s", model);
+    char *src = tu_data_path(sub), *dst = tu_tmpdir(arch);
+    moq_checkpoint *ck = NULL;
+    TU_OK(moq_checkpoint_open(&ck, src, NULL, err_));
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(ck); i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(ck, i);
+        char nm[320];
+        if (strncmp(t->name, "model.", 6) == 0) snprintf(nm, sizeof nm, "%s.%s", prefix, t->name + 6);
+        else if (strcmp(t->name, "lm_head.weight") == 0) snprintf(nm, sizeof nm, "%s.weight", head);
+        else snprintf(nm, sizeof nm, "%s", t->name);
+        TU_OK(moq_writer_add(w, nm, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err_));
+    }
+    const char *text = moq_checkpoint_json_text(ck, "config.json");
+    size_t n = strlen(text) + 512;
+    char *cfg = malloc(n);
+    snprintf(cfg, n, "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"tie_word_embeddings\": %s, \"text_config\": %s}", arch,
+             strstr(text, "\"tie_word_embeddings\": true") ? "true" : "false", text);
+    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    free(cfg);
+    ref r;
+    load_ref(&r, model);
+    moq_model_opts o = moq_model_opts_default();
+    o.ctx = 32;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dst, &o, err_));
+    assert_string_equal(moq_model_architecture(m), arch);
+    float *got = malloc(sizeof(float) * NT * (size_t)r.V);
+    TU_OK(moq_model_prefill(m, r.tokens, NT, got, err_));
+    const double e = rel(got, r.logits, NT * r.V);
+    print_message("  %-36s as %-22s vs transformers %.2e\n", arch, prefix, e);
+    assert_true(e < 1e-3);
+    free(got);
+    moq_model_free(m);
+    moq_checkpoint_free(r.ck);
+    moq_checkpoint_free(ck);
+    tu_rmtree(dst);
+    free(dst);
+    free(src);
+}
+
+static void test_multimodal_layouts(void **st) {
+    (void)st;
+    check_rekeyed("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "model.language_model", "lm_head");
+    check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head");
+    check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head");
+}
+
 /* ---- fp64 DeepSeek-V3 oracle on generated checkpoints --------------------------------------- */
 enum { DH = 128, DA = 2, DQL = 128, DR = 128, DDN = 32, DDR = 32, DDV = 64, DI = 256, DE = 4, DIE = 128, DTOPK = 2, DV = 64, DL = 2,
        DNT = 7, DNPRE = 4, DG = 2, DTG = 1 };
@@ -490,6 +546,7 @@ int main(void) {
         cmocka_unit_test(test_deepseek_formats_vs_fp64),
         cmocka_unit_test(test_qwen3_5_moe),
         cmocka_unit_test(test_qwen3_5),
+        cmocka_unit_test(test_multimodal_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
