@@ -10,10 +10,13 @@
  *      1. runs the expanded prefill path over the same cache);
  *   3. 1 and 2 agree with each other more tightly than either with transformers (same weights, same
  *      f32 arithmetic up to summation order).
- * Second oracle (fp64, written here): generated DeepSeek-V3 checkpoints in every ModelOpt format
+ * Second oracle (fp64, written here): generated DeepSeek-V3 and Qwen3.5-MoE checkpoints in every ModelOpt format
  * (tests/support/model_gen.c writes the codes with ModelOpt's exporter restated and restates each
  * runtime activation quantizer); the forward below restates DeepseekV3Attention / DeepseekV3MoE /
- * DeepseekV3TopkRouter from transformers' code. Dims are multiples of 128 so FP8_PB_WO accepts them.
+ * DeepseekV3TopkRouter, and Qwen3_5MoeGatedDeltaNet (torch_recurrent_gated_delta_rule, causal_conv1d_fn),
+ * Qwen3_5MoeAttention (output gate, partial rope), Qwen3_5MoeSparseMoeBlock from transformers' code.
+ * Dims are multiples of 128 so FP8_PB_WO accepts them (fused q/k/v shards must be 128-row aligned);
+ * in_proj_a / in_proj_b (N = value heads), routers and shared_expert_gate stay BF16, as ModelOpt leaves them.
  * kv_b_proj enters the oracle as its dequantized weight with the latent unquantized (vLLM's MLA:
  * W_UK / W_UV from process_weights_after_loading). Tolerances as tests/model/test_model.c.
  *
@@ -539,6 +542,281 @@ static void test_deepseek_formats_vs_fp64(void **st) {
     for (size_t i = 0; i < sizeof ds_cases / sizeof ds_cases[0]; i++) ds_check(&ds_cases[i]);
 }
 
+/* ---- fp64 Qwen3.5-MoE oracle on generated checkpoints ------------------------------------------ */
+enum { QH = 128, QA = 2, QKV = 1, QD = 128, QDR = 32, QHK = 1, QDK = 64, QHV = 2, QDV = 64, QCK = 4, QE = 4, QTOPK = 2, QIE = 128,
+       QIS = 128, QV = 64, QL = 2, QC = 2 * QHK * QDK + QHV * QDV };
+
+typedef struct q_spec {
+    const char *name;
+    const char *attn_algo, *mlp_algo; /* linear_attn in_proj_qkv/z/out_proj and self_attn; experts + shared */
+    double      tol;
+} q_spec;
+
+typedef struct q_oracle {
+    double *emb, *final_norm, *in_norm[QL], *post_norm[QL], *qn[QL], *kn[QL];
+    double *conv[QL], *A_log[QL], *dt[QL], *gnorm[QL];
+    olin    qkv[QL], z[QL], b[QL], a[QL], out[QL];       /* layer 0: linear_attention */
+    olin    q[QL], k[QL], v[QL], o[QL];                    /* layer 1: full_attention   */
+    olin    router[QL], eg[QL][QE], eu[QL][QE], ed[QL][QE], sg[QL], su[QL], sd[QL], sgate[QL], head;
+} q_oracle;
+
+static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed) {
+    gen g = {.rng = seed};
+    memset(o, 0, sizeof *o);
+    TU_OK(moq_writer_create(&g.w, dir, err_));
+    o->emb = tg_add_bf16(&g, "model.embed_tokens.weight", QV, QH, 1.0, 0);
+    char nm[200], pre[160];
+    for (int l = 0; l < QL; l++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        o->in_norm[l] = tg_add_bf16(&g, nm, QH, 0, 0.1, 0); /* stored w; the norm multiplies by 1 + w */
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        o->post_norm[l] = tg_add_bf16(&g, nm, QH, 0, 0.1, 0);
+        if (l == 0) {
+            snprintf(pre, sizeof pre, "model.layers.%d.linear_attn", l);
+            ds_lin1(&g, pre, "in_proj_qkv", QC, QH, s->attn_algo, &o->qkv[l]);
+            ds_lin1(&g, pre, "in_proj_z", QHV * QDV, QH, s->attn_algo, &o->z[l]);
+            ds_lin1(&g, pre, "in_proj_b", QHV, QH, "BF16", &o->b[l]); /* N = value heads: ModelOpt leaves them */
+            ds_lin1(&g, pre, "in_proj_a", QHV, QH, "BF16", &o->a[l]);
+            ds_lin1(&g, pre, "out_proj", QH, QHV * QDV, s->attn_algo, &o->out[l]);
+            snprintf(nm, sizeof nm, "%s.conv1d.weight", pre);
+            o->conv[l] = tg_add_bf16(&g, nm, QC, QCK, 0.5, 0);
+            snprintf(nm, sizeof nm, "%s.A_log", pre);
+            o->A_log[l] = tg_add_bf16(&g, nm, QHV, 0, 0.5, 0.7);
+            snprintf(nm, sizeof nm, "%s.dt_bias", pre);
+            o->dt[l] = tg_add_bf16(&g, nm, QHV, 0, 0.5, 0);
+            snprintf(nm, sizeof nm, "%s.norm.weight", pre);
+            o->gnorm[l] = tg_add_bf16(&g, nm, QDV, 0, 0.1, 1.0);
+        } else {
+            snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+            static const char *const qkvn[3] = {"q_proj", "k_proj", "v_proj"};
+            const int64_t nq[3] = {QA * 2 * QD, QKV * QD, QKV * QD};
+            olin t[3];
+            memset(t, 0, sizeof t);
+            tg_add_linears(&g, pre, qkvn, nq, 3, QH, s->attn_algo, false, t);
+            o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
+            ds_lin1(&g, pre, "o_proj", QH, QA * QD, s->attn_algo, &o->o[l]);
+            snprintf(nm, sizeof nm, "%s.q_norm.weight", pre);
+            o->qn[l] = tg_add_bf16(&g, nm, QD, 0, 0.1, 0);
+            snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
+            o->kn[l] = tg_add_bf16(&g, nm, QD, 0, 0.1, 0);
+        }
+        snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+        ds_lin1(&g, pre, "gate", QE, QH, "BF16", &o->router[l]);
+        for (int e = 0; e < QE; e++) {
+            snprintf(nm, sizeof nm, "%s.experts.%d", pre, e);
+            ds_mlp(&g, nm, QIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
+        }
+        snprintf(nm, sizeof nm, "%s.shared_expert", pre);
+        ds_mlp(&g, nm, QIS, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
+        ds_lin1(&g, pre, "shared_expert_gate", 1, QH, "BF16", &o->sgate[l]);
+    }
+    o->final_norm = tg_add_bf16(&g, "model.norm.weight", QH, 0, 0.1, 0);
+    ds_lin1(&g, "", "lm_head", QV, QH, "BF16", &o->head);
+    char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
+    if (strcmp(s->attn_algo, "BF16") || strcmp(s->mlp_algo, "BF16")) { /* what is not listed stays BF16 */
+        snprintf(hq, 16384,
+                 "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": \"MIXED_PRECISION\", "
+                 "\"kv_cache_quant_algo\": null, \"group_size\": 16, \"exclude_modules\": [], \"quantized_layers\": {%s}}}", g.layers_json);
+        TU_OK(moq_writer_file(g.w, "hf_quant_config.json", hq, err_));
+    }
+    snprintf(cfg, 4096,
+             "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\", \"torch_dtype\": \"bfloat16\", "
+             "\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+             "\"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": false, "
+             "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0, \"partial_rotary_factor\": 0.25}, "
+             "\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_conv_kernel_dim\": %d, \"linear_key_head_dim\": %d, "
+             "\"linear_num_key_heads\": %d, \"linear_value_head_dim\": %d, \"linear_num_value_heads\": %d, \"num_experts\": %d, "
+             "\"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"shared_expert_intermediate_size\": %d}",
+             QH, QL, QA, QKV, QD, QV, QCK, QDK, QHK, QDV, QHV, QE, QTOPK, QIE, QIS);
+    TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(g.w, 2, err_));
+    moq_writer_free(g.w);
+    tg_gen_free(&g);
+}
+
+static void q_free(q_oracle *o) {
+    free(o->emb), free(o->final_norm);
+    for (int l = 0; l < QL; l++) {
+        double *ds[] = {o->in_norm[l], o->post_norm[l], o->qn[l], o->kn[l], o->conv[l], o->A_log[l], o->dt[l], o->gnorm[l]};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) free(ds[i]);
+        olin *ls[] = {&o->qkv[l], &o->z[l], &o->b[l], &o->a[l], &o->out[l], &o->q[l], &o->k[l], &o->v[l], &o->o[l], &o->router[l],
+                      &o->sg[l], &o->su[l], &o->sd[l], &o->sgate[l]};
+        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) tg_olin_free(ls[i]);
+        for (int e = 0; e < QE; e++) tg_olin_free(&o->eg[l][e]), tg_olin_free(&o->eu[l][e]), tg_olin_free(&o->ed[l][e]);
+    }
+    tg_olin_free(&o->head);
+}
+
+/* Qwen3_5MoeRMSNorm: x / rms(x) · (1 + w) */
+static void q_rms1(double *x, const double *w, int n) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double r = 1 / sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; i++) x[i] = x[i] * r * (1 + w[i]);
+}
+
+static double q_silu(double x) { return x / (1 + exp(-x)); }
+
+/* logits [n, QV]: Qwen3_5MoeDecoderLayer with torch_recurrent_gated_delta_rule and eager attention */
+static void q_run(const q_oracle *o, const int32_t *tok, int n, double *logits) {
+    double *W = calloc((size_t)n * QC, sizeof(double)), S[QHV][QDK][QDV];
+    double *K = calloc((size_t)n * QD, sizeof(double)), *Vc = calloc((size_t)n * QD, sizeof(double));
+    double x[QH], h[QH], t[QH], w[QC], z[QHV * QDV], bb[QHV], aa[QHV], oo[QHV * QDV], qf[QA * 2 * QD], kk[QD], vv[QD], att[QA * QD], sc[64];
+    memset(S, 0, sizeof S);
+    double inv[QDR / 2];
+    for (int i = 0; i < QDR / 2; i++) inv[i] = pow(1000.0, -2.0 * i / QDR);
+    for (int p = 0; p < n; p++) {
+        for (int e = 0; e < QH; e++) x[e] = o->emb[tok[p] * QH + e];
+        for (int l = 0; l < QL; l++) {
+            memcpy(h, x, sizeof h);
+            q_rms1(h, o->in_norm[l], QH);
+            if (l == 0) {
+                tg_lin(&o->qkv[l], h, W + (size_t)p * QC);
+                tg_lin(&o->z[l], h, z), tg_lin(&o->b[l], h, bb), tg_lin(&o->a[l], h, aa);
+                for (int c = 0; c < QC; c++) { /* causal_conv1d_fn: padding K - 1, then silu */
+                    double acc = 0;
+                    for (int j = 0; j < QCK; j++) {
+                        const int src = p - (QCK - 1) + j;
+                        if (src >= 0) acc += o->conv[l][c * QCK + j] * W[(size_t)src * QC + c];
+                    }
+                    w[c] = q_silu(acc);
+                }
+                for (int hh = 0; hh < 2 * QHK; hh++) { /* l2norm(q), l2norm(k) */
+                    double ss = 0;
+                    for (int e = 0; e < QDK; e++) ss += w[hh * QDK + e] * w[hh * QDK + e];
+                    for (int e = 0; e < QDK; e++) w[hh * QDK + e] /= sqrt(ss + 1e-6);
+                }
+                for (int j = 0; j < QHV; j++) {
+                    const int kh = j / (QHV / QHK);
+                    const double *q = w + kh * QDK, *k = w + QHK * QDK + kh * QDK, *v = w + 2 * QHK * QDK + j * QDV;
+                    const double beta = 1 / (1 + exp(-bb[j])), sp = aa[j] + o->dt[l][j];
+                    const double g = -exp(o->A_log[l][j]) * (sp > 20 ? sp : log1p(exp(sp)));
+                    for (int r = 0; r < QDK; r++)
+                        for (int c = 0; c < QDV; c++) S[j][r][c] *= exp(g);
+                    for (int c = 0; c < QDV; c++) {
+                        double mem = 0;
+                        for (int r = 0; r < QDK; r++) mem += S[j][r][c] * k[r];
+                        const double d = (v[c] - mem) * beta;
+                        for (int r = 0; r < QDK; r++) S[j][r][c] += k[r] * d;
+                    }
+                    double ss = 0;
+                    for (int c = 0; c < QDV; c++) {
+                        double acc = 0;
+                        for (int r = 0; r < QDK; r++) acc += S[j][r][c] * q[r] / sqrt((double)QDK);
+                        oo[j * QDV + c] = acc;
+                        ss += acc * acc;
+                    }
+                    for (int c = 0; c < QDV; c++) /* Qwen3_5MoeRMSNormGated: norm, weight, then silu(z) */
+                        oo[j * QDV + c] = oo[j * QDV + c] / sqrt(ss / QDV + 1e-6) * o->gnorm[l][c] * q_silu(z[j * QDV + c]);
+                }
+                tg_lin(&o->out[l], oo, t);
+            } else {
+                tg_lin(&o->q[l], h, qf), tg_lin(&o->k[l], h, kk), tg_lin(&o->v[l], h, vv);
+                q_rms1(kk, o->kn[l], QD);
+                for (int e = 0; e < QDR / 2; e++) { /* partial rope: rotate_half over the first QDR dims */
+                    const double c = cos(p * inv[e]), sn = sin(p * inv[e]), k0 = kk[e], k1 = kk[e + QDR / 2];
+                    kk[e] = k0 * c - k1 * sn, kk[e + QDR / 2] = k1 * c + k0 * sn;
+                }
+                memcpy(K + (size_t)p * QD, kk, sizeof kk);
+                memcpy(Vc + (size_t)p * QD, vv, sizeof vv);
+                for (int a = 0; a < QA; a++) {
+                    double *q = qf + a * 2 * QD, *gate = q + QD, mx = -INFINITY, sum = 0;
+                    q_rms1(q, o->qn[l], QD);
+                    for (int e = 0; e < QDR / 2; e++) {
+                        const double c = cos(p * inv[e]), sn = sin(p * inv[e]), q0 = q[e], q1 = q[e + QDR / 2];
+                        q[e] = q0 * c - q1 * sn, q[e + QDR / 2] = q1 * c + q0 * sn;
+                    }
+                    for (int j = 0; j <= p; j++) {
+                        double d = 0;
+                        for (int e = 0; e < QD; e++) d += q[e] * K[(size_t)j * QD + e];
+                        sc[j] = d / sqrt((double)QD);
+                        mx = fmax(mx, sc[j]);
+                    }
+                    for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+                    for (int e = 0; e < QD; e++) {
+                        double acc = 0;
+                        for (int j = 0; j <= p; j++) acc += sc[j] / sum * Vc[(size_t)j * QD + e];
+                        att[a * QD + e] = acc / (1 + exp(-gate[e]));
+                    }
+                }
+                tg_lin(&o->o[l], att, t);
+            }
+            for (int e = 0; e < QH; e++) x[e] += t[e];
+            memcpy(h, x, sizeof h);
+            q_rms1(h, o->post_norm[l], QH);
+            double r[QE], mx = -INFINITY, sum = 0, wsel[QTOPK], ws = 0, sgl;
+            int sel[QTOPK];
+            tg_lin(&o->router[l], h, r);
+            for (int e = 0; e < QE; e++) mx = fmax(mx, r[e]);
+            for (int e = 0; e < QE; e++) sum += (r[e] = exp(r[e] - mx));
+            for (int j = 0; j < QTOPK; j++) {
+                int b = -1;
+                for (int e = 0; e < QE; e++) {
+                    bool taken = false;
+                    for (int zz = 0; zz < j; zz++) taken |= sel[zz] == e;
+                    if (!taken && (b < 0 || r[e] > r[b])) b = e;
+                }
+                sel[j] = b, wsel[j] = r[b] / sum, ws += wsel[j];
+            }
+            for (int j = 0; j < QTOPK; j++) {
+                ds_mlp_run(&o->eg[l][sel[j]], &o->eu[l][sel[j]], &o->ed[l][sel[j]], QIE, h, t);
+                for (int e = 0; e < QH; e++) x[e] += wsel[j] / ws * t[e];
+            }
+            ds_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], QIS, h, t);
+            tg_lin(&o->sgate[l], h, &sgl);
+            for (int e = 0; e < QH; e++) x[e] += t[e] / (1 + exp(-sgl));
+        }
+        memcpy(h, x, sizeof h);
+        q_rms1(h, o->final_norm, QH);
+        tg_lin(&o->head, h, logits + (size_t)p * QV);
+    }
+    free(W), free(K), free(Vc);
+}
+
+static const q_spec q_cases[] = {
+    /* name            linear_attn + self_attn         experts + shared              tol */
+    {"q35_bf16",       "BF16",                         "BF16",                       2e-5},
+    {"q35_nvfp4",      "NVFP4",                        "NVFP4",                      2e-3},
+    {"q35_fp8",        "FP8",                          "FP8",                        2e-3},
+    {"q35_fp8_pcpt",   "FP8_PER_CHANNEL_PER_TOKEN",    "FP8",                        2e-3},
+    {"q35_fp8_pb_wo",  "FP8_PB_WO",                    "FP8_PB_WO",                  2e-3},
+    {"q35_w4a16",      "W4A16_NVFP4",                  "W4A16_NVFP4",                2e-5},
+    {"q35_mxfp8",      "MXFP8",                        "MXFP8",                      2e-3},
+};
+
+static void test_qwen3_5_formats_vs_fp64(void **st) {
+    (void)st;
+    for (size_t c = 0; c < sizeof q_cases / sizeof q_cases[0]; c++) {
+        const q_spec *s = &q_cases[c];
+        char *dir = tu_tmpdir(s->name);
+        q_oracle o;
+        q_make(s, dir, &o, 0x35EEDull + (uint64_t)strlen(s->name) * 104729u);
+        double *want = malloc(sizeof(double) * DNT * QV);
+        q_run(&o, ds_prompt, DNT, want);
+        moq_model_opts mo = moq_model_opts_default();
+        mo.n_threads = 2;
+        mo.ctx = 16;
+        moq_model *m = NULL;
+        TU_OK(moq_model_open(&m, dir, &mo, err_));
+        float *got = malloc(sizeof(float) * DNT * QV);
+        TU_OK(moq_model_prefill(m, ds_prompt, DNPRE, got, err_));
+        for (int p = DNPRE; p < DNT; p++) {
+            TU_OK(moq_model_decode(m, ds_prompt[p], err_));
+            memcpy(got + (size_t)p * QV, moq_model_logits(m), sizeof(float) * QV);
+        }
+        double md = 0, mr = 0;
+        for (int i = 0; i < DNT * QV; i++) md = fmax(md, fabs(got[i] - want[i])), mr = fmax(mr, fabs(want[i]));
+        print_message("  %-20s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
+        if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
+        moq_model_free(m);
+        free(got);
+        free(want);
+        q_free(&o);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v3_a),
@@ -547,6 +825,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_5_moe),
         cmocka_unit_test(test_qwen3_5),
         cmocka_unit_test(test_multimodal_layouts),
+        cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
