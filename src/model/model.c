@@ -35,6 +35,7 @@
 #include "io/json.h"
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/gemma3.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
@@ -82,6 +83,9 @@ typedef enum router_kind {
                               topk_group grouped top-k, renormalize, routed_scaling_factor            */
 } router_kind;
 
+/* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3 } family_cfg;
+
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
  * config classes' defaults when config.json lacks the key (MistralConfig 4096, MixtralConfig None,
@@ -104,27 +108,36 @@ typedef struct arch_row {
                                         (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
     const char *prefix;              /* the decoder's module: <prefix>.embed_tokens, .layers.N, .norm */
     const char *head;                /* the output projection                                        */
+    family_cfg  family;
+    bool        sandwich;            /* Gemma: post_attention_layernorm normalizes the attention output,
+                                        pre_/post_feedforward_layernorm wrap the MLP                 */
+    bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
+    bool        embed_scale;         /* embeddings × sqrt(hidden_size), rounded to bf16 as
+                                        Gemma3TextScaledWordEmbedding does for bf16 weights          */
 } arch_row;
 
 static const arch_row arch_rows[] = {
     /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn             router                  shared expert    shared gate           norm+1 prefix   head */
-    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
-    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head"},
+    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false, "model", "lm_head"},
+    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false, "model", "lm_head", FAM_DEEPSEEK_V3, false, false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true, "model", "lm_head"},
-    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true, "model", "lm_head"},
+    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true, "model", "lm_head", FAM_QWEN3_5, false, false, false},
+    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true, "model", "lm_head", FAM_QWEN3_5, false, false, false},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",    NULL,  true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, NULL,            NULL,                 true, "model.language_model", "lm_head"},
-    {"Qwen3_5MoeForConditionalGeneration", "mlp", true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, "shared_expert", "shared_expert_gate", true, "model.language_model", "lm_head"},
-    {"KimiK25ForConditionalGeneration",    "mlp", false, true, MOE_FIRST_K_DENSE, WINDOW_NONE, 0, 0, ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,            false, "language_model.model", "language_model.lm_head"},
+    {"Qwen3_5ForConditionalGeneration",    NULL,  true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, NULL,            NULL,                 true, "model.language_model", "lm_head", FAM_QWEN3_5, false, false, false},
+    {"Qwen3_5MoeForConditionalGeneration", "mlp", true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, "shared_expert", "shared_expert_gate", true, "model.language_model", "lm_head", FAM_QWEN3_5, false, false, false},
+    {"KimiK25ForConditionalGeneration",    "mlp", false, true, MOE_FIRST_K_DENSE, WINDOW_NONE, 0, 0, ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,            false, "language_model.model", "language_model.lm_head", FAM_DEEPSEEK_V3, false, false, false},
+    /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
+     * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
+    {"Gemma3ForCausalLM", NULL, true, false, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_GQA, ROUTER_SOFTMAX, NULL, NULL, true, "model", "lm_head", FAM_GEMMA3, true, true, true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
@@ -169,6 +182,9 @@ typedef struct layer {
     bool             is_moe;             /* routed experts in place of the dense MLP          */
     int64_t          window;             /* sliding window in positions, 0 = full causal      */
     float *in_norm, *post_norm;      /* f32 [H]          */
+    float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
+    const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
+    float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
 } layer;
 
@@ -191,6 +207,11 @@ struct moq_model {
     moq_gdn_ws        gws;
     int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
+    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
+    float             mscale_local;
+    float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */
+    float             embed_mult;        /* 1, or bf16(sqrt(H))                              */
     double            eps;
     layer            *layers;
     moq_layer_linear  embed, lm_head_own;
@@ -465,6 +486,12 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         MOQ_TRY(load_norm(m, &ly->in_norm, n, m->H, err));
         snprintf(n, sizeof n, "%s.layers.%lld.post_attention_layernorm.weight", m->arch->prefix, (long long)l);
         MOQ_TRY(load_norm(m, &ly->post_norm, n, m->H, err));
+        if (m->arch->sandwich) {
+            snprintf(n, sizeof n, "%s.layers.%lld.pre_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->pre_ffn_norm, n, m->H, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.post_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->post_ffn_norm, n, m->H, err));
+        }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
@@ -585,7 +612,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->norm_topk = m->arch->norm_topk;
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
     }
-    if (m->arch->attn == ATTN_MLA) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
+    if (m->arch->family == FAM_DEEPSEEK_V3) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
         MOQ_TRY(moq_deepseek_v3_read(m->ckpt, &m->ds, err));
         m->D = m->ds.qk_rope_head_dim;
         m->KV = 1;
@@ -599,11 +626,14 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (!m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
     m->qh = m->D;
     m->Drot = m->D;
-    if (m->arch->attn == ATTN_HYBRID_GDN) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
-        bool *lin = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
-        if (!lin) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
-        MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, lin, err));
-        for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = lin[l];
+    bool *per_layer = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+    if (!per_layer) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    if (m->arch->family == FAM_GEMMA3) { /* which layers slide; their RoPE is read here, made below */
+        MOQ_TRY(moq_gemma3_read(m->ckpt, m->L, (double)a->max_position_embeddings, &m->gc, per_layer, err));
+    }
+    if (m->arch->family == FAM_QWEN3_5) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
+        MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, per_layer, err));
+        for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = per_layer[l];
         m->qh = 2 * m->D; /* q_proj: [query | output gate] per head */
         m->Drot = (int64_t)((double)m->D * m->qc.partial_rotary_factor);
         m->Drot -= m->Drot % 2;
@@ -613,6 +643,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
+    for (int64_t l = 0; m->arch->family == FAM_GEMMA3 && l < m->L; l++) m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
     if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
                         (long long)m->E, (long long)m->topk, (long long)m->Ie);
@@ -625,9 +656,22 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_rope_params rp;
     MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
     if (a->rope_theta == 0 && m->qc.rope_theta > 0) rp.theta = m->qc.rope_theta; /* Qwen3.5: only in rope_parameters */
+    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global;
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
+    m->inv_freq_local = m->inv_freq, m->mscale_local = m->mscale;
+    if (m->arch->family == FAM_GEMMA3) {
+        m->inv_freq_local = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
+        if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
+        MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
+    }
+    for (int64_t l = 0; l < m->L; l++) { /* sliding Gemma layers use the local RoPE */
+        m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
+        m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
+    }
+    m->attn_scale = m->arch->family == FAM_GEMMA3 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar)) : 1.0f / sqrtf((float)m->D);
+    m->embed_mult = m->arch->embed_scale ? moq_bf16_decode(moq_bf16_encode_rne(sqrtf((float)m->H))) : 1.0f;
     m->kv_row = m->KV * m->D;
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
@@ -748,7 +792,7 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
-    const float sc = 1.0f / sqrtf((float)D);
+    const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
@@ -760,6 +804,7 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
             float d = 0;
             for (int64_t e = 0; e < D; e++) d += q[e] * row[e];
             s[p] = d * sc;
+            if (cap > 0) s[p] = cap * tanhf(s[p] / cap); /* attn_logit_softcapping */
             if (s[p] > mx) mx = s[p];
         }
         float sum = 0;
@@ -777,12 +822,13 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     }
 }
 
-/* act [M, I] = silu(gate) * up of gu [M, 2I] (gate = first half; NUMERICS §7, one f32 rounding). */
-static void swiglu(const float *gu, int64_t M, int64_t I, float *act) {
+/* act [M, I] = silu(gate) * up of gu [M, 2I] (gate = first half; NUMERICS §7, one f32 rounding), or
+ * gelu_pytorch_tanh(gate) * up (arch_row.gelu). */
+static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t e = 0; e < I; e++) {
             const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
-            act[i * I + e] = g / (1.0f + expf(-g)) * u;
+            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : g / (1.0f + expf(-g)) * u;
         }
 }
 
@@ -801,11 +847,11 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
         for (int64_t hd = 0; hd < A; hd++) {
             if (ly->q_norm) rmsnorm(q + hd * qh, q + hd * qh, ly->q_norm, D, m->eps);
-            moq_rope_apply(q + hd * qh, R, p0 + i, m->inv_freq, m->mscale);
+            moq_rope_apply(q + hd * qh, R, p0 + i, ly->inv_freq, ly->mscale);
         }
         for (int64_t hd = 0; hd < KV; hd++) {
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-            moq_rope_apply(k + hd * D, R, p0 + i, m->inv_freq, m->mscale);
+            moq_rope_apply(k + hd * D, R, p0 + i, ly->inv_freq, ly->mscale);
         }
         moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
     }
@@ -823,7 +869,7 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
 /* The shared expert of an MoE layer on m->h, added into m->x. */
 static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
     MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
-    swiglu(m->gu, M, m->Is, m->act);
+    swiglu(m->gu, M, m->Is, m->act, false);
     MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->tmp, err));
     if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
         MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
@@ -841,7 +887,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
     const int64_t H = m->H, I = m->I, p0 = m->pos;
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
-        for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e];
+        for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e] * m->embed_mult;
     }
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -849,22 +895,29 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, l, m->tmp, err));
         else if (ly->linear) MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
         else MOQ_TRY(gqa_block(m, ly, l, p0, M, err));
+        if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
+            for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
-        for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
+        const float *pre_mlp = m->arch->sandwich ? ly->pre_ffn_norm : ly->post_norm;
+        for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, pre_mlp, H, m->eps);
         if (ly->is_moe) {
             MOQ_TRY(moe_block(m, ly, M, err));
             if (ly->has_shared) MOQ_TRY(shared_block(m, ly, M, err));
             continue;
         }
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
-        swiglu(m->gu, M, I, m->act);
+        swiglu(m->gu, M, I, m->act, m->arch->gelu);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
+        if (m->arch->sandwich)
+            for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
     }
     /* logits: every row when asked, else only the last */
     const int64_t r0 = logits_rows ? 0 : M - 1, nr = M - r0;
     for (int64_t i = r0; i < M; i++) rmsnorm(m->h + (i - r0) * H, m->x + i * H, m->final_norm, H, m->eps);
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    const float cap = (float)m->gc.final_logit_softcapping;
+    for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     if (logits_rows) memcpy(logits_rows, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
     memcpy(m->logits, m->logits_ws + (nr - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;

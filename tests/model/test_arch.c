@@ -149,6 +149,14 @@ static void test_qwen3_5(void **st) {
     check_model("qwen3_5", "Qwen3_5ForCausalLM", 1);
 }
 
+/* Gemma 3: sliding layers 0, 1 (window 4, local RoPE theta 1e4) and global layer 2 (linear RoPE factor 2,
+ * theta 1e6), sandwich norms, GeGLU, sqrt(H) embedding scale, query_pre_attn_scalar 16, final soft-cap 30,
+ * tied embeddings. 20 positions: the windows matter. */
+static void test_gemma3(void **st) {
+    (void)st;
+    check_model("gemma3_text", "Gemma3ForCausalLM", 2);
+}
+
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
@@ -825,6 +833,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_5_moe),
         cmocka_unit_test(test_qwen3_5),
         cmocka_unit_test(test_multimodal_layouts),
+        cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
