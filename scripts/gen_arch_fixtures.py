@@ -4,6 +4,10 @@ Hugging Face transformers' own config and model classes, and transformers' logit
 
 Run where torch + transformers (5.17 was used) are installed:
     python3 scripts/gen_arch_fixtures.py OUTDIR
+and, anywhere (no torch needed), the CLI side files of every fixture folder under DIR:
+    python3 scripts/gen_arch_fixtures.py --cli-files DIR
+which writes DIR/<model>/tokenizer.json (byte-level BPE, id = byte value, no merges: the prompt
+bytes are the prompt ids) and DIR/prompt.bin (the PROMPT ids as bytes) for `moq run -f`.
 For each model NAME it writes OUTDIR/NAME.tar.gz holding NAME/{config.json, model.safetensors,
 ref.safetensors, keys.txt}: the checkpoint as save_pretrained wrote it (bf16), and ref.safetensors
 with
@@ -22,8 +26,6 @@ import sys
 import tarfile
 import traceback
 
-import torch
-
 SEED = 1234
 PROMPT = [1, 17, 42, 99, 5, 63, 120, 8, 77, 31, 2, 54]
 N_GEN = 8
@@ -31,6 +33,7 @@ WORK = "/tmp/gen_arch_fixtures"
 
 
 def init_weights(model):
+    import torch
     g = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -70,6 +73,7 @@ def legacy_rope_keys(cfg_path):
 
 
 def make(out, name, cfg, model_cls):
+    import torch
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     cfg._attn_implementation = "eager"
@@ -171,9 +175,43 @@ def gemma3():
     return cfg, Gemma3ForCausalLM
 
 
+def byte_level_alphabet():
+    """tokenizers' ByteLevel byte -> unicode table (GPT-2's bytes_to_unicode)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def cli_files(root):
+    b2u = byte_level_alphabet()
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": {b2u[b]: b for b in range(256)}, "merges": []}}
+    for name in sorted(os.listdir(root)):
+        if os.path.isfile(os.path.join(root, name, "config.json")):
+            with open(os.path.join(root, name, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(root, "prompt.bin"), "wb") as f:
+        f.write(bytes(PROMPT))
+
+
 def main():
+    if sys.argv[1] == "--cli-files":
+        cli_files(sys.argv[2])
+        return
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
+    import torch
     import transformers
     print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
     for name, fn in [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
