@@ -80,6 +80,16 @@ const double TG_ACT_AMAX = 4.0; /* "calibrated" activation amax used for static 
 
 /* One module (or the shards of one fused module, sharing NVFP4's global amax like ModelOpt's
  * fusion unification, §9.3). Writes the checkpoint tensors and fills the oracle linears. */
+double *tg_add_f32(gen *g, const char *name, int64_t n0, int64_t n1, double std, double mean) {
+    const size_t n = (size_t)(n0 * (n1 ? n1 : 1));
+    float *f = tg_keep(g, n * sizeof *f);
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) f[i] = (float)(mean + (tg_uni(&g->rng) * 2 - 1) * std * 1.7), d[i] = f[i];
+    const int64_t sh[2] = {n0, n1};
+    tg_add(g, name, MOQ_DT_F32, n1 ? 2 : 1, sh, f, n * sizeof *f);
+    return d;
+}
+
 void tg_add_linears(gen *g, const char *prefix, const char *const *names, const int64_t *ns, int cnt, int64_t K,
                         const char *algo, bool bias, olin *out) {
     float *W[3];

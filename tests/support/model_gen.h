@@ -44,6 +44,9 @@ void    tg_fill(gen *g, float *x, size_t n, double std, double mean);
 void    tg_add(gen *g, const char *name, moq_dtype dt, int ndim, const int64_t *shape, const void *data, size_t nbytes);
 void    tg_add_scalar(gen *g, const char *name, float v);
 double *tg_add_bf16(gen *g, const char *name, int64_t n0, int64_t n1, double std, double mean);
+/* The same as an F32 tensor of full-precision values (norm weights whose products with bf16
+ * activations are no short binary fractions, so dynamic quantizers meet no exact ties). */
+double *tg_add_f32(gen *g, const char *name, int64_t n0, int64_t n1, double std, double mean);
 /* One module (or the shards of one fused module) in quant_algo `algo` ("BF16" = unquantized);
  * fills the oracle linears out[cnt] and appends MIXED_PRECISION entries to g->layers_json. */
 void    tg_add_linears(gen *g, const char *prefix, const char *const *names, const int64_t *ns, int cnt, int64_t K,

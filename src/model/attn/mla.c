@@ -84,6 +84,10 @@ size_t moq_mla_linear_ws(const moq_mla *a, int64_t C) {
 
 int64_t moq_mla_cache_row(const moq_mla_dims *d) { return d->R + d->dr; }
 
+/* Per head and cached position, expanding costs R (dn + dv) multiply-adds once for the whole chunk;
+ * the absorbed form costs about 2 R + dr per position for each of the M tokens. */
+bool moq_mla_expands(const moq_mla_dims *d, int64_t M) { return M * (2 * d->R + d->dr) > d->R * (d->dn + d->dv); }
+
 /* scores [ctx] + max(expanded rows [ctx, dn + dr + dv] + one latent [R], cache row + q_lat + o_lat [3 R + dr]) */
 int64_t moq_mla_scratch_floats(const moq_mla_dims *d, int64_t ctx) {
     const int64_t ex = ctx * (d->dn + d->dr + d->dv) + d->R, ab = 3 * d->R + d->dr;
@@ -224,7 +228,7 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
         for (int64_t hd = 0; hd < A; hd++) rope(ws->q + i * A * dq + hd * dq + d->dn, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         moq_kv_cache_write(kv, layer, p0 + i, ckv, ckv);
     }
-    if (M == 1) attend_absorbed(a, ws, kv, layer, p0, M);
-    else attend_expanded(a, ws, kv, layer, p0, M);
+    if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M);
+    else attend_absorbed(a, ws, kv, layer, p0, M);
     return run(&a->o, ws, ws->att, M, out, err);
 }

@@ -9,10 +9,10 @@
  *   score(a, p) = scale · (q_nope_a · Wk_a c_p + q_rope_a · kr_p)
  *   out_a       = Σ_p softmax_p · Wv_a c_p ;  o_proj(out)                      [H]
  *
- * Two orders of the same sums: prefill chunks (M > 1) expand Wk_a c_p and Wv_a c_p once per head
- * for every cached position (transformers' DeepseekV3Attention.expand_kv); decode (M = 1) uses the
- * absorbed form (q_nope_a Wk_a) · c_p and Wv_a (Σ_p softmax_p c_p), so a step reads only the R + dr
- * cached values per position. kv_b_proj is loaded by the one loader (any scheme) and dequantized
+ * Two orders of the same sums: the absorbed form (q_nope_a Wk_a) · c_p and Wv_a (Σ_p softmax_p c_p)
+ * reads only the R + dr cached values per position (decode always); a chunk of M tokens large enough
+ * that M (2R + dr) > R (dn + dv) instead expands Wk_a c_p and Wv_a c_p once per head for every cached
+ * position (transformers' DeepseekV3Attention.expand_kv), which is then cheaper (moq_mla_expands). kv_b_proj is loaded by the one loader (any scheme) and dequantized
  * once at open into f32 W (both paths use it; activations into it are not quantized: vLLM's MLA
  * decode does the same with its W_UK / W_UV). Every other projection is an ordinary moq linear.
  * RoPE pairing: interleaved (x[2i], x[2i+1]) when rope_interleave (DeepSeek checkpoints), else
@@ -64,6 +64,8 @@ void       moq_mla_close(moq_mla *a);
 size_t     moq_mla_linear_ws(const moq_mla *a, int64_t C);
 /* Floats of per-thread scratch for ctx positions. */
 int64_t    moq_mla_scratch_floats(const moq_mla_dims *d, int64_t ctx);
+/* True when a chunk of M tokens is attended in the expanded form (see above). */
+bool       moq_mla_expands(const moq_mla_dims *d, int64_t M);
 /* The cache row per position: R + dr. */
 int64_t    moq_mla_cache_row(const moq_mla_dims *d);
 
