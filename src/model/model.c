@@ -94,21 +94,21 @@ typedef struct arch_row {
     const char *name;
     const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
-    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
-    bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
-    moe_rule    moe_layers;
-    window_rule window;
-    int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
-    int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
-    attn_kind   attn;
-    router_kind router;
-    const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
-    const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
-    bool        norm_plus1;          /* RMSNorm weights are stored as w - 1: the norm is x·(1 + w)
-                                        (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
     const char *prefix;              /* the decoder's module: <prefix>.embed_tokens, .layers.N, .norm */
     const char *head;                /* the output projection                                        */
+    const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
+    const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
+    int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
+    int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
+    moe_rule    moe_layers;
+    window_rule window;
+    attn_kind   attn;
+    router_kind router;
     family_cfg  family;
+    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
+    bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
+    bool        norm_plus1;          /* RMSNorm weights are stored as w - 1: the norm is x·(1 + w)
+                                        (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
     bool        sandwich;            /* Gemma: post_attention_layernorm normalizes the attention output,
                                         pre_/post_feedforward_layernorm wrap the MLP                 */
     bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
@@ -117,27 +117,27 @@ typedef struct arch_row {
 } arch_row;
 
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk moe layers         window             default  max_window attn             router                  shared expert    shared gate           norm+1 prefix   head */
-    {"LlamaForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
-    {"MistralForCausalLM",     NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 4096,    0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    MOE_EVERY_LAYER,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    MOE_SPARSE_STEP,   WINDOW_QWEN2,      4096,    28,        ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, 0,       0,         ATTN_GQA,        ROUTER_SOFTMAX,         NULL,            NULL,                 false, "model", "lm_head", FAM_PLAIN, false, false, false},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           win   max moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 0,  MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",  "mlp",              false,  true,     MOE_FIRST_K_DENSE, WINDOW_NONE,       0,       0,         ATTN_MLA,        ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,                false, "model", "lm_head", FAM_DEEPSEEK_V3, false, false, false},
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",     NULL,               true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         NULL,            NULL,                 true, "model", "lm_head", FAM_QWEN3_5, false, false, false},
-    {"Qwen3_5MoeForCausalLM",  "mlp",              true,   true,     MOE_EVERY_LAYER,   WINDOW_NONE,       0,       0,         ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         "shared_expert", "shared_expert_gate", true, "model", "lm_head", FAM_QWEN3_5, false, false, false},
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",    NULL,  true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, NULL,            NULL,                 true, "model.language_model", "lm_head", FAM_QWEN3_5, false, false, false},
-    {"Qwen3_5MoeForConditionalGeneration", "mlp", true, true, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_HYBRID_GDN, ROUTER_SOFTMAX, "shared_expert", "shared_expert_gate", true, "model.language_model", "lm_head", FAM_QWEN3_5, false, false, false},
-    {"KimiK25ForConditionalGeneration",    "mlp", false, true, MOE_FIRST_K_DENSE, WINDOW_NONE, 0, 0, ATTN_MLA, ROUTER_SIGMOID_GROUPED, "shared_experts", NULL,            false, "language_model.model", "language_model.lm_head", FAM_DEEPSEEK_V3, false, false, false},
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
-    {"Gemma3ForCausalLM", NULL, true, false, MOE_EVERY_LAYER, WINDOW_NONE, 0, 0, ATTN_GQA, ROUTER_SOFTMAX, NULL, NULL, true, "model", "lm_head", FAM_GEMMA3, true, true, true},
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of

@@ -14,25 +14,25 @@ typedef enum { F_INT, F_NUM, F_BOOL } ftype;
 
 static const struct {
     const char *key;
-    ftype       t;
     size_t      off;
     double      dflt;   /* DeepseekV3Config default                            */
     double      lo;     /* smallest accepted value (ints and numbers)          */
+    ftype       t;
     bool        null0;  /* null means 0 (q_lora_rank: no q LoRA)              */
 } fields[] = {
-    {"q_lora_rank",            F_INT,  offsetof(moq_deepseek_cfg, q_lora_rank),            1536, 0, true},
-    {"kv_lora_rank",           F_INT,  offsetof(moq_deepseek_cfg, kv_lora_rank),           512,  1, false},
-    {"qk_rope_head_dim",       F_INT,  offsetof(moq_deepseek_cfg, qk_rope_head_dim),       64,   2, false},
-    {"qk_nope_head_dim",       F_INT,  offsetof(moq_deepseek_cfg, qk_nope_head_dim),       128,  0, false},
-    {"v_head_dim",             F_INT,  offsetof(moq_deepseek_cfg, v_head_dim),             128,  1, false},
-    {"n_group",                F_INT,  offsetof(moq_deepseek_cfg, n_group),                8,    1, false},
-    {"topk_group",             F_INT,  offsetof(moq_deepseek_cfg, topk_group),             4,    1, false},
-    {"first_k_dense_replace",  F_INT,  offsetof(moq_deepseek_cfg, first_k_dense_replace),  3,    0, false},
-    {"moe_layer_freq",         F_INT,  offsetof(moq_deepseek_cfg, moe_layer_freq),         1,    1, false},
-    {"n_shared_experts",       F_INT,  offsetof(moq_deepseek_cfg, n_shared_experts),       1,    0, true},
-    {"routed_scaling_factor",  F_NUM,  offsetof(moq_deepseek_cfg, routed_scaling_factor),  2.5,  0, false},
-    {"norm_topk_prob",         F_BOOL, offsetof(moq_deepseek_cfg, norm_topk_prob),         1,    0, false},
-    {"rope_interleave",        F_BOOL, offsetof(moq_deepseek_cfg, rope_interleave),        1,    0, false},
+    {"q_lora_rank",            offsetof(moq_deepseek_cfg, q_lora_rank),               1536, 0,  F_INT,  true},
+    {"kv_lora_rank",           offsetof(moq_deepseek_cfg, kv_lora_rank),              512,  1,  F_INT,  false},
+    {"qk_rope_head_dim",       offsetof(moq_deepseek_cfg, qk_rope_head_dim),          64,   2,  F_INT,  false},
+    {"qk_nope_head_dim",       offsetof(moq_deepseek_cfg, qk_nope_head_dim),          128,  0,  F_INT,  false},
+    {"v_head_dim",             offsetof(moq_deepseek_cfg, v_head_dim),                128,  1,  F_INT,  false},
+    {"n_group",                offsetof(moq_deepseek_cfg, n_group),                   8,    1,  F_INT,  false},
+    {"topk_group",             offsetof(moq_deepseek_cfg, topk_group),                4,    1,  F_INT,  false},
+    {"first_k_dense_replace",  offsetof(moq_deepseek_cfg, first_k_dense_replace),     3,    0,  F_INT,  false},
+    {"moe_layer_freq",         offsetof(moq_deepseek_cfg, moe_layer_freq),            1,    1,  F_INT,  false},
+    {"n_shared_experts",       offsetof(moq_deepseek_cfg, n_shared_experts),          1,    0,  F_INT,  true},
+    {"routed_scaling_factor",  offsetof(moq_deepseek_cfg, routed_scaling_factor),     2.5,  0,  F_NUM,  false},
+    {"norm_topk_prob",         offsetof(moq_deepseek_cfg, norm_topk_prob),            1,    0,  F_BOOL, false},
+    {"rope_interleave",        offsetof(moq_deepseek_cfg, rope_interleave),           1,    0,  F_BOOL, false},
 };
 
 static moq_status read_field(const cJSON *o, const char *path, size_t i, moq_deepseek_cfg *d, bool *present, moq_error *err) {
