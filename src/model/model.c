@@ -127,6 +127,9 @@ static const arch_row arch_rows[] = {
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
     {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
+     * positions it keeps them all, so the context is capped there and the indexer weights unused */
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
     {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
@@ -338,8 +341,9 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
     const bool experts = r->moe_block && (r->moe_layers != MOE_SPARSE_STEP || m->E > 0);
     for (int64_t l = 0; l < m->L; l++) {
         m->layers[l].is_moe = experts && (l + 1) % step == 0;
-        if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: first_k_dense_replace, moe_layer_freq */
-            m->layers[l].is_moe = experts && l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0;
+        if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: mlp_layer_types, else first_k_dense_replace, moe_layer_freq */
+            m->layers[l].is_moe = experts && (m->ds.has_mlp_types ? m->ds.mlp_sparse[l]
+                                                                  : l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0);
         m->layers[l].window = use && l >= from ? win : 0;
     }
     const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
@@ -613,7 +617,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
     }
     if (m->arch->family == FAM_DEEPSEEK_V3) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
-        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, &m->ds, err));
+        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, m->L, &m->ds, err));
         m->D = m->ds.qk_rope_head_dim;
         m->KV = 1;
         m->Is = m->ds.n_shared_experts * m->Ie;
@@ -652,6 +656,13 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
                         (long long)m->I, (long long)(m->L - n_moe));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
+    if (m->ds.index_topk > 0 && m->T > m->ds.index_topk) { /* DeepSeek-V3.2 DSA */
+        if (m->opts.ctx > 0)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "context %lld exceeds index_topk %lld: beyond it DeepSeek sparse attention's indexer "
+                            "picks the keys, and moq has no indexer (up to index_topk it keeps every key, which is dense MLA)",
+                            (long long)m->T, (long long)m->ds.index_topk);
+        m->T = m->ds.index_topk;
+    }
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
@@ -975,7 +986,9 @@ uint64_t moq_model_decode_bytes(const moq_model *m) {
         const layer *ly = &m->layers[l];
         b += weight_bytes(&ly->qkv.w) + weight_bytes(&ly->o.w) + weight_bytes(&ly->gate_up.w) + weight_bytes(&ly->down.w);
         b += weight_bytes(&ly->sh_gate_up.w) + weight_bytes(&ly->sh_down.w) + weight_bytes(&ly->mla.q_a.w) + weight_bytes(&ly->mla.q_b.w) +
-             weight_bytes(&ly->mla.kv_a.w) + weight_bytes(&ly->mla.kv_b.w) + weight_bytes(&ly->mla.o.w);
+             weight_bytes(&ly->mla.kv_a.w) + weight_bytes(&ly->mla.kv_b.w) + weight_bytes(&ly->mla.o.w) + weight_bytes(&ly->sh_gate.w) +
+             weight_bytes(&ly->gdn.qkv.w) + weight_bytes(&ly->gdn.z.w) + weight_bytes(&ly->gdn.b.w) + weight_bytes(&ly->gdn.a.w) +
+             weight_bytes(&ly->gdn.out.w);
         /* MoE: the router and the k experts a token is routed to (all experts are the same size) */
         if (ly->moe) b += (uint64_t)(m->E * m->H) * 2 + (uint64_t)m->topk * moq_moe_expert_bytes(ly->moe_fmt, m->H, m->Ie);
     }

@@ -160,7 +160,7 @@ static void test_gemma3(void **st) {
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
-static void check_rekeyed(const char *model, const char *arch, const char *prefix, const char *head) {
+static void check_rekeyed(const char *model, const char *arch, const char *prefix, const char *head, const char *extra) {
     char sub[128];
     snprintf(sub, sizeof sub, "hf_tiny/%s", model);
     char *src = tu_data_path(sub), *dst = tu_tmpdir(arch);
@@ -179,8 +179,8 @@ static void check_rekeyed(const char *model, const char *arch, const char *prefi
     const char *text = moq_checkpoint_json_text(ck, "config.json");
     size_t n = strlen(text) + 512;
     char *cfg = malloc(n);
-    snprintf(cfg, n, "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"tie_word_embeddings\": %s, \"text_config\": %s}", arch,
-             strstr(text, "\"tie_word_embeddings\": true") ? "true" : "false", text);
+    snprintf(cfg, n, "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"tie_word_embeddings\": %s, %s\"text_config\": %s}", arch,
+             strstr(text, "\"tie_word_embeddings\": true") ? "true" : "false", extra, text);
     TU_OK(moq_writer_file(w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(w, 1, err_));
     moq_writer_free(w);
@@ -208,9 +208,39 @@ static void check_rekeyed(const char *model, const char *arch, const char *prefi
 
 static void test_multimodal_layouts(void **st) {
     (void)st;
-    check_rekeyed("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "model.language_model", "lm_head");
-    check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head");
-    check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head");
+    check_rekeyed("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "model.language_model", "lm_head", "");
+    check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head", "");
+    check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
+}
+
+/* DeepSeek-V3.2 is DeepSeek-V3 plus a DSA indexer keeping index_topk keys per query
+ * (DeepseekV32Indexer: topk = min(index_topk, keys)); within index_topk positions every key is kept,
+ * so its logits are DeepSeek-V3's. mlp_layer_types (DeepseekV32Config) says which layers are MoE. A
+ * context beyond index_topk is refused, naming the key. */
+static void test_deepseek_v32(void **st) {
+    (void)st;
+    check_rekeyed("deepseek_v3_a", "DeepseekV32ForCausalLM", "model", "lm_head",
+                  "\"index_topk\": 32, \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"], ");
+    char *dst = tu_tmpdir("v32_ctx");
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 1, "
+             "\"num_attention_heads\": 4, \"vocab_size\": 128, \"intermediate_size\": 32, \"index_topk\": 16}");
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    static const uint16_t one[1] = {0x3f80};
+    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
+    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_model_opts o = moq_model_opts_default();
+    o.ctx = 17;
+    moq_model *m = NULL;
+    moq_error e = {0};
+    const moq_status st2 = moq_model_open(&m, dst, &o, &e);
+    TU_ERR(&e, st2, MOQ_ERR_UNSUPPORTED, "config.json", "index_topk 16");
+    assert_null(m);
+    tu_rmtree(dst);
+    free(dst);
 }
 
 /* ---- fp64 DeepSeek-V3 oracle on generated checkpoints --------------------------------------- */
@@ -858,6 +888,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_5_moe),
         cmocka_unit_test(test_qwen3_5),
         cmocka_unit_test(test_multimodal_layouts),
+        cmocka_unit_test(test_deepseek_v32),
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };

@@ -30,6 +30,7 @@ static const struct {
     {"first_k_dense_replace",  offsetof(moq_deepseek_cfg, first_k_dense_replace),     3,    0,  F_INT,  false},
     {"moe_layer_freq",         offsetof(moq_deepseek_cfg, moe_layer_freq),            1,    1,  F_INT,  false},
     {"n_shared_experts",       offsetof(moq_deepseek_cfg, n_shared_experts),          1,    0,  F_INT,  true},
+    {"index_topk",             offsetof(moq_deepseek_cfg, index_topk),                0,    0,  F_INT,  true},
     {"routed_scaling_factor",  offsetof(moq_deepseek_cfg, routed_scaling_factor),     2.5,  0,  F_NUM,  false},
     {"norm_topk_prob",         offsetof(moq_deepseek_cfg, norm_topk_prob),            1,    0,  F_BOOL, false},
     {"rope_interleave",        offsetof(moq_deepseek_cfg, rope_interleave),           1,    0,  F_BOOL, false},
@@ -48,7 +49,27 @@ static moq_status read_field(const cJSON *o, const char *path, size_t i, moq_dee
     return moq_json_bool(o, fields[i].key, (bool *)(void *)dst, present, "config.json", path, err);
 }
 
-static moq_status read_all(const cJSON *j, moq_deepseek_cfg *d, moq_error *err) {
+/* mlp_layer_types: L entries "dense" / "sparse" (DeepseekV32Config); absent: first_k_dense_replace rules. */
+static moq_status read_mlp_types(const cJSON *j, const cJSON *text, int64_t L, moq_deepseek_cfg *d, moq_error *err) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "mlp_layer_types");
+    if (!t && text) t = cJSON_GetObjectItemCaseSensitive(text, "mlp_layer_types");
+    if (!t || cJSON_IsNull(t)) return MOQ_OK;
+    if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != (int)L || L > MOQ_DEEPSEEK_MAX_LAYERS)
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_layer_types is %s of %d entries, expected an array of num_hidden_layers (%lld, at most %d) entries",
+                        moq_json_type(t), cJSON_IsArray(t) ? cJSON_GetArraySize(t) : 0, (long long)L, MOQ_DEEPSEEK_MAX_LAYERS);
+    int i = 0;
+    const cJSON *e = NULL;
+    cJSON_ArrayForEach(e, t) {
+        const bool sp = cJSON_IsString(e) && strcmp(e->valuestring, "sparse") == 0;
+        if (!sp && !(cJSON_IsString(e) && strcmp(e->valuestring, "dense") == 0))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_layer_types[%d] is not \"dense\" or \"sparse\"", i);
+        d->mlp_sparse[i++] = sp;
+    }
+    d->has_mlp_types = true;
+    return MOQ_OK;
+}
+
+static moq_status read_all(const cJSON *j, int64_t L, moq_deepseek_cfg *d, moq_error *err) {
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text_config");
     if (!cJSON_IsObject(text)) text = NULL;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
@@ -67,16 +88,16 @@ static moq_status read_all(const cJSON *j, moq_deepseek_cfg *d, moq_error *err) 
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "qk_rope_head_dim %lld, expected an even value", (long long)d->qk_rope_head_dim);
     if (d->topk_group > d->n_group)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "topk_group %lld exceeds n_group %lld", (long long)d->topk_group, (long long)d->n_group);
-    return MOQ_OK;
+    return read_mlp_types(j, text, L, d, err);
 }
 
-moq_status moq_deepseek_v3_read(const moq_checkpoint *c, moq_deepseek_cfg *out, moq_error *err) {
+moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, moq_deepseek_cfg *out, moq_error *err) {
     memset(out, 0, sizeof *out);
     const char *text = moq_checkpoint_json_text(c, "config.json");
     if (!text) return MOQ_FAIL(err, MOQ_ERR_CONFIG, moq_checkpoint_path(c), "no config.json, expected one with the MLA dimensions");
     cJSON *j = NULL;
     MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
-    const moq_status st = read_all(j, out, err);
+    const moq_status st = read_all(j, L, out, err);
     cJSON_Delete(j);
     return st;
 }
