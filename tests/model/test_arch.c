@@ -243,6 +243,53 @@ static void test_deepseek_v32(void **st) {
     free(dst);
 }
 
+/* A config.json the family readers must refuse: the error is `code`, names config.json and says `msg`. */
+static void open_cfg_err(const char *cfg, moq_status code, const char *msg) {
+    char *dst = tu_tmpdir("arch_cfg_err");
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    static const uint16_t one[1] = {0x3f80};
+    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
+    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_model *m = NULL;
+    moq_error e = {0};
+    const moq_status st = moq_model_open(&m, dst, NULL, &e);
+    TU_ERR(&e, st, code, "config.json", msg);
+    assert_null(m);
+    tu_rmtree(dst);
+    free(dst);
+}
+
+#define BASE "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, \"intermediate_size\": 32"
+static void test_config_errors(void **st) {
+    (void)st;
+    open_cfg_err("{\"architectures\": [\"DeepseekV3ForCausalLM\"], " BASE ", \"n_group\": 2, \"topk_group\": 3}", MOQ_ERR_CONFIG,
+                 "topk_group 3 exceeds n_group 2");
+    open_cfg_err("{\"architectures\": [\"DeepseekV3ForCausalLM\"], " BASE ", \"qk_rope_head_dim\": 7}", MOQ_ERR_CONFIG, "even");
+    open_cfg_err("{\"architectures\": [\"DeepseekV3ForCausalLM\"], " BASE ", \"kv_lora_rank\": \"x\"}", MOQ_ERR_CONFIG, "kv_lora_rank");
+    open_cfg_err("{\"architectures\": [\"DeepseekV32ForCausalLM\"], " BASE ", \"mlp_layer_types\": [\"dense\"]}", MOQ_ERR_CONFIG,
+                 "mlp_layer_types");
+    open_cfg_err("{\"architectures\": [\"DeepseekV32ForCausalLM\"], " BASE ", \"mlp_layer_types\": [\"dense\", \"moe\"]}", MOQ_ERR_CONFIG,
+                 "mlp_layer_types[1]");
+    open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"layer_types\": [\"linear_attention\"]}", MOQ_ERR_CONFIG,
+                 "layer_types");
+    open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"layer_types\": [\"full_attention\", \"mamba\"]}",
+                 MOQ_ERR_UNSUPPORTED, "layer_types[1]");
+    open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"partial_rotary_factor\": 1.5}", MOQ_ERR_CONFIG,
+                 "partial_rotary_factor");
+    open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"linear_num_key_heads\": 0}", MOQ_ERR_CONFIG,
+                 "linear_num_key_heads");
+    open_cfg_err("{\"architectures\": [\"Gemma3ForCausalLM\"], " BASE ", \"layer_types\": [\"sliding_attention\", 3]}",
+                 MOQ_ERR_UNSUPPORTED, "layer_types[1]");
+    open_cfg_err("{\"architectures\": [\"Gemma3ForCausalLM\"], " BASE ", \"query_pre_attn_scalar\": 0}", MOQ_ERR_CONFIG,
+                 "query_pre_attn_scalar");
+    open_cfg_err("{\"architectures\": [\"Gemma3ForCausalLM\"], " BASE ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"nope\"}}}",
+                 MOQ_ERR_UNSUPPORTED, "rope_scaling type \"nope\"");
+}
+#undef BASE
+
 /* ---- fp64 DeepSeek-V3 oracle on generated checkpoints --------------------------------------- */
 enum { DH = 128, DA = 2, DQL = 128, DR = 128, DDN = 32, DDR = 32, DDV = 64, DI = 256, DE = 4, DIE = 128, DTOPK = 2, DV = 64, DL = 2,
        DNT = 48, DG = 2, DTG = 1 };
@@ -889,6 +936,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_5),
         cmocka_unit_test(test_multimodal_layouts),
         cmocka_unit_test(test_deepseek_v32),
+        cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
