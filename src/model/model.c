@@ -1,12 +1,17 @@
-/* model.c — Llama/Mistral/Qwen2/Qwen3 decoder runner (moq.h "models").
+/* model.c — the decoder runner (moq.h "models"): one row per architecture in arch_rows.
  *
- *   x = embed(tokens)                                   f32 [M, H]
- *   per layer:  h = rmsnorm(x) ; qkv = h · Wqkvᵀ (+b)   f32 [M, (A + 2 KV) D]
- *               q, k = rmsnorm_per_head (Qwen3) ; rope(q, k) ; cache <- k, v
- *               o = softmax(q kᵀ / sqrt(D), causal) v   f32 [M, A D]   (K, V read back from the cache)
- *               x += o · Woᵀ
- *               h = rmsnorm(x) ; gu = h · Wgate_upᵀ ; x += (silu(g) · u) · Wdownᵀ
- *   logits = rmsnorm(x) · Wlm_headᵀ                     f32 [M, V]
+ *   x = embed(tokens) (× bf16(sqrt(H)) for Gemma)         f32 [M, H]
+ *   per layer:  h = rmsnorm(x)
+ *               attention, one of:
+ *                 GQA: qkv = h · Wqkvᵀ (+b) ; q, k = rmsnorm_per_head (Qwen3, Qwen3.5, Gemma 3) ;
+ *                      rope(q, k) (partial for Qwen3.5) ; cache <- k, v ;
+ *                      o = softmax(q kᵀ · scale, causal, window) v (× sigmoid(gate), Qwen3.5) ; t = o · Woᵀ
+ *                 MLA (DeepSeek-V3, model/attn/mla.c): latent cache, absorbed decode
+ *                 Gated DeltaNet (Qwen3.5 linear_attention layers, model/attn/gdn.c): recurrent state
+ *               x += t (Gemma: x += rmsnorm(t))
+ *               h = rmsnorm(x) ; MLP: dense (silu or gelu-tanh)·up, or routed experts (src/moe)
+ *               (+ shared expert, × sigmoid(gate) for Qwen3.5) ; x += out (Gemma: normalized first)
+ *   logits = rmsnorm(x) · Wlm_headᵀ (Gemma: soft-capped)   f32 [M, V]
  *
  * Every dense linear is opened by the loader (moq_linear_layer_open: resolution, contract,
  * canonical weight, kernel), routed experts by src/moe (moq_moe_create), embeddings by layers.c:
@@ -16,10 +21,11 @@
  * Attention reads K and V back from the cache for every position, the current one included, so
  * an FP8 cache affects the current token as it does in vLLM's paged decode.
  * Sliding-window layers attend to the last `sliding_window` positions, the current one included;
- * MoE models may interleave dense MLP layers (Qwen3-MoE mlp_only_layers, decoder_sparse_step):
- * both are per-layer facts read from config.json once at open (read_layer_plan).
+ * MoE models may interleave dense MLP layers (Qwen3-MoE mlp_only_layers, decoder_sparse_step,
+ * DeepSeek first_k_dense_replace): per-layer facts read from config.json once at open
+ * (read_layer_plan and the family readers in model/arch/).
  * Workspace for min(ctx, MOQ_MODEL_CHUNK) tokens is allocated at open; prefill runs in chunks.
- * Tested by tests/model/test_model.c.
+ * Tested by tests/model/test_model.c and tests/model/test_arch.c.
  */
 #include "model/model.h"
 
