@@ -516,11 +516,13 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
 /* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or the caller's explicit default. */
 static moq_status open_kv_scales(moq_model *m, moq_error *err) {
     char kn[320], vn[320];
+    const char *pfx = m->arch->prefix;
     for (int64_t l = 0; l < m->L; l++) {
+        if (m->layers[l].linear) continue; /* Gated DeltaNet layers cache no K/V */
         bool fk = false, fv = false;
         for (size_t r = 0; r < sizeof kv_scale_names / sizeof kv_scale_names[0] && !(fk && fv); r++) {
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].k);
-            snprintf(vn, sizeof vn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].v);
+            snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].k);
+            snprintf(vn, sizeof vn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].v);
             if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[l], &fk, m->ckpt, kn, err));
             if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[l], &fv, m->ckpt, vn, err));
         }
@@ -530,13 +532,13 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
                 if (!fv) m->kv.v_scale[l] = m->opts.kv_scales_default;
                 continue;
             }
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
+            snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "tensor missing (also looked for .self_attn.{k,v}_scale, .self_attn.attn.{k,v}_scale, "
                             ".self_attn.kv_scale); the config declares an FP8 KV cache; pass --kv-scales-default 1.0 to run with scale 1.0");
         }
         const float ks = m->kv.k_scale[l], vs = m->kv.v_scale[l];
         if (!(ks > 0) || !isfinite(ks) || !(vs > 0) || !isfinite(vs)) {
-            snprintf(kn, sizeof kn, "model.layers.%lld.self_attn", (long long)l);
+            snprintf(kn, sizeof kn, "%s.layers.%lld.self_attn", pfx, (long long)l);
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "KV scales k %g, v %g; expected finite values > 0", (double)ks, (double)vs);
         }
     }

@@ -658,11 +658,14 @@ typedef struct q_spec {
     const char *attn_algo, *mlp_algo; /* linear_attn in_proj_qkv/z/out_proj and self_attn; experts + shared */
     double      tol;
     int         ntok;
+    bool        cg;      /* Qwen3_5MoeForConditionalGeneration layout: model.language_model.*          */
+    bool        fp8_kv;  /* kv_cache_quant_algo FP8, k/v scales on the full-attention layer only       */
 } q_spec;
 
 typedef struct q_oracle {
     double *emb, *final_norm, *in_norm[QL], *post_norm[QL], *qn[QL], *kn[QL];
-    double *conv[QL], *A_log[QL], *dt[QL], *gnorm[QL];
+    double *conv[QL], *A_log[QL], *dt[QL], *gnorm[QL], k_scale, v_scale;
+    bool    fp8_kv;
     olin    qkv[QL], z[QL], b[QL], a[QL], out[QL];       /* layer 0: linear_attention */
     olin    q[QL], k[QL], v[QL], o[QL];                    /* layer 1: full_attention   */
     olin    router[QL], eg[QL][QE], eu[QL][QE], ed[QL][QE], sg[QL], su[QL], sd[QL], sgate[QL], head;
@@ -671,16 +674,19 @@ typedef struct q_oracle {
 static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed) {
     gen g = {.rng = seed};
     memset(o, 0, sizeof *o);
+    const char *P = s->cg ? "model.language_model" : "model";
+    char nm0[200];
     TU_OK(moq_writer_create(&g.w, dir, err_));
-    o->emb = tg_add_bf16(&g, "model.embed_tokens.weight", QV, QH, 1.0, 0);
+    snprintf(nm0, sizeof nm0, "%s.embed_tokens.weight", P);
+    o->emb = tg_add_bf16(&g, nm0, QV, QH, 1.0, 0);
     char nm[200], pre[160];
     for (int l = 0; l < QL; l++) {
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        snprintf(nm, sizeof nm, "%s.layers.%d.input_layernorm.weight", P, l);
         o->in_norm[l] = tg_add_f32(&g, nm, QH, 0, 0.1, 0); /* stored w; the norm multiplies by 1 + w */
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        snprintf(nm, sizeof nm, "%s.layers.%d.post_attention_layernorm.weight", P, l);
         o->post_norm[l] = tg_add_f32(&g, nm, QH, 0, 0.1, 0);
         if (l == 0) {
-            snprintf(pre, sizeof pre, "model.layers.%d.linear_attn", l);
+            snprintf(pre, sizeof pre, "%s.layers.%d.linear_attn", P, l);
             ds_lin1(&g, pre, "in_proj_qkv", QC, QH, s->attn_algo, &o->qkv[l]);
             ds_lin1(&g, pre, "in_proj_z", QHV * QDV, QH, s->attn_algo, &o->z[l]);
             ds_lin1(&g, pre, "in_proj_b", QHV, QH, "BF16", &o->b[l]); /* N = value heads: ModelOpt leaves them */
@@ -695,7 +701,7 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
             snprintf(nm, sizeof nm, "%s.norm.weight", pre);
             o->gnorm[l] = tg_add_f32(&g, nm, QDV, 0, 0.1, 1.0);
         } else {
-            snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+            snprintf(pre, sizeof pre, "%s.layers.%d.self_attn", P, l);
             static const char *const qkvn[3] = {"q_proj", "k_proj", "v_proj"};
             const int64_t nq[3] = {QA * 2 * QD, QKV * QD, QKV * QD};
             olin t[3];
@@ -707,8 +713,15 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
             o->qn[l] = tg_add_f32(&g, nm, QD, 0, 0.1, 0);
             snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
             o->kn[l] = tg_add_f32(&g, nm, QD, 0, 0.1, 0);
+            if (s->fp8_kv) { /* ModelOpt's names (NUMERICS §8) */
+                o->fp8_kv = true, o->k_scale = tg_bf16r(6.0 / 448), o->v_scale = tg_bf16r(3.0 / 448);
+                snprintf(nm, sizeof nm, "%s.k_proj.k_scale", pre);
+                tg_add_scalar(&g, nm, (float)o->k_scale);
+                snprintf(nm, sizeof nm, "%s.v_proj.v_scale", pre);
+                tg_add_scalar(&g, nm, (float)o->v_scale);
+            }
         }
-        snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+        snprintf(pre, sizeof pre, "%s.layers.%d.mlp", P, l);
         ds_lin1(&g, pre, "gate", QE, QH, "BF16", &o->router[l]);
         for (int e = 0; e < QE; e++) {
             snprintf(nm, sizeof nm, "%s.experts.%d", pre, e);
@@ -718,24 +731,26 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
         ds_mlp(&g, nm, QIS, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
         ds_lin1(&g, pre, "shared_expert_gate", 1, QH, "BF16", &o->sgate[l]);
     }
-    o->final_norm = tg_add_f32(&g, "model.norm.weight", QH, 0, 0.1, 0);
+    snprintf(nm0, sizeof nm0, "%s.norm.weight", P);
+    o->final_norm = tg_add_f32(&g, nm0, QH, 0, 0.1, 0);
     ds_lin1(&g, "", "lm_head", QV, QH, "BF16", &o->head);
     char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
     if (strcmp(s->attn_algo, "BF16") || strcmp(s->mlp_algo, "BF16")) { /* what is not listed stays BF16 */
         snprintf(hq, 16384,
                  "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": \"MIXED_PRECISION\", "
-                 "\"kv_cache_quant_algo\": null, \"group_size\": 16, \"exclude_modules\": [], \"quantized_layers\": {%s}}}", g.layers_json);
+                 "\"kv_cache_quant_algo\": %s, \"group_size\": 16, \"exclude_modules\": [], \"quantized_layers\": {%s}}}",
+                 s->fp8_kv ? "\"FP8\"" : "null", g.layers_json);
         TU_OK(moq_writer_file(g.w, "hf_quant_config.json", hq, err_));
     }
     snprintf(cfg, 4096,
-             "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\", \"torch_dtype\": \"bfloat16\", "
+             "{\"architectures\": [\"%s\"], \"model_type\": \"qwen3_5_moe_text\", \"torch_dtype\": \"bfloat16\", "
              "\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
              "\"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": false, "
              "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0, \"partial_rotary_factor\": 0.25}, "
              "\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_conv_kernel_dim\": %d, \"linear_key_head_dim\": %d, "
              "\"linear_num_key_heads\": %d, \"linear_value_head_dim\": %d, \"linear_num_value_heads\": %d, \"num_experts\": %d, "
              "\"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"shared_expert_intermediate_size\": %d}",
-             QH, QL, QA, QKV, QD, QV, QCK, QDK, QHK, QDV, QHV, QE, QTOPK, QIE, QIS);
+             s->cg ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5MoeForCausalLM", QH, QL, QA, QKV, QD, QV, QCK, QDK, QHK, QDV, QHV, QE, QTOPK, QIE, QIS);
     TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(g.w, 2, err_));
     moq_writer_free(g.w);
@@ -825,6 +840,8 @@ static void q_run(const q_oracle *o, const int32_t *tok, int n, double *logits) 
                     const double c = cos(p * inv[e]), sn = sin(p * inv[e]), k0 = kk[e], k1 = kk[e + QDR / 2];
                     kk[e] = k0 * c - k1 * sn, kk[e + QDR / 2] = k1 * c + k0 * sn;
                 }
+                for (int e = 0; o->fp8_kv && e < QD; e++)
+                    kk[e] = tg_q_e4m3(kk[e] / o->k_scale) * o->k_scale, vv[e] = tg_q_e4m3(vv[e] / o->v_scale) * o->v_scale;
                 memcpy(K + (size_t)p * QD, kk, sizeof kk);
                 memcpy(Vc + (size_t)p * QD, vv, sizeof vv);
                 for (int a = 0; a < QA; a++) {
@@ -883,13 +900,15 @@ static void q_run(const q_oracle *o, const int32_t *tok, int n, double *logits) 
 
 static const q_spec q_cases[] = {
     /* name            linear_attn + self_attn         experts + shared              tol */
-    {"q35_bf16",       "BF16",                         "BF16",                       2e-5, 48},
-    {"q35_nvfp4",      "NVFP4",                        "NVFP4",                      2e-3, 7},
-    {"q35_fp8",        "FP8",                          "FP8",                        2e-3, 7},
-    {"q35_fp8_pcpt",   "FP8_PER_CHANNEL_PER_TOKEN",    "FP8",                        2e-3, 7},
-    {"q35_fp8_pb_wo",  "FP8_PB_WO",                    "FP8_PB_WO",                  2e-3, 7},
-    {"q35_w4a16",      "W4A16_NVFP4",                  "W4A16_NVFP4",                2e-5, 48},
-    {"q35_mxfp8",      "MXFP8",                        "MXFP8",                      2e-3, 7},
+    {"q35_bf16",       "BF16",                         "BF16",                       2e-5, 48, false, false},
+    {"q35_nvfp4",      "NVFP4",                        "NVFP4",                      2e-3, 7, false, false},
+    {"q35_fp8",        "FP8",                          "FP8",                        2e-3, 7, false, false},
+    {"q35_fp8_pcpt",   "FP8_PER_CHANNEL_PER_TOKEN",    "FP8",                        2e-3, 7, false, false},
+    {"q35_fp8_pb_wo",  "FP8_PB_WO",                    "FP8_PB_WO",                  2e-3, 7, false, false},
+    {"q35_w4a16",      "W4A16_NVFP4",                  "W4A16_NVFP4",                2e-5, 48, false, false},
+    {"q35_mxfp8",      "MXFP8",                        "MXFP8",                      2e-3, 7, false, false},
+    /* the multimodal layout NVIDIA ships (Qwen3.6-35B-A3B-NVFP4: FP8 attention, W4A16 experts, FP8 KV) */
+    {"q35_cg_fp8kv",   "FP8",                          "W4A16_NVFP4",                2e-3, 7, true, true},
 };
 
 static void test_qwen3_5_formats_vs_fp64(void **st) {
