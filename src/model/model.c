@@ -646,7 +646,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->family == FAM_QWEN3_5) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
         MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, per_layer, err));
         for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = per_layer[l];
-        m->qh = 2 * m->D; /* q_proj: [query | output gate] per head */
+        m->qh = m->qc.attn_output_gate ? 2 * m->D : m->D; /* q_proj: [query | output gate] per head */
         m->Drot = (int64_t)((double)m->D * m->qc.partial_rotary_factor);
         m->Drot -= m->Drot % 2;
         m->gdn = (moq_gdn_dims){.H = m->H, .Hk = m->qc.linear_num_key_heads, .dk = m->qc.linear_key_head_dim, .Hv = m->qc.linear_num_value_heads,

@@ -36,6 +36,9 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_qwen3_5_cfg *d, bool *
         if (*dst < (i + 1 == sizeof int_fields / sizeof int_fields[0] ? 0 : 1))
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "%s is %lld, expected a positive value", int_fields[i].key, (long long)*dst);
     }
+    d->attn_output_gate = true;
+    MOQ_TRY(moq_json_bool(j, "attn_output_gate", &d->attn_output_gate, &p, "config.json", NULL, err));
+    if (!p && text) MOQ_TRY(moq_json_bool(text, "attn_output_gate", &d->attn_output_gate, &p, "config.json", "text_config", err));
     /* partial_rotary_factor: rope_parameters (transformers 5), else the top-level key; default 0.25 */
     d->partial_rotary_factor = 0.25;
     const cJSON *scopes[] = {j, text};

@@ -14,6 +14,7 @@ typedef struct moq_qwen3_5_cfg {
     int64_t linear_num_key_heads, linear_key_head_dim, linear_num_value_heads, linear_value_head_dim;
     int64_t linear_conv_kernel_dim, full_attention_interval, shared_expert_intermediate_size;
     double  partial_rotary_factor;  /* rope_parameters.partial_rotary_factor, else the top-level key */
+    bool    attn_output_gate;       /* q_proj holds [query | gate] per head (default true)       */
     double  rope_theta;             /* rope_parameters.rope_theta (0 when absent): Qwen3.5 configs keep
                                        it only there, and the top-level reader does not look inside  */
 } moq_qwen3_5_cfg;
