@@ -747,7 +747,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_elem ke;
     bool scaled;
     MOQ_TRY(moq_kv_elem_for_algo(m->q ? moq_qconfig_kv_cache_quant_algo(m->q) : NULL, m->opts.kv_elem, &ke, &scaled, err));
-    MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->kv_row, err));
+    if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, m->L, m->T, m->kv_row, err)); /* latent + rope key */
+    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->kv_row, err));
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
     return alloc_ws(m, err);
 }

@@ -226,7 +226,7 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
         rmsnorm(ckv, a->kv_a_norm, d->R, d->eps);
         rope(ckv + d->R, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         for (int64_t hd = 0; hd < A; hd++) rope(ws->q + i * A * dq + hd * dq + d->dn, d->dr, p0 + i, inv_freq, mscale, d->interleave);
-        moq_kv_cache_write(kv, layer, p0 + i, ckv, ckv);
+        moq_kv_cache_write(kv, layer, p0 + i, ckv, NULL);
     }
     if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M);
     else attend_absorbed(a, ws, kv, layer, p0, M);
