@@ -147,6 +147,7 @@ static const arch_row arch_rows[] = {
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
     {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
 };
 
 /* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of

@@ -211,6 +211,7 @@ static void test_multimodal_layouts(void **st) {
     check_rekeyed("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "model.language_model", "lm_head", "");
     check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head", "");
     check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
+    check_rekeyed("gemma3_text", "Gemma3ForConditionalGeneration", "model.language_model", "lm_head", "");
 }
 
 /* DeepSeek-V3.2 is DeepSeek-V3 plus a DSA indexer keeping index_topk keys per query
