@@ -593,7 +593,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
     m->mws.lws = m->lws, m->mws.lws_size = ws, m->mws.n_threads = m->n_threads, m->mws.ctx = m->T;
-    m->gws.lws = m->lws, m->gws.lws_size = ws;
+    m->gws.lws = m->lws, m->gws.lws_size = ws, m->gws.n_threads = m->n_threads;
     if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }

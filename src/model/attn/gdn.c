@@ -2,6 +2,7 @@
 #include "model/attn/gdn.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -97,25 +98,33 @@ moq_status moq_gdn_forward(moq_gdn *g, const moq_gdn_ws *ws, const float *h, int
     MOQ_TRY(run(&g->b, ws, h, M, ws->b, err));
     MOQ_TRY(run(&g->a, ws, h, M, ws->a, err));
     const float qs = 1.0f / sqrtf((float)d->dk);
-    for (int64_t i = 0; i < M; i++) {
-        float *w = ws->w + i * C;
-        /* causal depthwise conv over [state (K-1 inputs) | this input], then silu; shift the state */
-        for (int64_t ch = 0; ch < C; ch++) {
-            const float *cw = g->conv + ch * K, x = w[ch];
+    /* causal depthwise conv over [state (K-1 inputs) | the M inputs], then silu; each channel is
+     * independent, its state shifts token by token */
+#pragma omp parallel for num_threads(ws->n_threads) schedule(static)
+    for (int64_t ch = 0; ch < C; ch++) {
+        const float *cw = g->conv + ch * K;
+        for (int64_t i = 0; i < M; i++) {
+            float *w = ws->w + i * C;
+            const float x = w[ch];
             float acc = cw[K - 1] * x;
             for (int64_t t = 0; t < K - 1; t++) acc += cw[t] * g->conv_state[t * C + ch];
             for (int64_t t = 0; t + 1 < K - 1; t++) g->conv_state[t * C + ch] = g->conv_state[(t + 1) * C + ch];
             if (K > 1) g->conv_state[(K - 2) * C + ch] = x;
             w[ch] = silu(acc);
         }
-        for (int64_t hk = 0; hk < 2 * d->Hk; hk++) l2norm(w + hk * d->dk, d->dk); /* q heads, then k heads */
-        const float *q = w, *k = w + d->Hk * d->dk, *v = w + 2 * d->Hk * d->dk;
-        float *o = ws->o + i * V;
-        for (int64_t j = 0; j < d->Hv; j++) {
+    }
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t hk = 0; hk < 2 * d->Hk; hk++) l2norm(ws->w + i * C + hk * d->dk, d->dk); /* q heads, then k heads */
+    /* the delta rule: each value head's state is independent, tokens in order */
+#pragma omp parallel for num_threads(ws->n_threads) schedule(dynamic, 1)
+    for (int64_t j = 0; j < d->Hv; j++) {
+        float *S = g->S + j * d->dk * d->dv;
+        for (int64_t i = 0; i < M; i++) {
+            const float *w = ws->w + i * C, *q = w, *k = w + d->Hk * d->dk, *v = w + 2 * d->Hk * d->dk;
             const float *qj = q + (j / rep) * d->dk, *kj = k + (j / rep) * d->dk, *vj = v + j * d->dv;
             const float beta = 1.0f / (1.0f + expf(-ws->b[i * d->Hv + j]));
             const float decay = expf(-g->A[j] * softplus(ws->a[i * d->Hv + j] + g->dt_bias[j]));
-            float *S = g->S + j * d->dk * d->dv, *oj = o + j * d->dv;
+            float *oj = ws->o + i * V + j * d->dv;
             for (int64_t e = 0; e < d->dk * d->dv; e++) S[e] *= decay;
             for (int64_t c = 0; c < d->dv; c++) {
                 float mem = 0;

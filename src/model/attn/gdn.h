@@ -43,6 +43,7 @@ typedef struct moq_gdn_ws {
     float  *w, *z, *b, *a, *o;      /* [C, conv channels], [C, Hv dv], [C, Hv], [C, Hv], [C, Hv dv] */
     void   *lws;
     size_t  lws_size;
+    int     n_threads;
 } moq_gdn_ws;
 
 int64_t    moq_gdn_channels(const moq_gdn_dims *d); /* 2 Hk dk + Hv dv */
