@@ -186,6 +186,7 @@ typedef struct layer {
     moq_layer_linear sh_gate;            /* its sigmoid gate [1, H] (arch_row.shared_gate)       */
     bool             has_shared;
     bool             linear;             /* ATTN_HYBRID_GDN: a Gated DeltaNet layer              */
+    int64_t          kvl;                /* its layer in the KV cache (linear layers have none)  */
     moq_gdn          gdn;
     moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
     moq_moe_format   moe_fmt;
@@ -524,20 +525,20 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
         for (size_t r = 0; r < sizeof kv_scale_names / sizeof kv_scale_names[0] && !(fk && fv); r++) {
             snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].k);
             snprintf(vn, sizeof vn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].v);
-            if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[l], &fk, m->ckpt, kn, err));
-            if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[l], &fv, m->ckpt, vn, err));
+            if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[m->layers[l].kvl], &fk, m->ckpt, kn, err));
+            if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[m->layers[l].kvl], &fv, m->ckpt, vn, err));
         }
         if (!fk || !fv) {
             if (m->opts.kv_scales_default > 0) {
-                if (!fk) m->kv.k_scale[l] = m->opts.kv_scales_default;
-                if (!fv) m->kv.v_scale[l] = m->opts.kv_scales_default;
+                if (!fk) m->kv.k_scale[m->layers[l].kvl] = m->opts.kv_scales_default;
+                if (!fv) m->kv.v_scale[m->layers[l].kvl] = m->opts.kv_scales_default;
                 continue;
             }
             snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "tensor missing (also looked for .self_attn.{k,v}_scale, .self_attn.attn.{k,v}_scale, "
                             ".self_attn.kv_scale); the config declares an FP8 KV cache; pass --kv-scales-default 1.0 to run with scale 1.0");
         }
-        const float ks = m->kv.k_scale[l], vs = m->kv.v_scale[l];
+        const float ks = m->kv.k_scale[m->layers[l].kvl], vs = m->kv.v_scale[m->layers[l].kvl];
         if (!(ks > 0) || !isfinite(ks) || !(vs > 0) || !isfinite(vs)) {
             snprintf(kn, sizeof kn, "%s.layers.%lld.self_attn", pfx, (long long)l);
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "KV scales k %g, v %g; expected finite values > 0", (double)ks, (double)vs);
@@ -748,8 +749,10 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_elem ke;
     bool scaled;
     MOQ_TRY(moq_kv_elem_for_algo(m->q ? moq_qconfig_kv_cache_quant_algo(m->q) : NULL, m->opts.kv_elem, &ke, &scaled, err));
-    if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, m->L, m->T, m->kv_row, err)); /* latent + rope key */
-    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->kv_row, err));
+    int64_t n_kv = 0; /* attention layers, numbered in the cache (Gated DeltaNet layers keep their own state) */
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].kvl = m->layers[l].linear ? -1 : n_kv++;
+    if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, n_kv, m->T, m->kv_row, err)); /* latent + rope key */
+    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, n_kv, m->T, m->kv_row, err));
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
     return alloc_ws(m, err);
 }
@@ -813,6 +816,7 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
+    const int64_t kl = m->layers[l].kvl;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
@@ -821,7 +825,7 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
         const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 0, l, p, kvh * D, D, row);
+            moq_kv_cache_read(&m->kv, 0, kl, p, kvh * D, D, row);
             float d = 0;
             for (int64_t e = 0; e < D; e++) d += q[e] * row[e];
             s[p] = d * sc;
@@ -836,7 +840,7 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
         float *o = m->att + i * A * D + hd * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 1, l, p, kvh * D, D, row);
+            moq_kv_cache_read(&m->kv, 1, kl, p, kvh * D, D, row);
             const float wgt = s[p] / sum;
             for (int64_t e = 0; e < D; e++) o[e] += wgt * row[e];
         }
@@ -874,7 +878,7 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
             moq_rope_apply(k + hd * D, R, p0 + i, ly->inv_freq, ly->mscale);
         }
-        moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
+        moq_kv_cache_write(&m->kv, ly->kvl, p0 + i, k, v);
     }
     attention(m, l, p0, M);
     if (qh > D) /* output gate (Qwen3.5): att *= sigmoid(gate), the second half of each head's q rows */
@@ -913,7 +917,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
-        if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, l, m->tmp, err));
+        if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, ly->kvl, m->tmp, err));
         else if (ly->linear) MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
         else MOQ_TRY(gqa_block(m, ly, l, p0, M, err));
         if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
