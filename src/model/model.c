@@ -30,6 +30,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,8 +105,11 @@ typedef struct arch_row {
     const char *head;                /* the output projection                                        */
     const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
     const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
+    const char *config_class;        /* transformers' config class (default_theta in transformers 5,
+                                        the rope_theta argument default in 4.x)                     */
     int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
     int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
+    double      theta_default;       /* rope_theta when config.json has none (0: refuse), config_class's */
     moe_rule    moe_layers;
     window_rule window;
     attn_kind   attn;
@@ -122,42 +126,44 @@ typedef struct arch_row {
                                         Gemma3TextScaledWordEmbedding does for bf16 weights          */
 } arch_row;
 
+/* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
+ * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                                 moe block           prefix                  head                      shared expert     shared gate           win   max moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
-    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 0,  MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 4096, 28, MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
-    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 0,    0,  MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
-    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
-    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 0,    0,  MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
 };
 
-/* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
- * preference; the legacy single kv_scale serves both. */
-static const struct { const char *k, *v; } kv_scale_names[] = {
-    {".self_attn.k_proj.k_scale", ".self_attn.v_proj.v_scale"},
-    {".self_attn.k_scale", ".self_attn.v_scale"},
-    {".self_attn.attn.k_scale", ".self_attn.attn.v_scale"},
-    {".self_attn.kv_scale", ".self_attn.kv_scale"},
-};
+bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
+    for (size_t i = 0; architecture && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+        if (strcmp(arch_rows[i].name, architecture) == 0 && arch_rows[i].theta_default > 0) {
+            *theta = arch_rows[i].theta_default, *config_class = arch_rows[i].config_class;
+            return true;
+        }
+    return false;
+}
 
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
@@ -273,10 +279,23 @@ static moq_status read_bool(const moq_checkpoint *c, const char *key, bool *v, m
 }
 
 /* rope_scaling details beyond moq_arch (llama3 and yarn parameters). */
-static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope_params *p, moq_error *err) {
+/* RoPE settings: theta and the type's parameters from the object hf_config.c found
+ * (rope_parameters or rope_scaling, maybe under text_config). A config without rope_theta takes
+ * the architecture's documented default, with a note (*note, static text in `note`); a row
+ * without one is an error: never a silent 10000. */
+static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope_params *p, char *note, size_t note_n, moq_error *err) {
     memset(p, 0, sizeof *p);
+    note[0] = 0;
     snprintf(p->type, sizeof p->type, "%s", a->rope_scaling_type);
-    p->theta = a->rope_theta > 0 ? a->rope_theta : 10000.0;
+    p->theta = a->rope_theta;
+    if (!a->rope_theta_key[0]) {
+        const char *cls = NULL;
+        if (!moq_model_rope_theta_default(a->architecture, &p->theta, &cls))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "rope_theta is missing (no rope_parameters.rope_theta, rope_theta or "
+                            "rope_scaling.rope_theta) and %s has no documented default", a->architecture);
+        snprintf(note, note_n, "config.json: no rope_theta (looked in rope_parameters, rope_theta, rope_scaling); %s's default %g is used",
+                 cls, p->theta);
+    }
     p->factor = a->rope_scaling_factor > 0 ? a->rope_scaling_factor : 1.0;
     p->low_freq_factor = 1.0;
     p->high_freq_factor = 4.0;
@@ -284,14 +303,12 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     p->beta_fast = 32.0;
     p->beta_slow = 1.0;
     const char *text = moq_checkpoint_json_text(c, "config.json");
-    if (!text || !p->type[0]) return MOQ_OK;
+    if (!text || !a->rope_params_key[0]) return MOQ_OK;
     cJSON *j = NULL;
     MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (!rs) {
-        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
-        if (tc) rs = cJSON_GetObjectItemCaseSensitive(tc, "rope_scaling");
-    }
+    const bool in_text = strncmp(a->rope_params_key, "text_config.", 12) == 0;
+    const cJSON *base = in_text ? cJSON_GetObjectItemCaseSensitive(j, "text_config") : j;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(base, in_text ? a->rope_params_key + 12 : a->rope_params_key);
     static const struct { const char *key; size_t off; } keys[] = {
         {"low_freq_factor", offsetof(moq_rope_params, low_freq_factor)},
         {"high_freq_factor", offsetof(moq_rope_params, high_freq_factor)},
@@ -306,7 +323,7 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
         bool present = false;
         double v = 0;
-        st = moq_json_num(rs, keys[i].key, &v, &present, "config.json", "rope_scaling", err);
+        st = moq_json_num(rs, keys[i].key, &v, &present, "config.json", a->rope_params_key, err);
         if (present) memcpy((char *)p + keys[i].off, &v, sizeof v);
     }
     cJSON_Delete(j);
@@ -515,35 +532,17 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
     return MOQ_OK;
 }
 
-/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or the caller's explicit default. */
+/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or 1.0 in every layer when none
+ * has any (config/modules.c decides, as `moq check` does; the note came with the validation pass). */
 static moq_status open_kv_scales(moq_model *m, moq_error *err) {
-    char kn[320], vn[320];
-    const char *pfx = m->arch->prefix;
-    for (int64_t l = 0; l < m->L; l++) {
-        if (m->layers[l].linear) continue; /* Gated DeltaNet layers cache no K/V */
-        bool fk = false, fv = false;
-        for (size_t r = 0; r < sizeof kv_scale_names / sizeof kv_scale_names[0] && !(fk && fv); r++) {
-            snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].k);
-            snprintf(vn, sizeof vn, "%s.layers.%lld%s", pfx, (long long)l, kv_scale_names[r].v);
-            if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[m->layers[l].kvl], &fk, m->ckpt, kn, err));
-            if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[m->layers[l].kvl], &fv, m->ckpt, vn, err));
-        }
-        if (!fk || !fv) {
-            if (m->opts.kv_scales_default > 0) {
-                if (!fk) m->kv.k_scale[m->layers[l].kvl] = m->opts.kv_scales_default;
-                if (!fv) m->kv.v_scale[m->layers[l].kvl] = m->opts.kv_scales_default;
-                continue;
-            }
-            snprintf(kn, sizeof kn, "%s.layers.%lld%s", pfx, (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "tensor missing (also looked for .self_attn.{k,v}_scale, .self_attn.attn.{k,v}_scale, "
-                            ".self_attn.kv_scale); the config declares an FP8 KV cache; pass --kv-scales-default 1.0 to run with scale 1.0");
-        }
-        const float ks = m->kv.k_scale[m->layers[l].kvl], vs = m->kv.v_scale[m->layers[l].kvl];
-        if (!(ks > 0) || !isfinite(ks) || !(vs > 0) || !isfinite(vs)) {
-            snprintf(kn, sizeof kn, "%s.layers.%lld.self_attn", pfx, (long long)l);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "KV scales k %g, v %g; expected finite values > 0", (double)ks, (double)vs);
-        }
-    }
+    bool defaulted;
+    bool *attn = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *attn);
+    float *k = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *k), *v = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *v);
+    if (!attn || !k || !v) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld KV scales", (long long)m->L);
+    for (int64_t l = 0; l < m->L; l++) attn[l] = !m->layers[l].linear;
+    MOQ_TRY(moq_kv_scales_read(m->ckpt, m->arch->prefix, m->L, attn, k, v, &defaulted, err));
+    for (int64_t l = 0; l < m->L; l++) /* the cache numbers attention layers only */
+        if (attn[l]) m->kv.k_scale[m->layers[l].kvl] = k[l], m->kv.v_scale[m->layers[l].kvl] = v[l];
     return MOQ_OK;
 }
 
@@ -675,9 +674,15 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
-    MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
-    if (a->rope_theta == 0 && m->qc.rope_theta > 0) rp.theta = m->qc.rope_theta; /* Qwen3.5: only in rope_parameters */
-    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global;
+    char rope_note[320];
+    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
+    else MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
+    if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
+        char *w = moq_blobs_alloc(&m->blobs, sizeof rope_note);
+        if (!w) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        memcpy(w, rope_note, sizeof rope_note);
+        m->warn[m->n_warn++] = w;
+    }
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
@@ -715,6 +720,12 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         char *w = moq_blobs_alloc(&m->blobs, 800);
         if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
         else snprintf(w, 800, "%.256s: %.512s", mods.probs[i].where, mods.probs[i].msg);
+        m->warn[m->n_warn++] = w;
+    }
+    for (int i = 0; vst == MOQ_OK && i < mods.notes.n && m->n_warn < MOQ_MODEL_MAX_WARN; i++) {
+        char *w = moq_blobs_alloc(&m->blobs, 800);
+        if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        else snprintf(w, 800, "%s", moq_notes_at(&mods.notes, i));
         m->warn[m->n_warn++] = w;
     }
     moq_modules_free(&mods);
@@ -864,10 +875,46 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
     return MOQ_OK;
 }
 
+/* Non-finite outputs. The logits of every step are checked (V values: cheap next to the step);
+ * when one is not finite the step is run again with every module's output checked, and the first
+ * module whose output is not finite while its input was is named (the step's positions are
+ * rewritten with the same values; m->pos is not advanced; a Gated DeltaNet layer's state has moved
+ * on by then, so the second run only locates, it does not reproduce). */
+static int64_t first_nonfinite(const float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return i;
+    return -1;
+}
+
+static moq_status check_out(const moq_model *m, const float *p, int64_t rows, int64_t cols, const char *where, moq_error *err) {
+    const int64_t i = first_nonfinite(p, rows * cols);
+    if (i < 0) return MOQ_OK;
+    return MOQ_FAIL(err, MOQ_ERR_TENSOR, where,
+                    "output is not finite (%s at token %lld of the step, position %lld, column %lld) while its input was; "
+                    "its weights or scales hold NaN/Inf (`moq check --values` names them)",
+                    isnan(p[i]) ? "NaN" : "Inf", (long long)(i / cols), (long long)(m->pos + i / cols), (long long)(i % cols));
+}
+
+/* check_out when locating, the module named by fmt. */
+static moq_status check_at(const moq_model *m, bool locate, const float *p, int64_t rows, int64_t cols, moq_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static moq_status check_at(const moq_model *m, bool locate, const float *p, int64_t rows, int64_t cols, moq_error *err, const char *fmt, ...) {
+    if (!locate) return MOQ_OK;
+    char where[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+    return check_out(m, p, rows, cols, where, err);
+}
+#define CHECK(p, rows, cols, ...) MOQ_TRY(check_at(m, locate, p, rows, cols, err, __VA_ARGS__))
+
 /* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
-static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, moq_error *err) {
+static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, bool locate, moq_error *err) {
     const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
+    const char *pfx = m->arch->prefix;
     MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+    CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
         for (int64_t hd = 0; hd < A; hd++) {
@@ -880,6 +927,7 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
         }
         moq_kv_cache_write(&m->kv, ly->kvl, p0 + i, k, v);
     }
+    CHECK(m->qkv, M, qkvN, "%s.layers.%lld.self_attn (q/k norm and rope)", pfx, (long long)l);
     attention(m, l, p0, M);
     if (qh > D) /* output gate (Qwen3.5): att *= sigmoid(gate), the second half of each head's q rows */
         for (int64_t i = 0; i < M; i++)
@@ -888,7 +936,10 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
                     const float g = m->qkv[i * qkvN + hd * qh + D + e];
                     m->att[i * A * D + hd * D + e] *= 1.0f / (1.0f + expf(-g));
                 }
-    return run_linear(m, &ly->o, m->att, M, m->tmp, err);
+    CHECK(m->att, M, A * D, "%s.layers.%lld.self_attn (attention)", pfx, (long long)l);
+    MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
+    CHECK(m->tmp, M, m->H, "%s", ly->o.name);
+    return MOQ_OK;
 }
 
 /* The shared expert of an MoE layer on m->h, added into m->x. */
@@ -907,47 +958,73 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_err
     return MOQ_OK;
 }
 
-/* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only). */
-static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
+/* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only).
+ * locate: check every module's output (after a step whose logits were not finite). */
+static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, bool locate, moq_error *err) {
     const int64_t H = m->H, I = m->I, p0 = m->pos;
+    const char *pfx = m->arch->prefix;
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
         for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e] * m->embed_mult;
     }
+    CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
-        if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, ly->kvl, m->tmp, err));
-        else if (ly->linear) MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
-        else MOQ_TRY(gqa_block(m, ly, l, p0, M, err));
+        CHECK(m->h, M, H, "%s.layers.%lld.input_layernorm", pfx, (long long)l);
+        if (m->arch->attn == ATTN_MLA) {
+            MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, ly->kvl, m->tmp, err));
+            CHECK(m->tmp, M, H, "%s.layers.%lld.self_attn (multi-head latent attention)", pfx, (long long)l);
+        } else if (ly->linear) {
+            MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
+            CHECK(m->tmp, M, H, "%s.layers.%lld.linear_attn", pfx, (long long)l);
+        } else {
+            MOQ_TRY(gqa_block(m, ly, l, p0, M, locate, err));
+        }
         if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        CHECK(m->x, M, H, "%s.layers.%lld (residual after attention)", pfx, (long long)l);
         const float *pre_mlp = m->arch->sandwich ? ly->pre_ffn_norm : ly->post_norm;
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, pre_mlp, H, m->eps);
+        CHECK(m->h, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm");
         if (ly->is_moe) {
             MOQ_TRY(moe_block(m, ly, M, err));
+            CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
             if (ly->has_shared) MOQ_TRY(shared_block(m, ly, M, err));
+            CHECK(m->x, M, H, "%s.layers.%lld (residual after the experts)", pfx, (long long)l);
             continue;
         }
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
+        CHECK(m->gu, M, 2 * I, "%s", ly->gate_up.name);
         swiglu(m->gu, M, I, m->act, m->arch->gelu);
+        CHECK(m->act, M, I, "%s.layers.%lld.mlp (act(gate) * up)", pfx, (long long)l);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
+        CHECK(m->tmp, M, H, "%s", ly->down.name);
         if (m->arch->sandwich)
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        CHECK(m->x, M, H, "%s.layers.%lld (residual after the MLP)", pfx, (long long)l);
     }
     /* logits: every row when asked, else only the last */
     const int64_t r0 = logits_rows ? 0 : M - 1, nr = M - r0;
     for (int64_t i = r0; i < M; i++) rmsnorm(m->h + (i - r0) * H, m->x + i * H, m->final_norm, H, m->eps);
+    CHECK(m->h, nr, H, "%s.norm", pfx);
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
     const float cap = (float)m->gc.final_logit_softcapping;
     for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
+    CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
+    const int64_t bad = first_nonfinite(m->logits_ws, nr * m->V);
+    if (bad >= 0 && !locate) return forward_chunk(m, tok, M, logits_rows, true, err);
+    if (bad >= 0) /* not reached: the located run stops at the module, at the latest at lm_head */
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, m->lm_head->name, "logits are not finite at column %lld, and no module output was on the second run",
+                        (long long)(bad % m->V));
     if (logits_rows) memcpy(logits_rows, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
     memcpy(m->logits, m->logits_ws + (nr - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;
     return MOQ_OK;
 }
+#undef CHECK
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
     if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
@@ -960,7 +1037,7 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
                             (long long)i, (long long)m->V);
     for (int64_t i = 0; i < n; i += m->chunk) {
         const int64_t M = n - i < m->chunk ? n - i : m->chunk;
-        MOQ_TRY(forward_chunk(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+        MOQ_TRY(forward_chunk(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, false, err));
     }
     return MOQ_OK;
 }

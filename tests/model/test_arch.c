@@ -45,7 +45,7 @@ typedef struct ref {
 static void load_ref(ref *r, const char *model) {
     char rel[256];
     snprintf(rel, sizeof rel, "hf_tiny/%s/ref.safetensors", model);
-    char *p = tu_data_path(rel);
+    char *p = tu_src_data_path(rel);
     TU_OK(moq_checkpoint_open(&r->ck, p, NULL, err_));
     free(p);
     const moq_tensor *t = moq_checkpoint_tensor(r->ck, "tokens"), *g = moq_checkpoint_tensor(r->ck, "greedy"),
@@ -84,7 +84,7 @@ static void check_model(const char *model, const char *arch, int threads) {
     load_ref(&r, model);
     char rel_dir[128];
     snprintf(rel_dir, sizeof rel_dir, "hf_tiny/%s", model);
-    char *dir = tu_data_path(rel_dir);
+    char *dir = tu_src_data_path(rel_dir);
     moq_model_opts o = moq_model_opts_default();
     o.n_threads = threads;
     o.ctx = 64;
@@ -163,7 +163,7 @@ static void test_gemma3(void **st) {
 static void check_rekeyed(const char *model, const char *arch, const char *prefix, const char *head, const char *extra) {
     char sub[128];
     snprintf(sub, sizeof sub, "hf_tiny/%s", model);
-    char *src = tu_data_path(sub), *dst = tu_tmpdir(arch);
+    char *src = tu_src_data_path(sub), *dst = tu_tmpdir(arch);
     moq_checkpoint *ck = NULL;
     TU_OK(moq_checkpoint_open(&ck, src, NULL, err_));
     moq_writer *w = NULL;

@@ -112,7 +112,7 @@ void tg_add_linears(gen *g, const char *prefix, const char *const *names, const 
             const int64_t sh[2] = {N, K};
             snprintf(nm, sizeof nm, "%s.weight", mod);
             tg_add(g, nm, MOQ_DT_BF16, 2, sh, h, (size_t)(N * K) * 2);
-        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
+        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0 || strcmp(algo, "NVFP4_AWQ") == 0) {
             uint8_t *q = tg_keep(g, (size_t)(N * K / 2)), *sf = tg_keep(g, (size_t)(N * K / 16));
             float ws2;
             moq_export_nvfp4_weight(W[i], (size_t)N, (size_t)K, (float)amax, q, sf, &ws2);
@@ -126,11 +126,22 @@ void tg_add_linears(gen *g, const char *prefix, const char *const *names, const 
             tg_add(g, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (size_t)(N * K / 16));
             snprintf(nm, sizeof nm, "%s.weight_scale_2", mod);
             tg_add_scalar(g, nm, ws2);
-            if (strcmp(algo, "NVFP4") == 0) {
+            if (strcmp(algo, "W4A16_NVFP4") != 0) {
                 const float is = (float)(TG_ACT_AMAX / 2688.0);
                 snprintf(nm, sizeof nm, "%s.input_scale", mod);
                 tg_add_scalar(g, nm, is);
                 o->a = ACT_NVFP4, o->in_scale = is;
+            }
+            if (strcmp(algo, "NVFP4_AWQ") == 0 && strcmp(names[i], "o_proj") == 0) {
+                /* ModelOpt 0.47 keeps the AWQ scale only where it cannot fold it (o_proj, §12) */
+                uint16_t *h = tg_keep(g, (size_t)K * 2);
+                o->pqs = malloc((size_t)K * sizeof(double));
+                for (int64_t k = 0; k < K; k++) {
+                    h[k] = moq_bf16_encode_rne((float)(0.5 + 1.5 * (double)((k * 29) % 64) / 64.0));
+                    o->pqs[k] = (double)moq_bf16_decode(h[k]);
+                }
+                snprintf(nm, sizeof nm, "%s.pre_quant_scale", mod);
+                tg_add(g, nm, MOQ_DT_BF16, 1, (const int64_t[]){K}, h, (size_t)K * 2);
             }
         } else if (strcmp(algo, "FP8") == 0) {
             uint8_t *q = tg_keep(g, (size_t)(N * K));
@@ -203,6 +214,7 @@ void tg_add_linears(gen *g, const char *prefix, const char *const *names, const 
 void tg_olin_free(olin *l) {
     free(l->W);
     free(l->bias);
+    free(l->pqs);
 }
 
 void tg_act_quant(act a, double in_scale, const double *x, int64_t K, double *out) {
@@ -252,8 +264,14 @@ void tg_act_quant(act a, double in_scale, const double *x, int64_t K, double *ou
 }
 
 void tg_lin(const olin *l, const double *x, double *y) {
-    double *xq = malloc((size_t)l->K * sizeof *xq);
+    double *xq = malloc((size_t)l->K * sizeof *xq), *xs = NULL;
+    if (l->pqs) { /* AWQ: the input times the per-channel scale, then the NVFP4 quantizer */
+        xs = malloc((size_t)l->K * sizeof *xs);
+        for (int64_t k = 0; k < l->K; k++) xs[k] = x[k] * l->pqs[k];
+        x = xs;
+    }
     tg_act_quant(l->a, l->in_scale, x, l->K, xq);
+    free(xs);
     for (int64_t n = 0; n < l->N; n++) {
         double acc = 0;
         for (int64_t k = 0; k < l->K; k++) acc += l->W[n * l->K + k] * xq[k];

@@ -21,6 +21,7 @@ typedef struct olin {            /* oracle linear                               
     int64_t N, K;
     act     a;
     double  in_scale;            /* FP8 static: s_in; NVFP4: input_scale            */
+    double *pqs;                 /* [K] AWQ pre_quant_scale (x * pqs first) or NULL */
 } olin;
 
 typedef struct gen {

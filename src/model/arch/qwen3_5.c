@@ -46,8 +46,6 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_qwen3_5_cfg *d, bool *
         if (!scopes[s]) continue;
         const cJSON *rp = cJSON_GetObjectItemCaseSensitive(scopes[s], "rope_parameters");
         p = false;
-        bool pt = false;
-        if (cJSON_IsObject(rp) && d->rope_theta == 0) MOQ_TRY(moq_json_num(rp, "rope_theta", &d->rope_theta, &pt, "config.json", "rope_parameters", err));
         if (cJSON_IsObject(rp)) MOQ_TRY(moq_json_num(rp, "partial_rotary_factor", &d->partial_rotary_factor, &p, "config.json", "rope_parameters", err));
         if (!p) MOQ_TRY(moq_json_num(scopes[s], "partial_rotary_factor", &d->partial_rotary_factor, &p, "config.json", s ? "text_config" : NULL, err));
         if (p) break;

@@ -15,8 +15,6 @@ typedef struct moq_qwen3_5_cfg {
     int64_t linear_conv_kernel_dim, full_attention_interval, shared_expert_intermediate_size;
     double  partial_rotary_factor;  /* rope_parameters.partial_rotary_factor, else the top-level key */
     bool    attn_output_gate;       /* q_proj holds [query | gate] per head (default true)       */
-    double  rope_theta;             /* rope_parameters.rope_theta (0 when absent): Qwen3.5 configs keep
-                                       it only there, and the top-level reader does not look inside  */
 } moq_qwen3_5_cfg;
 
 /* Fills cfg and linear[l] (true: layer l is linear_attention) for L layers: layer_types when given
