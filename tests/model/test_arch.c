@@ -938,6 +938,13 @@ static void test_qwen3_5_formats_vs_fp64(void **st) {
         print_message("  %-20s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
         if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
         moq_model_free(m);
+        if (s->fp8_kv) { /* `moq check` reads the scales as the runner does: under the prefix, attending layers only */
+            char cmd[1024], out[8192];
+            snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), dir);
+            (void)tu_run(cmd, out, sizeof out);
+            assert_null(strstr(out, "k_scale"));
+            assert_null(strstr(out, "v_scale"));
+        }
         free(got);
         free(want);
         q_free(&o);
