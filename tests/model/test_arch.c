@@ -591,8 +591,7 @@ static const ds_spec ds_cases[] = {
     {"ds_nvfp4_modelopt",   "BF16",                "NVFP4",      "NVFP4",               "BF16",   true,  true,  true,  2e-3, 7, false},
     {"ds_nvfp4",            "NVFP4",               "NVFP4",      "NVFP4",               "BF16",   true,  true,  true,  2e-3, 7, false},
     {"ds_fp8",              "FP8",                 "FP8",        "FP8",                 "BF16",   true,  true,  true,  2e-3, 7, false},
-    /* src/moe has no per-channel expert format: the MLPs are FP8 (a MIXED_PRECISION checkpoint) */
-    {"ds_fp8_pcpt",         "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "FP8", "BF16", true, true, true, 2e-3, 7, false},
+    {"ds_fp8_pcpt",         "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16", true, true, true, 2e-3, 7, false},
     {"ds_fp8_pb_wo",        "FP8_PB_WO",           "FP8_PB_WO",  "FP8_PB_WO",           "BF16",   true,  true,  true,  2e-3, 7, false},
     {"ds_w4a16",            "W4A16_NVFP4",         "W4A16_NVFP4","W4A16_NVFP4",         "BF16",   true,  true,  true,  2e-5, 48, false},
     {"ds_mxfp8",            "MXFP8",               "MXFP8",      "MXFP8",               "BF16",   true,  true,  true,  2e-3, 7, false},
@@ -904,7 +903,7 @@ static const q_spec q_cases[] = {
     {"q35_bf16",       "BF16",                         "BF16",                       2e-5, 48, false, false},
     {"q35_nvfp4",      "NVFP4",                        "NVFP4",                      2e-3, 7, false, false},
     {"q35_fp8",        "FP8",                          "FP8",                        2e-3, 7, false, false},
-    {"q35_fp8_pcpt",   "FP8_PER_CHANNEL_PER_TOKEN",    "FP8",                        2e-3, 7, false, false},
+    {"q35_fp8_pcpt",   "FP8_PER_CHANNEL_PER_TOKEN",    "FP8_PER_CHANNEL_PER_TOKEN",  2e-3, 7, false, false},
     {"q35_fp8_pb_wo",  "FP8_PB_WO",                    "FP8_PB_WO",                  2e-3, 7, false, false},
     {"q35_w4a16",      "W4A16_NVFP4",                  "W4A16_NVFP4",                2e-5, 48, false, false},
     {"q35_mxfp8",      "MXFP8",                        "MXFP8",                      2e-3, 7, false, false},
