@@ -595,6 +595,7 @@ static const ds_spec ds_cases[] = {
     {"ds_fp8_pb_wo",        "FP8_PB_WO",           "FP8_PB_WO",  "FP8_PB_WO",           "BF16",   true,  true,  true,  2e-3, 7, false},
     {"ds_w4a16",            "W4A16_NVFP4",         "W4A16_NVFP4","W4A16_NVFP4",         "BF16",   true,  true,  true,  2e-5, 48, false},
     {"ds_mxfp8",            "MXFP8",               "MXFP8",      "MXFP8",               "BF16",   true,  true,  true,  2e-3, 7, false},
+    {"ds_nvfp4_awq",        "NVFP4_AWQ",           "NVFP4_AWQ",  "NVFP4_AWQ",           "BF16",   true,  true,  true,  2e-3, 7, false},
     {"ds_nvfp4_fp8kv",      "BF16",                "NVFP4",      "NVFP4",               "BF16",   true,  true,  true,  2e-3, 7, true},
 };
 
@@ -907,6 +908,7 @@ static const q_spec q_cases[] = {
     {"q35_fp8_pb_wo",  "FP8_PB_WO",                    "FP8_PB_WO",                  2e-3, 7, false, false},
     {"q35_w4a16",      "W4A16_NVFP4",                  "W4A16_NVFP4",                2e-5, 48, false, false},
     {"q35_mxfp8",      "MXFP8",                        "MXFP8",                      2e-3, 7, false, false},
+    {"q35_nvfp4_awq",  "NVFP4_AWQ",                    "NVFP4_AWQ",                  2e-3, 7, false, false},
     /* the multimodal layout NVIDIA ships (Qwen3.6-35B-A3B-NVFP4: FP8 attention, W4A16 experts, FP8 KV) */
     {"q35_cg_fp8kv",   "FP8",                          "W4A16_NVFP4",                2e-3, 7, true, true},
 };
