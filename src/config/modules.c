@@ -52,6 +52,15 @@ enum { N_FUSED = sizeof fused_groups / sizeof fused_groups[0] };
 /* Tensor roles that belong to the KV cache, not to the module's weight contract. */
 static bool kv_role(const char *r) { return strcmp(r, "k_scale") == 0 || strcmp(r, "v_scale") == 0; }
 
+/* Tensors a module may hold beside its weight and bias: the FP8 KV-cache scales (NUMERICS §8) and
+ * DeepSeek-V3's router selection bias (mlp.gate.e_score_correction_bias, src/moe routing). */
+static bool side_role(const char *r) {
+    static const char *const roles[] = {"k_scale", "v_scale", "e_score_correction_bias"};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(r, roles[i]) == 0) return true;
+    return false;
+}
+
 static const char *last_part(const char *s) {
     if (!s) return "";
     const char *d = strrchr(s, '.');
@@ -341,7 +350,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
         else *found = 1;
         for (int i = 0; i < n_tensors; i++) {
             const char *role = last_part(moq_checkpoint_tensor_at(c, tensors[i])->name);
-            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !kv_role(role))
+            if (strcmp(role, "weight") != 0 && strcmp(role, "bias") != 0 && !side_role(role))
                 problem(m, MOQ_ERR_TENSOR, moq_checkpoint_tensor_at(c, tensors[i])->name, "extra tensor: %s is not part of an unquantized linear", role);
         }
         return;
@@ -404,7 +413,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
     for (int i = 0; i < n_tensors; i++) {
         const moq_tensor *t = moq_checkpoint_tensor_at(c, tensors[i]);
         const char *role = last_part(t->name);
-        bool known = strcmp(role, "bias") == 0 || kv_role(role);
+        bool known = strcmp(role, "bias") == 0 || side_role(role);
         for (const moq_tensor_rule *r = rules; r->suffix && !known; r++) known = strcmp(role, r->suffix) == 0;
         if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of scheme %s", role, s->algo);
     }
@@ -619,21 +628,22 @@ static const struct { const char *k, *v; } kv_scale_names[] = {
 enum { N_KV_NAMES = sizeof kv_scale_names / sizeof kv_scale_names[0] };
 
 /* The first tensor of layer l under the k (which 0) or v (1) names, or NULL. */
-static const moq_tensor *kv_tensor(const moq_checkpoint *c, int64_t l, int which) {
+static const moq_tensor *kv_tensor(const moq_checkpoint *c, const char *prefix, int64_t l, int which) {
     char nm[320];
     for (int r = 0; r < N_KV_NAMES; r++) {
-        snprintf(nm, sizeof nm, "model.layers.%lld%s", (long long)l, which ? kv_scale_names[r].v : kv_scale_names[r].k);
+        snprintf(nm, sizeof nm, "%s.layers.%lld%s", prefix, (long long)l, which ? kv_scale_names[r].v : kv_scale_names[r].k);
         const moq_tensor *t = moq_checkpoint_tensor(c, nm);
         if (t) return t;
     }
     return NULL;
 }
 
-moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, float *v, bool *defaulted, moq_error *err) {
+moq_status moq_kv_scales_read(const moq_checkpoint *c, const char *prefix, int64_t L, const bool *attn, float *k, float *v, bool *defaulted,
+                              moq_error *err) {
     *defaulted = false;
     int64_t first_with = -1;
     for (int64_t l = 0; l < L && first_with < 0; l++)
-        if (kv_tensor(c, l, 0) || kv_tensor(c, l, 1)) first_with = l;
+        if (kv_tensor(c, prefix, l, 0) || kv_tensor(c, prefix, l, 1)) first_with = l;
     if (first_with < 0) {
         for (int64_t l = 0; l < L; l++) {
             if (k) k[l] = 1.0f;
@@ -644,11 +654,11 @@ moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, floa
     }
     char nm[320];
     for (int64_t l = 0; l < L; l++)
-        for (int which = 0; which < 2; which++) {
-            const moq_tensor *t = kv_tensor(c, l, which);
+        for (int which = 0; which < 2 && (!attn || attn[l]); which++) { /* layers without attention have no KV */
+            const moq_tensor *t = kv_tensor(c, prefix, l, which);
             float val = 0;
             if (!t) {
-                snprintf(nm, sizeof nm, "model.layers.%lld%s", (long long)l, which ? kv_scale_names[0].v : kv_scale_names[0].k);
+                snprintf(nm, sizeof nm, "%s.layers.%lld%s", prefix, (long long)l, which ? kv_scale_names[0].v : kv_scale_names[0].k);
                 return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing while layer %lld has KV scales (also looked for .self_attn.%s, "
                                 ".self_attn.attn.%s, .self_attn.kv_scale); an FP8 KV cache needs k_scale and v_scale in every layer or in none",
                                 (long long)first_with, which ? "v_scale" : "k_scale", which ? "v_scale" : "k_scale");
@@ -663,15 +673,42 @@ moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, floa
     return MOQ_OK;
 }
 
+/* Where the decoder's layers live ("model", or the text stack of a multimodal checkpoint) and which
+ * of them attend (hold a self_attn tensor; Gated DeltaNet layers hold linear_attn instead), from the
+ * tensor names. attn: bool [L], all true when no layer names self_attn. */
+static const char *decoder_layers(const moq_checkpoint *c, int64_t L, bool *attn) {
+    static const char *const prefixes[] = {"model", "model.language_model", "language_model.model"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
+        const size_t n = strlen(prefixes[p]);
+        bool any = false;
+        for (int64_t l = 0; l < L; l++) attn[l] = false;
+        for (size_t i = 0; i < moq_checkpoint_tensor_count(c); i++) {
+            const char *t = moq_checkpoint_tensor_at(c, i)->name, *r = t + n;
+            if (strncmp(t, prefixes[p], n) != 0 || strncmp(r, ".layers.", 8) != 0) continue;
+            char *end = NULL;
+            const long long l = strtoll(r + 8, &end, 10);
+            if (end == r + 8 || l < 0 || l >= L || strncmp(end, ".self_attn.", 11) != 0) continue;
+            attn[l] = any = true;
+        }
+        if (any) return prefixes[p];
+    }
+    for (int64_t l = 0; l < L; l++) attn[l] = true;
+    return "model";
+}
+
 /* The KV-cache scales of a config declaring a scaled KV cache, as the runner will read them. */
 static void check_kv_scales(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q) {
     const moq_arch *a = moq_checkpoint_arch(c);
     moq_elem e;
     bool scaled = false, defaulted = false;
     if (!q || !a || a->num_hidden_layers < 1 || !moq_kv_algo_find(moq_qconfig_kv_cache_quant_algo(q), &e, &scaled) || !scaled) return;
+    bool *attn = malloc((size_t)a->num_hidden_layers * sizeof *attn);
+    if (!attn) return;
+    const char *prefix = decoder_layers(c, a->num_hidden_layers, attn);
     moq_error er = {0};
-    if (moq_kv_scales_read(c, a->num_hidden_layers, NULL, NULL, &defaulted, &er) != MOQ_OK) problem(m, er.code, er.where, "%s", er.msg);
+    if (moq_kv_scales_read(c, prefix, a->num_hidden_layers, attn, NULL, NULL, &defaulted, &er) != MOQ_OK) problem(m, er.code, er.where, "%s", er.msg);
     else if (defaulted) (void)moq_notes_add(&m->notes, "%s", MOQ_KV_SCALES_DEFAULT_NOTE);
+    free(attn);
 }
 
 moq_status moq_modules_check(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q, bool values, moq_error *err) {

@@ -66,13 +66,15 @@ void moq_tensor_check_scale_values(moq_modules *m, const moq_tensor *t);
 /* kv_cache_quant_algo -> KV cache encoding, one table row each (NULL / "auto": not found).
  * scaled: the encoding needs per-layer k_scale / v_scale. */
 bool moq_kv_algo_find(const char *algo, moq_elem *elem, bool *scaled);
-/* Per-layer FP8 KV-cache scales of decoder layers 0..L-1 (NUMERICS §8, §12), under the names in
- * modules.c's table. Every layer has both: k, v f32 [L] filled (either may be NULL). No layer has
+/* Per-layer FP8 KV-cache scales of decoder layers <prefix>.layers.0..L-1 (NUMERICS §8, §12), under the
+ * names in modules.c's table; attn bool [L] (NULL: all) marks the layers that attend, the others
+ * (Gated DeltaNet) have none and are skipped. Every layer has both: k, v f32 [L] filled (either may be NULL). No layer has
  * any: ModelOpt's default fp8_cast export, which means scale 1.0: filled with 1.0 and *defaulted
  * set. Some layers have them and others not, or a value that is not finite and > 0:
  * MOQ_ERR_TENSOR naming the first missing tensor (or the bad one). `moq check`, `inspect` and the
  * model runner all decide through this function. */
-moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, float *v, bool *defaulted, moq_error *err);
+moq_status moq_kv_scales_read(const moq_checkpoint *c, const char *prefix, int64_t L, const bool *attn, float *k, float *v, bool *defaulted,
+                              moq_error *err);
 /* The one note said when *defaulted (for the CLI and the model's warnings). */
 #define MOQ_KV_SCALES_DEFAULT_NOTE \
     "the config declares an FP8 KV cache (kv_cache_quant_algo FP8) and no layer has k_scale/v_scale tensors: " \

@@ -17,7 +17,7 @@ moq_status moq_kv_elem_for_algo(const char *algo, moq_elem dflt, moq_elem *out, 
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "kv_cache_quant_algo \"%s\", expected FP8 or none", algo);
 }
 
-moq_status moq_kv_cache_create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, moq_error *err) {
+static moq_status create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, bool with_v, moq_error *err) {
     memset(kv, 0, sizeof *kv);
     kv->elem = elem;
     kv->n_layers = n_layers;
@@ -26,17 +26,25 @@ moq_status moq_kv_cache_create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers
     kv->elem_bytes = elem == MOQ_ELEM_F32 ? 4 : elem == MOQ_ELEM_BF16 ? 2 : 1;
     const size_t n = (size_t)n_layers * (size_t)ctx * (size_t)row * kv->elem_bytes;
     kv->k = malloc(n ? n : 1);
-    kv->v = malloc(n ? n : 1);
+    kv->v = with_v ? malloc(n ? n : 1) : NULL;
     kv->k_scale = malloc((size_t)n_layers * sizeof(float));
     kv->v_scale = malloc((size_t)n_layers * sizeof(float));
-    if (!kv->k || !kv->v || !kv->k_scale || !kv->v_scale) {
+    if (!kv->k || (with_v && !kv->v) || !kv->k_scale || !kv->v_scale) {
         moq_kv_cache_free(kv);
-        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_model_open", "out of memory for a KV cache of %zu bytes (%lld layers x %lld positions); lower --ctx", 2 * n,
-                        (long long)n_layers, (long long)ctx);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_model_open", "out of memory for a KV cache of %zu bytes (%lld layers x %lld positions); lower --ctx",
+                        (with_v ? 2 : 1) * n, (long long)n_layers, (long long)ctx);
     }
     for (int64_t l = 0; l < n_layers; l++) kv->k_scale[l] = kv->v_scale[l] = 1.0f;
     for (int c = 0; c < 256; c++) kv->lut[c] = moq_e4m3_decode((uint8_t)c);
     return MOQ_OK;
+}
+
+moq_status moq_kv_cache_create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, moq_error *err) {
+    return create(kv, elem, n_layers, ctx, row, true, err);
+}
+
+moq_status moq_kv_cache_create_k(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, moq_error *err) {
+    return create(kv, elem, n_layers, ctx, row, false, err);
 }
 
 void moq_kv_cache_free(moq_kv_cache *kv) {
@@ -50,7 +58,7 @@ void moq_kv_cache_free(moq_kv_cache *kv) {
 }
 
 size_t moq_kv_cache_bytes(const moq_kv_cache *kv) {
-    return 2 * (size_t)kv->n_layers * (size_t)kv->ctx * (size_t)kv->row * kv->elem_bytes;
+    return (kv->v ? 2 : 1) * (size_t)kv->n_layers * (size_t)kv->ctx * (size_t)kv->row * kv->elem_bytes;
 }
 
 static void store(const moq_kv_cache *kv, uint8_t *dst, const float *x, float scale) {
@@ -66,7 +74,7 @@ static void store(const moq_kv_cache *kv, uint8_t *dst, const float *x, float sc
 void moq_kv_cache_write(moq_kv_cache *kv, int64_t layer, int64_t pos, const float *k, const float *v) {
     const size_t off = ((size_t)layer * (size_t)kv->ctx + (size_t)pos) * (size_t)kv->row * kv->elem_bytes;
     store(kv, kv->k + off, k, kv->k_scale[layer]);
-    store(kv, kv->v + off, v, kv->v_scale[layer]);
+    if (kv->v) store(kv, kv->v + off, v, kv->v_scale[layer]);
 }
 
 void moq_kv_cache_read(const moq_kv_cache *kv, int which, int64_t layer, int64_t pos, int64_t off, int64_t n, float *out) {

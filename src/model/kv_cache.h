@@ -29,8 +29,10 @@ typedef struct moq_kv_cache {
 moq_status moq_kv_elem_for_algo(const char *algo, moq_elem dflt, moq_elem *out, bool *scaled, moq_error *err);
 
 moq_status moq_kv_cache_create(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, moq_error *err);
+/* A cache with K rows only (v NULL; writes ignore v, reads of V are invalid): MLA's [latent | rope key]. */
+moq_status moq_kv_cache_create_k(moq_kv_cache *kv, moq_elem elem, int64_t n_layers, int64_t ctx, int64_t row, moq_error *err);
 void       moq_kv_cache_free(moq_kv_cache *kv);
-/* Stores k, v f32 [row] at (layer, pos). */
+/* Stores k, v f32 [row] at (layer, pos) (v unused by a K-only cache). */
 void       moq_kv_cache_write(moq_kv_cache *kv, int64_t layer, int64_t pos, const float *k, const float *v);
 /* Reads row `pos` of layer's K (which=0) or V (which=1), elements [off, off+n) into out f32. */
 void       moq_kv_cache_read(const moq_kv_cache *kv, int which, int64_t layer, int64_t pos, int64_t off, int64_t n, float *out);

@@ -1,12 +1,17 @@
-/* model.c — Llama/Mistral/Qwen2/Qwen3 decoder runner (moq.h "models").
+/* model.c — the decoder runner (moq.h "models"): one row per architecture in arch_rows.
  *
- *   x = embed(tokens)                                   f32 [M, H]
- *   per layer:  h = rmsnorm(x) ; qkv = h · Wqkvᵀ (+b)   f32 [M, (A + 2 KV) D]
- *               q, k = rmsnorm_per_head (Qwen3) ; rope(q, k) ; cache <- k, v
- *               o = softmax(q kᵀ / sqrt(D), causal) v   f32 [M, A D]   (K, V read back from the cache)
- *               x += o · Woᵀ
- *               h = rmsnorm(x) ; gu = h · Wgate_upᵀ ; x += (silu(g) · u) · Wdownᵀ
- *   logits = rmsnorm(x) · Wlm_headᵀ                     f32 [M, V]
+ *   x = embed(tokens) (× bf16(sqrt(H)) for Gemma)         f32 [M, H]
+ *   per layer:  h = rmsnorm(x)
+ *               attention, one of:
+ *                 GQA: qkv = h · Wqkvᵀ (+b) ; q, k = rmsnorm_per_head (Qwen3, Qwen3.5, Gemma 3) ;
+ *                      rope(q, k) (partial for Qwen3.5) ; cache <- k, v ;
+ *                      o = softmax(q kᵀ · scale, causal, window) v (× sigmoid(gate), Qwen3.5) ; t = o · Woᵀ
+ *                 MLA (DeepSeek-V3, model/attn/mla.c): latent cache, absorbed decode
+ *                 Gated DeltaNet (Qwen3.5 linear_attention layers, model/attn/gdn.c): recurrent state
+ *               x += t (Gemma: x += rmsnorm(t))
+ *               h = rmsnorm(x) ; MLP: dense (silu or gelu-tanh)·up, or routed experts (src/moe)
+ *               (+ shared expert, × sigmoid(gate) for Qwen3.5) ; x += out (Gemma: normalized first)
+ *   logits = rmsnorm(x) · Wlm_headᵀ (Gemma: soft-capped)   f32 [M, V]
  *
  * Every dense linear is opened by the loader (moq_linear_layer_open: resolution, contract,
  * canonical weight, kernel), routed experts by src/moe (moq_moe_create), embeddings by layers.c:
@@ -16,14 +21,16 @@
  * Attention reads K and V back from the cache for every position, the current one included, so
  * an FP8 cache affects the current token as it does in vLLM's paged decode.
  * Sliding-window layers attend to the last `sliding_window` positions, the current one included;
- * MoE models may interleave dense MLP layers (Qwen3-MoE mlp_only_layers, decoder_sparse_step):
- * both are per-layer facts read from config.json once at open (read_layer_plan).
+ * MoE models may interleave dense MLP layers (Qwen3-MoE mlp_only_layers, decoder_sparse_step,
+ * DeepSeek first_k_dense_replace): per-layer facts read from config.json once at open
+ * (read_layer_plan and the family readers in model/arch/).
  * Workspace for min(ctx, MOQ_MODEL_CHUNK) tokens is allocated at open; prefill runs in chunks.
- * Tested by tests/model/test_model.c.
+ * Tested by tests/model/test_model.c and tests/model/test_arch.c.
  */
 #include "model/model.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +41,11 @@
 #include "core/error.h"
 #include "io/json.h"
 #include "kernels/kernels.h"
+#include "model/arch/deepseek_v3.h"
+#include "model/arch/gemma3.h"
+#include "model/arch/qwen3_5.h"
+#include "model/attn/gdn.h"
+#include "model/attn/mla.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
 #include "model/rope.h"
@@ -56,6 +68,31 @@ typedef enum window_rule {
                             the config docstring says the opposite, the code is what runs)           */
 } window_rule;
 
+/* How a layer attends: grouped-query attention over per-head K/V (fused qkv_proj, this file), or
+ * multi-head latent attention over a cached latent (DeepSeek-V3, model/attn/mla.c). */
+typedef enum attn_kind {
+    ATTN_GQA,
+    ATTN_MLA,
+    ATTN_HYBRID_GDN, /* Qwen3.5: layer_types picks Gated DeltaNet layers (model/attn/gdn.c) or gated
+                        GQA with q_proj = [query | gate] per head and partial RoPE (this file)       */
+} attn_kind;
+
+/* Which layers hold routed experts, and how tokens are routed to them. */
+typedef enum moe_rule {
+    MOE_EVERY_LAYER,    /* Mixtral                                                               */
+    MOE_SPARSE_STEP,    /* Qwen3-MoE: outside mlp_only_layers with (l + 1) % decoder_sparse_step == 0
+                           (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size   */
+    MOE_FIRST_K_DENSE,  /* DeepSeek-V3: l >= first_k_dense_replace and l % moe_layer_freq == 0     */
+} moe_rule;
+typedef enum router_kind {
+    ROUTER_SOFTMAX,        /* softmax top-k (+ renormalize when norm_topk_prob)                     */
+    ROUTER_SIGMOID_GROUPED /* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
+                              topk_group grouped top-k, renormalize, routed_scaling_factor            */
+} router_kind;
+
+/* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3 } family_cfg;
+
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
  * config classes' defaults when config.json lacks the key (MistralConfig 4096, MixtralConfig None,
@@ -64,27 +101,59 @@ typedef struct arch_row {
     const char *name;
     const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
-    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
-    bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
-    bool        sparse_step;   /* MoE only on layers outside mlp_only_layers with (l + 1) % decoder_sparse_step
-                                  == 0 (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size */
-    window_rule window;
+    const char *prefix;              /* the decoder's module: <prefix>.embed_tokens, .layers.N, .norm */
+    const char *head;                /* the output projection                                        */
+    const char *shared_expert;       /* always-on MLP beside the experts in moe_block; NULL = none  */
+    const char *shared_gate;         /* sigmoid(<moe_block>.<this>(h)) scales the shared expert      */
+    const char *config_class;        /* transformers' config class (default_theta in transformers 5,
+                                        the rope_theta argument default in 4.x)                     */
     int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
     int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
-    const char *config_class;        /* transformers' config class, whose default_theta / rope_theta */
-    double      theta_default;       /*   default applies when config.json has none (0: refuse)      */
+    double      theta_default;       /* rope_theta when config.json has none (0: refuse), config_class's */
+    moe_rule    moe_layers;
+    window_rule window;
+    attn_kind   attn;
+    router_kind router;
+    family_cfg  family;
+    bool        qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3)                   */
+    bool        norm_topk;     /* renormalize the top-k router weights when config.json is silent  */
+    bool        norm_plus1;          /* RMSNorm weights are stored as w - 1: the norm is x·(1 + w)
+                                        (Qwen3.5's Qwen3_5RMSNorm, also q/k norms; not the gated one) */
+    bool        sandwich;            /* Gemma: post_attention_layernorm normalizes the attention output,
+                                        pre_/post_feedforward_layernorm wrap the MLP                 */
+    bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
+    bool        embed_scale;         /* embeddings × sqrt(hidden_size), rounded to bf16 as
+                                        Gemma3TextScaledWordEmbedding does for bf16 weights          */
 } arch_row;
 
 /* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
  * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk sparse_step window             default  max_window config class      theta */
-    {"LlamaForCausalLM",       NULL,               false,  false,    false,      WINDOW_NONE,       0,       0,         "LlamaConfig",    10000.0},
-    {"MistralForCausalLM",     NULL,               false,  false,    false,      WINDOW_ALL_LAYERS, 4096,    0,         "MistralConfig",  10000.0},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    false,      WINDOW_QWEN2,      4096,    28,        "Qwen2Config",    10000.0},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    false,      WINDOW_QWEN2,      4096,    28,        "Qwen3Config",    10000.0},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    true,       WINDOW_QWEN2,      4096,    28,        "Qwen3MoeConfig", 10000.0},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0,         "MixtralConfig",  1000000.0},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
+    /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
+     * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
+     * positions it keeps them all, so the context is capped there and the indexer weights unused */
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
+     * always renormalized, a shared expert behind a sigmoid gate */
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
+     * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
 };
 
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
@@ -118,11 +187,21 @@ const char *moq_model_supported_list(char *buf, size_t n) {
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
+    moq_mla          mla;                /* ATTN_MLA layers (then qkv and o are unused)       */
+    moq_layer_linear sh_gate_up, sh_down;/* shared expert of an MoE layer (arch_row.shared_expert) */
+    moq_layer_linear sh_gate;            /* its sigmoid gate [1, H] (arch_row.shared_gate)       */
+    bool             has_shared;
+    bool             linear;             /* ATTN_HYBRID_GDN: a Gated DeltaNet layer              */
+    int64_t          kvl;                /* its layer in the KV cache (linear layers have none)  */
+    moq_gdn          gdn;
     moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
     moq_moe_format   moe_fmt;
     bool             is_moe;             /* routed experts in place of the dense MLP          */
     int64_t          window;             /* sliding window in positions, 0 = full causal      */
     float *in_norm, *post_norm;      /* f32 [H]          */
+    float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
+    const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
+    float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
 } layer;
 
@@ -134,7 +213,22 @@ struct moq_model {
     int               n_threads;
     int64_t           H, A, KV, D, I, V, L, T, chunk;
     int64_t           E, topk, Ie;       /* experts, experts per token, expert intermediate  */
+    int64_t           Is;                /* shared expert intermediate (0 = none)            */
+    int64_t           kv_row;            /* cache values per position and layer              */
     bool              norm_topk;
+    moq_deepseek_cfg  ds;                /* ATTN_MLA / ROUTER_SIGMOID_GROUPED rows            */
+    moq_mla_dims      mla;
+    moq_mla_ws        mws;
+    moq_qwen3_5_cfg   qc;                /* ATTN_HYBRID_GDN rows                             */
+    moq_gdn_dims      gdn;
+    moq_gdn_ws        gws;
+    int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
+    int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
+    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
+    float             mscale_local;
+    float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */
+    float             embed_mult;        /* 1, or bf16(sqrt(H))                              */
     double            eps;
     layer            *layers;
     moq_layer_linear  embed, lm_head_own;
@@ -241,6 +335,8 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
         {"beta_fast", offsetof(moq_rope_params, beta_fast)},
         {"beta_slow", offsetof(moq_rope_params, beta_slow)},
         {"attention_factor", offsetof(moq_rope_params, attention_factor)},
+        {"mscale", offsetof(moq_rope_params, mscale)},
+        {"mscale_all_dim", offsetof(moq_rope_params, mscale_all_dim)},
     };
     moq_status st = MOQ_OK;
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
@@ -266,7 +362,7 @@ static moq_status read_window(const cJSON *j, int64_t *v, moq_error *err) {
 }
 
 /* Per-layer plan from config.json j: each layer's attention window (arch_row.window) and whether it
- * holds routed experts (arch_row.moe_block, narrowed by arch_row.sparse_step). *n_moe: MoE layers. */
+ * holds routed experts (arch_row.moe_block, narrowed by arch_row.moe_layers). *n_moe: MoE layers. */
 static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_error *err) {
     const arch_row *r = m->arch;
     int64_t win = r->window == WINDOW_NONE ? 0 : r->window_default, from = 0, step = 1;
@@ -278,7 +374,7 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
         MOQ_TRY(moq_json_int(j, "max_window_layers", &from, &present, "config.json", NULL, err));
     }
     const cJSON *only = NULL;
-    if (r->sparse_step) {
+    if (r->moe_layers == MOE_SPARSE_STEP) {
         MOQ_TRY(moq_json_int(j, "decoder_sparse_step", &step, &present, "config.json", NULL, err));
         if (step < 1) return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "decoder_sparse_step %lld, expected >= 1", (long long)step);
         only = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
@@ -286,9 +382,12 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_only_layers is %s, expected an array of layer indices", moq_json_type(only));
     }
     /* Qwen3MoeDecoderLayer: experts iff l not in mlp_only_layers, num_experts > 0 and (l + 1) % step == 0 */
-    const bool experts = r->moe_block && (!r->sparse_step || m->E > 0);
+    const bool experts = r->moe_block && (r->moe_layers != MOE_SPARSE_STEP || m->E > 0);
     for (int64_t l = 0; l < m->L; l++) {
         m->layers[l].is_moe = experts && (l + 1) % step == 0;
+        if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: mlp_layer_types, else first_k_dense_replace, moe_layer_freq */
+            m->layers[l].is_moe = experts && (m->ds.has_mlp_types ? m->ds.mlp_sparse[l]
+                                                                  : l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0);
         m->layers[l].window = use && l >= from ? win : 0;
     }
     const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
@@ -330,7 +429,7 @@ static const moq_moe_compat moe_compat_of[MOQ_COMPAT_COUNT] = {
 static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[256], e[300];
-    snprintf(p, sizeof p, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
+    snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
     snprintf(e, sizeof e, "%s.experts", p);
     moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
     if (m->q) MOQ_TRY(moq_resolve(m->q, e, MOQ_KIND_MOE, NULL, 0, &res, err));
@@ -341,6 +440,13 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     mo.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
     mo.routing.top_k = (int)m->topk;
     mo.routing.renormalize = m->norm_topk;
+    if (m->arch->router == ROUTER_SIGMOID_GROUPED) { /* DeepseekV3TopkRouter */
+        mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
+        mo.routing.num_expert_group = (int)m->ds.n_group;
+        mo.routing.topk_group = (int)m->ds.topk_group;
+        mo.routing.use_correction_bias = true;
+        mo.routing.routed_scaling_factor = (float)m->ds.routed_scaling_factor;
+    }
     mo.num_experts = m->E;
     mo.router = "gate";
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
@@ -353,43 +459,92 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     return st;
 }
 
+/* The shared expert of MoE layer l: an always-on SiLU MLP of intermediate Is beside the routed ones,
+ * opened as ordinary linears (fused gate_up + down), so it may be quantized differently from the
+ * experts (ModelOpt keeps Kimi-K2's shared experts in BF16 while the experts are NVFP4). */
+static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
+    layer *ly = &m->layers[l];
+    char p[320];
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.down_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+    if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
+        ly->sh_down.w.K != m->Is)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_down.name, "shared expert shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
+                        (long long)ly->sh_gate_up.w.N, (long long)ly->sh_gate_up.w.K, (long long)ly->sh_down.w.N, (long long)ly->sh_down.w.K,
+                        (long long)m->Is, (long long)m->H, (long long)m->H, (long long)m->Is);
+    if (m->arch->shared_gate) {
+        snprintf(p, sizeof p, "%s.layers.%lld.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_gate);
+        MOQ_TRY(moq_layers_load_linear(&ly->sh_gate, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        if (ly->sh_gate.w.N != 1 || ly->sh_gate.w.K != m->H)
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_gate.name, "shape [%lld, %lld], expected [1, %lld]", (long long)ly->sh_gate.w.N,
+                            (long long)ly->sh_gate.w.K, (long long)m->H);
+    }
+    ly->has_shared = true;
+    return MOQ_OK;
+}
+
+/* An RMSNorm weight as the runner uses it: w, or 1 + w where the architecture stores w - 1. */
+static moq_status load_norm(moq_model *m, float **out, const char *name, int64_t n, moq_error *err) {
+    MOQ_TRY(moq_layers_f32(out, m->ckpt, name, n, &m->blobs, err));
+    for (int64_t i = 0; m->arch->norm_plus1 && i < n; i++) (*out)[i] += 1.0f;
+    return MOQ_OK;
+}
+
 static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
     const moq_checkpoint *c = m->ckpt;
     char p[256], n[320];
     for (int64_t l = 0; l < m->L; l++) {
         layer *ly = &m->layers[l];
-        snprintf(p, sizeof p, "model.layers.%lld.self_attn.qkv_proj", (long long)l);
-        MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
-        snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)l);
-        MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        if (m->arch->attn == ATTN_MLA) {
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &m->mla, lo, &m->blobs, err));
+        } else if (ly->linear) {
+            snprintf(p, sizeof p, "%s.layers.%lld.linear_attn", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
+        } else {
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn.qkv_proj", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
+            snprintf(p, sizeof p, "%s.layers.%lld.self_attn.o_proj", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+        }
+        if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
-            snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_up_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.mlp.gate_up_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-            snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.mlp.down_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
-        const int64_t qkvN = (m->A + 2 * m->KV) * m->D;
-        if (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->D)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected (%lld + 2 x %lld) x %lld rows, q %lld, K = hidden %lld",
-                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->KV,
-                            (long long)m->D, (long long)(m->A * m->D), (long long)m->H);
-        if (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D)
+        const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
+        const bool gqa = ly->qkv.lin != NULL;
+        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->qh))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + 2 x %lld x %lld rows, q %lld, K = hidden %lld",
+                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->qh,
+                            (long long)m->KV, (long long)m->D, (long long)(m->A * m->qh), (long long)m->H);
+        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
                             (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
         if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
                             (long long)m->I, (long long)m->H, (long long)m->H, (long long)m->I);
-        snprintf(n, sizeof n, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        MOQ_TRY(moq_layers_f32(&ly->in_norm, c, n, m->H, &m->blobs, err));
-        snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
-        MOQ_TRY(moq_layers_f32(&ly->post_norm, c, n, m->H, &m->blobs, err));
-        if (m->arch->qk_norm) {
-            snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->q_norm, c, n, m->D, &m->blobs, err));
-            snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->k_norm, c, n, m->D, &m->blobs, err));
+        snprintf(n, sizeof n, "%s.layers.%lld.input_layernorm.weight", m->arch->prefix, (long long)l);
+        MOQ_TRY(load_norm(m, &ly->in_norm, n, m->H, err));
+        snprintf(n, sizeof n, "%s.layers.%lld.post_attention_layernorm.weight", m->arch->prefix, (long long)l);
+        MOQ_TRY(load_norm(m, &ly->post_norm, n, m->H, err));
+        if (m->arch->sandwich) {
+            snprintf(n, sizeof n, "%s.layers.%lld.pre_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->pre_ffn_norm, n, m->H, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.post_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->post_ffn_norm, n, m->H, err));
+        }
+        if (m->arch->qk_norm && gqa) {
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.k_norm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->k_norm, n, m->D, err));
         }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
     }
@@ -400,16 +555,42 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
  * has any (config/modules.c decides, as `moq check` does; the note came with the validation pass). */
 static moq_status open_kv_scales(moq_model *m, moq_error *err) {
     bool defaulted;
-    return moq_kv_scales_read(m->ckpt, m->L, m->kv.k_scale, m->kv.v_scale, &defaulted, err);
+    bool *attn = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *attn);
+    float *k = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *k), *v = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *v);
+    if (!attn || !k || !v) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld KV scales", (long long)m->L);
+    for (int64_t l = 0; l < m->L; l++) attn[l] = !m->layers[l].linear;
+    MOQ_TRY(moq_kv_scales_read(m->ckpt, m->arch->prefix, m->L, attn, k, v, &defaulted, err));
+    for (int64_t l = 0; l < m->L; l++) /* the cache numbers attention layers only */
+        if (attn[l]) m->kv.k_scale[m->layers[l].kvl] = k[l], m->kv.v_scale[m->layers[l].kvl] = v[l];
+    return MOQ_OK;
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = (m->A + 2 * m->KV) * m->D, I = m->I;
+    const int64_t C = m->chunk, qkvN = m->A * m->qh + 2 * m->KV * m->D, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
     };
+    const moq_mla_dims *md = &m->mla;
+    const bool mla = m->arch->attn == ATTN_MLA;
+    struct { float **p; int64_t n; } mbufs[] = { /* MLA: its own chunk buffers */
+        {&m->mws.qa, C * md->q_lora}, {&m->mws.q, C * md->A * (md->dn + md->dr)}, {&m->mws.ckv, C * (md->R + md->dr)},
+        {&m->mws.att, C * md->A * md->dv}, {&m->mws.scratch, (int64_t)m->n_threads * moq_mla_scratch_floats(md, m->T)},
+    };
+    for (size_t i = 0; mla && i < sizeof mbufs / sizeof mbufs[0]; i++) {
+        *mbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)mbufs[i].n * sizeof(float));
+        if (!*mbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of MLA workspace", (long long)mbufs[i].n);
+    }
+    const moq_gdn_dims *gd = &m->gdn;
+    struct { float **p; int64_t n; } gbufs[] = { /* Gated DeltaNet layers */
+        {&m->gws.w, C * moq_gdn_channels(gd)}, {&m->gws.z, C * gd->Hv * gd->dv}, {&m->gws.b, C * gd->Hv}, {&m->gws.a, C * gd->Hv},
+        {&m->gws.o, C * gd->Hv * gd->dv},
+    };
+    for (size_t i = 0; m->arch->attn == ATTN_HYBRID_GDN && i < sizeof gbufs / sizeof gbufs[0]; i++) {
+        *gbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)gbufs[i].n * sizeof(float));
+        if (!*gbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of DeltaNet workspace", (long long)gbufs[i].n);
+    }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
@@ -418,8 +599,10 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
-        for (int i = 0; i < 4; i++) {
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate};
+        if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
+        if (ly->linear && moq_gdn_linear_ws(&ly->gdn, C) > ws) ws = moq_gdn_linear_ws(&ly->gdn, C);
+        for (int i = 0; i < 7; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
@@ -428,6 +611,8 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     }
     m->lws_size = ws;
     m->lws = moq_blobs_alloc(&m->blobs, ws);
+    m->mws.lws = m->lws, m->mws.lws_size = ws, m->mws.n_threads = m->n_threads, m->mws.ctx = m->T;
+    m->gws.lws = m->lws, m->gws.lws_size = ws, m->gws.n_threads = m->n_threads;
     if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }
@@ -459,14 +644,38 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->norm_topk = m->arch->norm_topk;
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
     }
+    if (m->arch->family == FAM_DEEPSEEK_V3) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
+        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, m->L, &m->ds, err));
+        m->D = m->ds.qk_rope_head_dim;
+        m->KV = 1;
+        m->Is = m->ds.n_shared_experts * m->Ie;
+    }
     if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
                         "vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
                         (long long)m->H, (long long)m->A, (long long)m->KV, (long long)m->D, (long long)m->V, (long long)m->L);
     m->layers = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(layer));
     if (!m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    m->qh = m->D;
+    m->Drot = m->D;
+    bool *per_layer = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+    if (!per_layer) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+    if (m->arch->family == FAM_GEMMA3) { /* which layers slide; their RoPE is read here, made below */
+        MOQ_TRY(moq_gemma3_read(m->ckpt, m->L, (double)a->max_position_embeddings, &m->gc, per_layer, err));
+    }
+    if (m->arch->family == FAM_QWEN3_5) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
+        MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, per_layer, err));
+        for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = per_layer[l];
+        m->qh = m->qc.attn_output_gate ? 2 * m->D : m->D; /* q_proj: [query | output gate] per head */
+        m->Drot = (int64_t)((double)m->D * m->qc.partial_rotary_factor);
+        m->Drot -= m->Drot % 2;
+        m->gdn = (moq_gdn_dims){.H = m->H, .Hk = m->qc.linear_num_key_heads, .dk = m->qc.linear_key_head_dim, .Hv = m->qc.linear_num_value_heads,
+                                .dv = m->qc.linear_value_head_dim, .K = m->qc.linear_conv_kernel_dim, .eps = m->eps};
+        if (m->arch->shared_expert) m->Is = m->qc.shared_expert_intermediate_size;
+    }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
+    for (int64_t l = 0; m->arch->family == FAM_GEMMA3 && l < m->L; l++) m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
     if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
                         (long long)m->E, (long long)m->topk, (long long)m->Ie);
@@ -475,19 +684,46 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
                         (long long)m->I, (long long)(m->L - n_moe));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
+    if (m->ds.index_topk > 0 && m->T > m->ds.index_topk) { /* DeepSeek-V3.2 DSA */
+        if (m->opts.ctx > 0)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "context %lld exceeds index_topk %lld: beyond it DeepSeek sparse attention's indexer "
+                            "picks the keys, and moq has no indexer (up to index_topk it keeps every key, which is dense MLA)",
+                            (long long)m->T, (long long)m->ds.index_topk);
+        m->T = m->ds.index_topk;
+    }
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     char rope_note[320];
-    MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
+    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
+    else MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
     if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
         char *w = moq_blobs_alloc(&m->blobs, sizeof rope_note);
         if (!w) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
         memcpy(w, rope_note, sizeof rope_note);
         m->warn[m->n_warn++] = w;
     }
-    m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->D / 2 * sizeof(float));
-    if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->D / 2);
-    MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
+    m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
+    if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
+    MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
+    m->inv_freq_local = m->inv_freq, m->mscale_local = m->mscale;
+    if (m->arch->family == FAM_GEMMA3) {
+        m->inv_freq_local = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
+        if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
+        MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
+    }
+    for (int64_t l = 0; l < m->L; l++) { /* sliding Gemma layers use the local RoPE */
+        m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
+        m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
+    }
+    m->attn_scale = m->arch->family == FAM_GEMMA3 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar)) : 1.0f / sqrtf((float)m->D);
+    m->embed_mult = m->arch->embed_scale ? moq_bf16_decode(moq_bf16_encode_rne(sqrtf((float)m->H))) : 1.0f;
+    m->kv_row = m->KV * m->D;
+    if (m->arch->attn == ATTN_MLA) {
+        m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
+                                .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps};
+        m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
+    }
     m->tm.open_s = now_s() - t0;
 
     /* validate: every module of the checkpoint against its resolved scheme's contract, all at once
@@ -518,16 +754,20 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
-    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, "model.embed_tokens", MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
+    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
     if (m->embed.w.N != m->V || m->embed.w.K != m->H)
-        return MOQ_FAIL(err, MOQ_ERR_TENSOR, "model.embed_tokens.weight", "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->embed.name, "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
-    MOQ_TRY(moq_layers_f32(&m->final_norm, m->ckpt, "model.norm.weight", m->H, &m->blobs, err));
-    if (moq_checkpoint_tensor(m->ckpt, "lm_head.weight") || !a->tie_word_embeddings) {
-        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, "lm_head", MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
+    snprintf(nm, sizeof nm, "%s.norm.weight", m->arch->prefix);
+    MOQ_TRY(load_norm(m, &m->final_norm, nm, m->H, err));
+    snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
+    if (moq_checkpoint_tensor(m->ckpt, nm) || !a->tie_word_embeddings) {
+        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
         if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, "lm_head.weight", "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head_own.name, "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
                             (long long)m->lm_head_own.w.K, (long long)m->V, (long long)m->H);
         m->lm_head = &m->lm_head_own;
     } else {
@@ -539,7 +779,10 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_elem ke;
     bool scaled;
     MOQ_TRY(moq_kv_elem_for_algo(m->q ? moq_qconfig_kv_cache_quant_algo(m->q) : NULL, m->opts.kv_elem, &ke, &scaled, err));
-    MOQ_TRY(moq_kv_cache_create(&m->kv, ke, m->L, m->T, m->KV * m->D, err));
+    int64_t n_kv = 0; /* attention layers, numbered in the cache (Gated DeltaNet layers keep their own state) */
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].kvl = m->layers[l].linear ? -1 : n_kv++;
+    if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, n_kv, m->T, m->kv_row, err)); /* latent + rope key */
+    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, n_kv, m->T, m->kv_row, err));
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
     return alloc_ws(m, err);
 }
@@ -571,6 +814,11 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].o);
         moq_layers_close_linear(&m->layers[l].gate_up);
         moq_layers_close_linear(&m->layers[l].down);
+        moq_layers_close_linear(&m->layers[l].sh_gate_up);
+        moq_layers_close_linear(&m->layers[l].sh_down);
+        moq_mla_close(&m->layers[l].mla);
+        moq_gdn_close(&m->layers[l].gdn);
+        moq_layers_close_linear(&m->layers[l].sh_gate);
         moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
@@ -597,19 +845,21 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * task; a sliding-window layer (window W > 0) sees positions npos - W .. npos - 1 (the last W,
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
-    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = (A + 2 * m->KV) * D, W = m->layers[l].window;
-    const float sc = 1.0f / sqrtf((float)D);
+    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
+    const int64_t kl = m->layers[l].kvl;
+    const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
-        const float *q = m->qkv + i * qkvN + hd * D;
+        const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 0, l, p, kvh * D, D, row);
+            moq_kv_cache_read(&m->kv, 0, kl, p, kvh * D, D, row);
             float d = 0;
             for (int64_t e = 0; e < D; e++) d += q[e] * row[e];
             s[p] = d * sc;
+            if (cap > 0) s[p] = cap * tanhf(s[p] / cap); /* attn_logit_softcapping */
             if (s[p] > mx) mx = s[p];
         }
         float sum = 0;
@@ -620,19 +870,20 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
         float *o = m->att + i * A * D + hd * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 1, l, p, kvh * D, D, row);
+            moq_kv_cache_read(&m->kv, 1, kl, p, kvh * D, D, row);
             const float wgt = s[p] / sum;
             for (int64_t e = 0; e < D; e++) o[e] += wgt * row[e];
         }
     }
 }
 
-/* act [M, I] = silu(gate) * up of gu [M, 2I] (gate = first half; NUMERICS §7, one f32 rounding). */
-static void swiglu(const float *gu, int64_t M, int64_t I, float *act) {
+/* act [M, I] = silu(gate) * up of gu [M, 2I] (gate = first half; NUMERICS §7, one f32 rounding), or
+ * gelu_pytorch_tanh(gate) * up (arch_row.gelu). */
+static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t e = 0; e < I; e++) {
             const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
-            act[i * I + e] = g / (1.0f + expf(-g)) * u;
+            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : g / (1.0f + expf(-g)) * u;
         }
 }
 
@@ -646,7 +897,8 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
 /* Non-finite outputs. The logits of every step are checked (V values: cheap next to the step);
  * when one is not finite the step is run again with every module's output checked, and the first
  * module whose output is not finite while its input was is named (the step's positions are
- * rewritten with the same values; m->pos is not advanced). */
+ * rewritten with the same values; m->pos is not advanced; a Gated DeltaNet layer's state has moved
+ * on by then, so the second run only locates, it does not reproduce). */
 static int64_t first_nonfinite(const float *p, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(p[i])) return i;
@@ -662,79 +914,132 @@ static moq_status check_out(const moq_model *m, const float *p, int64_t rows, in
                     isnan(p[i]) ? "NaN" : "Inf", (long long)(i / cols), (long long)(m->pos + i / cols), (long long)(i % cols));
 }
 
+/* check_out when locating, the module named by fmt. */
+static moq_status check_at(const moq_model *m, bool locate, const float *p, int64_t rows, int64_t cols, moq_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static moq_status check_at(const moq_model *m, bool locate, const float *p, int64_t rows, int64_t cols, moq_error *err, const char *fmt, ...) {
+    if (!locate) return MOQ_OK;
+    char where[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+    return check_out(m, p, rows, cols, where, err);
+}
+#define CHECK(p, rows, cols, ...) MOQ_TRY(check_at(m, locate, p, rows, cols, err, __VA_ARGS__))
+
+/* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
+static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, bool locate, moq_error *err) {
+    const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
+    const char *pfx = m->arch->prefix;
+    TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, m->H);
+    MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+    CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
+    for (int64_t i = 0; i < M; i++) {
+        float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
+        for (int64_t hd = 0; hd < A; hd++) {
+            if (ly->q_norm) rmsnorm(q + hd * qh, q + hd * qh, ly->q_norm, D, m->eps);
+            moq_rope_apply(q + hd * qh, R, p0 + i, ly->inv_freq, ly->mscale);
+        }
+        for (int64_t hd = 0; hd < KV; hd++) {
+            if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
+            moq_rope_apply(k + hd * D, R, p0 + i, ly->inv_freq, ly->mscale);
+        }
+        TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
+        TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
+        moq_kv_cache_write(&m->kv, ly->kvl, p0 + i, k, v);
+    }
+    CHECK(m->qkv, M, qkvN, "%s.layers.%lld.self_attn (q/k norm and rope)", pfx, (long long)l);
+    attention(m, l, p0, M);
+    if (qh > D) /* output gate (Qwen3.5): att *= sigmoid(gate), the second half of each head's q rows */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t hd = 0; hd < A; hd++)
+                for (int64_t e = 0; e < D; e++) {
+                    const float g = m->qkv[i * qkvN + hd * qh + D + e];
+                    m->att[i * A * D + hd * D + e] *= 1.0f / (1.0f + expf(-g));
+                }
+    CHECK(m->att, M, A * D, "%s.layers.%lld.self_attn (attention)", pfx, (long long)l);
+    TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
+    MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
+    CHECK(m->tmp, M, m->H, "%s", ly->o.name);
+    return MOQ_OK;
+}
+
+/* The shared expert of an MoE layer on m->h, added into m->x. */
+static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
+    MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
+    swiglu(m->gu, M, m->Is, m->act, false);
+    MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->tmp, err));
+    if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
+        MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
+        for (int64_t i = 0; i < M; i++) {
+            const float g = 1.0f / (1.0f + expf(-m->gu[i]));
+            for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
+        }
+    }
+    for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
+    return MOQ_OK;
+}
+
 /* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only).
  * locate: check every module's output (after a step whose logits were not finite). */
 static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, bool locate, moq_error *err) {
-    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, I = m->I, qkvN = (A + 2 * KV) * D, p0 = m->pos;
-    char where[300];
-#define CHECK(p, rows, cols, ...)                                                                  \
-    do {                                                                                           \
-        if (locate) {                                                                              \
-            snprintf(where, sizeof where, __VA_ARGS__);                                            \
-            MOQ_TRY(check_out(m, p, rows, cols, where, err));                                      \
-        }                                                                                          \
-    } while (0)
+    const int64_t H = m->H, I = m->I, p0 = m->pos;
+    const char *pfx = m->arch->prefix;
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
-        for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e];
+        for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e] * m->embed_mult;
     }
     CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
-        CHECK(m->h, M, H, "model.layers.%lld.input_layernorm", (long long)l);
-        TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, H);
-        MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
-        CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
-        for (int64_t i = 0; i < M; i++) {
-            float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
-            for (int64_t hd = 0; hd < A; hd++) {
-                if (ly->q_norm) rmsnorm(q + hd * D, q + hd * D, ly->q_norm, D, m->eps);
-                moq_rope_apply(q + hd * D, D, p0 + i, m->inv_freq, m->mscale);
-            }
-            for (int64_t hd = 0; hd < KV; hd++) {
-                if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-                moq_rope_apply(k + hd * D, D, p0 + i, m->inv_freq, m->mscale);
-            }
-            TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
-            TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
-            moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
+        CHECK(m->h, M, H, "%s.layers.%lld.input_layernorm", pfx, (long long)l);
+        if (m->arch->attn == ATTN_MLA) {
+            MOQ_TRY(moq_mla_forward(&ly->mla, &m->mws, m->inv_freq, m->mscale, m->h, M, p0, &m->kv, ly->kvl, m->tmp, err));
+            CHECK(m->tmp, M, H, "%s.layers.%lld.self_attn (multi-head latent attention)", pfx, (long long)l);
+        } else if (ly->linear) {
+            MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
+            CHECK(m->tmp, M, H, "%s.layers.%lld.linear_attn", pfx, (long long)l);
+        } else {
+            MOQ_TRY(gqa_block(m, ly, l, p0, M, locate, err));
         }
-        CHECK(m->qkv, M, qkvN, "model.layers.%lld.self_attn (q/k norm and rope)", (long long)l);
-        attention(m, l, p0, M);
-        CHECK(m->att, M, A * D, "model.layers.%lld.self_attn (attention)", (long long)l);
-        TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
-        MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
-        CHECK(m->tmp, M, H, "%s", ly->o.name);
+        if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
+            for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
-        CHECK(m->x, M, H, "model.layers.%lld (residual after attention)", (long long)l);
-        for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
-        CHECK(m->h, M, H, "model.layers.%lld.post_attention_layernorm", (long long)l);
+        CHECK(m->x, M, H, "%s.layers.%lld (residual after attention)", pfx, (long long)l);
+        const float *pre_mlp = m->arch->sandwich ? ly->pre_ffn_norm : ly->post_norm;
+        for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, pre_mlp, H, m->eps);
+        CHECK(m->h, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm");
         if (ly->is_moe) {
             TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
             MOQ_TRY(moe_block(m, ly, M, err));
-            CHECK(m->tmp, M, H, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
-            CHECK(m->x, M, H, "model.layers.%lld (residual after the experts)", (long long)l);
+            CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
+            if (ly->has_shared) MOQ_TRY(shared_block(m, ly, M, err));
+            CHECK(m->x, M, H, "%s.layers.%lld (residual after the experts)", pfx, (long long)l);
             continue;
         }
         TAP(m, l, MOQ_TAP_GATE_UP_IN, m->h, M, H);
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
         CHECK(m->gu, M, 2 * I, "%s", ly->gate_up.name);
-        swiglu(m->gu, M, I, m->act);
-        CHECK(m->act, M, I, "model.layers.%lld.mlp (silu(gate) * up)", (long long)l);
+        swiglu(m->gu, M, I, m->act, m->arch->gelu);
+        CHECK(m->act, M, I, "%s.layers.%lld.mlp (act(gate) * up)", pfx, (long long)l);
         TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
         CHECK(m->tmp, M, H, "%s", ly->down.name);
+        if (m->arch->sandwich)
+            for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
-        CHECK(m->x, M, H, "model.layers.%lld (residual after the MLP)", (long long)l);
+        CHECK(m->x, M, H, "%s.layers.%lld (residual after the MLP)", pfx, (long long)l);
     }
     /* logits: every row when asked, else only the last */
     const int64_t r0 = logits_rows ? 0 : M - 1, nr = M - r0;
     for (int64_t i = r0; i < M; i++) rmsnorm(m->h + (i - r0) * H, m->x + i * H, m->final_norm, H, m->eps);
-    CHECK(m->h, nr, H, "model.norm");
+    CHECK(m->h, nr, H, "%s.norm", pfx);
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    const float cap = (float)m->gc.final_logit_softcapping;
+    for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
-#undef CHECK
     const int64_t bad = first_nonfinite(m->logits_ws, nr * m->V);
     if (bad >= 0 && !locate) return forward_chunk(m, tok, M, logits_rows, true, err);
     if (bad >= 0) /* not reached: the located run stops at the module, at the latest at lm_head */
@@ -745,6 +1050,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
     m->pos += M;
     return MOQ_OK;
 }
+#undef CHECK
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
     if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
@@ -765,7 +1071,10 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
 moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err) { return moq_model_prefill(m, &token, 1, NULL, err); }
 const float *moq_model_logits(const moq_model *m) { return m ? m->logits : NULL; }
 void moq_model_reset(moq_model *m) {
-    if (m) m->pos = 0;
+    if (!m) return;
+    m->pos = 0;
+    for (int64_t l = 0; l < m->L; l++) /* recurrent state belongs to the sequence */
+        if (m->layers[l].linear) moq_gdn_reset(&m->layers[l].gdn);
 }
 int64_t moq_model_vocab_size(const moq_model *m) { return m ? m->V : 0; }
 int64_t moq_model_ctx(const moq_model *m) { return m ? m->T : 0; }
@@ -793,6 +1102,10 @@ uint64_t moq_model_decode_bytes(const moq_model *m) {
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         b += weight_bytes(&ly->qkv.w) + weight_bytes(&ly->o.w) + weight_bytes(&ly->gate_up.w) + weight_bytes(&ly->down.w);
+        b += weight_bytes(&ly->sh_gate_up.w) + weight_bytes(&ly->sh_down.w) + weight_bytes(&ly->mla.q_a.w) + weight_bytes(&ly->mla.q_b.w) +
+             weight_bytes(&ly->mla.kv_a.w) + weight_bytes(&ly->mla.kv_b.w) + weight_bytes(&ly->mla.o.w) + weight_bytes(&ly->sh_gate.w) +
+             weight_bytes(&ly->gdn.qkv.w) + weight_bytes(&ly->gdn.z.w) + weight_bytes(&ly->gdn.b.w) + weight_bytes(&ly->gdn.a.w) +
+             weight_bytes(&ly->gdn.out.w);
         /* MoE: the router and the k experts a token is routed to (all experts are the same size) */
         if (ly->moe) b += (uint64_t)(m->E * m->H) * 2 + (uint64_t)m->topk * moq_moe_expert_bytes(ly->moe_fmt, m->H, m->Ie);
     }

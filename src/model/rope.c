@@ -79,7 +79,11 @@ static moq_status rope_yarn(const moq_rope_params *p, int64_t D, double *inv, do
         const double extrap = 1.0 - ramp;
         inv[i] = inv[i] / p->factor * (1.0 - extrap) + inv[i] * extrap;
     }
-    *mscale = p->attention_factor > 0 ? p->attention_factor : 0.1 * log(p->factor) + 1.0;
+    /* transformers _compute_yarn_parameters: get_mscale(f, s) = 0.1 s ln(f) + 1 (1 when f <= 1) */
+    const double m1 = p->factor <= 1.0 ? 1.0 : 0.1 * log(p->factor) + 1.0;
+    const double ma = p->factor <= 1.0 ? 1.0 : 0.1 * p->mscale * log(p->factor) + 1.0;
+    const double mb = p->factor <= 1.0 ? 1.0 : 0.1 * p->mscale_all_dim * log(p->factor) + 1.0;
+    *mscale = p->attention_factor > 0 ? p->attention_factor : p->mscale != 0 && p->mscale_all_dim != 0 ? ma / mb : m1;
     return MOQ_OK;
 }
 

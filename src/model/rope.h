@@ -20,7 +20,10 @@ typedef struct moq_rope_params {
     double high_freq_factor;      /* llama3 (default 4)                                    */
     double original_max_pos;      /* llama3 / yarn original_max_position_embeddings        */
     double beta_fast, beta_slow;  /* yarn (defaults 32, 1)                                 */
-    double attention_factor;      /* yarn mscale; 0 = 0.1 ln(factor) + 1                   */
+    double attention_factor;      /* yarn cos/sin factor; 0 = derived from factor (below)  */
+    double mscale, mscale_all_dim; /* yarn (DeepSeek): when both are set and attention_factor
+                                     is not, the factor is m(mscale) / m(mscale_all_dim) with
+                                     m(s) = 0.1 s ln(factor) + 1; else m(1)                  */
 } moq_rope_params;
 
 /* inv_freq f32 [D/2] and the cos/sin multiplier (yarn attention factor, else 1). Errors name

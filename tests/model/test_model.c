@@ -29,55 +29,12 @@
 
 #include "tu.h"
 #include "format/format.h"
+#include "model_gen.h"
 #include "quant/export_ref.h"
 
 enum { L_ = 2, LMAX = 3, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NTOK = 7, NPRE = 4, E_ = 4, TOPK = 2, IE_ = 128 };
 
-/* ---- the oracle's own bit formats (NUMERICS §1) ---------------------------------------------- */
-static double d_e4m3(uint8_t c) {
-    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
-    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m, -9);
-    return s ? -v : v;
-}
-static double d_e2m1(uint8_t c) {
-    static const double t[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-    return (c & 8) ? -t[c & 7] : t[c & 7];
-}
-/* Round |x| to a binary grid with `mbits` mantissa bits and minimum exponent emin (subnormals
- * below), ties to even, saturating at max: e4m3 (emin -6, 3 bits, 448), e2m1 (0, 1, 6). */
-static double grid(double x, int emin, int mbits, double max) {
-    const double a = fabs(x);
-    if (a == 0) return 0 * x;
-    int e = (int)floor(log2(a));
-    if (e < emin) e = emin;
-    const double step = ldexp(1.0, e - mbits);
-    double r = nearbyint(a / step) * step;
-    if (r > max) r = max;
-    return x < 0 ? -r : r;
-}
-static double q_e4m3(double x) { return grid(x, -6, 3, 448.0); }
-static double q_e2m1(double x) { return grid(x, 0, 1, 6.0); }
-
 /* ---- generated model ------------------------------------------------------------------------- */
-typedef enum act { ACT_NONE, ACT_FP8_STATIC, ACT_FP8_TOKEN, ACT_FP8_G128, ACT_NVFP4, ACT_MXFP8 } act;
-
-typedef struct olin {            /* oracle linear                                   */
-    double *W;                   /* [N, K] dequantized                              */
-    double *bias;                /* [N] or NULL                                     */
-    int64_t N, K;
-    act     a;
-    double  in_scale;            /* FP8 static: s_in; NVFP4: input_scale            */
-    double *pqs;                 /* [K] AWQ pre_quant_scale (x * pqs first) or NULL */
-} olin;
-
-typedef struct gen {
-    moq_writer *w;
-    void      **bufs;
-    size_t      n_bufs;
-    uint64_t    rng;
-    char        layers_json[8192]; /* MIXED_PRECISION quantized_layers entries        */
-} gen;
-
 typedef struct spec {
     const char *name;
     const char *arch;
@@ -113,176 +70,6 @@ typedef struct oracle {
     bool    fp8_kv, qk_norm, kv_bf16;
     double  inv_freq[D_ / 2], mscale;
 } oracle;
-
-static void *keep(gen *g, size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    g->bufs = realloc(g->bufs, (g->n_bufs + 1) * sizeof *g->bufs);
-    g->bufs[g->n_bufs++] = p;
-    return p;
-}
-
-static double uni(uint64_t *st) { /* splitmix64 -> [0, 1) */
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-53;
-}
-
-static float bf16r(double x) { return moq_bf16_decode(moq_bf16_encode_rne((float)x)); }
-
-static void fill(gen *g, float *x, size_t n, double std, double mean) {
-    for (size_t i = 0; i < n; i++) x[i] = bf16r(mean + (uni(&g->rng) * 2 - 1) * std * 1.7);
-}
-
-static void add(gen *g, const char *name, moq_dtype dt, int ndim, const int64_t *shape, const void *data, size_t nbytes) {
-    TU_OK(moq_writer_add(g->w, name, dt, ndim, shape, data, nbytes, err_));
-}
-
-static void add_scalar(gen *g, const char *name, float v) {
-    float *p = keep(g, 4);
-    *p = v;
-    add(g, name, MOQ_DT_F32, 0, NULL, p, 4);
-}
-
-/* bf16 tensor written, returned as double */
-static double *add_bf16(gen *g, const char *name, int64_t n0, int64_t n1, double std, double mean) {
-    const size_t n = (size_t)(n0 * (n1 ? n1 : 1));
-    float *f = malloc(n * sizeof *f);
-    fill(g, f, n, std, mean);
-    uint16_t *h = keep(g, n * 2);
-    double *d = malloc(n * sizeof *d);
-    for (size_t i = 0; i < n; i++) h[i] = moq_bf16_encode_rne(f[i]), d[i] = f[i];
-    free(f);
-    const int64_t sh[2] = {n0, n1};
-    add(g, name, MOQ_DT_BF16, n1 ? 2 : 1, sh, h, n * 2);
-    return d;
-}
-
-static const double ACT_AMAX = 4.0; /* "calibrated" activation amax used for static scales */
-
-/* One module (or the shards of one fused module, sharing NVFP4's global amax like ModelOpt's
- * fusion unification, §9.3). Writes the checkpoint tensors and fills the oracle linears. */
-static void add_linears(gen *g, const char *prefix, const char *const *names, const int64_t *ns, int cnt, int64_t K,
-                        const char *algo, bool bias, olin *out) {
-    float *W[3];
-    double amax = 0;
-    for (int i = 0; i < cnt; i++) {
-        W[i] = malloc((size_t)(ns[i] * K) * sizeof(float));
-        fill(g, W[i], (size_t)(ns[i] * K), 1.0 / sqrt((double)K), 0);
-        for (int64_t j = 0; j < ns[i] * K; j++) amax = fmax(amax, fabs(W[i][j]));
-    }
-    for (int i = 0; i < cnt; i++) {
-        const int64_t N = ns[i];
-        char nm[256], mod[200];
-        snprintf(mod, sizeof mod, "%s%s%s", prefix, prefix[0] ? "." : "", names[i]);
-        olin *o = &out[i];
-        o->N = N, o->K = K, o->a = ACT_NONE;
-        o->W = malloc((size_t)(N * K) * sizeof(double));
-        if (strcmp(algo, "BF16") == 0) {
-            uint16_t *h = keep(g, (size_t)(N * K) * 2);
-            for (int64_t j = 0; j < N * K; j++) h[j] = moq_bf16_encode_rne(W[i][j]), o->W[j] = W[i][j];
-            const int64_t sh[2] = {N, K};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_BF16, 2, sh, h, (size_t)(N * K) * 2);
-        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0 || strcmp(algo, "NVFP4_AWQ") == 0) {
-            uint8_t *q = keep(g, (size_t)(N * K / 2)), *sf = keep(g, (size_t)(N * K / 16));
-            float ws2;
-            moq_export_nvfp4_weight(W[i], (size_t)N, (size_t)K, (float)amax, q, sf, &ws2);
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t k = 0; k < K; k++)
-                    o->W[n * K + k] = d_e2m1((uint8_t)(q[(n * K + k) / 2] >> ((k & 1) * 4))) * d_e4m3(sf[(n * K + k) / 16]) * ws2;
-            const int64_t sq[2] = {N, K / 2}, ss[2] = {N, K / 16};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_U8, 2, sq, q, (size_t)(N * K / 2));
-            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
-            add(g, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (size_t)(N * K / 16));
-            snprintf(nm, sizeof nm, "%s.weight_scale_2", mod);
-            add_scalar(g, nm, ws2);
-            if (strcmp(algo, "W4A16_NVFP4") != 0) {
-                const float is = (float)(ACT_AMAX / 2688.0);
-                snprintf(nm, sizeof nm, "%s.input_scale", mod);
-                add_scalar(g, nm, is);
-                o->a = ACT_NVFP4, o->in_scale = is;
-            }
-            if (strcmp(algo, "NVFP4_AWQ") == 0 && strcmp(names[i], "o_proj") == 0) {
-                /* ModelOpt 0.47 keeps the AWQ scale only where it cannot fold it (o_proj, §12) */
-                uint16_t *h = keep(g, (size_t)K * 2);
-                o->pqs = malloc((size_t)K * sizeof(double));
-                for (int64_t k = 0; k < K; k++) {
-                    h[k] = moq_bf16_encode_rne((float)(0.5 + 1.5 * (double)((k * 29) % 64) / 64.0));
-                    o->pqs[k] = (double)moq_bf16_decode(h[k]);
-                }
-                snprintf(nm, sizeof nm, "%s.pre_quant_scale", mod);
-                add(g, nm, MOQ_DT_BF16, 1, (const int64_t[]){K}, h, (size_t)K * 2);
-            }
-        } else if (strcmp(algo, "FP8") == 0) {
-            uint8_t *q = keep(g, (size_t)(N * K));
-            float sc;
-            moq_export_fp8_tensor_weight(W[i], (size_t)N, (size_t)K, -1.0f, MOQ_DT_BF16, q, &sc);
-            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc;
-            const int64_t sq[2] = {N, K};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
-            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
-            add_scalar(g, nm, sc);
-            /* shards get different input scales: the layer must use their maximum (§5.1) */
-            const float is = (float)(ACT_AMAX * (1.0 + 0.25 * i) / 448.0);
-            snprintf(nm, sizeof nm, "%s.input_scale", mod);
-            add_scalar(g, nm, is);
-            o->a = ACT_FP8_STATIC, o->in_scale = is;
-        } else if (strcmp(algo, "FP8_PER_CHANNEL_PER_TOKEN") == 0) {
-            uint8_t *q = keep(g, (size_t)(N * K));
-            float *sc = keep(g, (size_t)N * 4);
-            moq_export_fp8_row_weight(W[i], (size_t)N, (size_t)K, q, sc);
-            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc[j / K];
-            const int64_t sq[2] = {N, K}, ss[1] = {N};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
-            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
-            add(g, nm, MOQ_DT_F32, 1, ss, sc, (size_t)N * 4);
-            o->a = ACT_FP8_TOKEN;
-        } else if (strcmp(algo, "FP8_PB_WO") == 0) {
-            const int64_t nb = (N + 127) / 128, kb = K / 128;
-            uint8_t *q = keep(g, (size_t)(N * K));
-            float *sc = keep(g, (size_t)(nb * kb) * 4);
-            moq_export_fp8_block_weight(W[i], (size_t)N, (size_t)K, q, sc);
-            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * sc[(j / K / 128) * kb + (j % K) / 128];
-            const int64_t sq[2] = {N, K}, ss[4] = {nb, 1, kb, 1};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
-            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
-            add(g, nm, MOQ_DT_F32, 4, ss, sc, (size_t)(nb * kb) * 4);
-            o->a = ACT_FP8_G128;
-        } else if (strcmp(algo, "MXFP8") == 0) {
-            uint8_t *q = keep(g, (size_t)(N * K)), *sc = keep(g, (size_t)(N * K / 32));
-            moq_export_mxfp8_weight(W[i], (size_t)N, (size_t)K, q, sc);
-            for (int64_t j = 0; j < N * K; j++) o->W[j] = d_e4m3(q[j]) * ldexp(1.0, (int)sc[j / 32] - 127);
-            const int64_t sq[2] = {N, K}, ss[2] = {N, K / 32};
-            snprintf(nm, sizeof nm, "%s.weight", mod);
-            add(g, nm, MOQ_DT_F8_E4M3, 2, sq, q, (size_t)(N * K));
-            snprintf(nm, sizeof nm, "%s.weight_scale", mod);
-            add(g, nm, MOQ_DT_U8, 2, ss, sc, (size_t)(N * K / 32));
-            o->a = ACT_MXFP8;
-        } else {
-            fail_msg("test has no exporter for %s", algo);
-        }
-        if (strcmp(algo, "BF16") != 0) {
-            size_t l = strlen(g->layers_json);
-            snprintf(g->layers_json + l, sizeof g->layers_json - l, "%s\"%s\": {\"quant_algo\": \"%s\"%s}", l ? ", " : "", mod, algo,
-                     strstr(algo, "NVFP4") ? ", \"group_size\": 16" : "");
-        }
-        if (bias) {
-            snprintf(nm, sizeof nm, "%s.bias", mod);
-            o->bias = add_bf16(g, nm, N, 0, 0.1, 0);
-        }
-        free(W[i]);
-    }
-    /* static activation scale of a fused layer: the maximum over its shards */
-    double mx = 0;
-    for (int i = 0; i < cnt; i++) mx = fmax(mx, out[i].in_scale);
-    for (int i = 0; i < cnt; i++) out[i].in_scale = mx;
-}
 
 /* HF's rope frequencies, restated (transformers modeling_rope_utils.py). */
 static void oracle_rope(oracle *o, const char *type, double theta, double factor) {
@@ -350,67 +137,67 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
     o->L = y && y->n_layers ? y->n_layers : L_;
     layer_rules(s, y, o);
     TU_OK(moq_writer_create(&g.w, dir, err_));
-    o->emb = add_bf16(&g, "model.embed_tokens.weight", V_, H_, 1.0, 0);
+    o->emb = tg_add_bf16(&g, "model.embed_tokens.weight", V_, H_, 1.0, 0);
     o->qk_norm = s->qk_norm;
     for (int l = 0; l < o->L; l++) {
         char nm[200], pre[128];
         snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        o->in_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
+        o->in_norm[l] = tg_add_bf16(&g, nm, H_, 0, 0.1, 1.0);
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
         const int64_t nqkv[3] = {A_ * D_, KV_ * D_, KV_ * D_};
         olin t[3];
         memset(t, 0, sizeof t);
-        add_linears(&g, pre, qkv, nqkv, 3, H_, s->attn_algo, s->bias, t);
+        tg_add_linears(&g, pre, qkv, nqkv, 3, H_, s->attn_algo, s->bias, t);
         o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
         static const char *const on[1] = {"o_proj"};
         const int64_t no[1] = {H_};
-        add_linears(&g, pre, on, no, 1, A_ * D_, s->attn_algo, false, &o->o[l]);
+        tg_add_linears(&g, pre, on, no, 1, A_ * D_, s->attn_algo, false, &o->o[l]);
         if (s->qk_norm) {
             snprintf(nm, sizeof nm, "%s.q_norm.weight", pre);
-            o->q_norm[l] = add_bf16(&g, nm, D_, 0, 0.1, 1.0);
+            o->q_norm[l] = tg_add_bf16(&g, nm, D_, 0, 0.1, 1.0);
             snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
-            o->k_norm[l] = add_bf16(&g, nm, D_, 0, 0.1, 1.0);
+            o->k_norm[l] = tg_add_bf16(&g, nm, D_, 0, 0.1, 1.0);
         }
         if (s->fp8_kv && !s->kv_scales) o->k_scale = o->v_scale = 1.0; /* ModelOpt's fp8_cast: no tensors, scale 1 */
         if (s->fp8_kv && s->kv_scales && (g_kv_scale_layers >> l & 1)) {
-            o->k_scale = bf16r(8.0 / 448), o->v_scale = bf16r(3.0 / 448);
+            o->k_scale = tg_bf16r(8.0 / 448), o->v_scale = tg_bf16r(3.0 / 448);
             snprintf(nm, sizeof nm, "%s.k_proj.k_scale", pre);
-            add_scalar(&g, nm, (float)o->k_scale);
+            tg_add_scalar(&g, nm, (float)o->k_scale);
             snprintf(nm, sizeof nm, "%s.v_proj.v_scale", pre);
-            add_scalar(&g, nm, (float)o->v_scale);
+            tg_add_scalar(&g, nm, (float)o->v_scale);
         }
         snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        o->post_norm[l] = add_bf16(&g, nm, H_, 0, 0.1, 1.0);
+        o->post_norm[l] = tg_add_bf16(&g, nm, H_, 0, 0.1, 1.0);
         if (o->moe_l[l]) { /* Mixtral: block_sparse_moe.experts.e.{w1,w3,w2}; Qwen3-MoE: mlp.experts.e.{gate,up,down}_proj */
             const bool mx = strstr(s->arch, "Mixtral") != NULL;
             static const char *const rn[1] = {"gate"};
             const int64_t nr[1] = {E_};
             snprintf(pre, sizeof pre, "model.layers.%d.%s", l, mx ? "block_sparse_moe" : "mlp");
-            add_linears(&g, pre, rn, nr, 1, H_, "BF16", false, &o->router[l]);
+            tg_add_linears(&g, pre, rn, nr, 1, H_, "BF16", false, &o->router[l]);
             for (int e = 0; e < E_; e++) {
                 static const char *const gmx[2] = {"w1", "w3"}, *const gq[2] = {"gate_proj", "up_proj"};
                 static const char *const dmx[1] = {"w2"}, *const dq[1] = {"down_proj"};
                 const int64_t ngu[2] = {IE_, IE_}, nd[1] = {H_};
                 snprintf(pre, sizeof pre, "model.layers.%d.%s.experts.%d", l, mx ? "block_sparse_moe" : "mlp", e);
                 memset(t, 0, sizeof t);
-                add_linears(&g, pre, mx ? gmx : gq, ngu, 2, H_, s->mlp_algo, false, t);
+                tg_add_linears(&g, pre, mx ? gmx : gq, ngu, 2, H_, s->mlp_algo, false, t);
                 o->eg[l][e] = t[0], o->eu[l][e] = t[1];
-                add_linears(&g, pre, mx ? dmx : dq, nd, 1, IE_, s->mlp_algo, false, &o->ed[l][e]);
+                tg_add_linears(&g, pre, mx ? dmx : dq, nd, 1, IE_, s->mlp_algo, false, &o->ed[l][e]);
             }
         } else {
             snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
             static const char *const gu[2] = {"gate_proj", "up_proj"};
             const int64_t ngu[2] = {I_, I_};
             memset(t, 0, sizeof t);
-            add_linears(&g, pre, gu, ngu, 2, H_, s->mlp_algo, false, t);
+            tg_add_linears(&g, pre, gu, ngu, 2, H_, s->mlp_algo, false, t);
             o->gate[l] = t[0], o->up[l] = t[1];
             static const char *const dn[1] = {"down_proj"};
             const int64_t nd[1] = {H_};
-            add_linears(&g, pre, dn, nd, 1, I_, s->mlp_algo, false, &o->down[l]);
+            tg_add_linears(&g, pre, dn, nd, 1, I_, s->mlp_algo, false, &o->down[l]);
         }
     }
-    o->final_norm = add_bf16(&g, "model.norm.weight", H_, 0, 0.1, 1.0);
+    o->final_norm = tg_add_bf16(&g, "model.norm.weight", H_, 0, 0.1, 1.0);
     if (s->tied) {
         o->head.N = V_, o->head.K = H_, o->head.a = ACT_NONE;
         o->head.W = malloc(sizeof(double) * V_ * H_);
@@ -418,7 +205,7 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
     } else {
         static const char *const hn[1] = {"lm_head"};
         const int64_t nh[1] = {V_};
-        add_linears(&g, "", hn, nh, 1, H_, s->head_algo, false, &o->head);
+        tg_add_linears(&g, "", hn, nh, 1, H_, s->head_algo, false, &o->head);
     }
     o->fp8_kv = s->fp8_kv;
     o->norm_topk = s->norm_topk;
@@ -441,7 +228,7 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
     const bool mixed = strcmp(s->attn_algo, s->mlp_algo) != 0 || strcmp(s->attn_algo, s->head_algo) != 0;
     const char *algo = mixed ? "MIXED_PRECISION" : s->attn_algo;
     const bool quant = mixed || strcmp(algo, "BF16") != 0 || s->fp8_kv;
-    char *hq = keep(&g, 16384), *cfg = keep(&g, 4096);
+    char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
     if (quant) {
         snprintf(hq, 16384,
                  "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": %s%s%s, "
@@ -475,88 +262,19 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
 
 static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) { make_model_x(s, NULL, dir, o, seed); }
 
-static void olin_free(olin *l) {
-    free(l->W);
-    free(l->bias);
-    free(l->pqs);
-}
-
 static void oracle_free(oracle *o) {
     free(o->emb);
     free(o->final_norm);
     for (int l = 0; l < o->L; l++) {
         free(o->in_norm[l]), free(o->post_norm[l]), free(o->q_norm[l]), free(o->k_norm[l]);
-        olin_free(&o->q[l]), olin_free(&o->k[l]), olin_free(&o->v[l]), olin_free(&o->o[l]);
-        olin_free(&o->gate[l]), olin_free(&o->up[l]), olin_free(&o->down[l]), olin_free(&o->router[l]);
-        for (int e = 0; e < E_; e++) olin_free(&o->eg[l][e]), olin_free(&o->eu[l][e]), olin_free(&o->ed[l][e]);
+        tg_olin_free(&o->q[l]), tg_olin_free(&o->k[l]), tg_olin_free(&o->v[l]), tg_olin_free(&o->o[l]);
+        tg_olin_free(&o->gate[l]), tg_olin_free(&o->up[l]), tg_olin_free(&o->down[l]), tg_olin_free(&o->router[l]);
+        for (int e = 0; e < E_; e++) tg_olin_free(&o->eg[l][e]), tg_olin_free(&o->eu[l][e]), tg_olin_free(&o->ed[l][e]);
     }
-    olin_free(&o->head);
+    tg_olin_free(&o->head);
 }
 
 /* ---- fp64 forward ----------------------------------------------------------------------------- */
-static void act_quant(act a, double in_scale, const double *x, int64_t K, double *out) {
-    switch (a) {
-    case ACT_NONE: memcpy(out, x, (size_t)K * sizeof *x); break;
-    case ACT_FP8_STATIC:
-        for (int64_t k = 0; k < K; k++) out[k] = q_e4m3(x[k] / in_scale) * in_scale;
-        break;
-    case ACT_FP8_TOKEN: {
-        double m = 0;
-        for (int64_t k = 0; k < K; k++) m = fmax(m, fabs(x[k]));
-        const double s = fmax(m / 448.0, 1.0 / (448.0 * 512.0));
-        for (int64_t k = 0; k < K; k++) out[k] = q_e4m3(x[k] / s) * s;
-        break;
-    }
-    case ACT_FP8_G128:
-        for (int64_t g0 = 0; g0 < K; g0 += 128) {
-            double m = 1e-10;
-            for (int64_t k = g0; k < g0 + 128; k++) m = fmax(m, fabs(x[k]));
-            const double s = m / 448.0;
-            for (int64_t k = g0; k < g0 + 128; k++) out[k] = q_e4m3(x[k] / s) * s;
-        }
-        break;
-    case ACT_NVFP4: {
-        const double S = 1.0 / in_scale; /* global: 448 * 6 / amax */
-        for (int64_t g0 = 0; g0 < K; g0 += 16) {
-            double m = 0;
-            for (int64_t k = g0; k < g0 + 16; k++) m = fmax(m, fabs(x[k]));
-            const double sf = q_e4m3(S * (m / 6.0));
-            for (int64_t k = g0; k < g0 + 16; k++) out[k] = sf == 0 ? 0 : q_e2m1(x[k] * S / sf) * sf / S;
-        }
-        break;
-    }
-    case ACT_MXFP8:
-        for (int64_t g0 = 0; g0 < K; g0 += 32) {
-            double m = 0;
-            for (int64_t k = g0; k < g0 + 32; k++) m = fmax(m, fabs(x[k]));
-            if (m == 0) {
-                for (int64_t k = g0; k < g0 + 32; k++) out[k] = 0;
-                continue;
-            }
-            const double s = ldexp(1.0, (int)ceil(log2(m / 448.0)));
-            for (int64_t k = g0; k < g0 + 32; k++) out[k] = q_e4m3(x[k] / s) * s;
-        }
-        break;
-    }
-}
-
-static void lin(const olin *l, const double *x, double *y) {
-    double *xq = malloc((size_t)l->K * sizeof *xq), *xs = NULL;
-    if (l->pqs) { /* AWQ: the input times the per-channel scale, then the NVFP4 quantizer */
-        xs = malloc((size_t)l->K * sizeof *xs);
-        for (int64_t k = 0; k < l->K; k++) xs[k] = x[k] * l->pqs[k];
-        x = xs;
-    }
-    act_quant(l->a, l->in_scale, x, l->K, xq);
-    free(xs);
-    for (int64_t n = 0; n < l->N; n++) {
-        double acc = 0;
-        for (int64_t k = 0; k < l->K; k++) acc += l->W[n * l->K + k] * xq[k];
-        y[n] = acc + (l->bias ? l->bias[n] : 0);
-    }
-    free(xq);
-}
-
 static void rms(double *x, const double *w, int64_t n) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
@@ -582,7 +300,7 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
         for (int l = 0; l < o->L; l++) {
             memcpy(h, x, sizeof h);
             rms(h, o->in_norm[l], H_);
-            lin(&o->q[l], h, q), lin(&o->k[l], h, k), lin(&o->v[l], h, v);
+            tg_lin(&o->q[l], h, q), tg_lin(&o->k[l], h, k), tg_lin(&o->v[l], h, v);
             for (int a = 0; a < A_; a++) {
                 if (o->qk_norm) rms(q + a * D_, o->q_norm[l], D_);
                 rope(o, q + a * D_, p);
@@ -593,8 +311,8 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
             }
             double *kc = K + ((size_t)l * n + p) * KV_ * D_, *vc = Vc + ((size_t)l * n + p) * KV_ * D_;
             for (int e = 0; e < KV_ * D_; e++) {
-                kc[e] = o->fp8_kv ? q_e4m3(k[e] / o->k_scale) * o->k_scale : o->kv_bf16 ? bf16r(k[e]) : k[e];
-                vc[e] = o->fp8_kv ? q_e4m3(v[e] / o->v_scale) * o->v_scale : o->kv_bf16 ? bf16r(v[e]) : v[e];
+                kc[e] = o->fp8_kv ? tg_q_e4m3(k[e] / o->k_scale) * o->k_scale : o->kv_bf16 ? tg_bf16r(k[e]) : k[e];
+                vc[e] = o->fp8_kv ? tg_q_e4m3(v[e] / o->v_scale) * o->v_scale : o->kv_bf16 ? tg_bf16r(v[e]) : v[e];
             }
             for (int a = 0; a < A_; a++) {
                 const int kvh = a / (A_ / KV_);
@@ -615,14 +333,14 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
                     att[a * D_ + e] = acc;
                 }
             }
-            lin(&o->o[l], att, t);
+            tg_lin(&o->o[l], att, t);
             for (int e = 0; e < H_; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
             rms(h, o->post_norm[l], H_);
             if (o->moe_l[l]) { /* softmax router, top-k (ties: lower id), optional renormalization */
                 double r[E_], mx = -INFINITY, sum = 0, w[TOPK], ws = 0;
                 int sel[TOPK];
-                lin(&o->router[l], h, r);
+                tg_lin(&o->router[l], h, r);
                 for (int e = 0; e < E_; e++) mx = fmax(mx, r[e]);
                 for (int e = 0; e < E_; e++) sum += (r[e] = exp(r[e] - mx));
                 for (int j = 0; j < TOPK; j++) {
@@ -636,21 +354,21 @@ static void oracle_run(const oracle *o, const int32_t *tok, int n, double *logit
                 }
                 for (int j = 0; j < TOPK; j++) {
                     const int e = sel[j];
-                    lin(&o->eg[l][e], h, g), lin(&o->eu[l][e], h, u);
+                    tg_lin(&o->eg[l][e], h, g), tg_lin(&o->eu[l][e], h, u);
                     for (int c = 0; c < IE_; c++) g[c] = g[c] / (1 + exp(-g[c])) * u[c];
-                    lin(&o->ed[l][e], g, t);
+                    tg_lin(&o->ed[l][e], g, t);
                     for (int c = 0; c < H_; c++) x[c] += (o->norm_topk ? w[j] / ws : w[j]) * t[c];
                 }
             } else {
-                lin(&o->gate[l], h, g), lin(&o->up[l], h, u);
+                tg_lin(&o->gate[l], h, g), tg_lin(&o->up[l], h, u);
                 for (int e = 0; e < I_; e++) g[e] = g[e] / (1 + exp(-g[e])) * u[e];
-                lin(&o->down[l], g, t);
+                tg_lin(&o->down[l], g, t);
                 for (int e = 0; e < H_; e++) x[e] += t[e];
             }
         }
         memcpy(h, x, sizeof h);
         rms(h, o->final_norm, H_);
-        lin(&o->head, h, logits + (size_t)p * V_);
+        tg_lin(&o->head, h, logits + (size_t)p * V_);
     }
     free(K);
     free(Vc);

@@ -1,0 +1,40 @@
+/* deepseek_v3.h — the DeepSeek-V3 family's config.json fields (DeepseekV3ForCausalLM: DeepSeek-V3,
+ * R1, V3.1, Kimi-K2 text): multi-head latent attention dimensions, grouped sigmoid routing, which
+ * layers are dense. One table of fields in deepseek_v3.c; defaults are DeepseekV3Config's.
+ * Tested by tests/model/test_arch.c. */
+#ifndef MOQ_MODEL_ARCH_DEEPSEEK_V3_H
+#define MOQ_MODEL_ARCH_DEEPSEEK_V3_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moq.h"
+#include "model/rope.h"
+
+#define MOQ_DEEPSEEK_MAX_LAYERS 512 /* mlp_layer_types entries read */
+
+typedef struct moq_deepseek_cfg {
+    int64_t q_lora_rank;            /* 0 when null: q_proj instead of q_a/q_b                 */
+    int64_t kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim;
+    int64_t n_group, topk_group;    /* grouped top-k                                          */
+    int64_t first_k_dense_replace;  /* layers [0, k) are dense MLPs                          */
+    int64_t moe_layer_freq;         /* MoE on l >= k with l % freq == 0 (DeepSeek's own code and
+                                       vLLM; transformers reads no freq, all real configs say 1) */
+    int64_t n_shared_experts;
+    int64_t index_topk;             /* DeepSeek-V3.2 sparse attention (DSA): keys kept per query by
+                                       its indexer; 0 = dense MLA (no index_topk in config.json)   */
+    double  routed_scaling_factor;
+    bool    norm_topk_prob, rope_interleave;
+    bool    has_mlp_types;          /* mlp_layer_types given (DeepseekV32Config): it decides    */
+    bool    mlp_sparse[MOQ_DEEPSEEK_MAX_LAYERS];
+} moq_deepseek_cfg;
+
+/* Reads the fields from config.json (top level, else text_config) and checks their ranges; L is
+ * num_hidden_layers (mlp_layer_types must have L entries, each "dense" or "sparse"). */
+moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, moq_deepseek_cfg *out, moq_error *err);
+
+/* The softmax scale of DeepseekV3Attention: (dn + dr)^-1/2, times m(mscale_all_dim)² when the rope
+ * type is not default and mscale_all_dim is set, m(s) = 0.1 s ln(factor) + 1 (1 when factor <= 1). */
+float moq_deepseek_v3_softmax_scale(const moq_deepseek_cfg *d, const moq_rope_params *rp);
+
+#endif
