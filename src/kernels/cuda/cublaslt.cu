@@ -1,0 +1,74 @@
+/* cublaslt.cu — FP8 per-tensor and per-token pairs at M > 16: cuBLASLt e4m3 × e4m3 with f32
+ * accumulation into the workspace's D [M, N] (f32), then the epilogue kernel
+ * y = D · row_scale[n] · tok[m] (+ bias[n]). In cuBLASLt's column-major terms D^T = W · x^T:
+ * A = packed weight codes [Np, Kp] transposed (lda = Kp), B = activation codes [Mp, Kp]
+ * (ldb = Kp), m = N, n = M, k = Kp (pads are zero codes). The descriptors live on the stack
+ * (cublasLt*Init: no allocation per run); the heuristic is asked per run for the run's M. */
+#include <cublasLt.h>
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+
+#define LT_WS_BYTES ((size_t)32 << 20)
+
+static cublasLtHandle_t g_lt;
+static cublasStatus_t g_lt_st = CUBLAS_STATUS_NOT_INITIALIZED;
+static std::once_flag g_lt_once;
+
+extern "C" const char *moq_cuda_lt_init(void) {
+    std::call_once(g_lt_once, [] { g_lt_st = cublasLtCreate(&g_lt); });
+    return g_lt_st == CUBLAS_STATUS_SUCCESS ? NULL : "cublasLtCreate failed";
+}
+
+__global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, int64_t N, const float *tok, const float *rs, const float *bias,
+                                                   void *y, int ybf) {
+    const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (i >= M * N) return;
+    const int64_t m = i / N, n = i % N;
+    const float v = fmaf(D[i] * rs[n], tok[m], bias[n]);
+    if (ybf) ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v);
+    else ((float *)y)[i] = v;
+}
+
+extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
+    static thread_local char msg[256];
+    const char *e = moq_cuda_lt_init();
+    if (e) return e;
+    char *ws = (char *)a->ws_d;
+    float *D = (float *)(ws + a->ws.d);
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t la, lb, ld;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    cublasStatus_t st;
+#define LT(call)                                                                                           \
+    do {                                                                                                   \
+        if ((st = (call)) != CUBLAS_STATUS_SUCCESS) {                                                      \
+            snprintf(msg, sizeof msg, "cuBLASLt %s: status %d (fp8 m=%lld n=%lld k=%lld)", #call, (int)st, \
+                     (long long)a->N, (long long)a->M, (long long)a->Kp);                                  \
+            return msg;                                                                                    \
+        }                                                                                                  \
+    } while (0)
+    LT(cublasLtMatmulDescInit(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+    LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+    LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->N, a->Kp));
+    LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->M, a->Kp));
+    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)a->N, (uint64_t)a->M, a->N));
+    LT(cublasLtMatmulPreferenceInit(&pref));
+    const size_t wsb = LT_WS_BYTES;
+    LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t h;
+    int nres = 0;
+    LT(cublasLtMatmulAlgoGetHeuristic(g_lt, &op, &la, &lb, &ld, &ld, &pref, 1, &h, &nres));
+    if (nres < 1) {
+        snprintf(msg, sizeof msg, "cuBLASLt has no fp8 algorithm for m=%lld n=%lld k=%lld", (long long)a->N, (long long)a->M, (long long)a->Kp);
+        return msg;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    LT(cublasLtMatmul(g_lt, &op, &one, a->codes_d, &la, ws + a->ws.q, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
+#undef LT
+    const int64_t n = a->M * a->N;
+    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>(D, a->M, a->N, (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
+    return moq_cuda_launch_check("cuBLASLt epilogue kernel launch");
+}

@@ -1,0 +1,137 @@
+/* gemv.cu — decode path (M <= 16): one warp per output row n; lanes stream the packed weight
+ * row in 16-byte vectors (each byte read once), decode to f32 in registers (e4m3 by the
+ * hardware cvt, e2m1 by placing its bits in an f16), multiply with the M activation rows (bf16
+ * A from the workspace, L1/L2 resident) and reduce across the warp; lane 0 applies the epilogue
+ * y = acc · row_scale[n] · tok[m] (+ bias[n]). Products are exact in f32 (bf16 A × decoded W),
+ * only the f32 summation order differs from the CPU reference. */
+#include "kernels/cuda/common.cuh"
+
+#include <cuda_fp16.h>
+
+template <int KIND> struct wfmt;
+/* codes per 16-byte vector */
+template <> struct wfmt<MOQ_CK_BF16> { static constexpr int C = 8; };
+template <> struct wfmt<MOQ_CK_FP8_TENSOR> { static constexpr int C = 16; };
+template <> struct wfmt<MOQ_CK_FP8_ROW> { static constexpr int C = 16; };
+template <> struct wfmt<MOQ_CK_FP8_BLK128> { static constexpr int C = 16; };
+template <> struct wfmt<MOQ_CK_MXFP8> { static constexpr int C = 16; };
+template <> struct wfmt<MOQ_CK_NVFP4> { static constexpr int C = 32; };
+template <> struct wfmt<MOQ_CK_NVFP4_W4A16> { static constexpr int C = 32; };
+
+__device__ __forceinline__ void fp8x4(uint32_t w, float *o) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFF), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*(const __half2 *)&lo), b = __half22float2(*(const __half2 *)&hi);
+    o[0] = a.x, o[1] = a.y, o[2] = b.x, o[3] = b.y;
+}
+/* 8 e2m1 codes (low nibble first) -> D2 · 2^-14 each, exact: the code's e/m bits become an f16's. */
+__device__ __forceinline__ void e2m1x8(uint32_t w, float *o) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t b = (w >> (8 * j)) & 0xFF;
+        const uint32_t h = ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
+        const float2 f = __half22float2(*(const __half2 *)&h);
+        o[2 * j] = f.x, o[2 * j + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void bf16x2(uint32_t w, float *o) { o[0] = u2f(w << 16), o[1] = u2f(w & 0xFFFF0000u); }
+
+template <int KIND, int MT>
+__global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
+    constexpr int C = wfmt<KIND>::C;
+    const int lane = threadIdx.x & 31;
+    const int64_t n = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (n >= a.N) return;
+    const char *ws = (const char *)a.ws_d;
+    const __nv_bfloat16 *A = (const __nv_bfloat16 *)(ws + a.ws.a);
+    const float *tok = (const float *)(ws + a.ws.tok), *gs = (const float *)(ws + a.ws.gs);
+    const int64_t Kp = a.Kp, nvec = Kp / C;
+    const uint4 *wrow = (const uint4 *)((const uint8_t *)a.codes_d + n * (Kp * (KIND == MOQ_CK_BF16 ? 2 : 1) / (C == 32 ? 2 : 1)));
+    float acc[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) acc[m] = 0.0f;
+#pragma unroll 2
+    for (int64_t v = lane; v < nvec; v += 32) {
+        const uint4 wv = __ldg(wrow + v);
+        const uint32_t wr[4] = {wv.x, wv.y, wv.z, wv.w};
+        float w[C];
+        if (KIND == MOQ_CK_BF16) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) bf16x2(wr[j], w + 2 * j);
+        } else if (C == 16) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) fp8x4(wr[j], w + 4 * j);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) e2m1x8(wr[j], w + 8 * j);
+        }
+        const int64_t k0 = v * C;
+        float sc0 = 1.0f, sc1 = 1.0f; /* per-vector weight scale(s) */
+        if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
+            const uint8_t *s = (const uint8_t *)a.scales_d + n * (Kp / 16) + 2 * v;
+            sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
+        } else if (KIND == MOQ_CK_MXFP8) {
+            sc0 = sc1 = d_e8m0_dec(((const uint8_t *)a.scales_d)[n * (Kp / 32) + k0 / 32]);
+        }
+        if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16 || KIND == MOQ_CK_MXFP8) {
+#pragma unroll
+            for (int j = 0; j < C; j++) w[j] *= j < 16 ? sc0 : sc1;
+        }
+        float swg = 1.0f;
+        if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)a.scales_d)[(n / 128) * (Kp / 128) + k0 / 128];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const uint4 *ar = (const uint4 *)(A + m * Kp + k0);
+            float p = 0.0f;
+#pragma unroll
+            for (int j = 0; j < C / 8; j++) {
+                const uint4 av = __ldg(ar + j);
+                const uint32_t aw[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    p = fmaf(u2f(aw[t] << 16), w[8 * j + 2 * t], p);
+                    p = fmaf(u2f(aw[t] & 0xFFFF0000u), w[8 * j + 2 * t + 1], p);
+                }
+            }
+            if (KIND == MOQ_CK_FP8_BLK128) acc[m] = fmaf(p, swg * gs[m * (Kp / 128) + k0 / 128], acc[m]);
+            else acc[m] += p;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+        for (int o = 16; o; o >>= 1) acc[m] += __shfl_xor_sync(0xFFFFFFFFu, acc[m], o);
+    if (lane == 0) {
+        const float rs = a.row_scale_d[n], b = a.bias_d[n];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            if (m >= a.M) break;
+            const float y = fmaf(acc[m] * rs, tok[m], b);
+            if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
+            else ((float *)a.y_d)[m * a.N + n] = y;
+        }
+    }
+}
+
+template <int KIND> static void launch_gemv(const moq_cuda_args *a) {
+    const dim3 grid((unsigned)cdiv(a->N, 8)), block(256);
+    if (a->M <= 1) gemv_kernel<KIND, 1><<<grid, block>>>(*a);
+    else if (a->M <= 2) gemv_kernel<KIND, 2><<<grid, block>>>(*a);
+    else if (a->M <= 4) gemv_kernel<KIND, 4><<<grid, block>>>(*a);
+    else if (a->M <= 8) gemv_kernel<KIND, 8><<<grid, block>>>(*a);
+    else gemv_kernel<KIND, 16><<<grid, block>>>(*a);
+}
+
+extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
+    if (a->M > 16) return "gemv: M > 16";
+    switch (a->kind) {
+    case MOQ_CK_BF16: launch_gemv<MOQ_CK_BF16>(a); break;
+    case MOQ_CK_FP8_TENSOR: launch_gemv<MOQ_CK_FP8_TENSOR>(a); break;
+    case MOQ_CK_FP8_ROW: launch_gemv<MOQ_CK_FP8_ROW>(a); break;
+    case MOQ_CK_FP8_BLK128: launch_gemv<MOQ_CK_FP8_BLK128>(a); break;
+    case MOQ_CK_NVFP4: launch_gemv<MOQ_CK_NVFP4>(a); break;
+    case MOQ_CK_NVFP4_W4A16: launch_gemv<MOQ_CK_NVFP4_W4A16>(a); break;
+    case MOQ_CK_MXFP8: launch_gemv<MOQ_CK_MXFP8>(a); break;
+    default: return "gemv: unknown pair kind";
+    }
+    return moq_cuda_launch_check("gemv kernel launch");
+}
