@@ -74,14 +74,26 @@ def main():
                 emit({"op": "scaled_mm_fp8_tensor", "m": M, "n": N, "k": K, "us": t * 1e6, "weight_gbs": N * K / t / 1e9, "tflops": flop / t / 1e12})
             except Exception as e:  # noqa: BLE001 - report what this torch refuses
                 emit({"op": "scaled_mm_fp8_tensor", "m": M, "n": N, "k": K, "error": str(e).splitlines()[0][:200]})
-            try:
-                sa = torch.rand((M, K // 128), device=dev, generator=g) + 0.5
-                # 1x128 activation groups (row-major [M, K/128]) and 128x128 weight blocks ([K/128, N/128]
-                # for the transposed weight), the layout torch documents for blockwise scaling on sm_90.
-                t = timed(lambda i: torch._scaled_mm(x8, W8[i % cop8].t(), scale_a=sa, scale_b=sw_blk[i % cop8], out_dtype=torch.bfloat16), reps)
-                emit({"op": "scaled_mm_fp8_block128", "m": M, "n": N, "k": K, "us": t * 1e6, "weight_gbs": N * K / t / 1e9, "tflops": flop / t / 1e12})
-            except Exception as e:  # noqa: BLE001
-                emit({"op": "scaled_mm_fp8_block128", "m": M, "n": N, "k": K, "error": str(e).splitlines()[0][:200]})
+            # 1x128 activation groups [M, K/128] and 128x128 weight blocks [K/128, N/128]; torch's
+            # sm_90 blockwise path wants both scale tensors outer-dim-major (stride 1 along M / N):
+            # try that layout, then plain row-major.
+            errs = []
+            for layout in ("outer", "row"):
+                try:
+                    if layout == "outer":
+                        sa = (torch.rand((K // 128, M), device=dev, generator=g) + 0.5).t()
+                        sbs = [s.t().contiguous().t() for s in sw_blk]
+                    else:
+                        sa = torch.rand((M, K // 128), device=dev, generator=g) + 0.5
+                        sbs = sw_blk
+                    t = timed(lambda i: torch._scaled_mm(x8, W8[i % cop8].t(), scale_a=sa, scale_b=sbs[i % cop8], out_dtype=torch.bfloat16), reps)
+                    emit({"op": "scaled_mm_fp8_block128", "layout": layout, "m": M, "n": N, "k": K, "us": t * 1e6,
+                          "weight_gbs": N * K / t / 1e9, "tflops": flop / t / 1e12})
+                    break
+                except Exception as e:  # noqa: BLE001 - report what this torch refuses
+                    errs.append(layout + ": " + str(e).splitlines()[0][:160])
+            else:
+                emit({"op": "scaled_mm_fp8_block128", "m": M, "n": N, "k": K, "error": "; ".join(errs)})
         del W16, W8, sw_blk
         torch.cuda.empty_cache()
     return 0

@@ -21,15 +21,16 @@ for d in $($py -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas", "
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
+BIN=$ROOT/.devbin
+if cmake --version >/dev/null 2>&1 && pkg-config --exists libcjson cmocka 2>/dev/null; then
+  log "build on the device"
+  cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DMOQ_CUDA=ON >/dev/null && cmake --build build-dev -j16 2>&1 | grep -E "warning|error"
+  BIN=$ROOT/build-dev
+else
+  log "device image lacks cJSON/cmocka: using the binaries built on the dev machine (.devbin)"
+fi
 {
   log "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1
-  BIN=$ROOT/.devbin
-  if cmake --version >/dev/null 2>&1 && pkg-config --exists libcjson cmocka 2>/dev/null; then
-    log "build on the device"
-    cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DMOQ_CUDA=ON >/dev/null && cmake --build build-dev -j16 2>&1 | grep -E "warning|error" ; BIN=$ROOT/build-dev
-  else
-    log "device image lacks cJSON/cmocka: using the binaries built on the dev machine (.devbin)"
-  fi
   ls -la "$BIN" | head -20
   log "CPU kernel tests"; "$BIN/test_linear" 2>&1 | tail -3
   log "CUDA tests"; "$BIN/test_linear_cuda" 2>&1 | tail -40; echo "test_linear_cuda rc=${PIPESTATUS[0]}"

@@ -2,7 +2,8 @@
  * accumulation into the workspace's D [M, N] (f32), then the epilogue kernel
  * y = D · row_scale[n] · tok[m] (+ bias[n]). In cuBLASLt's column-major terms D^T = W · x^T:
  * A = packed weight codes [Np, Kp] transposed (lda = Kp), B = activation codes [Mp, Kp]
- * (ldb = Kp), m = N, n = M, k = Kp (pads are zero codes). The descriptors live on the stack
+ * (ldb = Kp), m = Np, n = M, k = Kp, D [M, Np] (pads are zero codes; FP8 wants every
+ * dimension and leading dimension a multiple of 16). The descriptors live on the stack
  * (cublasLt*Init: no allocation per run); the heuristic is asked per run for the run's M. */
 #include <cublasLt.h>
 #include <mutex>
@@ -20,12 +21,12 @@ extern "C" const char *moq_cuda_lt_init(void) {
     return g_lt_st == CUBLAS_STATUS_SUCCESS ? NULL : "cublasLtCreate failed";
 }
 
-__global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, int64_t N, const float *tok, const float *rs, const float *bias,
-                                                   void *y, int ybf) {
+__global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, int64_t N, int64_t Np, const float *tok, const float *rs,
+                                                   const float *bias, void *y, int ybf) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= M * N) return;
     const int64_t m = i / N, n = i % N;
-    const float v = fmaf(D[i] * rs[n], tok[m], bias[n]);
+    const float v = fmaf(D[m * Np + n] * rs[n], tok[m], bias[n]);
     if (ybf) ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v);
     else ((float *)y)[i] = v;
 }
@@ -52,9 +53,9 @@ extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
     const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
-    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->N, a->Kp));
+    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->Np, a->Kp));
     LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->M, a->Kp));
-    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)a->N, (uint64_t)a->M, a->N));
+    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)a->Np, (uint64_t)a->M, a->Np));
     LT(cublasLtMatmulPreferenceInit(&pref));
     const size_t wsb = LT_WS_BYTES;
     LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
@@ -69,6 +70,6 @@ extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
     LT(cublasLtMatmul(g_lt, &op, &one, a->codes_d, &la, ws + a->ws.q, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
 #undef LT
     const int64_t n = a->M * a->N;
-    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>(D, a->M, a->N, (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
+    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>(D, a->M, a->N, a->Np, (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
     return moq_cuda_launch_check("cuBLASLt epilogue kernel launch");
 }

@@ -16,7 +16,7 @@
  *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
  *   tok f32  [Mp]       per-token scale (1 when the pair has none)
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
- *   d   f32  [M, N]     cuBLASLt output before the epilogue (cuBLASLt rows only)
+ *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
  */
 #ifndef MOQ_KERNELS_CUDA_CUDA_API_H

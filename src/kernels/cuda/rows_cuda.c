@@ -24,6 +24,7 @@ static size_t al(size_t a) { return (a + 255) & ~(size_t)255; }
 int64_t moq_cuda_mpad(int64_t M) { return M <= 16 ? 16 : rup(M, PAD); }
 
 moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt) {
+    N = rup(N, PAD); /* cuBLASLt writes D [M, Np] */
     const size_t Mp = (size_t)moq_cuda_mpad(M), kp = (size_t)Kp;
     moq_cuda_ws w = {0};
     size_t o = 0;
