@@ -160,6 +160,21 @@ static void test_act_quant_bit_exact(void **state) {
     }
 }
 
+/* NUMERICS [VERIFY-ON-DEVICE]: the hardware e4m3 conversion the peers' quantizers use equals
+ * moq's encoder (src/format/e4m3.c, ported to common.cuh) on every non-NaN binary32 input; NaN
+ * inputs differ only in sign (the H200 drops it: golden/rcp/README.md; moq keeps it, as torch). */
+static void test_hw_e4m3_matches_encoder(void **state) {
+    (void)state;
+    NEED_GPU();
+    unsigned long long bad = 0, badnan = 0;
+    unsigned int first = 0;
+    const char *e = moq_cuda_verify_e4m3(&bad, &badnan, &first);
+    if (e) fail_msg("%s", e);
+    print_message("cvt.rn.satfinite.e4m3 vs moq encoder over 2^32 inputs: %llu non-NaN mismatches, %llu NaN-input mismatches\n", bad, badnan);
+    if (bad) fail_msg("hardware e4m3 differs from moq_e4m3_encode_rne_sat on %llu non-NaN inputs, first 0x%08X", bad, first);
+    assert_true(badnan == (1ull << 23) - 1); /* exactly the negative NaNs: 0xFF800001..0xFFFFFFFF */
+}
+
 static const moq_kernel *ref_row(moq_pair_id p) {
     for (size_t i = 0; i < moq_kernel_table_len; i++)
         if (moq_kernel_table[i].pair == p && moq_kernel_table[i].target == MOQ_TARGET_CPU_REF) return &moq_kernel_table[i];
@@ -177,7 +192,7 @@ static void shapes_for(tpair p, int64_t NK[2][2]) {
 
 /* Failures are counted and printed, not fatal, so one device run reports every row. */
 static int g_fail;
-static double g_worst;
+static double g_worst, g_worst_lt;
 #define SOFT(expr)                                                                              \
     do {                                                                                        \
         moq_error e_ = {0};                                                                     \
@@ -228,7 +243,10 @@ static void check_cuda_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K,
     else memcpy(yf, poison, ybytes);
     {
         const bool x_rounded = xe == MOQ_ELEM_F32 && (p == TP_NVFP4_W4A16 || p == TP_BF16);
-        const double tol = ye == MOQ_ELEM_BF16 ? 1.0 / 256 : x_rounded ? 1e-2 : 2e-5;
+        /* cuBLASLt FP8 at M > 16: Hopper's FP8 tensor cores do not accumulate exactly in f32
+         * (measured here: relative error 1.6e-4 .. 2.3e-4 against the exact sum, 2026-12-01). */
+        const bool lt = M > 16 && strstr(k->name, "_cublaslt") != NULL;
+        const double tol = ye == MOQ_ELEM_BF16 ? 1.0 / 256 : x_rounded ? 1e-2 : lt ? 1e-3 : 2e-5;
         double num = 0, den = 0;
         size_t first = (size_t)-1, nan = 0;
         for (size_t i = 0; i < n; i++) {
@@ -240,8 +258,10 @@ static void check_cuda_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K,
             print_message("FAIL %s: relative Frobenius error %.3g (tol %.3g), %zu NaN (first at %zu), y[0] %.6g want %.6g\n", what, err, tol, nan,
                           first, (double)yf[0], want[0]);
             g_fail++;
-        } else if (!x_rounded && ye == MOQ_ELEM_F32 && err > g_worst) {
+        } else if (!x_rounded && !lt && ye == MOQ_ELEM_F32 && err > g_worst) {
             g_worst = err;
+        } else if (lt && ye == MOQ_ELEM_F32 && err > g_worst_lt) {
+            g_worst_lt = err;
         }
     }
 out:
@@ -270,8 +290,8 @@ static void test_every_cuda_row(void **state) {
         check_cuda_row(k, 40, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_BF16);
         check_cuda_row(k, 200, 520, 1024, MOQ_ELEM_BF16, MOQ_ELEM_F32); /* several N and K tiles */
     }
-    print_message("%d CUDA rows checked on %s: %d failures; worst relative error with exact inputs and f32 y %.3g\n", rows, g_info, g_fail,
-                  g_worst);
+    print_message("%d CUDA rows checked on %s: %d failures; worst relative error with exact inputs and f32 y %.3g (own kernels), %.3g (cuBLASLt fp8)\n",
+                  rows, g_info, g_fail, g_worst, g_worst_lt);
     if (g_fail) fail_msg("%d CUDA row checks failed; seed %u", g_fail, g_seed);
 }
 
@@ -308,6 +328,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_gpu_is_an_error),
 #ifdef MOQ_HAVE_CUDA
+        cmocka_unit_test(test_hw_e4m3_matches_encoder),
         cmocka_unit_test(test_act_quant_bit_exact),
         cmocka_unit_test(test_every_cuda_row),
         cmocka_unit_test(test_pair_without_cuda_row),

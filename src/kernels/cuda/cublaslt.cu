@@ -21,41 +21,54 @@ extern "C" const char *moq_cuda_lt_init(void) {
     return g_lt_st == CUBLAS_STATUS_SUCCESS ? NULL : "cublasLtCreate failed";
 }
 
-__global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, int64_t N, int64_t Np, const float *tok, const float *rs,
-                                                   const float *bias, void *y, int ybf) {
+/* y[m, n] = D[m·sm + n·sn] · row_scale[n] · tok[m] (+ bias[n]). */
+__global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, int64_t N, int64_t sm, int64_t sn, const float *tok,
+                                                   const float *rs, const float *bias, void *y, int ybf) {
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i >= M * N) return;
     const int64_t m = i / N, n = i % N;
-    const float v = fmaf(D[m * Np + n] * rs[n], tok[m], bias[n]);
+    const float v = fmaf(D[m * sm + n * sn] * rs[n], tok[m], bias[n]);
     if (ybf) ((__nv_bfloat16 *)y)[i] = __float2bfloat16_rn(v);
     else ((float *)y)[i] = v;
 }
 
-extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
-    static thread_local char msg[256];
-    const char *e = moq_cuda_lt_init();
-    if (e) return e;
+/* One attempt: swap = 0: A = W (op T), B = x, D [M, Np]; swap = 1: A = x (op T), B = W, D [Np, M]
+ * (some scale-mode combinations exist only with the activation as A). NULL on success, else the
+ * failing call. */
+static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t msg_len) {
     char *ws = (char *)a->ws_d;
     float *D = (float *)(ws + a->ws.d);
+    const bool blk = a->kind == MOQ_CK_FP8_BLK128;
+    const int64_t Mp = moq_cuda_mpad(a->M);
     cublasLtMatmulDescOpaque_t op;
     cublasLtMatrixLayoutOpaque_t la, lb, ld;
     cublasLtMatmulPreferenceOpaque_t pref;
     cublasStatus_t st;
-#define LT(call)                                                                                           \
-    do {                                                                                                   \
-        if ((st = (call)) != CUBLAS_STATUS_SUCCESS) {                                                      \
-            snprintf(msg, sizeof msg, "cuBLASLt %s: status %d (fp8 m=%lld n=%lld k=%lld)", #call, (int)st, \
-                     (long long)a->N, (long long)a->M, (long long)a->Kp);                                  \
-            return msg;                                                                                    \
-        }                                                                                                  \
+#define LT(call)                                                                                                  \
+    do {                                                                                                          \
+        if ((st = (call)) != CUBLAS_STATUS_SUCCESS) {                                                             \
+            snprintf(msg, msg_len, "cuBLASLt %s: status %d (fp8%s n=%lld m=%lld k=%lld%s)", #call, (int)st,        \
+                     blk ? " 128x128 blocks" : "", (long long)a->N, (long long)a->M, (long long)a->Kp, swap ? ", swapped" : ""); \
+            return msg;                                                                                           \
+        }                                                                                                         \
     } while (0)
     LT(cublasLtMatmulDescInit(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
-    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->Np, a->Kp));
-    LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->M, a->Kp));
-    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)a->Np, (uint64_t)a->M, a->Np));
+    const void *W = a->codes_d, *X = ws + a->ws.q;
+    const int64_t rows_a = swap ? a->M : a->Np, rows_b = swap ? a->Np : a->M;
+    if (blk) {
+        const cublasLtMatmulMatrixScale_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, xm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        const void *ws_p = a->scales_d, *xs_p = ws + a->ws.gst;
+        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, swap ? &xm : &wm, sizeof wm));
+        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, swap ? &wm : &xm, sizeof xm));
+        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, swap ? &xs_p : &ws_p, sizeof ws_p));
+        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, swap ? &ws_p : &xs_p, sizeof xs_p));
+    }
+    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_a, a->Kp));
+    LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_b, a->Kp));
+    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)rows_a, (uint64_t)rows_b, swap ? Mp : a->Np));
     LT(cublasLtMatmulPreferenceInit(&pref));
     const size_t wsb = LT_WS_BYTES;
     LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
@@ -63,13 +76,35 @@ extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
     int nres = 0;
     LT(cublasLtMatmulAlgoGetHeuristic(g_lt, &op, &la, &lb, &ld, &ld, &pref, 1, &h, &nres));
     if (nres < 1) {
-        snprintf(msg, sizeof msg, "cuBLASLt has no fp8 algorithm for m=%lld n=%lld k=%lld", (long long)a->N, (long long)a->M, (long long)a->Kp);
+        snprintf(msg, msg_len, "cuBLASLt has no fp8 algorithm for n=%lld m=%lld k=%lld", (long long)a->N, (long long)a->M, (long long)a->Kp);
         return msg;
     }
     const float one = 1.0f, zero = 0.0f;
-    LT(cublasLtMatmul(g_lt, &op, &one, a->codes_d, &la, ws + a->ws.q, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
+    LT(cublasLtMatmul(g_lt, &op, &one, swap ? X : W, &la, swap ? W : X, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
 #undef LT
-    const int64_t n = a->M * a->N;
-    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>(D, a->M, a->N, a->Np, (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
+    return NULL;
+}
+
+extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
+    static thread_local char msg[2][320];
+    const char *e = moq_cuda_lt_init();
+    if (e) return e;
+    int swap = 0;
+    e = lt_try(a, 0, msg[0], sizeof msg[0]);
+    if (e && a->kind == MOQ_CK_FP8_BLK128) {
+        swap = 1;
+        const char *e2 = lt_try(a, 1, msg[1], sizeof msg[1]);
+        if (!e2) e = NULL;
+        else {
+            static thread_local char both[700];
+            snprintf(both, sizeof both, "%s; %s", e, e2);
+            e = both;
+        }
+    }
+    if (e) return e;
+    const int64_t n = a->M * a->N, Mp = moq_cuda_mpad(a->M);
+    char *ws = (char *)a->ws_d;
+    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>((const float *)(ws + a->ws.d), a->M, a->N, swap ? 1 : a->Np, swap ? Mp : 1,
+                                                 (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
     return moq_cuda_launch_check("cuBLASLt epilogue kernel launch");
 }

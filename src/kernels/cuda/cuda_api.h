@@ -16,6 +16,7 @@
  *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
  *   tok f32  [Mp]       per-token scale (1 when the pair has none)
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
+ *   gst f32  [Kp/128, Mp] the same transposed (cuBLASLt's VEC128 scale layout: M fastest)
  *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
  */
@@ -46,7 +47,7 @@ typedef enum moq_cuda_kind {
 } moq_cuda_kind;
 
 typedef struct moq_cuda_ws {
-    size_t a, q, sf, tok, gs, d, lt, total; /* byte offsets into the workspace, total size */
+    size_t a, q, sf, tok, gs, gst, d, lt, total; /* byte offsets into the workspace, total size */
 } moq_cuda_ws;
 /* Mp: M rounded up to the GEMM tile (16 for M <= 16, else 128). */
 int64_t     moq_cuda_mpad(int64_t M);
@@ -75,8 +76,13 @@ const char *moq_cuda_gemv(const moq_cuda_args *a);
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
 const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
-/* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
+/* FP8 per-tensor / per-token / 128x128-block pairs: cuBLASLt e4m3 x e4m3 -> f32 (block pair:
+ * 128x128 weight-block and 1x128 activation scales applied by cuBLASLt), then the epilogue. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
+
+/* verify.cu: hardware cvt.rn.satfinite.e4m3 vs the software encoder over all 2^32 inputs:
+ * mismatches on non-NaN inputs (first one's bits), and on NaN inputs (sign handling). */
+const char *moq_cuda_verify_e4m3(unsigned long long *mismatch, unsigned long long *nan_mismatch, unsigned int *first);
 
 #ifdef __cplusplus
 }

@@ -50,51 +50,60 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
     float acc[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[m] = 0.0f;
-#pragma unroll 2
-    for (int64_t v = lane; v < nvec; v += 32) {
-        const uint4 wv = __ldg(wrow + v);
-        const uint32_t wr[4] = {wv.x, wv.y, wv.z, wv.w};
-        float w[C];
-        if (KIND == MOQ_CK_BF16) {
+    /* U vectors per lane in flight before any is used (more bytes in flight per SM). */
+    constexpr int U = MT <= 2 ? 8 : MT <= 4 ? 4 : 2;
+    for (int64_t v0 = lane; v0 < nvec; v0 += 32 * U) {
+        uint4 wvs[U];
 #pragma unroll
-            for (int j = 0; j < 4; j++) bf16x2(wr[j], w + 2 * j);
-        } else if (C == 16) {
+        for (int u = 0; u < U; u++) wvs[u] = v0 + 32 * u < nvec ? __ldg(wrow + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int j = 0; j < 4; j++) fp8x4(wr[j], w + 4 * j);
-        } else {
+        for (int u = 0; u < U; u++) {
+            const int64_t v = v0 + 32 * u;
+            if (v >= nvec) break;
+            const uint4 wv = wvs[u];
+            const uint32_t wr[4] = {wv.x, wv.y, wv.z, wv.w};
+            float w[C];
+            if (KIND == MOQ_CK_BF16) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) e2m1x8(wr[j], w + 8 * j);
-        }
-        const int64_t k0 = v * C;
-        float sc0 = 1.0f, sc1 = 1.0f; /* per-vector weight scale(s) */
-        if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
-            const uint8_t *s = (const uint8_t *)a.scales_d + n * (Kp / 16) + 2 * v;
-            sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
-        } else if (KIND == MOQ_CK_MXFP8) {
-            sc0 = sc1 = d_e8m0_dec(((const uint8_t *)a.scales_d)[n * (Kp / 32) + k0 / 32]);
-        }
-        if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16 || KIND == MOQ_CK_MXFP8) {
+                for (int j = 0; j < 4; j++) bf16x2(wr[j], w + 2 * j);
+            } else if (C == 16) {
 #pragma unroll
-            for (int j = 0; j < C; j++) w[j] *= j < 16 ? sc0 : sc1;
-        }
-        float swg = 1.0f;
-        if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)a.scales_d)[(n / 128) * (Kp / 128) + k0 / 128];
+                for (int j = 0; j < 4; j++) fp8x4(wr[j], w + 4 * j);
+            } else {
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            const uint4 *ar = (const uint4 *)(A + m * Kp + k0);
-            float p = 0.0f;
-#pragma unroll
-            for (int j = 0; j < C / 8; j++) {
-                const uint4 av = __ldg(ar + j);
-                const uint32_t aw[4] = {av.x, av.y, av.z, av.w};
-#pragma unroll
-                for (int t = 0; t < 4; t++) {
-                    p = fmaf(u2f(aw[t] << 16), w[8 * j + 2 * t], p);
-                    p = fmaf(u2f(aw[t] & 0xFFFF0000u), w[8 * j + 2 * t + 1], p);
-                }
+                for (int j = 0; j < 4; j++) e2m1x8(wr[j], w + 8 * j);
             }
-            if (KIND == MOQ_CK_FP8_BLK128) acc[m] = fmaf(p, swg * gs[m * (Kp / 128) + k0 / 128], acc[m]);
-            else acc[m] += p;
+            const int64_t k0 = v * C;
+            float sc0 = 1.0f, sc1 = 1.0f; /* per-vector weight scale(s) */
+            if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
+                const uint8_t *s = (const uint8_t *)a.scales_d + n * (Kp / 16) + 2 * v;
+                sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
+            } else if (KIND == MOQ_CK_MXFP8) {
+                sc0 = sc1 = d_e8m0_dec(((const uint8_t *)a.scales_d)[n * (Kp / 32) + k0 / 32]);
+            }
+            if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16 || KIND == MOQ_CK_MXFP8) {
+#pragma unroll
+                for (int j = 0; j < C; j++) w[j] *= j < 16 ? sc0 : sc1;
+            }
+            float swg = 1.0f;
+            if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)a.scales_d)[(n / 128) * (Kp / 128) + k0 / 128];
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const uint4 *ar = (const uint4 *)(A + m * Kp + k0);
+                float p = 0.0f;
+#pragma unroll
+                for (int j = 0; j < C / 8; j++) {
+                    const uint4 av = __ldg(ar + j);
+                    const uint32_t aw[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        p = fmaf(u2f(aw[t] << 16), w[8 * j + 2 * t], p);
+                        p = fmaf(u2f(aw[t] & 0xFFFF0000u), w[8 * j + 2 * t + 1], p);
+                    }
+                }
+                if (KIND == MOQ_CK_FP8_BLK128) acc[m] = fmaf(p, swg * gs[m * (Kp / 128) + k0 / 128], acc[m]);
+                else acc[m] += p;
+            }
         }
     }
 #pragma unroll

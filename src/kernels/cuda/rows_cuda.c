@@ -33,7 +33,8 @@ moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt) {
     w.sf = o, o += al(Mp * kp / 16);
     w.tok = o, o += al(Mp * 4);
     w.gs = o, o += al(Mp * kp / 128 * 4);
-    w.d = o, o += with_lt ? al((size_t)M * (size_t)N * 4) : 0;
+    w.gst = o, o += al(Mp * kp / 128 * 4);
+    w.d = o, o += with_lt ? al(Mp * (size_t)N * 4) : 0; /* D [M, Np] or [Np, Mp] */
     w.lt = o, o += with_lt ? ((size_t)32 << 20) : 0;
     w.total = o;
     return w;
