@@ -10,7 +10,8 @@
 struct aq_out {
     __nv_bfloat16 *A;
     uint8_t *q, *sf;
-    float *tok, *gs, *gst;
+    float *tok, *gs, *gst, *af; /* af: NULL when M > 16 */
+    int skip_a;
 };
 
 __device__ __forceinline__ float ldx(const void *x, int bf16, int64_t i) {
@@ -76,6 +77,11 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
             w[i] = *(const uint32_t *)&h;
         }
         *(uint4 *)(A + k0) = make_uint4(w[0], w[1], w[2], w[3]);
+        if (o.af) { /* values exact in bf16 (quantized pairs) or rounded to it (bf16 / W4A16 x) */
+            float4 *f = (float4 *)(o.af + m * Kp + k0);
+            f[0] = make_float4(u2f(w[0] << 16), u2f(w[0] & 0xFFFF0000u), u2f(w[1] << 16), u2f(w[1] & 0xFFFF0000u));
+            f[1] = make_float4(u2f(w[2] << 16), u2f(w[2] & 0xFFFF0000u), u2f(w[3] << 16), u2f(w[3] & 0xFFFF0000u));
+        }
     };
     auto storeQ8 = [&](int64_t k0, const uint8_t *c) {
         uint32_t lo = 0, hi = 0;
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
             if (act && (c & 3) == 0) o.sf[m * (Kp / 32) + k0 / 32] = ce;
         }
         if (act) {
-            storeA(k0, d);
+            if (!o.skip_a) storeA(k0, d);
             if (KIND == MOQ_CK_FP8_TENSOR || KIND == MOQ_CK_FP8_ROW || KIND == MOQ_CK_FP8_BLK128 || KIND == MOQ_CK_MXFP8) storeQ8(k0, q);
         }
     }
@@ -168,7 +174,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
 extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
     char *ws = (char *)a->ws_d;
     aq_out o = {(__nv_bfloat16 *)(ws + a->ws.a), (uint8_t *)(ws + a->ws.q), (uint8_t *)(ws + a->ws.sf), (float *)(ws + a->ws.tok),
-                (float *)(ws + a->ws.gs), (float *)(ws + a->ws.gst)};
+                (float *)(ws + a->ws.gs), (float *)(ws + a->ws.gst), a->M <= 16 ? (float *)(ws + a->ws.af) : NULL, a->skip_a};
     const dim3 grid((unsigned)moq_cuda_mpad(a->M)), block(AQ_THREADS);
 #define AQ(k) act_quant_kernel<k><<<grid, block>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
     switch (a->kind) {

@@ -15,6 +15,15 @@
 static cublasLtHandle_t g_lt;
 static cublasStatus_t g_lt_st = CUBLAS_STATUS_NOT_INITIALIZED;
 static std::once_flag g_lt_once;
+/* Layout of the block scales handed to cuBLASLt (bit 0: weight scales N-block fastest instead of
+ * K-block fastest; bit 1: activation scales K-group fastest instead of M fastest). Settled on the
+ * H200 by test_linear_cuda's probe; only the test changes it. */
+static int g_blk_layout = 0;
+extern "C" int moq_cuda_lt_blk_layout(int layout) {
+    const int old = g_blk_layout;
+    if (layout >= 0) g_blk_layout = layout & 3;
+    return old;
+}
 
 extern "C" const char *moq_cuda_lt_init(void) {
     std::call_once(g_lt_once, [] { g_lt_st = cublasLtCreate(&g_lt); });
@@ -57,10 +66,11 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
     const void *W = a->codes_d, *X = ws + a->ws.q;
-    const int64_t rows_a = swap ? a->M : a->Np, rows_b = swap ? a->Np : a->M;
+    const int64_t rows_a = swap ? Mp : a->Np, rows_b = swap ? a->Np : Mp; /* pads are zero rows */
     if (blk) {
         const cublasLtMatmulMatrixScale_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, xm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        const void *ws_p = a->scales_d, *xs_p = ws + a->ws.gst;
+        const void *ws_p = (const float *)a->scales_d + ((g_blk_layout & 1) ? (a->Np / 128) * (a->Kp / 128) : 0);
+        const void *xs_p = ws + ((g_blk_layout & 2) ? a->ws.gs : a->ws.gst);
         LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, swap ? &xm : &wm, sizeof wm));
         LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, swap ? &wm : &xm, sizeof xm));
         LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, swap ? &xs_p : &ws_p, sizeof ws_p));

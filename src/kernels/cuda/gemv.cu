@@ -18,11 +18,12 @@ template <> struct wfmt<MOQ_CK_MXFP8> { static constexpr int C = 16; };
 template <> struct wfmt<MOQ_CK_NVFP4> { static constexpr int C = 32; };
 template <> struct wfmt<MOQ_CK_NVFP4_W4A16> { static constexpr int C = 32; };
 
+/* 4 e4m3 codes -> D4 · 2^-120 each, exact, by integer ops only (the conversion unit's 16 ops per
+ * clock per SM would bound the decode otherwise): the code's e/m bits become an f32's top
+ * exponent/mantissa bits, sign kept by the arithmetic shift. */
 __device__ __forceinline__ void fp8x4(uint32_t w, float *o) {
-    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFF), __NV_E4M3);
-    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
-    const float2 a = __half22float2(*(const __half2 *)&lo), b = __half22float2(*(const __half2 *)&hi);
-    o[0] = a.x, o[1] = a.y, o[2] = b.x, o[3] = b.y;
+#pragma unroll
+    for (int i = 0; i < 4; i++) o[i] = u2f((uint32_t)((int32_t)(w << (24 - 8 * i)) >> 4) & 0x87F00000u);
 }
 /* 8 e2m1 codes (low nibble first) -> D2 · 2^-14 each, exact: the code's e/m bits become an f16's. */
 __device__ __forceinline__ void e2m1x8(uint32_t w, float *o) {
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
     const int64_t n = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (n >= a.N) return;
     const char *ws = (const char *)a.ws_d;
-    const __nv_bfloat16 *A = (const __nv_bfloat16 *)(ws + a.ws.a);
+    const float *A = (const float *)(ws + a.ws.af); /* f32 copy of A for M <= 16 */
     const float *tok = (const float *)(ws + a.ws.tok), *gs = (const float *)(ws + a.ws.gs);
     const int64_t Kp = a.Kp, nvec = Kp / C;
     const uint4 *wrow = (const uint4 *)((const uint8_t *)a.codes_d + n * (Kp * (KIND == MOQ_CK_BF16 ? 2 : 1) / (C == 32 ? 2 : 1)));
@@ -74,35 +75,34 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
                 for (int j = 0; j < 4; j++) e2m1x8(wr[j], w + 8 * j);
             }
             const int64_t k0 = v * C;
-            float sc0 = 1.0f, sc1 = 1.0f; /* per-vector weight scale(s) */
+            /* Scale of each 16-value half of the vector, applied to its partial sum; the decode
+             * offsets (e4m3 2^-120, e2m1 2^-14) are undone exactly by powers of two. */
+            float sc0 = 1.0f, sc1 = 1.0f;
             if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
                 const uint8_t *s = (const uint8_t *)a.scales_d + n * (Kp / 16) + 2 * v;
                 sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
             } else if (KIND == MOQ_CK_MXFP8) {
                 sc0 = sc1 = d_e8m0_dec(((const uint8_t *)a.scales_d)[n * (Kp / 32) + k0 / 32]);
             }
-            if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16 || KIND == MOQ_CK_MXFP8) {
-#pragma unroll
-                for (int j = 0; j < C; j++) w[j] *= j < 16 ? sc0 : sc1;
-            }
             float swg = 1.0f;
             if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)a.scales_d)[(n / 128) * (Kp / 128) + k0 / 128];
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                const uint4 *ar = (const uint4 *)(A + m * Kp + k0);
-                float p = 0.0f;
+                const float4 *ar = (const float4 *)(A + m * Kp + k0);
+                float p0 = 0.0f, p1 = 0.0f;
 #pragma unroll
-                for (int j = 0; j < C / 8; j++) {
-                    const uint4 av = __ldg(ar + j);
-                    const uint32_t aw[4] = {av.x, av.y, av.z, av.w};
-#pragma unroll
-                    for (int t = 0; t < 4; t++) {
-                        p = fmaf(u2f(aw[t] << 16), w[8 * j + 2 * t], p);
-                        p = fmaf(u2f(aw[t] & 0xFFFF0000u), w[8 * j + 2 * t + 1], p);
-                    }
+                for (int j = 0; j < C / 4; j++) {
+                    const float4 av = __ldg(ar + j);
+                    float &p = 4 * j < 16 ? p0 : p1;
+                    p = fmaf(av.x, w[4 * j], p);
+                    p = fmaf(av.y, w[4 * j + 1], p);
+                    p = fmaf(av.z, w[4 * j + 2], p);
+                    p = fmaf(av.w, w[4 * j + 3], p);
                 }
-                if (KIND == MOQ_CK_FP8_BLK128) acc[m] = fmaf(p, swg * gs[m * (Kp / 128) + k0 / 128], acc[m]);
-                else acc[m] += p;
+                if (KIND == MOQ_CK_FP8_BLK128) acc[m] = fmaf(p0, swg * gs[m * (Kp / 128) + k0 / 128], acc[m]);
+                else if (KIND == MOQ_CK_MXFP8) acc[m] = fmaf(p0 * 0x1p120f, sc0, acc[m]); /* no overflow, no underflow */
+                else if (C == 32) acc[m] = fmaf(p1, sc1, fmaf(p0, sc0, acc[m]));
+                else acc[m] = fmaf(p0, sc0, acc[m]);
             }
         }
     }
@@ -110,11 +110,13 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
     for (int m = 0; m < MT; m++)
         for (int o = 16; o; o >>= 1) acc[m] += __shfl_xor_sync(0xFFFFFFFFu, acc[m], o);
     if (lane == 0) {
+        /* e4m3 decoded as D4 · 2^-120 (MXFP8 undoes it per vector, before its block scale) */
+        constexpr float undo = KIND == MOQ_CK_FP8_TENSOR || KIND == MOQ_CK_FP8_ROW || KIND == MOQ_CK_FP8_BLK128 ? 0x1p120f : 1.0f;
         const float rs = a.row_scale_d[n], b = a.bias_d[n];
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             if (m >= a.M) break;
-            const float y = fmaf(acc[m] * rs, tok[m], b);
+            const float y = fmaf(acc[m] * undo * rs, tok[m], b);
             if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
             else ((float *)a.y_d)[m * a.N + n] = y;
         }

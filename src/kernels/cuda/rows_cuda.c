@@ -34,6 +34,7 @@ moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt) {
     w.tok = o, o += al(Mp * 4);
     w.gs = o, o += al(Mp * kp / 128 * 4);
     w.gst = o, o += al(Mp * kp / 128 * 4);
+    w.af = o, o += M <= 16 ? al(Mp * kp * 4) : 0;
     w.d = o, o += with_lt ? al(Mp * (size_t)N * 4) : 0; /* D [M, Np] or [Np, Mp] */
     w.lt = o, o += with_lt ? ((size_t)32 << 20) : 0;
     w.total = o;
@@ -51,7 +52,7 @@ static blob blob_of(const moq_weight *w) {
     switch (moq_pair_of(w)) {
     case MOQ_PAIR_BF16: cb = nk * 2; break;
     case MOQ_PAIR_FP8_TENSOR: case MOQ_PAIR_FP8_ROW: cb = nk; break;
-    case MOQ_PAIR_FP8_BLK128: cb = nk, sb = nk / (128 * 128) * 4; break;
+    case MOQ_PAIR_FP8_BLK128: cb = nk, sb = 2 * (nk / (128 * 128) * 4); break; /* [Np/128, Kp/128] and its transpose */
     case MOQ_PAIR_NVFP4: case MOQ_PAIR_NVFP4_W4A16: cb = nk / 2, sb = nk / 16; break;
     case MOQ_PAIR_MXFP8: cb = nk, sb = nk / 32; break;
     default: break;
@@ -92,6 +93,9 @@ void moq_cuda_row_pack(const moq_weight *w, void *dst) {
         const float *s = w->scale;
         float *o = (float *)(d + b.scales);
         for (int64_t r = 0; r < (N + 127) / 128; r++) memcpy(o + r * (Kp / 128), s + r * (K / 128), (size_t)(K / 128) * 4);
+        float *t = o + (b.Np / 128) * (Kp / 128);
+        for (int64_t r = 0; r < b.Np / 128; r++)
+            for (int64_t c = 0; c < Kp / 128; c++) t[c * (b.Np / 128) + r] = o[r * (Kp / 128) + c];
     }
     float *rs = (float *)(d + b.rs), *bias = (float *)(d + b.bias);
     for (int64_t n = 0; n < N; n++) {
@@ -126,7 +130,7 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .x_d = l->x, .x_bf16 = l->x_elem == MOQ_ELEM_BF16, .y_d = l->y, .y_bf16 = l->y_elem == MOQ_ELEM_BF16,
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
         .bias_d = (const float *)(pk + b.bias), .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
-        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant == 1),
+        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant == 1), .skip_a = l->k->variant == 1 && l->M > 16,
     };
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
