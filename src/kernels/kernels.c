@@ -31,7 +31,6 @@ const moq_kernel moq_kernel_table[] = {
      * streaming decode kernel for M <= 16 and a GEMM above. FP8: cuBLASLt above M = 16. */
     CUDA_LT("cuda_sm90_fp8_tensor_cublaslt", MOQ_PAIR_FP8_TENSOR),
     CUDA_LT("cuda_sm90_fp8_row_cublaslt",    MOQ_PAIR_FP8_ROW),
-    CUDA_LT("cuda_sm90_fp8_blk128_cublaslt", MOQ_PAIR_FP8_BLK128), /* 128x128 + 1x128 block scaling */
     CUDA_MMA("cuda_sm90_fp8_tensor_dequant_mma",  MOQ_PAIR_FP8_TENSOR),
     CUDA_MMA("cuda_sm90_fp8_row_dequant_mma",     MOQ_PAIR_FP8_ROW),
     CUDA_MMA("cuda_sm90_fp8_blk128_dequant_mma",  MOQ_PAIR_FP8_BLK128),

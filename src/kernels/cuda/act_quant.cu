@@ -10,7 +10,7 @@
 struct aq_out {
     __nv_bfloat16 *A;
     uint8_t *q, *sf;
-    float *tok, *gs, *gst, *af; /* af: NULL when M > 16 */
+    float *tok, *gs;
     int skip_a;
 };
 
@@ -77,11 +77,6 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
             w[i] = *(const uint32_t *)&h;
         }
         *(uint4 *)(A + k0) = make_uint4(w[0], w[1], w[2], w[3]);
-        if (o.af) { /* values exact in bf16 (quantized pairs) or rounded to it (bf16 / W4A16 x) */
-            float4 *f = (float4 *)(o.af + m * Kp + k0);
-            f[0] = make_float4(u2f(w[0] << 16), u2f(w[0] & 0xFFFF0000u), u2f(w[1] << 16), u2f(w[1] & 0xFFFF0000u));
-            f[1] = make_float4(u2f(w[2] << 16), u2f(w[2] & 0xFFFF0000u), u2f(w[3] << 16), u2f(w[3] & 0xFFFF0000u));
-        }
     };
     auto storeQ8 = [&](int64_t k0, const uint8_t *c) {
         uint32_t lo = 0, hi = 0;
@@ -132,10 +127,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
             const float s = __fdiv_rn(fmaxf(1e-10f, a), 448.0f);
 #pragma unroll
             for (int i = 0; i < 8; i++) q[i] = d_e4m3_rne_sat(clamp448(__fdiv_rn(v[i], s))), d[i] = d_e4m3_dec(q[i]);
-            if (act && (c & 15) == 0) {
-                o.gs[m * (Kp / 128) + k0 / 128] = live && k0 < K ? s : 0.0f;
-                o.gst[(k0 / 128) * (int64_t)gridDim.x + m] = live && k0 < K ? s : 0.0f;
-            }
+            if (act && (c & 15) == 0) o.gs[m * (Kp / 128) + k0 / 128] = live && k0 < K ? s : 0.0f;
         } else if (KIND == MOQ_CK_NVFP4) {
             const float a = group_amax<2>(am);
             const float sfv = __fmul_rn(S, __fmul_rn(a, r6));
@@ -174,7 +166,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
 extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
     char *ws = (char *)a->ws_d;
     aq_out o = {(__nv_bfloat16 *)(ws + a->ws.a), (uint8_t *)(ws + a->ws.q), (uint8_t *)(ws + a->ws.sf), (float *)(ws + a->ws.tok),
-                (float *)(ws + a->ws.gs), (float *)(ws + a->ws.gst), a->M <= 16 ? (float *)(ws + a->ws.af) : NULL, a->skip_a};
+                (float *)(ws + a->ws.gs), a->skip_a};
     const dim3 grid((unsigned)moq_cuda_mpad(a->M)), block(AQ_THREADS);
 #define AQ(k) act_quant_kernel<k><<<grid, block>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
     switch (a->kind) {

@@ -15,15 +15,7 @@
 static cublasLtHandle_t g_lt;
 static cublasStatus_t g_lt_st = CUBLAS_STATUS_NOT_INITIALIZED;
 static std::once_flag g_lt_once;
-/* Layout of the block scales handed to cuBLASLt (bit 0: weight scales N-block fastest instead of
- * K-block fastest; bit 1: activation scales K-group fastest instead of M fastest). Settled on the
- * H200 by test_linear_cuda's probe; only the test changes it. */
-static int g_blk_layout = 0;
-extern "C" int moq_cuda_lt_blk_layout(int layout) {
-    const int old = g_blk_layout;
-    if (layout >= 0) g_blk_layout = layout & 3;
-    return old;
-}
+
 
 extern "C" const char *moq_cuda_lt_init(void) {
     std::call_once(g_lt_once, [] { g_lt_st = cublasLtCreate(&g_lt); });
@@ -41,13 +33,11 @@ __global__ void __launch_bounds__(256) lt_epilogue(const float *D, int64_t M, in
     else ((float *)y)[i] = v;
 }
 
-/* One attempt: swap = 0: A = W (op T), B = x, D [M, Np]; swap = 1: A = x (op T), B = W, D [Np, M]
- * (some scale-mode combinations exist only with the activation as A). NULL on success, else the
- * failing call. */
+/* swap = 0: A = W (op T), B = x, D [Mp, Np]; swap = 1: A = x (op T), B = W, D [Np, Mp]. NULL on
+ * success, else the failing call. */
 static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t msg_len) {
     char *ws = (char *)a->ws_d;
     float *D = (float *)(ws + a->ws.d);
-    const bool blk = a->kind == MOQ_CK_FP8_BLK128;
     const int64_t Mp = moq_cuda_mpad(a->M);
     cublasLtMatmulDescOpaque_t op;
     cublasLtMatrixLayoutOpaque_t la, lb, ld;
@@ -56,8 +46,8 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
 #define LT(call)                                                                                                  \
     do {                                                                                                          \
         if ((st = (call)) != CUBLAS_STATUS_SUCCESS) {                                                             \
-            snprintf(msg, msg_len, "cuBLASLt %s: status %d (fp8%s n=%lld m=%lld k=%lld%s)", #call, (int)st,        \
-                     blk ? " 128x128 blocks" : "", (long long)a->N, (long long)a->M, (long long)a->Kp, swap ? ", swapped" : ""); \
+            snprintf(msg, msg_len, "cuBLASLt %s: status %d (fp8 n=%lld m=%lld k=%lld%s)", #call, (int)st,          \
+                     (long long)a->N, (long long)a->M, (long long)a->Kp, swap ? ", swapped" : "");                 \
             return msg;                                                                                           \
         }                                                                                                         \
     } while (0)
@@ -67,15 +57,6 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
     LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
     const void *W = a->codes_d, *X = ws + a->ws.q;
     const int64_t rows_a = swap ? Mp : a->Np, rows_b = swap ? a->Np : Mp; /* pads are zero rows */
-    if (blk) {
-        const cublasLtMatmulMatrixScale_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, xm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        const void *ws_p = (const float *)a->scales_d + ((g_blk_layout & 1) ? (a->Np / 128) * (a->Kp / 128) : 0);
-        const void *xs_p = ws + ((g_blk_layout & 2) ? a->ws.gs : a->ws.gst);
-        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, swap ? &xm : &wm, sizeof wm));
-        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, swap ? &wm : &xm, sizeof xm));
-        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, swap ? &xs_p : &ws_p, sizeof ws_p));
-        LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, swap ? &ws_p : &xs_p, sizeof xs_p));
-    }
     LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_a, a->Kp));
     LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_b, a->Kp));
     LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)rows_a, (uint64_t)rows_b, swap ? Mp : a->Np));
@@ -96,21 +77,11 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
 }
 
 extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
-    static thread_local char msg[2][320];
+    static thread_local char msg[1][320];
     const char *e = moq_cuda_lt_init();
     if (e) return e;
-    int swap = 0;
-    e = lt_try(a, 0, msg[0], sizeof msg[0]);
-    if (e && a->kind == MOQ_CK_FP8_BLK128) {
-        swap = 1;
-        const char *e2 = lt_try(a, 1, msg[1], sizeof msg[1]);
-        if (!e2) e = NULL;
-        else {
-            static thread_local char both[700];
-            snprintf(both, sizeof both, "%s; %s", e, e2);
-            e = both;
-        }
-    }
+    const int swap = 0;
+    e = lt_try(a, swap, msg[0], sizeof msg[0]);
     if (e) return e;
     const int64_t n = a->M * a->N, Mp = moq_cuda_mpad(a->M);
     char *ws = (char *)a->ws_d;

@@ -16,8 +16,6 @@
  *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
  *   tok f32  [Mp]       per-token scale (1 when the pair has none)
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
- *   gst f32  [Kp/128, Mp] the same transposed (cuBLASLt's VEC128 scale layout: M fastest)
- *   af  f32  [16, Kp]   A in f32 for the decode kernel (M <= 16 only)
  *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
  */
@@ -48,7 +46,7 @@ typedef enum moq_cuda_kind {
 } moq_cuda_kind;
 
 typedef struct moq_cuda_ws {
-    size_t a, q, sf, tok, gs, gst, af, d, lt, total; /* byte offsets into the workspace, total size */
+    size_t a, q, sf, tok, gs, d, lt, total; /* byte offsets into the workspace, total size */
 } moq_cuda_ws;
 /* Mp: M rounded up to the GEMM tile (16 for M <= 16, else 128). */
 int64_t     moq_cuda_mpad(int64_t M);
@@ -77,10 +75,8 @@ const char *moq_cuda_gemv(const moq_cuda_args *a);
 /* The same for any M: 128x128x32 tiles, weights dequantized to bf16 in shared memory,
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
-const char *moq_cuda_lt_init(void);
-int         moq_cuda_lt_blk_layout(int layout); /* test probe: sets (>= 0) and returns the old one */ /* the process's cuBLASLt handle, created once (at layer create) */
-/* FP8 per-tensor / per-token / 128x128-block pairs: cuBLASLt e4m3 x e4m3 -> f32 (block pair:
- * 128x128 weight-block and 1x128 activation scales applied by cuBLASLt), then the epilogue. */
+const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
+/* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
 
 /* verify.cu: hardware cvt.rn.satfinite.e4m3 vs the software encoder over all 2^32 inputs:

@@ -33,8 +33,6 @@ moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt) {
     w.sf = o, o += al(Mp * kp / 16);
     w.tok = o, o += al(Mp * 4);
     w.gs = o, o += al(Mp * kp / 128 * 4);
-    w.gst = o, o += al(Mp * kp / 128 * 4);
-    w.af = o, o += M <= 16 ? al(Mp * kp * 4) : 0;
     w.d = o, o += with_lt ? al(Mp * (size_t)N * 4) : 0; /* D [M, Np] or [Np, Mp] */
     w.lt = o, o += with_lt ? ((size_t)32 << 20) : 0;
     w.total = o;
@@ -52,7 +50,7 @@ static blob blob_of(const moq_weight *w) {
     switch (moq_pair_of(w)) {
     case MOQ_PAIR_BF16: cb = nk * 2; break;
     case MOQ_PAIR_FP8_TENSOR: case MOQ_PAIR_FP8_ROW: cb = nk; break;
-    case MOQ_PAIR_FP8_BLK128: cb = nk, sb = 2 * (nk / (128 * 128) * 4); break; /* [Np/128, Kp/128] and its transpose */
+    case MOQ_PAIR_FP8_BLK128: cb = nk, sb = nk / (128 * 128) * 4; break;
     case MOQ_PAIR_NVFP4: case MOQ_PAIR_NVFP4_W4A16: cb = nk / 2, sb = nk / 16; break;
     case MOQ_PAIR_MXFP8: cb = nk, sb = nk / 32; break;
     default: break;
@@ -93,9 +91,6 @@ void moq_cuda_row_pack(const moq_weight *w, void *dst) {
         const float *s = w->scale;
         float *o = (float *)(d + b.scales);
         for (int64_t r = 0; r < (N + 127) / 128; r++) memcpy(o + r * (Kp / 128), s + r * (K / 128), (size_t)(K / 128) * 4);
-        float *t = o + (b.Np / 128) * (Kp / 128);
-        for (int64_t r = 0; r < b.Np / 128; r++)
-            for (int64_t c = 0; c < Kp / 128; c++) t[c * (b.Np / 128) + r] = o[r * (Kp / 128) + c];
     }
     float *rs = (float *)(d + b.rs), *bias = (float *)(d + b.bias);
     for (int64_t n = 0; n < N; n++) {
