@@ -6,20 +6,53 @@
  * dimension and leading dimension a multiple of 16). The descriptors live on the stack
  * (cublasLt*Init: no allocation per run); the heuristic is asked per run for the run's M. */
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
 
 #define LT_WS_BYTES ((size_t)32 << 20)
 
+/* cuBLASLt (540 MB) is dlopen'ed at the first create of a cuBLASLt row, not linked: a program
+ * that never uses it (the CLI's check, inspect, CPU layers) maps nothing of it. */
+static struct {
+    cublasStatus_t (*create)(cublasLtHandle_t *);
+    cublasStatus_t (*desc_init)(cublasLtMatmulDesc_t, size_t, cublasComputeType_t, cudaDataType_t);
+    cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t);
+    cublasStatus_t (*layout_init)(cublasLtMatrixLayout_t, size_t, cudaDataType, uint64_t, uint64_t, int64_t);
+    cublasStatus_t (*pref_init)(cublasLtMatmulPreference_t, size_t);
+    cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t);
+    cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *, int *);
+    cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t, const void *,
+                             cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
+                             const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+} lt;
 static cublasLtHandle_t g_lt;
-static cublasStatus_t g_lt_st = CUBLAS_STATUS_NOT_INITIALIZED;
+static const char *g_lt_err = "cuBLASLt not initialised";
 static std::once_flag g_lt_once;
+
+static const char *lt_load(void) {
+    void *h = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return "libcublasLt.so.13 not found (CUDA toolkit or the nvidia-cublas wheel on LD_LIBRARY_PATH)";
+#define SYM(f, name) if (!(*(void **)&lt.f = dlsym(h, name))) return "libcublasLt lacks " name
+    SYM(create, "cublasLtCreate");
+    SYM(desc_init, "cublasLtMatmulDescInit_internal");
+    SYM(desc_set, "cublasLtMatmulDescSetAttribute");
+    SYM(layout_init, "cublasLtMatrixLayoutInit_internal");
+    SYM(pref_init, "cublasLtMatmulPreferenceInit_internal");
+    SYM(pref_set, "cublasLtMatmulPreferenceSetAttribute");
+    SYM(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    SYM(matmul, "cublasLtMatmul");
+#undef SYM
+    return lt.create(&g_lt) == CUBLAS_STATUS_SUCCESS ? NULL : "cublasLtCreate failed";
+}
 
 
 extern "C" const char *moq_cuda_lt_init(void) {
-    std::call_once(g_lt_once, [] { g_lt_st = cublasLtCreate(&g_lt); });
-    return g_lt_st == CUBLAS_STATUS_SUCCESS ? NULL : "cublasLtCreate failed";
+    std::call_once(g_lt_once, [] { g_lt_err = lt_load(); });
+    return g_lt_err;
 }
 
 /* y[m, n] = D[m·sm + n·sn] · row_scale[n] · tok[m] (+ bias[n]). */
@@ -51,27 +84,27 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
             return msg;                                                                                           \
         }                                                                                                         \
     } while (0)
-    LT(cublasLtMatmulDescInit(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(lt.desc_init(&op, sizeof op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
-    LT(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+    LT(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+    LT(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
     const void *W = a->codes_d, *X = ws + a->ws.q;
     const int64_t rows_a = swap ? Mp : a->Np, rows_b = swap ? a->Np : Mp; /* pads are zero rows */
-    LT(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_a, a->Kp));
-    LT(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_b, a->Kp));
-    LT(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, (uint64_t)rows_a, (uint64_t)rows_b, swap ? Mp : a->Np));
-    LT(cublasLtMatmulPreferenceInit(&pref));
+    LT(lt.layout_init(&la, sizeof la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_a, a->Kp));
+    LT(lt.layout_init(&lb, sizeof lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)rows_b, a->Kp));
+    LT(lt.layout_init(&ld, sizeof ld, CUDA_R_32F, (uint64_t)rows_a, (uint64_t)rows_b, swap ? Mp : a->Np));
+    LT(lt.pref_init(&pref, sizeof pref));
     const size_t wsb = LT_WS_BYTES;
-    LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    LT(lt.pref_set(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
     cublasLtMatmulHeuristicResult_t h;
     int nres = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(g_lt, &op, &la, &lb, &ld, &ld, &pref, 1, &h, &nres));
+    LT(lt.heuristic(g_lt, &op, &la, &lb, &ld, &ld, &pref, 1, &h, &nres));
     if (nres < 1) {
         snprintf(msg, msg_len, "cuBLASLt has no fp8 algorithm for n=%lld m=%lld k=%lld", (long long)a->N, (long long)a->M, (long long)a->Kp);
         return msg;
     }
     const float one = 1.0f, zero = 0.0f;
-    LT(cublasLtMatmul(g_lt, &op, &one, swap ? X : W, &la, swap ? W : X, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
+    LT(lt.matmul(g_lt, &op, &one, swap ? X : W, &la, swap ? W : X, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
 #undef LT
     return NULL;
 }
