@@ -15,7 +15,10 @@ static const char *fail(const char *what, cudaError_t e) {
 extern "C" const char *moq_cuda_probe(char *info, size_t info_len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) { cudaGetLastError(); return fail("no CUDA device: cudaGetDeviceCount", e); }
+    if (e != cudaSuccess) { /* no driver (cudaErrorInsufficientDriver) or no GPU (cudaErrorNoDevice) */
+        cudaGetLastError();
+        return fail("no usable CUDA GPU or driver here: cudaGetDeviceCount", e);
+    }
     if (n < 1) return "no CUDA device is present";
     int dev = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return fail("cudaGetDevice", e);
