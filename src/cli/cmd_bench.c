@@ -128,9 +128,12 @@ static int bench_cuda(const char *algo, moq_pair_id p, long long M, long long N,
     if (moq_device_check(MOQ_DEVICE_CUDA, info, sizeof info, &err) != MOQ_OK) return cli_report(&err);
     moq_weight w;
     void *q = NULL, *sc = NULL;
-    if (make_weight(p, N, K, &w, &q, &sc)) return cli_usage_error("bench", "out of memory for the weights");
+    if (make_weight(p, N, K, &w, &q, &sc)) {
+        free(q), free(sc);
+        return cli_usage_error("bench", "out of memory for the weights");
+    }
     const size_t wb = weight_bytes(&w);
-    const int copies = (int)(((size_t)256 << 20) / wb + 2);
+    const int copies = (int)(((size_t)256 << 20) / (wb ? wb : 1) + 2);
     moq_linear **ls = calloc((size_t)copies, sizeof(moq_linear *));
     moq_linear_opts o = moq_linear_opts_default();
     o.name = algo, o.kernel = kernel, o.device = MOQ_DEVICE_CUDA;
