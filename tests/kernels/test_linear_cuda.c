@@ -20,6 +20,7 @@
 #include "klin.h"
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/rows_cuda.h"
 #endif
 
 static uint8_t *g_corr;
@@ -175,6 +176,51 @@ static void test_hw_e4m3_matches_encoder(void **state) {
     assert_true(badnan == (1ull << 23) - 1); /* exactly the negative NaNs: 0xFF800001..0xFFFFFFFF */
 }
 
+/* Host side of the CUDA rows, checked without a GPU (CI): the packed layout of cuda_api.h (N and K
+ * padded to 128 with zero codes and scales, then row_scale [Np] and bias [Np]) holds exactly the
+ * canonical weight, and the workspace regions are 256-byte aligned and do not overlap. */
+static void test_pack_layout_without_gpu(void **state) {
+    (void)state;
+    static const tpair ps[] = {TP_BF16, TP_FP8_TENSOR, TP_FP8_ROW, TP_FP8_BLK128, TP_NVFP4, TP_NVFP4_W4A16, TP_MXFP8};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        const int64_t N = 130, K = ps[i] == TP_FP8_BLK128 ? 256 : ps[i] == TP_MXFP8 ? 96 : ps[i] == TP_NVFP4 || ps[i] == TP_NVFP4_W4A16 ? 48 : 77;
+        tw t = tw_make(ps[i], N, K, ps[i] == TP_FP8_TENSOR || ps[i] == TP_NVFP4 ? 3 : 1, 1);
+        const int64_t Np = 256, Kp = (K + 127) / 128 * 128;
+        const size_t sz = moq_cuda_row_packed_size(&t.w);
+        uint8_t *b = malloc(sz);
+        memset(b, 0xA5, sz);
+        moq_cuda_row_pack(&t.w, b);
+        /* codes: row n of the canonical codes at n · rowbytes, zeros after K and after N */
+        const int64_t cpb = ps[i] == TP_BF16 ? 2 : 1, num = ps[i] == TP_NVFP4 || ps[i] == TP_NVFP4_W4A16 ? 1 : 2; /* bytes = K·cpb·num/2 */
+        const int64_t rb = Kp * cpb * num / 2, kb = K * cpb * num / 2;
+        for (int64_t n = 0; n < Np; n++)
+            for (int64_t k = 0; k < rb; k++) {
+                const uint8_t want = n < N && k < kb ? ((const uint8_t *)t.w.q)[n * kb + k] : 0;
+                if (b[n * rb + k] != want) fail_msg("%s: packed code byte [%lld, %lld] = 0x%02X, want 0x%02X", tpair_name[ps[i]], (long long)n, (long long)k, b[n * rb + k], want);
+            }
+        /* row_scale and bias: the last 2 · Np floats (each region 256-byte aligned) */
+        const float *bias = (const float *)(b + sz - (size_t)Np * 4), *rs = bias - Np;
+        for (int64_t n = 0; n < N; n++) {
+            assert_float_equal(rs[n], moq_linear_row_scale(&t.w, n), 0.0f);
+            assert_float_equal(bias[n], t.w.bias[n], 0.0f);
+        }
+        for (int64_t n = N; n < Np; n++) assert_true(rs[n] == 0.0f && bias[n] == 0.0f);
+        free(b);
+        tw_free(&t);
+    }
+    for (int64_t M = 1; M <= 1024; M *= 4) {
+        const moq_cuda_ws w = moq_cuda_ws_layout(M, 130, 384, 1);
+        const size_t off[] = {w.a, w.q, w.sf, w.tok, w.gs, w.d, w.lt, w.total};
+        for (size_t j = 0; j < sizeof off / sizeof off[0]; j++) {
+            assert_int_equal(off[j] % 256, 0);
+            if (j) assert_true(off[j] >= off[j - 1]);
+        }
+        assert_true(w.q - w.a >= (size_t)moq_cuda_mpad(M) * 384 * 2);           /* A bf16 [Mp, Kp] */
+        assert_true(w.lt - w.d >= (size_t)moq_cuda_mpad(M) * 256 * 4);          /* D f32 [Mp, Np] */
+        assert_true(w.total - w.lt >= (size_t)32 << 20);
+    }
+}
+
 static const moq_kernel *ref_row(moq_pair_id p) {
     for (size_t i = 0; i < moq_kernel_table_len; i++)
         if (moq_kernel_table[i].pair == p && moq_kernel_table[i].target == MOQ_TARGET_CPU_REF) return &moq_kernel_table[i];
@@ -328,6 +374,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_gpu_is_an_error),
 #ifdef MOQ_HAVE_CUDA
+        cmocka_unit_test(test_pack_layout_without_gpu),
         cmocka_unit_test(test_hw_e4m3_matches_encoder),
         cmocka_unit_test(test_act_quant_bit_exact),
         cmocka_unit_test(test_every_cuda_row),
