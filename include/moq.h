@@ -449,8 +449,28 @@ MOQ_API moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_lay
 typedef struct moq_linear moq_linear;
 typedef struct moq_weight moq_weight; /* canonical weight, src/scheme/quant_key.h (internal) */
 
+/* Where a layer's weights live and its kernels run. MOQ_DEVICE_CUDA: an NVIDIA Hopper GPU (sm_90a)
+ * in a build with MOQ_CUDA; the layer's x, y and workspace are then device memory (from
+ * moq_device_alloc) and moq_linear_run only enqueues work on the default stream: call
+ * moq_device_sync before reading y on the host. */
+typedef enum moq_device { MOQ_DEVICE_CPU = 0, MOQ_DEVICE_CUDA = 1 } moq_device;
+MOQ_API const char *moq_device_name(moq_device d);                      /* "cpu", "cuda"         */
+/* MOQ_OK when d can run layers here; else MOQ_ERR_UNSUPPORTED saying why (built without CUDA,
+ * no GPU, not Hopper). Fills info (may be NULL) with "NVIDIA H200, sm_90, 132 SMs" style text. */
+MOQ_API moq_status moq_device_check(moq_device d, char *info, size_t info_len, moq_error *err);
+/* Device memory for x, y and workspaces (CPU: aligned host memory). Free accepts NULL. */
+MOQ_API moq_status moq_device_alloc(moq_device d, size_t bytes, void **out, moq_error *err);
+MOQ_API void       moq_device_free(moq_device d, void *p);
+/* Copies: host -> device, device -> host, device -> device; each waits for completion. */
+MOQ_API moq_status moq_device_upload(moq_device d, void *dst, const void *src, size_t bytes, moq_error *err);
+MOQ_API moq_status moq_device_download(moq_device d, void *dst, const void *src, size_t bytes, moq_error *err);
+MOQ_API moq_status moq_device_copy(moq_device d, void *dst, const void *src, size_t bytes, moq_error *err);
+/* Waits for every enqueued run; reports a kernel fault that happened since the last sync. */
+MOQ_API moq_status moq_device_sync(moq_device d, moq_error *err);
+
 typedef struct moq_linear_opts {
     const char    *name;        /* layer name used in error messages ("model.layers.0.mlp.down_proj") */
+    moq_device     device;      /* MOQ_DEVICE_CPU (default) or MOQ_DEVICE_CUDA: rows of that target only */
     int            n_threads;   /* <= 0: OpenMP's default                                          */
     uint32_t       cpu_mask;    /* MOQ_CPU_* bits allowed, ANDed with moq_cpu_features()           */
     const char    *kernel;      /* force one registry row by name (bench, tests); NULL = first fit  */

@@ -124,6 +124,87 @@ typedef void (*setthreads_fn)(int);
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
 
+/* --device cuda: the layer on the GPU. Weights streamed from HBM ("cold": round-robin over copies
+ * totalling >= 512 MiB, far beyond the 60 MiB L2) and the same layer repeated ("hot"); each the
+ * mean of back-to-back runs between two device syncs (launch gaps included). Device copy
+ * bandwidth (a 1 GiB device-to-device copy, bytes read + written) is the roofline. */
+static int bench_cuda(const char *algo, moq_pair_id p, long long M, long long N, long long K, const char *kernel, int json) {
+    moq_error err = {0};
+    char info[256];
+    if (moq_device_check(MOQ_DEVICE_CUDA, info, sizeof info, &err) != MOQ_OK) return cli_report(&err);
+    moq_weight w;
+    void *q = NULL, *sc = NULL;
+    if (make_weight(p, N, K, &w, &q, &sc)) {
+        free(q), free(sc);
+        return cli_usage_error("bench", "out of memory for the weights");
+    }
+    const size_t wb = weight_bytes(&w);
+    const int copies = (int)(((size_t)256 << 20) / (wb ? wb : 1) + 2);
+    moq_linear **ls = calloc((size_t)copies, sizeof(moq_linear *));
+    moq_linear_opts o = moq_linear_opts_default();
+    o.name = algo, o.kernel = kernel, o.device = MOQ_DEVICE_CUDA;
+    int rc = 0;
+    void *xd = NULL, *yd = NULL, *wsd = NULL, *c0 = NULL, *c1 = NULL;
+    uint16_t *xb = malloc((size_t)(M * K) * 2);
+    for (long long i = 0; i < M * K; i++) {
+        const float v = urand(-2, 2);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        xb[i] = (uint16_t)(u >> 16);
+    }
+    const size_t gib = (size_t)1 << 30;
+    double copy_gbs = NAN, hot = NAN, cold = NAN;
+    for (int i = 0; i < copies; i++)
+        if (moq_linear_create_from_weight(&ls[i], &w, &o, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
+    const size_t wsz = moq_linear_workspace_size(ls[0], M);
+    if (moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(M * K) * 2, &xd, &err) || moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(M * N) * 2, &yd, &err) ||
+        moq_device_alloc(MOQ_DEVICE_CUDA, wsz, &wsd, &err) || moq_device_upload(MOQ_DEVICE_CUDA, xd, xb, (size_t)(M * K) * 2, &err) ||
+        moq_device_alloc(MOQ_DEVICE_CUDA, gib, &c0, &err) || moq_device_alloc(MOQ_DEVICE_CUDA, gib, &c1, &err)) {
+        rc = cli_report(&err);
+        goto done;
+    }
+    for (int r = 0; r < 4; r++) { /* copy roofline: best of 3 after one warm-up */
+        const double a = now_s();
+        if (moq_device_copy(MOQ_DEVICE_CUDA, c1, c0, gib, &err)) { rc = cli_report(&err); goto done; }
+        const double g = 2.0 * (double)gib / (now_s() - a) / 1e9;
+        if (r && !(g <= copy_gbs)) copy_gbs = g;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const int reps = 200;
+        for (int i = 0; i < 5; i++) moq_linear_run(ls[0], xd, MOQ_ELEM_BF16, M, yd, MOQ_ELEM_BF16, wsd, wsz, &err);
+        if (moq_device_sync(MOQ_DEVICE_CUDA, &err)) { rc = cli_report(&err); goto done; }
+        const double a = now_s();
+        for (int i = 0; i < reps; i++)
+            if (moq_linear_run(ls[pass ? i % copies : 0], xd, MOQ_ELEM_BF16, M, yd, MOQ_ELEM_BF16, wsd, wsz, &err)) { rc = cli_report(&err); goto done; }
+        if (moq_device_sync(MOQ_DEVICE_CUDA, &err)) { rc = cli_report(&err); goto done; }
+        *(pass ? &cold : &hot) = (now_s() - a) / reps;
+    }
+    {
+        const double flop = 2.0 * (double)M * (double)N * (double)K;
+        const char *kname = moq_linear_kernel_name(ls[0]);
+        if (json)
+            printf("{\"device\":\"cuda\",\"gpu\":\"%s\",\"algo\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"weight_bytes\":%zu,"
+                   "\"copy_gbs\":%.1f,\"hot_us\":%.2f,\"cold_us\":%.2f,\"cold_weight_gbs\":%.1f,\"cold_of_copy\":%.3f,\"hot_tflops\":%.2f,\"cold_tflops\":%.2f}\n",
+                   info, algo, kname, M, N, K, wb, copy_gbs, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / copy_gbs,
+                   flop / hot / 1e12, flop / cold / 1e12);
+        else {
+            char b1[32];
+            printf("moq bench linear: %s [m=%lld, n=%lld, k=%lld] on %s\n", algo, M, N, K, info);
+            printf("kernel %s, weights %s (%d copies for the cold runs), x and y bf16\n", kname, cli_bytes(wb, b1, sizeof b1), copies);
+            printf("%-10s %12s %12s %12s\n", "", "time (us)", "weight GB/s", "TFLOP/s");
+            printf("%-10s %12.2f %12.1f %12.2f\n", "moq hot", hot * 1e6, (double)wb / hot / 1e9, flop / hot / 1e12);
+            printf("%-10s %12.2f %12.1f %12.2f\n", "moq cold", cold * 1e6, (double)wb / cold / 1e9, flop / cold / 1e12);
+            printf("device copy %.0f GB/s (read + write); moq cold streams weights at %.0f %% of it\n", copy_gbs, 100.0 * (double)wb / cold / 1e9 / copy_gbs);
+        }
+    }
+done:
+    for (int i = 0; i < copies; i++) moq_linear_free(ls[i]);
+    moq_device_free(MOQ_DEVICE_CUDA, xd), moq_device_free(MOQ_DEVICE_CUDA, yd), moq_device_free(MOQ_DEVICE_CUDA, wsd);
+    moq_device_free(MOQ_DEVICE_CUDA, c0), moq_device_free(MOQ_DEVICE_CUDA, c1);
+    free(ls), free(xb), free(q), free(sc);
+    return rc;
+}
+
 /* ---- --algo names, shared by `bench linear` and `bench moe` ----------------------------------
  * Derived from the two tables that hold the facts: the kernel pair table (moq_pairs: nvfp4_w4a4,
  * fp8_tensor, ..., bf16, f16, f32; matched without case, so BF16 works too) and the scheme table
@@ -174,7 +255,7 @@ const char *cli_bench_algo_list(char *buf, size_t n, int moe_only) {
 static void bench_linear_help(FILE *out) {
     char list[512];
     fprintf(out,
-            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
+            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--device cpu|cuda] [--json]\n\n"
             "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
@@ -183,7 +264,9 @@ static void bench_linear_help(FILE *out) {
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
-            "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
+            "  --kernel ROW  force one registry row (default: the first that fits this cpu / device)\n"
+            "  --device D    cpu (default) or cuda: the layer on the GPU (x, y bf16), weights hot and\n"
+            "                streamed from HBM, against the device copy bandwidth\n"
             "  --json        one JSON object instead of the table\n",
             cli_bench_algo_list(list, sizeof list, 0));
 }
@@ -222,7 +305,8 @@ int cmd_bench(int argc, char **argv) {
     moq_elem xe = MOQ_ELEM_BF16;
     int hot_only = 0;
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"m", 1, 0, 'm'}, {"n", 1, 0, 'n'}, {"k", 1, 0, 'k'},
-                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {"hot-only", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {"hot-only", 0, 0, 'h'}, {"device", 1, 0, 'd'}, {0, 0, 0, 0}};
+    int cuda = 0;
     optind = 2;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -235,6 +319,10 @@ int cmd_bench(int argc, char **argv) {
         case 'r': kernel = optarg; break;
         case 'j': json = 1; break;
         case 'h': hot_only = 1; break;
+        case 'd':
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) return cli_usage_error("bench", "--device %s, expected cpu or cuda", optarg);
+            cuda = strcmp(optarg, "cuda") == 0;
+            break;
         case 'x':
             if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "bf16") != 0) return cli_usage_error("bench", "--x %s, expected f32 or bf16", optarg);
             xe = strcmp(optarg, "bf16") == 0 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
@@ -249,6 +337,7 @@ int cmd_bench(int argc, char **argv) {
     }
     algo = moq_pairs[p].name; /* reports name the pair */
     if (M < 1 || N < 1 || K < 1 || threads < 1) return cli_usage_error("bench", "--m, --n, --k, --threads must be >= 1");
+    if (cuda) return bench_cuda(algo, p, M, N, K, kernel, json);
 
     moq_weight w;
     void *q = NULL, *sc = NULL;

@@ -30,7 +30,7 @@ static const status_row status_table[MOQ_STATUS_COUNT] = {
                              "config.json: architecture \"FooForCausalLM\" is not supported"},
     [MOQ_ERR_NOMEM]       = {"MOQ_ERR_NOMEM", "an allocation failed or a resource bound was reached",
                              "tokenizer.json: file is 300000000 bytes, more than the 268435456-byte limit"},
-    [MOQ_ERR_DEVICE]      = {"MOQ_ERR_DEVICE", "the GPU runtime reported an error", ""},
+    [MOQ_ERR_DEVICE]      = {"MOQ_ERR_DEVICE", "the GPU runtime reported an error", "cuda_sm90_fp8_row_cublaslt: gemv kernel launch: cudaErrorLaunchFailure (unspecified launch failure)"},
     [MOQ_ERR_INTERNAL]    = {"MOQ_ERR_INTERNAL", "a bug in moq; please report it with the source location", ""},
 };
 

@@ -39,6 +39,7 @@ typedef enum moq_target {
     MOQ_TARGET_CPU_REF = 0,   /* portable C, always available          */
     MOQ_TARGET_CPU_AVX2,
     MOQ_TARGET_CPU_AVX512,
+    MOQ_TARGET_CUDA_SM90,     /* NVIDIA Hopper (sm_90a), src/kernels/cuda  */
     MOQ_TARGET_COUNT
 } moq_target;
 

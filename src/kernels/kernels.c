@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "kernels/cpu/linear_cpu.h"
+#ifdef MOQ_HAVE_CUDA
+#include "kernels/cuda/rows_cuda.h"
+#endif
 
 #define AVX512 (MOQ_CPU_AVX512)
 #define VNNI   (MOQ_CPU_AVX512 | MOQ_CPU_AVX512VNNI)
@@ -16,9 +19,26 @@
                       moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
 #define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
                       moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2}
+#define CUDA_MMA(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 0, NULL, moq_cuda_row_packed_size, moq_cuda_row_pack, \
+                         moq_cuda_row_workspace, moq_cuda_row_run}
+#define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
+                         moq_cuda_row_pack, moq_cuda_row_workspace_lt, moq_cuda_row_run}
 #define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run}
 
 const moq_kernel moq_kernel_table[] = {
+#ifdef MOQ_HAVE_CUDA
+    /* CUDA (opts.device = MOQ_DEVICE_CUDA only): activation quantizer on the GPU, then a weight-
+     * streaming decode kernel for M <= 16 and a GEMM above. FP8: cuBLASLt above M = 16. */
+    CUDA_LT("cuda_sm90_fp8_tensor_cublaslt", MOQ_PAIR_FP8_TENSOR),
+    CUDA_LT("cuda_sm90_fp8_row_cublaslt",    MOQ_PAIR_FP8_ROW),
+    CUDA_MMA("cuda_sm90_fp8_tensor_dequant_mma",  MOQ_PAIR_FP8_TENSOR),
+    CUDA_MMA("cuda_sm90_fp8_row_dequant_mma",     MOQ_PAIR_FP8_ROW),
+    CUDA_MMA("cuda_sm90_fp8_blk128_dequant_mma",  MOQ_PAIR_FP8_BLK128),
+    CUDA_MMA("cuda_sm90_nvfp4_w4a4_dequant_mma",  MOQ_PAIR_NVFP4),
+    CUDA_MMA("cuda_sm90_nvfp4_w4a16_dequant_mma", MOQ_PAIR_NVFP4_W4A16),
+    CUDA_MMA("cuda_sm90_mxfp8_dequant_mma",       MOQ_PAIR_MXFP8),
+    CUDA_MMA("cuda_sm90_bf16_mma",                MOQ_PAIR_BF16),
+#endif
     /* NVFP4 W4A4: integer dot products of e2m1 codes (×2 they are integers in [-12, 12]). */
     {"cpu_avx512_nvfp4_w4a4_vnni16", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX512, VNNI, 0, NULL,
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512},

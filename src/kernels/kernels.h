@@ -60,7 +60,8 @@ typedef struct moq_linear_launch {
     const moq_weight *w;
     moq_pair_id      pair;
     const void      *packed;     /* the row's packed layout (NULL when pack is NULL: canonical)  */
-    const float     *row_scale;  /* f32 [N], the pair's epilogue scale                          */
+    const float     *row_scale;  /* f32 [N], the pair's epilogue scale (CPU rows; CUDA rows keep
+                                    theirs in the packed weight)                                 */
     float            a_scale;    /* static activation scale (FP8 s_in, NVFP4 input_scale) or 0  */
     const uint8_t   *rcpa_corr;  /* golden/rcp table (2 MiB) for NVFP4 x: GPU bits; NULL = IEEE */
     const void      *x;          /* f32 | bf16 [M, K]                                           */
@@ -102,6 +103,9 @@ void    moq_x_row_f32(const void *x, moq_elem e, int64_t K, int64_t m, float *ou
  * activation scale: the F32 weight a user would otherwise run (bench baselines). w must have
  * passed moq_linear_create_from_weight's validation. */
 void    moq_weight_dequant_row(const moq_weight *w, int64_t n, double *out);
+/* The pair's epilogue scale of output row n (moq_row_scale above) for a validated w; a static
+ * activation scale is the max of the shards' input_scale. Rows that pack it with the weight. */
+float   moq_linear_row_scale(const moq_weight *w, int64_t n);
 void    moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float v);
 /* Epilogue of a 16-row output tile t of the panel kernels: y[m, 16t + r] = C[m, r] · sm[m] ·
  * row_scale[n] (+ bias[n]) for every m < M and row n < N. C f32 [M, 16], sm f32 [M]. */

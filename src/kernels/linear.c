@@ -78,9 +78,27 @@ struct moq_linear {
     float             a_scale;
     const uint8_t    *rcpa_corr;
     int               n_threads;
+    moq_device        device;     /* where packed, x, y and ws live (the row's target)       */
     char              name[160];
     char              rejected[1024];
 };
+
+static float static_a_scale(const moq_weight *w) {
+    float a = w->shard_in_scale[0];
+    for (int s = 1; s < w->n_shards; s++) a = fmaxf(a, w->shard_in_scale[s]);
+    return a;
+}
+
+float moq_linear_row_scale(const moq_weight *w, int64_t n) {
+    const moq_pair_id p = moq_pair_of(w);
+    const int s = moq_weight_shard_of(w, n);
+    switch (moq_pairs[p].row_scale) {
+    case MOQ_ROWSCALE_SHARD_W: return w->shard_scale[s];
+    case MOQ_ROWSCALE_SHARD_W_IN: return static_a_scale(w) * w->shard_scale[s];
+    case MOQ_ROWSCALE_ROW: return ((const float *)w->scale)[n];
+    default: return 1.0f;
+    }
+}
 
 moq_linear_opts moq_linear_opts_default(void) {
     moq_linear_opts o = {0};
@@ -151,11 +169,21 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
     const moq_pair_id p = moq_pair_of(w);
     MOQ_TRY(validate(w, p, name, err));
     const uint32_t feat = moq_cpu_features() & o.cpu_mask;
+    if (o.device == MOQ_DEVICE_CUDA) {
+        moq_status st = moq_device_check(o.device, NULL, 0, err);
+        if (st != MOQ_OK) {
+            if (err) snprintf(err->where, sizeof err->where, "%s", name);
+            return st;
+        }
+    } else if (o.device != MOQ_DEVICE_CPU) {
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "device %d, expected MOQ_DEVICE_CPU or MOQ_DEVICE_CUDA", (int)o.device);
+    }
     char rej[1024] = "";
     const moq_kernel *k = NULL;
     for (size_t i = 0; i < moq_kernel_table_len && !k; i++) {
         const moq_kernel *r = &moq_kernel_table[i];
         if (r->op != MOQ_OP_LINEAR || r->pair != p) continue;
+        if ((r->target == MOQ_TARGET_CUDA_SM90) != (o.device == MOQ_DEVICE_CUDA)) continue;
         if (o.kernel && strcmp(o.kernel, r->name) != 0) continue;
         char why[160] = "";
         if ((r->need & feat) != r->need)
@@ -168,37 +196,41 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
         }
     }
     if (!k)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "linear %s [n=%lld, k=%lld]: no kernel fits; %s", moq_pairs[p].name,
-                        (long long)w->N, (long long)w->K, rej[0] ? rej : "the requested kernel is not a row of this pair");
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "linear %s [n=%lld, k=%lld] on %s: no kernel fits; %s", moq_pairs[p].name,
+                        (long long)w->N, (long long)w->K, moq_device_name(o.device),
+                        rej[0] ? rej : "the requested kernel is not a row of this pair on this device");
     moq_linear *l = calloc(1, sizeof *l);
     if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for the layer");
     l->w = *w;
     l->pair = p;
     l->k = k;
+    l->device = k->target == MOQ_TARGET_CUDA_SM90 ? MOQ_DEVICE_CUDA : MOQ_DEVICE_CPU;
     l->rcpa_corr = o.rcpa_corr;
     l->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
     snprintf(l->name, sizeof l->name, "%s", name);
     snprintf(l->rejected, sizeof l->rejected, "%s", rej);
     l->row_scale = malloc((size_t)w->N * sizeof(float));
     if (!l->row_scale) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for %lld row scales", (long long)w->N); }
-    if (moq_pairs[p].a_static) {
-        l->a_scale = w->shard_in_scale[0];
-        for (int s = 1; s < w->n_shards; s++) l->a_scale = fmaxf(l->a_scale, w->shard_in_scale[s]);
-    }
-    for (int64_t n = 0; n < w->N; n++) {
-        const int s = moq_weight_shard_of(w, n);
-        switch (moq_pairs[p].row_scale) {
-        case MOQ_ROWSCALE_NONE: l->row_scale[n] = 1.0f; break;
-        case MOQ_ROWSCALE_SHARD_W: l->row_scale[n] = w->shard_scale[s]; break;
-        case MOQ_ROWSCALE_SHARD_W_IN: l->row_scale[n] = l->a_scale * w->shard_scale[s]; break;
-        case MOQ_ROWSCALE_ROW: l->row_scale[n] = ((const float *)w->scale)[n]; break;
-        }
-    }
+    if (moq_pairs[p].a_static) l->a_scale = static_a_scale(w);
+    for (int64_t n = 0; n < w->N; n++) l->row_scale[n] = moq_linear_row_scale(w, n);
     if (k->packed_size) {
+        /* Packed on the host; a device row's layout is then uploaded once and the host copy freed. */
         const size_t sz = (k->packed_size(w) + 63) & ~(size_t)63;
-        l->packed = aligned_alloc(64, sz ? sz : 64);
-        if (!l->packed) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory packing %zu bytes for %s", sz, k->name); }
-        k->pack(w, l->packed);
+        void *host = aligned_alloc(64, sz ? sz : 64);
+        if (!host) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory packing %zu bytes for %s", sz, k->name); }
+        k->pack(w, host);
+        if (l->device == MOQ_DEVICE_CPU) {
+            l->packed = host;
+        } else {
+            moq_status st = moq_device_alloc(l->device, sz, &l->packed, err);
+            if (st == MOQ_OK) st = moq_device_upload(l->device, l->packed, host, sz, err);
+            free(host);
+            if (st != MOQ_OK) {
+                if (err) snprintf(err->where, sizeof err->where, "%s", name);
+                moq_linear_free(l);
+                return st;
+            }
+        }
     }
     *out = l;
     return MOQ_OK;
@@ -206,7 +238,7 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
 
 void moq_linear_free(moq_linear *l) {
     if (!l) return;
-    free(l->packed);
+    moq_device_free(l->device, l->packed);
     free(l->row_scale);
     free(l);
 }

@@ -19,6 +19,28 @@ static void test_every_algo_json(void **state) {
     }
 }
 
+/* --device cuda: a bad device name is a usage error; without a usable GPU (or without CUDA in the
+ * build) the bench stops with one "moq: moq_device: ..." line and MOQ_ERR_UNSUPPORTED; with one,
+ * a small layer runs on a CUDA row. */
+static void test_device_cuda(void **state) {
+    (void)state;
+    char cmd[512], out[4096];
+    snprintf(cmd, sizeof cmd, "%s bench linear --algo fp8_row --device tpu", tu_moq_bin());
+    assert_int_equal(tu_run(cmd, out, sizeof out), MOQ_ERR_INVALID_ARG);
+    assert_non_null(strstr(out, "--device tpu, expected cpu or cuda"));
+    snprintf(cmd, sizeof cmd, "%s bench linear --algo fp8_row --m 2 --n 64 --k 128 --device cuda --json", tu_moq_bin());
+    const int rc = tu_run(cmd, out, sizeof out);
+    moq_error e = {0};
+    if (moq_device_check(MOQ_DEVICE_CUDA, NULL, 0, &e) == MOQ_OK) {
+        if (rc != 0) fail_msg("%s -> %d: %s", cmd, rc, out);
+        assert_non_null(strstr(out, "\"kernel\":\"cuda_sm90_"));
+    } else {
+        assert_int_equal(rc, MOQ_ERR_UNSUPPORTED);
+        assert_non_null(strstr(out, "moq: moq_device: "));
+        print_message("no GPU here: %s", out);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     char cmd[512], out[4096];
@@ -31,6 +53,7 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_algo_json), cmocka_unit_test(test_errors)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_algo_json), cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_device_cuda)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# device_cuda.sh — the one device call of issue 12 (CUDA backend), run on the H200 from the
+# repository root:
+#   1. build with MOQ_CUDA (on the device when its image has cmake, pkg-config, cJSON and cmocka;
+#      else the binaries built on the dev machine under .devbin/ with their two .so files and
+#      testdata/golden/rcp: scripts/device_cuda_stage.sh makes it);
+#   2. CUDA tests (ctest -L cuda / test_linear_cuda) and compute-sanitizer memcheck on the test
+#      binary (MOQ_TEST_QUICK=1: fewer shapes under the checker);
+#   3. bench/torch_linear.py (bf16 matmul, _scaled_mm FP8 per-tensor and block-scaled, copy);
+#   4. `moq bench linear --device cuda --json` for every CUDA format, the issue's shapes and M;
+#   5. the short table last (bench/cuda_table.py). Full logs and JSON under $OUT.
+# Usage: OUT=/tmp/out scripts/device_cuda.sh [--quick]
+set -u
+OUT=${OUT:-/tmp/moq_out}
+mkdir -p "$OUT"
+QUICK=${1:-}
+ROOT=$(pwd)
+export LD_LIBRARY_PATH=$ROOT/.devbin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+py=$(command -v python3)
+for d in $($py -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+BIN=$ROOT/.devbin
+if cmake --version >/dev/null 2>&1 && pkg-config --exists libcjson cmocka 2>/dev/null; then
+  log "build on the device"
+  cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DMOQ_CUDA=ON >/dev/null && cmake --build build-dev -j16 2>&1 | grep -E "warning|error"
+  BIN=$ROOT/build-dev
+else
+  log "device image lacks cJSON/cmocka: using the binaries built on the dev machine (.devbin)"
+fi
+# the reference data the tests read (golden/rcp): the build's unpacked copy (CMake makes it)
+export MOQ_TESTDATA=${MOQ_TESTDATA:-$BIN/testdata}
+{
+  log "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1
+  ls -la "$BIN" | head -20
+  log "CPU kernel tests"; "$BIN/test_linear" 2>&1 | tail -3
+  log "CUDA tests"; "$BIN/test_linear_cuda" 2>&1 | tail -40; echo "test_linear_cuda rc=${PIPESTATUS[0]}"
+  if command -v compute-sanitizer >/dev/null; then
+    log "compute-sanitizer memcheck"; MOQ_TEST_QUICK=1 timeout 240 compute-sanitizer --tool memcheck --leak-check full "$BIN/test_linear_cuda" 2>&1 | tail -15
+  else log "compute-sanitizer not found"; fi
+} 2>&1 | tee "$OUT/tests.log"
+log "torch" | tee -a "$OUT/tests.log"
+TARGS=""
+[ "$QUICK" = "--quick" ] && TARGS="--shapes 8192x8192 --m 1,16,128,1024"
+PYTHONUNBUFFERED=1 timeout 200 $py bench/torch_linear.py $TARGS --out "$OUT/torch.jsonl" > "$OUT/torch.log" 2>&1 || echo "torch bench failed: $(tail -3 "$OUT/torch.log")"
+log "moq bench" | tee -a "$OUT/tests.log"
+: > "$OUT/moq.jsonl"
+ALGOS="fp8_tensor fp8_row fp8_blk128 nvfp4_w4a4 nvfp4_w4a16 mxfp8 bf16"
+SHAPES="8192x8192 4096x14336 14336x4096"
+MS="1 16 128 1024 8192"
+[ "$QUICK" = "--quick" ] && SHAPES="8192x8192" && MS="1 2 16 128 1024"
+for a in $ALGOS; do for s in $SHAPES; do for m in $MS; do
+  timeout 60 "$BIN/moq" bench linear --device cuda --algo "$a" --m "$m" --n "${s%x*}" --k "${s#*x}" --json >> "$OUT/moq.jsonl" 2>> "$OUT/moq.err" || echo "moq bench $a $s m=$m failed" >> "$OUT/moq.err"
+done; done; done
+# The cuBLASLt-free FP8 rows too (the mma path at large M), N = K = 8192.
+[ "$QUICK" = "--quick" ] || for a in fp8_tensor fp8_row; do for m in 128 1024 8192; do
+  timeout 60 "$BIN/moq" bench linear --device cuda --algo "$a" --kernel "cuda_sm90_${a}_dequant_mma" --m "$m" --n 8192 --k 8192 --json >> "$OUT/moq.jsonl" 2>> "$OUT/moq.err"
+done; done
+$py bench/cuda_table.py "$OUT/moq.jsonl" "$OUT/torch.jsonl" --full > "$OUT/table_full.txt" 2>&1
+tail -5 "$OUT/moq.err" 2>/dev/null
+grep -E "PASSED|FAILED|SKIPPED|ERROR SUMMARY|rc=" "$OUT/tests.log" | head -20
+$py bench/cuda_table.py "$OUT/moq.jsonl" "$OUT/torch.jsonl"

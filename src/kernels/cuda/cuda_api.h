@@ -1,0 +1,89 @@
+/* cuda_api.h — the C interface of the CUDA code (the .cu files of src/kernels/cuda). No CUDA type appears
+ * here: callers are C files (the device layer src/kernels/device.c, the registry rows
+ * rows_cuda.c, tests). Every function returns NULL on success or a static/`msg` string saying
+ * what failed (a CUDA error name and the call); pointers named *_d are device memory.
+ *
+ * Layout of a packed weight (made on the host by moq_cuda_pack, uploaded once at create):
+ *   Np = N rounded up to 128, Kp = K rounded up to 128; pads are zero codes / zero scales, so
+ *   every kernel reads whole 16-byte vectors and whole tiles without bounds checks.
+ *   codes   e4m3 u8 [Np, Kp] | e2m1 u8 [Np, Kp/2] (low nibble first) | bf16 u16 [Np, Kp]
+ *   scales  NVFP4 e4m3 u8 [Np, Kp/16] | MXFP8 e8m0 u8 [Np, Kp/32] | BLK128 f32 [Np/128, Kp/128]
+ *   then    row_scale f32 [Np], bias f32 [Np] (0 without bias)
+ * Workspace (device, caller-owned; offsets from moq_cuda_ws_layout):
+ *   A   bf16 [Mp, Kp]   the activation after quantize-dequantize, exact in bf16 for every
+ *                       quantized pair (D4, D2·D4, D4·2^e), without per-token / g128 scales
+ *   q   u8   [Mp, Kp]   activation codes (e4m3; NVFP4 packed [Mp, Kp/2])
+ *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
+ *   tok f32  [Mp]       per-token scale (1 when the pair has none)
+ *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
+ *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
+ *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
+ */
+#ifndef MOQ_KERNELS_CUDA_CUDA_API_H
+#define MOQ_KERNELS_CUDA_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device layer (device.cu) ---- */
+const char *moq_cuda_probe(char *info, size_t info_len);  /* NULL: a usable sm_90 GPU is present */
+const char *moq_cuda_malloc(size_t bytes, void **out);
+void        moq_cuda_free(void *p);
+const char *moq_cuda_h2d(void *dst_d, const void *src, size_t bytes);
+const char *moq_cuda_d2h(void *dst, const void *src_d, size_t bytes);
+const char *moq_cuda_d2d(void *dst_d, const void *src_d, size_t bytes);
+const char *moq_cuda_sync(void);
+
+/* ---- kernels (act_quant.cu, gemv.cu, gemm_mma.cu, cublaslt.cu) ---- */
+/* Pair kinds the kernels know (one per moq_pair_id with a CUDA row; rows_cuda.c maps them). */
+typedef enum moq_cuda_kind {
+    MOQ_CK_BF16 = 0, MOQ_CK_FP8_TENSOR, MOQ_CK_FP8_ROW, MOQ_CK_FP8_BLK128, MOQ_CK_NVFP4,
+    MOQ_CK_NVFP4_W4A16, MOQ_CK_MXFP8, MOQ_CK_COUNT
+} moq_cuda_kind;
+
+typedef struct moq_cuda_ws {
+    size_t a, q, sf, tok, gs, d, lt, total; /* byte offsets into the workspace, total size */
+} moq_cuda_ws;
+/* Mp: M rounded up to the GEMM tile (16 for M <= 16, else 128). */
+int64_t     moq_cuda_mpad(int64_t M);
+moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt);
+
+typedef struct moq_cuda_args {
+    moq_cuda_kind kind;
+    int64_t       M, N, K, Np, Kp;
+    const void   *x_d;         /* f32 | bf16 [M, K]                                            */
+    int           x_bf16;
+    void         *y_d;         /* f32 | bf16 [M, N]                                            */
+    int           y_bf16;
+    const void   *codes_d, *scales_d;
+    const float  *row_scale_d, *bias_d;
+    float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
+    int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
+    int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
+    void         *ws_d;
+    moq_cuda_ws   ws;
+} moq_cuda_args;
+
+/* Quantizes x into the workspace's A, q, sf, tok, gs (rows M..Mp-1 and columns K..Kp-1 zero). */
+const char *moq_cuda_act_quant(const moq_cuda_args *a);
+/* y = epilogue(A · Wᵀ) for M <= 16: one warp per output row, weights streamed once. */
+const char *moq_cuda_gemv(const moq_cuda_args *a);
+/* The same for any M: 128x128x32 tiles, weights dequantized to bf16 in shared memory,
+ * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
+const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
+const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
+/* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
+const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
+
+/* verify.cu: hardware cvt.rn.satfinite.e4m3 vs the software encoder over all 2^32 inputs:
+ * mismatches on non-NaN inputs (first one's bits), and on NaN inputs (sign handling). */
+const char *moq_cuda_verify_e4m3(unsigned long long *mismatch, unsigned long long *nan_mismatch, unsigned int *first);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
