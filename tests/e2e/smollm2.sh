@@ -6,8 +6,10 @@
 #   - `moq tokenize` gives the reference's ids for the chat prompt and for the shipped text;
 #   - `moq run --chat` (greedy) gives the reference's greedy tokens (its end-of-sequence token is not
 #     printed by moq, which stops there);
-#   - `moq eval --ctx 256` perplexity over the text is within 0.5 % of the reference's 24.18
-#     (float32 activations against float64: measured 24.1846 against 24.18455);
+#   - `moq eval --ctx 256` perplexity over the text's first 24 lines (213 tokens; short, so the test
+#     stays quick under the sanitizers) is within 0.5 % of the reference's 17.5725 (float32
+#     activations against float64: measured 17.5725; the whole text, in docs/ACCURACY.md: 24.1846
+#     against 24.18455);
 #   - a fresh `moq convert-gguf --dtype f32` of the same file is what `moq check` accepts and
 #     greedy-decodes the same text.
 set -u
@@ -45,8 +47,9 @@ want=$(json_list greedy_ids | sed 's/ 2$//')   # id 2 = <|im_end|>, where moq st
 got=$("$MOQ" run "$BF16" --chat -p "$PROMPT" -n 24 --json 2>"$TMP/err" | sed -n 's/.*"ids":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
 same "greedy ids (bf16)" "$got" "$want"
 
-ref=$(json_num ppl)
-ppl=$("$MOQ" eval "$BF16" --text "$TEXT" --ctx 256 --json 2>"$TMP/err" | sed -n 's/.*"ppl":\([0-9.e+-]*\).*/\1/p')
+ref=$(json_num ppl_head)
+head -n "$(json_num head_lines)" "$TEXT" > "$TMP/head.txt"
+ppl=$("$MOQ" eval "$BF16" --text "$TMP/head.txt" --ctx 256 --json 2>"$TMP/err" | sed -n 's/.*"ppl":\([0-9.e+-]*\).*/\1/p')
 if awk -v p="$ppl" -v r="$ref" 'BEGIN { d = (p - r) / r; if (d < 0) d = -d; exit !(p != "" && d < 0.005) }'; then
     echo "ok: perplexity $ppl (reference $ref)"
 else
