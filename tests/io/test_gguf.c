@@ -103,7 +103,7 @@ static gbuf gguf_build(const gfile *g, const kvs *k, const gt *ts, size_t nt) {
         next = (offs[i] + sizes[i] + a - 1) / a * a;
         put_str(&b, ts[i].name);
         put_u32(&b, ts[i].nd);
-        for (uint32_t d = 0; d < ts[i].nd; d++) put_u64(&b, ts[i].ne[d]);
+        for (uint32_t d = 0; d < ts[i].nd; d++) put_u64(&b, d < 4 ? ts[i].ne[d] : 1);
         put_u32(&b, ts[i].type);
         put_u64(&b, offs[i]);
     }
