@@ -482,7 +482,7 @@ const moq_gguf_tensor *moq_gguf_find_tensor(const moq_gguf_file *f, const char *
 static bool int_at(moq_gguf_vtype t, const uint8_t *p, int64_t *out) {
     switch (t) {
     case MOQ_GGUF_U8: *out = p[0]; return true;
-    case MOQ_GGUF_I8: *out = (int8_t)p[0]; return true;
+    case MOQ_GGUF_I8: *out = p[0] < 128 ? (int64_t)p[0] : (int64_t)p[0] - 256; return true;
     case MOQ_GGUF_U16: *out = rd16(p); return true;
     case MOQ_GGUF_I16: *out = (int16_t)rd16(p); return true;
     case MOQ_GGUF_U32: *out = rd32(p); return true;

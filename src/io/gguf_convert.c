@@ -598,7 +598,7 @@ moq_status moq_gguf_convert(const char *path, const char *out_dir, const moq_ggu
     moq_gguf_convert_opts o = opts ? *opts : moq_gguf_convert_opts_default();
     if (o.dtype != MOQ_DT_BF16 && o.dtype != MOQ_DT_F32)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gguf_convert", "dtype %s, expected BF16 or F32", moq_dtype_name(o.dtype));
-    moq_gguf_convert_info inf_local, *inf = info ? info : &inf_local;
+    moq_gguf_convert_info inf_local = {0}, *inf = info ? info : &inf_local;
     memset(inf, 0, sizeof *inf);
     MOQ_TRY(check_out_dir(out_dir, err));
 
