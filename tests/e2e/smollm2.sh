@@ -10,8 +10,7 @@
 #     stays quick under the sanitizers) is within 0.5 % of the reference's 17.5725 (float32
 #     activations against float64: measured 17.5725; the whole text, in docs/ACCURACY.md: 24.1846
 #     against 24.18455);
-#   - a fresh `moq convert-gguf --dtype f32` of the same file is what `moq check` accepts and
-#     greedy-decodes the same text.
+#   - a fresh `moq convert-gguf --dtype f32` of the same file is what `moq check` accepts.
 set -u
 MOQ=${MOQ_BIN:?MOQ_BIN not set}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -58,6 +57,4 @@ fi
 
 "$MOQ" convert-gguf "$GGUF" "$TMP/f32" --dtype f32 --quiet || { echo "FAIL: convert-gguf --dtype f32"; fail=1; }
 "$MOQ" check "$TMP/f32" >/dev/null || { echo "FAIL: moq check on the f32 conversion"; fail=1; }
-got=$("$MOQ" run "$TMP/f32" --chat -p "$PROMPT" -n 24 --json 2>/dev/null | sed -n 's/.*"text":"\([^"]*\)".*/\1/p')
-same "greedy text (f32)" "$got" "$(json_str greedy_text | sed 's/<|im_end|>$//')"
 exit $fail
