@@ -3,7 +3,8 @@
 # there; else this test says so and is skipped, exit 77). Against tests/golden/smollm2/expected.json,
 # written by an independent numpy/gguf/tokenizers reference (ref.py there), on the BF16 conversion:
 #   - the GGUF file has the recorded sha256;
-#   - `moq tokenize` gives the reference's ids for the chat prompt and for the shipped text;
+#   - `moq tokenize` gives the reference's ids for the chat prompt, the shipped text and 8 short
+#     texts (digits, whitespace runs, scripts, emoji, special tokens, bytes the vocabulary lacks);
 #   - `moq run --chat` (greedy) gives the reference's greedy tokens (its end-of-sequence token is not
 #     printed by moq, which stops there);
 #   - `moq eval --ctx 256` perplexity over the text's first 24 lines (213 tokens; short, so the test
@@ -41,6 +42,18 @@ same "gguf sha256" "$(sha256sum "$GGUF" | cut -d' ' -f1)" "$(json_str gguf_sha25
 PROMPT=$(json_str prompt)
 same "chat prompt ids" "$("$MOQ" tokenize "$BF16" --chat --text "$PROMPT")" "$(json_list prompt_ids)"
 same "text ids" "$("$MOQ" tokenize "$BF16" < "$TEXT")" "$(json_list text_ids)"
+# tokenizer cases: digits, whitespace, scripts, emoji, specials inside text, bytes the vocabulary lacks
+flat=$(tr -d '\n ' < "$EXP")
+hexes=$(printf '%s' "$flat" | sed -n 's/.*"tokenizer_cases_hex":\[\([^]]*\)\].*/\1/p' | tr -d '"' | tr ',' ' ')
+lists=$(printf '%s' "$flat" | sed -n 's/.*"tokenizer_cases_ids":\[\[\(.*\)\]\],"head_lines".*/\1/p' | sed 's/\],\[/\n/g')
+[ -n "$hexes" ] && [ -n "$lists" ] || { echo "FAIL: no tokenizer cases in $EXP"; fail=1; }
+i=0
+for hex in $hexes; do
+    i=$((i + 1))
+    want=$(printf '%s\n' "$lists" | sed -n "${i}p" | tr ',' ' ')
+    got=$(printf '%b' "$(printf '%s' "$hex" | sed 's/../\\x&/g')" | "$MOQ" tokenize "$BF16")
+    same "tokenizer case $i" "$got" "$want"
+done
 
 want=$(json_list greedy_ids | sed 's/ 2$//')   # id 2 = <|im_end|>, where moq stops
 got=$("$MOQ" run "$BF16" --chat -p "$PROMPT" -n 24 --json 2>"$TMP/err" | sed -n 's/.*"ids":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')

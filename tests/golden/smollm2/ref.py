@@ -12,7 +12,7 @@ bf16 (nearest even, done here with integer arithmetic) as `moq convert-gguf --dt
   usage: python3 tests/golden/smollm2/ref.py GGUF TEXT > tests/golden/smollm2/expected.json
          (pip install numpy gguf tokenizers jinja2; about a minute on two cores)
 
-Writes JSON: the chat prompt's ids and greedy continuation (with each step's top-1/top-2 logit
+Writes JSON: the ids of TOKENIZER_CASES, the chat prompt's ids and greedy continuation (with each step's top-1/top-2 logit
 margin), the text's token ids, and the perplexity over TEXT in windows of 256 tokens, each window
 scored from its second token on (as `moq eval --ctx 256`), for the whole text and for its first
 HEAD_LINES lines.
@@ -32,6 +32,13 @@ VERSION = 1
 PROMPT = "What is the capital of France?"
 N_GEN = 24
 WINDOW = 256
+# texts whose ids the test compares: digits (split one by one), whitespace runs, contractions,
+# non-Latin scripts, emoji, special tokens inside text, and bytes the vocabulary lacks (dropped)
+TOKENIZER_CASES = [
+    "In 1813, 42 ships carried 1,234,567 pounds.", "  two  spaces\tand\ttabs\n\n\nnewlines  ",
+    "I'm sure you're right; we'll see.", "Café naïve 日本語のテキスト Русский текст", "emoji 😀👍🏽 ❤️",
+    "<|im_start|>user\nhi<|im_end|>", "a\x04b !\x04! (\x06) \x13\x14", "def f(x):\n    return x ** 2  # sq",
+]
 HEAD_LINES = 24  # a short prefix of the text for the test under sanitizers
 
 
@@ -153,6 +160,7 @@ def main():
     head = "".join(text.splitlines(keepends=True)[:HEAD_LINES])  # `head -n HEAD_LINES TEXT`
     hids = tok.encode(head).ids
     ppl_head, scored_head = perplexity(hids)
+    cases = [tok.encode(c).ids for c in TOKENIZER_CASES]
     json.dump({
         "magic": MAGIC, "version": VERSION,
         "generator": "tests/golden/smollm2/ref.py (numpy float64, gguf dequantize, tokenizers, jinja2)",
@@ -161,6 +169,7 @@ def main():
         "greedy_ids": gen, "greedy_text": tok.decode(gen, skip_special_tokens=False), "greedy_margins": margins,
         "text_file": text_path, "text_n_tokens": len(tids), "text_ids": tids,
         "window": WINDOW, "scored": scored, "ppl": ppl,
+        "tokenizer_cases_hex": [c.encode().hex() for c in TOKENIZER_CASES], "tokenizer_cases_ids": cases,
         "head_lines": HEAD_LINES, "head_n_tokens": len(hids), "head_scored": scored_head, "ppl_head": ppl_head,
     }, sys.stdout, indent=1)
     sys.stdout.write("\n")
