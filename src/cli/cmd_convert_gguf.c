@@ -1,7 +1,7 @@
 /* cmd_convert_gguf.c — `moq convert-gguf FILE.gguf OUT_DIR [--dtype bf16|f32]`: write a Hugging Face
  * checkpoint (safetensors, config.json, tokenizer files) from a llama.cpp GGUF model
  * (io/gguf_convert.c). Progress bar on a TTY; phase timings on stderr. Covered by
- * tests/e2e/gguf_cli.sh and tests/e2e/smollm2.sh. */
+ * tests/io/test_gguf.c (test_convert_cli) and tests/e2e/smollm2.sh. */
 #include <getopt.h>
 #include <string.h>
 

@@ -683,6 +683,42 @@ static void test_convert_tiny(void **state) {
     free(dir);
 }
 
+/* `moq convert-gguf` through the CLI: exit codes are moq_status values, errors one line. */
+static void test_convert_cli(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir("gguf_cli");
+    rng = 777;
+    char *src = build_tiny_llama(dir, "tiny.gguf", false, 0);
+    char cmd[4096], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' convert-gguf '%s' '%s/hf'", tu_moq_bin(), src, dir);
+    int rc = tu_run(cmd, out, sizeof out);
+    if (rc != 0) fail_msg("%s: exit %d: %s", cmd, rc, out);
+    assert_non_null(strstr(out, "2 layers, "));
+    assert_non_null(strstr(out, "moq: convert "));                 /* per-phase timings */
+    assert_null(strstr(out, "tied embeddings"));                   /* this file has output.weight */
+    rc = tu_run(cmd, out, sizeof out);                             /* again: the directory is not empty */
+    assert_int_equal(rc, MOQ_ERR_IO);
+    assert_non_null(strstr(out, "/hf: exists and is not empty"));
+    assert_non_null(strstr(out, "moq: "));
+    snprintf(cmd, sizeof cmd, "'%s' convert-gguf '%s' '%s/hf2' --dtype f16", tu_moq_bin(), src, dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), MOQ_ERR_INVALID_ARG);
+    assert_non_null(strstr(out, "--dtype f16: expected bf16 or f32"));
+    snprintf(cmd, sizeof cmd, "'%s' convert-gguf '%s'", tu_moq_bin(), src);
+    assert_int_equal(tu_run(cmd, out, sizeof out), MOQ_ERR_INVALID_ARG);
+    snprintf(cmd, sizeof cmd, "'%s' convert-gguf '%s/missing.gguf' '%s/hf3'", tu_moq_bin(), dir, dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), MOQ_ERR_IO);
+    assert_non_null(strstr(out, "missing.gguf"));
+    snprintf(cmd, sizeof cmd, "'%s' check '%s/hf'", tu_moq_bin(), dir);
+    rc = tu_run(cmd, out, sizeof out);
+    if (rc != 0) fail_msg("%s: exit %d: %s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "'%s' run '%s/hf' -p hello -n 3 --ctx 16", tu_moq_bin(), dir);
+    rc = tu_run(cmd, out, sizeof out);
+    if (rc != 0) fail_msg("%s: exit %d: %s", cmd, rc, out);
+    free(src);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Converter errors: each names the file and the key or tensor. */
 static void kv_no_arch(kvs *k) { kv_u32(k, "llama.block_count", 1); }
 static void kv_arch_gpt2(kvs *k) { kv_str(k, "general.architecture", "gpt2"); }
@@ -723,6 +759,7 @@ int main(void) {
         cmocka_unit_test(test_dequant_blocks),
         cmocka_unit_test(test_convert_tiny),
         cmocka_unit_test(test_convert_errors),
+        cmocka_unit_test(test_convert_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
