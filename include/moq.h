@@ -166,6 +166,12 @@ typedef struct moq_arch {
     double  rope_scaling_factor;
     double  rms_norm_eps;
     bool    tie_word_embeddings;
+    /* Where rope_theta and the scaling settings came from: "rope_parameters" (transformers 5),
+     * "rope_theta" (top level, older files), "rope_scaling" (theta inside the scaling object), each
+     * possibly under "text_config."; "" when config.json does not say (rope_theta is then 0 and
+     * the runner uses the architecture's documented default, or refuses). */
+    char    rope_theta_key[48];
+    char    rope_params_key[48];   /* the object the rope type, factor and type parameters come from */
 } moq_arch;
 
 typedef struct moq_checkpoint_opts {
@@ -543,6 +549,10 @@ typedef enum moq_moe_format {
     MOQ_MOE_FMT_NVFP4,           /* "NVFP4" W4A4                                                 */
     MOQ_MOE_FMT_W4A16_NVFP4,     /* "W4A16_NVFP4": NVFP4 weights, unquantized activations       */
     MOQ_MOE_FMT_MXFP8,           /* "MXFP8": e4m3 + e8m0 per 32                                   */
+    MOQ_MOE_FMT_FP8_PER_CHANNEL, /* "FP8_PER_CHANNEL_PER_TOKEN": e4m3 + f32 [N] per output channel,
+                                    dynamic per-token activations, no input_scale               */
+    MOQ_MOE_FMT_NVFP4_AWQ,       /* "NVFP4_AWQ": NVFP4 W4A4, x multiplied by each projection's
+                                    pre_quant_scale (gate and up share one) where present        */
     MOQ_MOE_FMT_COUNT
 } moq_moe_format;
 
@@ -642,8 +652,9 @@ typedef struct moq_model_opts {
     moq_compat      compat;             /* resolution rules (MOQ_COMPAT_MOQ)                         */
     moq_elem        kv_elem;            /* cache encoding when the config declares no KV quantization:
                                            MOQ_ELEM_F32 (default) or MOQ_ELEM_BF16                   */
-    float           kv_scales_default;  /* > 0: use for FP8 KV layers without k_scale/v_scale; 0 (default):
-                                           such a checkpoint is MOQ_ERR_TENSOR. Never silently 1.0.  */
+    float           kv_scales_default;  /* ignored (kept for ABI): an FP8 KV cache with no k/v scale in
+                                           any layer uses 1.0, ModelOpt's meaning, with one warning;
+                                           scales in some layers only is MOQ_ERR_TENSOR              */
     uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
     moq_progress_fn progress;           /* NULL: none                                                */
     void           *progress_user;

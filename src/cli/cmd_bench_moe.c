@@ -40,7 +40,7 @@ static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); 
 /* --algo names: the linear bench's pair names, mapped to the expert format. */
 static const struct { const char *algo; moq_moe_format f; } algos[] = {
     {"nvfp4_w4a4", MOQ_MOE_FMT_NVFP4}, {"nvfp4_w4a16", MOQ_MOE_FMT_W4A16_NVFP4}, {"fp8_tensor", MOQ_MOE_FMT_FP8},
-    {"fp8_blk128", MOQ_MOE_FMT_FP8_PB_WO}, {"mxfp8", MOQ_MOE_FMT_MXFP8}, {"bf16", MOQ_MOE_FMT_UNQUANTIZED},
+    {"fp8_blk128", MOQ_MOE_FMT_FP8_PB_WO}, {"fp8_row", MOQ_MOE_FMT_FP8_PER_CHANNEL}, {"mxfp8", MOQ_MOE_FMT_MXFP8}, {"bf16", MOQ_MOE_FMT_UNQUANTIZED},
 };
 
 void cmd_bench_moe_help(FILE *out) {

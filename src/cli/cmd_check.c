@@ -88,6 +88,8 @@ int cmd_check(int argc, char **argv) {
                 cJSON_AddStringToObject(p, "code", moq_status_str(m.probs[i].code));
                 cJSON_AddItemToArray(ps, p);
             }
+            cJSON *ns = cJSON_AddArrayToObject(o, "notes");
+            for (int i = 0; i < m.notes.n; i++) cJSON_AddItemToArray(ns, cJSON_CreateString(moq_notes_at(&m.notes, i)));
             cJSON_AddBoolToObject(o, "clean", n_probs == 0);
             char *s = cJSON_Print(o);
             printf("%s\n", s);
@@ -96,6 +98,7 @@ int cmd_check(int argc, char **argv) {
         } else {
             if (arch_bad) printf("config.json: %s\n", arch_msg);
             for (int i = 0; i < m.n_probs; i++) printf("%s: %s\n", m.probs[i].where, m.probs[i].msg);
+            for (int i = 0; i < m.notes.n; i++) printf("note: %s\n", moq_notes_at(&m.notes, i));
             printf("%s: %d modules checked%s (%s), %d problem%s\n", path, layers, values ? " with values" : "",
                    q ? moq_qconfig_source(q) : "no quantization config", n_probs, n_probs == 1 ? "" : "s");
         }

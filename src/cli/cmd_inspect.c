@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "config/modules.h"
+#include "model/model.h"
 
 void cmd_inspect_help(FILE *out) {
     fprintf(out,
@@ -129,6 +130,13 @@ static cJSON *arch_json(const moq_arch *a) {
     I(intermediate_size); I(moe_intermediate_size); I(num_experts); I(num_experts_per_tok); I(vocab_size);
     I(max_position_embeddings); I(rope_theta); I(rms_norm_eps);
 #undef I
+    cJSON_AddStringToObject(o, "rope_theta_key", a->rope_theta_key);
+    double td;
+    const char *cls;
+    if (!a->rope_theta_key[0] && moq_model_rope_theta_default(a->architecture, &td, &cls)) {
+        cJSON_AddNumberToObject(o, "rope_theta_default", td);
+        cJSON_AddStringToObject(o, "rope_theta_default_from", cls);
+    }
     cJSON_AddStringToObject(o, "rope_scaling_type", a->rope_scaling_type);
     cJSON_AddNumberToObject(o, "rope_scaling_factor", a->rope_scaling_factor);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", a->tie_word_embeddings);
@@ -260,6 +268,8 @@ int cmd_inspect(int argc, char **argv) {
         }
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++)
             cJSON_AddItemToArray(w, cJSON_CreateString(moq_checkpoint_warning(c, i)));
+        cJSON *ns = cJSON_AddArrayToObject(o, "notes");
+        for (int i = 0; i < mods.notes.n; i++) cJSON_AddItemToArray(ns, cJSON_CreateString(moq_notes_at(&mods.notes, i)));
         char *s = cJSON_Print(o);
         printf("%s\n", s);
         cJSON_free(s);
@@ -277,7 +287,14 @@ int cmd_inspect(int argc, char **argv) {
             if (a->num_experts)
                 printf("             experts %lld (top-%lld, moe intermediate %lld)\n", (long long)a->num_experts,
                        (long long)a->num_experts_per_tok, (long long)a->moe_intermediate_size);
-            printf("             rope theta %g%s%s, context %lld, tied embeddings %s\n", a->rope_theta,
+            char theta[160];
+            double td;
+            const char *cls;
+            if (a->rope_theta_key[0]) snprintf(theta, sizeof theta, "%g (%s)", a->rope_theta, a->rope_theta_key);
+            else if (moq_model_rope_theta_default(a->architecture, &td, &cls))
+                snprintf(theta, sizeof theta, "%g (%s default: config.json has no rope_theta)", td, cls);
+            else snprintf(theta, sizeof theta, "missing (config.json has no rope_theta and the architecture no default; `moq run` refuses)");
+            printf("             rope theta %s%s%s, context %lld, tied embeddings %s\n", theta,
                    a->rope_scaling_type[0] ? ", scaling " : "", a->rope_scaling_type, (long long)a->max_position_embeddings,
                    a->tie_word_embeddings ? "yes" : "no");
         }
@@ -316,6 +333,7 @@ int cmd_inspect(int argc, char **argv) {
             if (mods.mods[k].kind != MOQ_MOD_OTHER && mods.mods[k].res.excluded) printf("  %s (%s)\n", mods.mods[k].name, mods.mods[k].res.rule);
         printf("methods\n");
         for (int i = 0; i < nm; i++) printf("  %-19s %d\n", mnames[i], mcount[i]);
+        for (int i = 0; i < mods.notes.n; i++) printf("note         %s\n", moq_notes_at(&mods.notes, i));
         if (mods.n_probs) printf("problems     %d (run `moq check %s`)\n", mods.n_probs, path);
         if (arch_bad) fprintf(stderr, "moq: warning: config.json: %s\n", arch_msg);
         for (int i = 0; i < moq_checkpoint_warning_count(c); i++) fprintf(stderr, "moq: warning: %s\n", moq_checkpoint_warning(c, i));

@@ -23,9 +23,10 @@ void cmd_run_help(FILE *out) {
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
             "--temp 0 (the default) is greedy; else softmax(logits / T) limited to --top-k and --top-p, drawn\n"
             "with --seed (same seed, same text). --ctx N preallocates N positions (default: the model's,\n"
-            "at most 4096). A checkpoint declaring an FP8 KV cache without k_scale/v_scale tensors is an\n"
-            "error unless --kv-scales-default S (e.g. 1.0) says which scale to use. --kv-cache picks the cache\n"
-            "encoding when the checkpoint declares no KV quantization (default f32).\n"
+            "at most 4096). A checkpoint declaring an FP8 KV cache with no k_scale/v_scale tensor in any layer\n"
+            "runs with scale 1.0 (ModelOpt's default export means that) and says so; scales in some layers\n"
+            "only is an error. --kv-scales-default 1.0 is accepted for old scripts and changes nothing.\n"
+            "--kv-cache picks the cache encoding when the checkpoint declares no KV quantization (default f32).\n"
             "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
             "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
@@ -78,8 +79,9 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
     }
     case 'K': {
         float v = strtof(arg, &end);
-        if (*end || !(v > 0) || !isfinite(v)) return cli_usage_error(cmd, "--kv-scales-default %s, expected a finite value > 0", arg);
-        o->kv_scales_default = v;
+        /* A no-op alias kept for scripts: 1.0 is what a missing scale means (ModelOpt's fp8_cast). */
+        if (*end || v != 1.0f)
+            return cli_usage_error(cmd, "--kv-scales-default %s: only 1.0 is accepted, and it is the default now (a file without KV scales means 1.0)", arg);
         return 0;
     }
     case 'V':

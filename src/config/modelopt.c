@@ -39,10 +39,10 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .group_size_truncate = false, .group_size_string = true, .group_size_from_groups = true, .group_size_consistent = true,
         .group_size_required_fp4 = false, .nested_required_fields = true, .nvfp4_wonly_groups = true,
         .mxfp8_minimax = true, .hybrid_fp8_nvfp4 = true, .mp_block_size_check = true, .mp_group_from_layers = false,
-        .mp_unknown_algo_error = true,
+        .mp_unknown_algo_error = true, .moq_only_algos = true,
         .ex_substring = true, .ex_fnmatch = true, .ex_fnmatch_stripped = true, .ex_regex_parts = false,
         .ex_fused_patterns = true, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .vision_rule = true, .vision_moe_linear = false,
-        .attention_always_kv = false, .kv_auto_is_kv = false, .pbwo_block_moe = true, .pcpt_moe = true,
+        .attention_always_kv = false, .kv_auto_is_kv = false, .pbwo_block_moe = true, .pcpt_moe_channel = true,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
         .fp8_fused = MOQ_FP8_FUSED_KEEP, .nvfp4_fused_ws2_max = false,
@@ -53,10 +53,10 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .group_size_truncate = true, .group_size_string = true, .group_size_from_groups = false, .group_size_consistent = false,
         .group_size_required_fp4 = false, .nested_required_fields = true, .nvfp4_wonly_groups = true,
         .mxfp8_minimax = true, .hybrid_fp8_nvfp4 = false, .mp_block_size_check = true, .mp_group_from_layers = false,
-        .mp_unknown_algo_error = false,
+        .mp_unknown_algo_error = false, .moq_only_algos = false,
         .ex_substring = true, .ex_fnmatch = true, .ex_fnmatch_stripped = false, .ex_regex_parts = false,
         .ex_fused_patterns = false, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .vision_rule = true, .vision_moe_linear = true,
-        .attention_always_kv = true, .kv_auto_is_kv = false, .pbwo_block_moe = false, .pcpt_moe = true,
+        .attention_always_kv = true, .kv_auto_is_kv = false, .pbwo_block_moe = false, .pcpt_moe_channel = false,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
         .fp8_fused = MOQ_FP8_FUSED_REQUANT_DIFFER, .nvfp4_fused_ws2_max = true,
@@ -67,10 +67,10 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
         .group_size_truncate = false, .group_size_string = false, .group_size_from_groups = true, .group_size_consistent = false,
         .group_size_required_fp4 = true, .nested_required_fields = false, .nvfp4_wonly_groups = false,
         .mxfp8_minimax = false, .hybrid_fp8_nvfp4 = true, .mp_block_size_check = false, .mp_group_from_layers = true,
-        .mp_unknown_algo_error = false,
+        .mp_unknown_algo_error = false, .moq_only_algos = false,
         .ex_substring = false, .ex_fnmatch = false, .ex_fnmatch_stripped = false, .ex_regex_parts = true,
         .ex_fused_patterns = true, .ex_skipped_dot_boundary = true, .ex_skipped_linear_only = true, .vision_rule = false, .vision_moe_linear = false,
-        .attention_always_kv = false, .kv_auto_is_kv = true, .pbwo_block_moe = false, .pcpt_moe = false,
+        .attention_always_kv = false, .kv_auto_is_kv = true, .pbwo_block_moe = false, .pcpt_moe_channel = false,
         .mp_experts_parent = false, .mp_builtin_shards = false, .mp_resolve_first = true, .mp_all_linear_algos = false,
         .mp_attention_kv = true,
         .fp8_fused = MOQ_FP8_FUSED_REQUANT_ALWAYS, .nvfp4_fused_ws2_max = true,
@@ -379,6 +379,10 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
         if (!s || (!r->algo_alias_top && strcmp(s->algo, algo) != 0))
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%squant_algo \"%s\" is not one of %s, MIXED_PRECISION", kp, algo,
                             moq_scheme_list(list, sizeof list));
+        if (s->moq_only && !r->moq_only_algos)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, file,
+                            "%squant_algo \"%s\": vLLM's ModelOpt module raises \"ModelOpt currently only supports: %s, MIXED_PRECISION "
+                            "quantizations in vLLM\" (use --compat moq)", kp, algo, moq_scheme_list_engines(list, sizeof list));
         q->scheme = s;
         q->form = MOQ_QC_SINGLE;
         cls = class_of(s);

@@ -49,6 +49,7 @@ typedef struct moq_compat_rules {
     bool mp_block_size_check;     /* vLLM: one group_size over all block-FP8 layers                        */
     bool mp_group_from_layers;    /* SGLang: NVFP4 group size always from quantized_layers                 */
     bool mp_unknown_algo_error;   /* moq: an unknown per-layer algo is a config error                      */
+    bool moq_only_algos;          /* moq: algos neither seed accepts (scheme rows moq_only: NVFP4_AWQ)     */
     /* ---- resolution ---- */
     bool ex_substring;            /* vLLM: an exclude entry that is a substring of the prefix             */
     bool ex_fnmatch;              /* vLLM: fnmatch over the prefix                                         */
@@ -63,7 +64,8 @@ typedef struct moq_compat_rules {
     bool attention_always_kv;     /* vLLM single-algo configs: attention always gets the KV method        */
     bool kv_auto_is_kv;           /* SGLang: kv algo "auto" is truthy, attention gets the KV method       */
     bool pbwo_block_moe;          /* moq: FP8_PB_WO experts are block FP8 (vLLM single-algo: per-tensor)   */
-    bool pcpt_moe;                /* vLLM: FP8_PER_CHANNEL_PER_TOKEN experts get fp8_moe (SGLang mixed: none) */
+    bool pcpt_moe_channel;        /* moq: FP8_PER_CHANNEL_PER_TOKEN experts are per-channel FP8 (fp8_pcpt_moe);
+                                     vLLM single-algo: ModelOptFp8MoEMethod (per-tensor fp8_moe), mixed: none */
     bool mp_experts_parent;       /* vLLM: "<x>.experts" falls back to keys under "<x>."                   */
     bool mp_builtin_shards;       /* vLLM: qkv_proj / gate_up_proj shards without a packed mapping        */
     bool mp_resolve_first;        /* SGLang: per-layer algo resolved (and may fail) before exclusion      */

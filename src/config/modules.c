@@ -181,6 +181,7 @@ moq_status moq_modules_build(moq_modules *out, const moq_checkpoint *c, const mo
 
 void moq_modules_free(moq_modules *m) {
     if (!m) return;
+    moq_notes_free(&m->notes);
     for (int k = 0; k < m->n; k++) free(m->mods[k].name), free(m->mods[k].resolve_prefix), free(m->mods[k].tensors);
     free(m->mods);
     free(m->probs);
@@ -211,6 +212,20 @@ static bool shape_is(const moq_tensor *t, const moq_dim *dims, int64_t N, int64_
     for (int d = 0; d < nd; d++)
         if (!dim_matches(dims[d], t->shape[d], N, K, G)) return false;
     return true;
+}
+
+/* A tensor in any of the rule's accepted shapes: the main one, the alternative, or (scalar_if_one)
+ * 0-d where the main shape holds exactly one element. */
+static bool rule_shape_ok(const moq_tensor *t, const moq_tensor_rule *r, int64_t N, int64_t K, int64_t G) {
+    if (shape_is(t, r->shape, N, K, G) || (r->alt_used && shape_is(t, r->shape_alt, N, K, G))) return true;
+    if (!r->scalar_if_one || t->ndim != 0) return false;
+    int64_t n = 1;
+    for (int d = 0; d < MOQ_RULE_MAX_DIMS && r->shape[d] != MOQ_DIM_END; d++) {
+        const int64_t v = moq_dim_eval(r->shape[d], N, K, G);
+        if (v < 0) return false;
+        n *= v;
+    }
+    return n == 1;
 }
 
 static const char *shape_str(const moq_tensor *t, char *b, size_t n) {
@@ -287,8 +302,8 @@ static bool weight_shape_wrong(const moq_checkpoint *c, const char *name, const 
     for (const moq_tensor_rule *r = rules + 1; r->suffix; r++) {
         const moq_tensor *t = named_tensor(c, name, r->suffix);
         if (!t) continue;
-        const bool fc = shape_is(t, r->shape, *Nc, *Kc, G) || (r->alt_used && shape_is(t, r->shape_alt, *Nc, *Kc, G));
-        const bool fw = shape_is(t, r->shape, N, K, G) || (r->alt_used && shape_is(t, r->shape_alt, N, K, G));
+        const bool fc = rule_shape_ok(t, r, *Nc, *Kc, G);
+        const bool fw = rule_shape_ok(t, r, N, K, G);
         for_config += fc && !fw, for_weight += fw && !fc;
     }
     return for_config > 0 && for_weight == 0;
@@ -374,7 +389,7 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
             if (t == w && w->ndim != 2) problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected 2 dimensions (scheme %s)", shape_str(t, b1, sizeof b1), s->algo);
             continue;
         }
-        if (!shape_is(t, r->shape, N, K, G) && !(r->alt_used && shape_is(t, r->shape_alt, N, K, G)))
+        if (!rule_shape_ok(t, r, N, K, G))
             problem(m, MOQ_ERR_TENSOR, t->name, "shape %s, expected %s (scheme %s: %s; N=%lld, K=%lld%s)", shape_str(t, b1, sizeof b1),
                     expect_str(r->shape, N, K, G, b2, sizeof b2), s->algo, r->note, (long long)N, (long long)K,
                     G ? (snprintf(b3, sizeof b3, ", group %lld", (long long)G), b3) : "");
@@ -449,6 +464,19 @@ static void check_fused(moq_modules *m, const moq_module *first, const moq_check
             problem(m, MOQ_ERR_CONFIG, fused, "fused shards %s disagree; a fused layer needs one scheme", detail);
             return;
         }
+        /* AWQ: the shards read one input, so one pre_quant_scale (scheme/nvfp4.c refuses the rest) */
+        const moq_tensor *p0 = NULL;
+        int n_pqs = 0;
+        bool pqs_differ = false;
+        for (int s = 0; s < n; s++) {
+            const moq_tensor *t = module_tensor(c, sh[s], "pre_quant_scale");
+            if (!t) continue;
+            if (!n_pqs++) p0 = t;
+            else pqs_differ |= t->nbytes != p0->nbytes || t->dtype != p0->dtype || (t->data && p0->data && memcmp(t->data, p0->data, t->nbytes) != 0);
+        }
+        if (n_pqs && (n_pqs != n || pqs_differ))
+            problem(m, MOQ_ERR_TENSOR, fused, "fused shards have %s pre_quant_scale (%d of %d have one); the shards read one input and need one AWQ scale",
+                    n_pqs != n ? "missing" : "different", n_pqs, n);
         static const char *const globals[] = {"weight_scale_2", "input_scale"};
         for (size_t r = 0; r < 2; r++) {
             float v0 = 0, v;
@@ -508,7 +536,89 @@ static void check_values(moq_modules *m, const moq_module *mod, const moq_checkp
     }
 }
 
+/* ---- FP8 KV cache ---------------------------------------------------------------------------- */
+
+static const struct { const char *algo; moq_elem elem; bool scaled; } kv_algos[] = {
+    {"FP8", MOQ_ELEM_E4M3, true},
+};
+
+bool moq_kv_algo_find(const char *algo, moq_elem *elem, bool *scaled) {
+    for (size_t i = 0; algo && i < sizeof kv_algos / sizeof kv_algos[0]; i++)
+        if (strcmp(kv_algos[i].algo, algo) == 0) {
+            *elem = kv_algos[i].elem, *scaled = kv_algos[i].scaled;
+            return true;
+        }
+    return false;
+}
+
+/* Names ModelOpt and the engines use for the per-layer KV scales (NUMERICS §8), in order of
+ * preference; the legacy single kv_scale serves both. */
+static const struct { const char *k, *v; } kv_scale_names[] = {
+    {".self_attn.k_proj.k_scale", ".self_attn.v_proj.v_scale"},
+    {".self_attn.k_scale", ".self_attn.v_scale"},
+    {".self_attn.attn.k_scale", ".self_attn.attn.v_scale"},
+    {".self_attn.kv_scale", ".self_attn.kv_scale"},
+};
+enum { N_KV_NAMES = sizeof kv_scale_names / sizeof kv_scale_names[0] };
+
+/* The first tensor of layer l under the k (which 0) or v (1) names, or NULL. */
+static const moq_tensor *kv_tensor(const moq_checkpoint *c, int64_t l, int which) {
+    char nm[320];
+    for (int r = 0; r < N_KV_NAMES; r++) {
+        snprintf(nm, sizeof nm, "model.layers.%lld%s", (long long)l, which ? kv_scale_names[r].v : kv_scale_names[r].k);
+        const moq_tensor *t = moq_checkpoint_tensor(c, nm);
+        if (t) return t;
+    }
+    return NULL;
+}
+
+moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, float *v, bool *defaulted, moq_error *err) {
+    *defaulted = false;
+    int64_t first_with = -1;
+    for (int64_t l = 0; l < L && first_with < 0; l++)
+        if (kv_tensor(c, l, 0) || kv_tensor(c, l, 1)) first_with = l;
+    if (first_with < 0) {
+        for (int64_t l = 0; l < L; l++) {
+            if (k) k[l] = 1.0f;
+            if (v) v[l] = 1.0f;
+        }
+        *defaulted = true;
+        return MOQ_OK;
+    }
+    char nm[320];
+    for (int64_t l = 0; l < L; l++)
+        for (int which = 0; which < 2; which++) {
+            const moq_tensor *t = kv_tensor(c, l, which);
+            float val = 0;
+            if (!t) {
+                snprintf(nm, sizeof nm, "model.layers.%lld%s", (long long)l, which ? kv_scale_names[0].v : kv_scale_names[0].k);
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing while layer %lld has KV scales (also looked for .self_attn.%s, "
+                                ".self_attn.attn.%s, .self_attn.kv_scale); an FP8 KV cache needs k_scale and v_scale in every layer or in none",
+                                (long long)first_with, which ? "v_scale" : "k_scale", which ? "v_scale" : "k_scale");
+            }
+            if (t->nelem != 1 || !t->data || !scale_value(t, 0, &val))
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "%s with %llu elements, expected one F32, BF16 or F16 value",
+                                moq_dtype_name(t->dtype), (unsigned long long)t->nelem);
+            if (!(val > 0) || !isfinite(val)) return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "KV scale %g, expected a finite value > 0", (double)val);
+            if (which == 0 && k) k[l] = val;
+            if (which == 1 && v) v[l] = val;
+        }
+    return MOQ_OK;
+}
+
+/* The KV-cache scales of a config declaring a scaled KV cache, as the runner will read them. */
+static void check_kv_scales(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q) {
+    const moq_arch *a = moq_checkpoint_arch(c);
+    moq_elem e;
+    bool scaled = false, defaulted = false;
+    if (!q || !a || a->num_hidden_layers < 1 || !moq_kv_algo_find(moq_qconfig_kv_cache_quant_algo(q), &e, &scaled) || !scaled) return;
+    moq_error er = {0};
+    if (moq_kv_scales_read(c, a->num_hidden_layers, NULL, NULL, &defaulted, &er) != MOQ_OK) problem(m, er.code, er.where, "%s", er.msg);
+    else if (defaulted) (void)moq_notes_add(&m->notes, "%s", MOQ_KV_SCALES_DEFAULT_NOTE);
+}
+
 moq_status moq_modules_check(moq_modules *m, const moq_checkpoint *c, const moq_qconfig *q, bool values, moq_error *err) {
+    check_kv_scales(m, c, q);
     moq_strmap by_name;
     if (!moq_strmap_init(&by_name, (size_t)m->n + 1)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(c), "out of memory");
     for (int k = 0; k < m->n; k++) moq_strmap_put(&by_name, m->mods[k].name, (size_t)k, NULL);

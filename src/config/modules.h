@@ -6,6 +6,7 @@
 #define MOQ_CONFIG_MODULES_H
 
 #include "config/modelopt.h"
+#include "core/notes.h"
 #include "moq.h"
 
 typedef enum moq_module_kind { MOQ_MOD_LINEAR = 0, MOQ_MOD_LM_HEAD, MOQ_MOD_EXPERT, MOQ_MOD_EMBEDDING, MOQ_MOD_OTHER } moq_module_kind;
@@ -35,6 +36,7 @@ typedef struct moq_modules {
     moq_problem *probs;
     int          n_probs;
     int          cap_probs;
+    moq_notes    notes;             /* accepted, worth saying (FP8 KV cache without scales)     */
 } moq_modules;
 
 const char *moq_module_kind_name(moq_module_kind k);
@@ -61,6 +63,20 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
                          const size_t *tensors, int n_tensors, int *expected, int *found);
 /* Scans a scale tensor for NaN, Inf, zero and negative values: one problem naming it, with counts. */
 void moq_tensor_check_scale_values(moq_modules *m, const moq_tensor *t);
+/* kv_cache_quant_algo -> KV cache encoding, one table row each (NULL / "auto": not found).
+ * scaled: the encoding needs per-layer k_scale / v_scale. */
+bool moq_kv_algo_find(const char *algo, moq_elem *elem, bool *scaled);
+/* Per-layer FP8 KV-cache scales of decoder layers 0..L-1 (NUMERICS §8, §12), under the names in
+ * modules.c's table. Every layer has both: k, v f32 [L] filled (either may be NULL). No layer has
+ * any: ModelOpt's default fp8_cast export, which means scale 1.0: filled with 1.0 and *defaulted
+ * set. Some layers have them and others not, or a value that is not finite and > 0:
+ * MOQ_ERR_TENSOR naming the first missing tensor (or the bad one). `moq check`, `inspect` and the
+ * model runner all decide through this function. */
+moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, float *v, bool *defaulted, moq_error *err);
+/* The one note said when *defaulted (for the CLI and the model's warnings). */
+#define MOQ_KV_SCALES_DEFAULT_NOTE \
+    "the config declares an FP8 KV cache (kv_cache_quant_algo FP8) and no layer has k_scale/v_scale tensors: " \
+    "scale 1.0 is used, as ModelOpt's default fp8_cast export means and vLLM and SGLang load it"
 /* The fused projections checkpoints store as separate shards (qkv_proj, gate_up_proj, w13). */
 const moq_packed *moq_modules_fused_groups(int *n);
 

@@ -348,14 +348,15 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
         moq_method m = s->moe;
         const char *why = "quant_algo";
         if (m == MOQ_METHOD_FP8_BLOCK_MOE && !r->pbwo_block_moe) m = MOQ_METHOD_FP8_MOE, why = "quant_algo-fp8-experts-per-tensor";
-        if (s->linear == MOQ_METHOD_FP8_PCPT_LINEAR && !r->pcpt_moe) m = MOQ_METHOD_NONE;
+        /* vLLM's ModelOptFp8Config hands every FP8 algo's experts ModelOptFp8MoEMethod (per-tensor) */
+        if (m == MOQ_METHOD_FP8_PCPT_MOE && !r->pcpt_moe_channel) m = MOQ_METHOD_FP8_MOE, why = "quant_algo-fp8-experts-per-tensor";
         return set(out, m, s->algo, why, m == MOQ_METHOD_FP8_MOE ? 0 : group_of(q, s)), MOQ_OK;
     }
 
     /* MIXED_PRECISION */
     if (!r->mp_resolve_first) MOQ_TRY(mp_lookup(q, prefix, packed, n_packed, &L, &mp_rule, err));
     const moq_scheme *s = L ? L->scheme : NULL;
-    const bool dispatched = s && (r->mp_all_linear_algos || s->sglang_mixed);
+    const bool dispatched = s && (r->mp_all_linear_algos || s->sglang_mixed) && (!s->moq_only || r->moq_only_algos);
     if (lin) {
         /* vLLM's LINEAR_ALGOS has no FP8_BLOCK_SCALES: that alias only reaches MoE layers. */
         const bool alias_ok = !s || r->algo_alias_top || strcmp(L->algo, s->algo) == 0;
@@ -363,7 +364,7 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
             return set(out, MOQ_METHOD_UNQUANTIZED_LINEAR, NULL, L ? "mp-algo-not-dispatched" : mp_rule, 0), MOQ_OK;
         return set(out, s->linear, s->algo, mp_rule, group_of(q, s)), MOQ_OK;
     }
-    if (!dispatched || s->linear == MOQ_METHOD_FP8_PCPT_LINEAR)
+    if (!dispatched || (s->moe == MOQ_METHOD_FP8_PCPT_MOE && !r->pcpt_moe_channel)) /* vLLM: no MoE method for it */
         return set(out, MOQ_METHOD_NONE, NULL, L ? "mp-algo-not-dispatched" : mp_rule, 0), MOQ_OK;
     return set(out, s->moe, s->algo, mp_rule, group_of(q, s)), MOQ_OK;
 }

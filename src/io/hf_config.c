@@ -103,28 +103,47 @@ moq_status moq_arch_parse(moq_arch *a, const cJSON *cfg, const char *file, moq_e
     if (!a->num_key_value_heads) a->num_key_value_heads = a->num_attention_heads;
     if (!a->head_dim && a->num_attention_heads) a->head_dim = a->hidden_size / a->num_attention_heads;
 
-    MOQ_TRY(get_num(cfg, text, "rope_theta", &a->rope_theta, file, err));
     MOQ_TRY(get_num(cfg, text, "rms_norm_eps", &a->rms_norm_eps, file, err));
     bool p = false;
     MOQ_TRY(moq_json_bool(cfg, "tie_word_embeddings", &a->tie_word_embeddings, &p, file, NULL, err));
     if (!p && text) MOQ_TRY(moq_json_bool(text, "tie_word_embeddings", &a->tie_word_embeddings, &p, file, "text_config", err));
 
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
-    const char *rs_path = "rope_scaling";
-    if ((!rs || cJSON_IsNull(rs)) && text) {
-        rs = cJSON_GetObjectItemCaseSensitive(text, "rope_scaling");
-        rs_path = "text_config.rope_scaling";
+    /* RoPE (transformers 5 writes rope_theta and rope_type only inside "rope_parameters"; older
+     * files have a top-level rope_theta and a "rope_scaling" object, or null). First found wins:
+     * the object: rope_parameters, then rope_scaling, at the top level, then under text_config;
+     * theta: that object's rope_theta (transformers 5 keeps the dict's own value), then the
+     * top-level rope_theta, then text_config.rope_theta. */
+    static const struct { const char *key; bool in_text; } objs[] = {
+        {"rope_parameters", false}, {"rope_scaling", false}, {"rope_parameters", true}, {"rope_scaling", true}};
+    const cJSON *rs = NULL;
+    char rs_path[48] = "";
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0] && !rs; i++) {
+        const cJSON *base = objs[i].in_text ? text : cfg;
+        const cJSON *o = base ? cJSON_GetObjectItemCaseSensitive(base, objs[i].key) : NULL;
+        snprintf(rs_path, sizeof rs_path, "%s%s", objs[i].in_text ? "text_config." : "", objs[i].key);
+        if (!o || cJSON_IsNull(o)) continue;
+        if (!cJSON_IsObject(o)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is %s, expected an object or null", rs_path, moq_json_type(o));
+        rs = o;
     }
-    if (rs && !cJSON_IsNull(rs)) {
-        if (!cJSON_IsObject(rs))
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is %s, expected an object or null", rs_path, moq_json_type(rs));
+    if (rs) {
+        snprintf(a->rope_params_key, sizeof a->rope_params_key, "%s", rs_path);
         const char *t = NULL;
         MOQ_TRY(moq_json_str(rs, "rope_type", &t, &p, file, rs_path, err));
         if (!p) MOQ_TRY(moq_json_str(rs, "type", &t, &p, file, rs_path, err));
         if (p) snprintf(a->rope_scaling_type, sizeof a->rope_scaling_type, "%s", t);
         MOQ_TRY(moq_json_num(rs, "factor", &a->rope_scaling_factor, &p, file, rs_path, err));
-        /* Newer transformers keep rope_theta inside rope_parameters / rope_scaling. */
-        if (a->rope_theta == 0) MOQ_TRY(moq_json_num(rs, "rope_theta", &a->rope_theta, &p, file, rs_path, err));
+        MOQ_TRY(moq_json_num(rs, "rope_theta", &a->rope_theta, &p, file, rs_path, err));
+        if (p) snprintf(a->rope_theta_key, sizeof a->rope_theta_key, "%s.rope_theta", rs_path);
     }
+    if (!a->rope_theta_key[0]) {
+        MOQ_TRY(moq_json_num(cfg, "rope_theta", &a->rope_theta, &p, file, NULL, err));
+        if (p) snprintf(a->rope_theta_key, sizeof a->rope_theta_key, "rope_theta");
+        else if (text) {
+            MOQ_TRY(moq_json_num(text, "rope_theta", &a->rope_theta, &p, file, "text_config", err));
+            if (p) snprintf(a->rope_theta_key, sizeof a->rope_theta_key, "text_config.rope_theta");
+        }
+    }
+    if (a->rope_theta_key[0] && !(a->rope_theta > 0))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is %g, expected a value > 0", a->rope_theta_key, a->rope_theta);
     return MOQ_OK;
 }

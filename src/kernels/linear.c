@@ -2,6 +2,8 @@
  * kernels of a (weight key, activation key) pair), validation of the canonical weight, kernel
  * choice with collected reasons, packing once, and run with a caller-owned workspace.
  *
+ * NVFP4_AWQ: a weight with pre_scale gets x · diag(pre_scale) (f32, into the head of the workspace)
+ * before any kernel sees it, so every row of the pair runs it unchanged.
  * Fused layers keep their shards' static scales (no requantization, no accuracy loss): the
  * epilogue scale is per output row (row_scale), so a shard's weight_scale / weight_scale_2 applies
  * to exactly its rows [row0[s], row0[s+1]). Activations are quantized once per layer with the
@@ -117,6 +119,9 @@ static moq_status validate(const moq_weight *w, moq_pair_id p, const char *name,
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "shard %d input_scale %g, expected a finite value > 0", s, (double)w->shard_in_scale[s]);
     }
     const int64_t N = w->N, K = w->K;
+    for (int64_t k = 0; w->pre_scale && k < K; k++)
+        if (bad_scale(w->pre_scale[k]))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, name, "pre_quant_scale[%lld] = %g, expected a finite value > 0", (long long)k, (double)w->pre_scale[k]);
     if (w->w.scale_elem == MOQ_ELEM_F32 && w->w.group_rows != -1) {
         const float *sc = w->scale;
         const int64_t n = w->w.group_rows == 1 ? N : ((N + 127) / 128) * (K / 128);
@@ -206,9 +211,12 @@ void moq_linear_free(moq_linear *l) {
     free(l);
 }
 
+/* Bytes of the AWQ-scaled copy of x (f32 [M, K]) at the start of the workspace, 64-aligned. */
+static size_t pre_bytes(const moq_linear *l, int64_t M) { return l->w.pre_scale ? ((size_t)M * (size_t)l->w.K * 4 + 63) & ~(size_t)63 : 0; }
+
 size_t moq_linear_workspace_size(const moq_linear *l, int64_t M) {
     if (!l || M < 1) return 0;
-    return l->k->workspace(&l->w, M, l->n_threads) + 64;
+    return pre_bytes(l, M) + l->k->workspace(&l->w, M, l->n_threads) + 64;
 }
 
 moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
@@ -220,6 +228,17 @@ moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, i
     if (ws_size < need || (!ws && need))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace %zu bytes, expected >= %zu for M=%lld", ws_size, need, (long long)M);
     uintptr_t a = ((uintptr_t)ws + 63) & ~(uintptr_t)63;
+    if (l->w.pre_scale) { /* AWQ: every kernel sees x · diag(pre_quant_scale), in f32 */
+        if (!ws) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace NULL, expected >= %zu bytes for M=%lld", need, (long long)M);
+        float *xs = (float *)a;
+        const int64_t K = l->w.K;
+        for (int64_t m = 0; m < M; m++) {
+            moq_x_row_f32(x, x_elem, K, m, xs + m * K);
+            for (int64_t k = 0; k < K; k++) xs[m * K + k] *= l->w.pre_scale[k];
+        }
+        x = xs, x_elem = MOQ_ELEM_F32;
+        a += pre_bytes(l, M);
+    }
     moq_linear_launch la = {
         .k = l->k, .w = &l->w, .pair = l->pair, .packed = l->packed, .row_scale = l->row_scale, .a_scale = l->a_scale,
         .rcpa_corr = l->rcpa_corr, .x = x, .x_elem = x_elem, .M = M, .y = y, .y_elem = y_elem,

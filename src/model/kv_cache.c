@@ -4,24 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/modules.h"
 #include "core/error.h"
 #include "format/format.h"
-
-/* kv_cache_quant_algo -> cache encoding; one row each. `scaled`: needs k_scale / v_scale. */
-static const struct { const char *algo; moq_elem elem; bool scaled; } kv_algos[] = {
-    {"FP8", MOQ_ELEM_E4M3, true},
-};
 
 moq_status moq_kv_elem_for_algo(const char *algo, moq_elem dflt, moq_elem *out, bool *scaled, moq_error *err) {
     *out = dflt;
     *scaled = false;
     if (!algo || strcmp(algo, "auto") == 0) return MOQ_OK;
-    for (size_t i = 0; i < sizeof kv_algos / sizeof kv_algos[0]; i++)
-        if (strcmp(kv_algos[i].algo, algo) == 0) {
-            *out = kv_algos[i].elem;
-            *scaled = kv_algos[i].scaled;
-            return MOQ_OK;
-        }
+    if (moq_kv_algo_find(algo, out, scaled)) return MOQ_OK; /* the table: config/modules.c */
+    *out = dflt;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "kv_cache_quant_algo \"%s\", expected FP8 or none", algo);
 }
 

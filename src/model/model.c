@@ -71,26 +71,30 @@ typedef struct arch_row {
     window_rule window;
     int64_t     window_default;      /* sliding_window when absent; 0 = none                        */
     int64_t     max_window_default;  /* max_window_layers when absent (WINDOW_QWEN2)                */
+    const char *config_class;        /* transformers' config class, whose default_theta / rope_theta */
+    double      theta_default;       /*   default applies when config.json has none (0: refuse)      */
 } arch_row;
 
+/* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
+ * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                    moe block           qk_norm norm_topk sparse_step window             default  max_window */
-    {"LlamaForCausalLM",       NULL,               false,  false,    false,      WINDOW_NONE,       0,       0},
-    {"MistralForCausalLM",     NULL,               false,  false,    false,      WINDOW_ALL_LAYERS, 4096,    0},
-    {"Qwen2ForCausalLM",       NULL,               false,  false,    false,      WINDOW_QWEN2,      4096,    28},
-    {"Qwen3ForCausalLM",       NULL,               true,   false,    false,      WINDOW_QWEN2,      4096,    28},
-    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    true,       WINDOW_QWEN2,      4096,    28},
-    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0},
+    /* name                    moe block           qk_norm norm_topk sparse_step window             default  max_window config class      theta */
+    {"LlamaForCausalLM",       NULL,               false,  false,    false,      WINDOW_NONE,       0,       0,         "LlamaConfig",    10000.0},
+    {"MistralForCausalLM",     NULL,               false,  false,    false,      WINDOW_ALL_LAYERS, 4096,    0,         "MistralConfig",  10000.0},
+    {"Qwen2ForCausalLM",       NULL,               false,  false,    false,      WINDOW_QWEN2,      4096,    28,        "Qwen2Config",    10000.0},
+    {"Qwen3ForCausalLM",       NULL,               true,   false,    false,      WINDOW_QWEN2,      4096,    28,        "Qwen3Config",    10000.0},
+    {"Qwen3MoeForCausalLM",    "mlp",              true,   false,    true,       WINDOW_QWEN2,      4096,    28,        "Qwen3MoeConfig", 10000.0},
+    {"MixtralForCausalLM",     "block_sparse_moe", false,  true,     false,      WINDOW_ALL_LAYERS, 0,       0,         "MixtralConfig",  1000000.0},
 };
 
-/* Names ModelOpt and the engines use for the per-layer FP8 KV scales (NUMERICS §8), in order of
- * preference; the legacy single kv_scale serves both. */
-static const struct { const char *k, *v; } kv_scale_names[] = {
-    {".self_attn.k_proj.k_scale", ".self_attn.v_proj.v_scale"},
-    {".self_attn.k_scale", ".self_attn.v_scale"},
-    {".self_attn.attn.k_scale", ".self_attn.attn.v_scale"},
-    {".self_attn.kv_scale", ".self_attn.kv_scale"},
-};
+bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
+    for (size_t i = 0; architecture && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+        if (strcmp(arch_rows[i].name, architecture) == 0 && arch_rows[i].theta_default > 0) {
+            *theta = arch_rows[i].theta_default, *config_class = arch_rows[i].config_class;
+            return true;
+        }
+    return false;
+}
 
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
@@ -181,10 +185,23 @@ static moq_status read_bool(const moq_checkpoint *c, const char *key, bool *v, m
 }
 
 /* rope_scaling details beyond moq_arch (llama3 and yarn parameters). */
-static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope_params *p, moq_error *err) {
+/* RoPE settings: theta and the type's parameters from the object hf_config.c found
+ * (rope_parameters or rope_scaling, maybe under text_config). A config without rope_theta takes
+ * the architecture's documented default, with a note (*note, static text in `note`); a row
+ * without one is an error: never a silent 10000. */
+static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope_params *p, char *note, size_t note_n, moq_error *err) {
     memset(p, 0, sizeof *p);
+    note[0] = 0;
     snprintf(p->type, sizeof p->type, "%s", a->rope_scaling_type);
-    p->theta = a->rope_theta > 0 ? a->rope_theta : 10000.0;
+    p->theta = a->rope_theta;
+    if (!a->rope_theta_key[0]) {
+        const char *cls = NULL;
+        if (!moq_model_rope_theta_default(a->architecture, &p->theta, &cls))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "rope_theta is missing (no rope_parameters.rope_theta, rope_theta or "
+                            "rope_scaling.rope_theta) and %s has no documented default", a->architecture);
+        snprintf(note, note_n, "config.json: no rope_theta (looked in rope_parameters, rope_theta, rope_scaling); %s's default %g is used",
+                 cls, p->theta);
+    }
     p->factor = a->rope_scaling_factor > 0 ? a->rope_scaling_factor : 1.0;
     p->low_freq_factor = 1.0;
     p->high_freq_factor = 4.0;
@@ -192,14 +209,12 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     p->beta_fast = 32.0;
     p->beta_slow = 1.0;
     const char *text = moq_checkpoint_json_text(c, "config.json");
-    if (!text || !p->type[0]) return MOQ_OK;
+    if (!text || !a->rope_params_key[0]) return MOQ_OK;
     cJSON *j = NULL;
     MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (!rs) {
-        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "text_config");
-        if (tc) rs = cJSON_GetObjectItemCaseSensitive(tc, "rope_scaling");
-    }
+    const bool in_text = strncmp(a->rope_params_key, "text_config.", 12) == 0;
+    const cJSON *base = in_text ? cJSON_GetObjectItemCaseSensitive(j, "text_config") : j;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(base, in_text ? a->rope_params_key + 12 : a->rope_params_key);
     static const struct { const char *key; size_t off; } keys[] = {
         {"low_freq_factor", offsetof(moq_rope_params, low_freq_factor)},
         {"high_freq_factor", offsetof(moq_rope_params, high_freq_factor)},
@@ -212,7 +227,7 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
         bool present = false;
         double v = 0;
-        st = moq_json_num(rs, keys[i].key, &v, &present, "config.json", "rope_scaling", err);
+        st = moq_json_num(rs, keys[i].key, &v, &present, "config.json", a->rope_params_key, err);
         if (present) memcpy((char *)p + keys[i].off, &v, sizeof v);
     }
     cJSON_Delete(j);
@@ -362,34 +377,11 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
     return MOQ_OK;
 }
 
-/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or the caller's explicit default. */
+/* FP8 (or other scaled) KV: per-layer scales from the checkpoint, or 1.0 in every layer when none
+ * has any (config/modules.c decides, as `moq check` does; the note came with the validation pass). */
 static moq_status open_kv_scales(moq_model *m, moq_error *err) {
-    char kn[320], vn[320];
-    for (int64_t l = 0; l < m->L; l++) {
-        bool fk = false, fv = false;
-        for (size_t r = 0; r < sizeof kv_scale_names / sizeof kv_scale_names[0] && !(fk && fv); r++) {
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].k);
-            snprintf(vn, sizeof vn, "model.layers.%lld%s", (long long)l, kv_scale_names[r].v);
-            if (!fk) MOQ_TRY(moq_layers_scalar(&m->kv.k_scale[l], &fk, m->ckpt, kn, err));
-            if (!fv) MOQ_TRY(moq_layers_scalar(&m->kv.v_scale[l], &fv, m->ckpt, vn, err));
-        }
-        if (!fk || !fv) {
-            if (m->opts.kv_scales_default > 0) {
-                if (!fk) m->kv.k_scale[l] = m->opts.kv_scales_default;
-                if (!fv) m->kv.v_scale[l] = m->opts.kv_scales_default;
-                continue;
-            }
-            snprintf(kn, sizeof kn, "model.layers.%lld%s", (long long)l, fk ? kv_scale_names[0].v : kv_scale_names[0].k);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "tensor missing (also looked for .self_attn.{k,v}_scale, .self_attn.attn.{k,v}_scale, "
-                            ".self_attn.kv_scale); the config declares an FP8 KV cache; pass --kv-scales-default 1.0 to run with scale 1.0");
-        }
-        const float ks = m->kv.k_scale[l], vs = m->kv.v_scale[l];
-        if (!(ks > 0) || !isfinite(ks) || !(vs > 0) || !isfinite(vs)) {
-            snprintf(kn, sizeof kn, "model.layers.%lld.self_attn", (long long)l);
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, kn, "KV scales k %g, v %g; expected finite values > 0", (double)ks, (double)vs);
-        }
-    }
-    return MOQ_OK;
+    bool defaulted;
+    return moq_kv_scales_read(m->ckpt, m->L, m->kv.k_scale, m->kv.v_scale, &defaulted, err);
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
@@ -466,7 +458,14 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
-    MOQ_TRY(read_rope(m->ckpt, a, &rp, err));
+    char rope_note[320];
+    MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
+    if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
+        char *w = moq_blobs_alloc(&m->blobs, sizeof rope_note);
+        if (!w) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        memcpy(w, rope_note, sizeof rope_note);
+        m->warn[m->n_warn++] = w;
+    }
     m->inv_freq = moq_blobs_alloc(&m->blobs, (size_t)m->D / 2 * sizeof(float));
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->D / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->D, m->inv_freq, &m->mscale, err));
@@ -485,6 +484,12 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         char *w = moq_blobs_alloc(&m->blobs, 800);
         if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
         else snprintf(w, 800, "%.256s: %.512s", mods.probs[i].where, mods.probs[i].msg);
+        m->warn[m->n_warn++] = w;
+    }
+    for (int i = 0; vst == MOQ_OK && i < mods.notes.n && m->n_warn < MOQ_MODEL_MAX_WARN; i++) {
+        char *w = moq_blobs_alloc(&m->blobs, 800);
+        if (!w) vst = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for warnings");
+        else snprintf(w, 800, "%s", moq_notes_at(&mods.notes, i));
         m->warn[m->n_warn++] = w;
     }
     moq_modules_free(&mods);

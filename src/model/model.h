@@ -14,5 +14,8 @@ const char *moq_model_supported_list(char *buf, size_t n);
 /* True when config.json architectures[0] == name is a row of the architecture table (moq run
  * accepts it); inspect and check use it to warn before run refuses. */
 bool moq_model_architecture_supported(const char *name);
+/* The rope_theta an architecture's transformers config class uses when config.json has none
+ * (its documented default); false when the architecture has none here. */
+bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class);
 
 #endif

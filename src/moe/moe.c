@@ -45,7 +45,7 @@
 #include "scheme/load.h"
 
 /* ---- format rows --------------------------------------------------------------------------- */
-typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP } moe_scale_kind;
+typedef enum { SC_NONE, SC_TENSOR, SC_BLK128, SC_GROUP, SC_ROW } moe_scale_kind; /* SC_ROW: f32 [N] per output channel */
 
 typedef struct moe_fmt {
     const char    *name;     /* ModelOpt quant_algo                                             */
@@ -58,16 +58,19 @@ typedef struct moe_fmt {
     int            group;    /* K columns per weight_scale entry (SC_GROUP, SC_BLK128)            */
     bool           ws2;      /* weight_scale_2 f32 scalar                                         */
     bool           in_scale; /* input_scale f32 scalar                                            */
+    bool           pqs;      /* AWQ pre_quant_scale bf16|f16 [K] accepted (multiplied into x)        */
 } moe_fmt;
 
 /*                              name           method              pair                   wdt            /B  scale      sdt             alias          grp  ws2    in     */
 static const moe_fmt moe_fmts[MOQ_MOE_FMT_COUNT] = {
-    [MOQ_MOE_FMT_UNQUANTIZED] = {"unquantized", "none",             MOQ_PAIR_COUNT,        MOQ_DT_COUNT,   1, SC_NONE,   MOQ_DT_COUNT,   MOQ_DT_COUNT,  0,   false, false},
-    [MOQ_MOE_FMT_FP8]         = {"FP8",         "fp8_moe",          MOQ_PAIR_FP8_TENSOR,   MOQ_DT_F8_E4M3, 1, SC_TENSOR, MOQ_DT_F32,     MOQ_DT_COUNT,  0,   false, true},
-    [MOQ_MOE_FMT_FP8_PB_WO]   = {"FP8_PB_WO",   "fp8_block_moe",    MOQ_PAIR_FP8_BLK128,   MOQ_DT_F8_E4M3, 1, SC_BLK128, MOQ_DT_F32,     MOQ_DT_COUNT,  128, false, false},
-    [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       "nvfp4_moe",        MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true},
-    [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", "w4a16_nvfp4_moe",  MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false},
-    [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       "mxfp8_moe",        MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false},
+    [MOQ_MOE_FMT_UNQUANTIZED] = {"unquantized", "none",             MOQ_PAIR_COUNT,        MOQ_DT_COUNT,   1, SC_NONE,   MOQ_DT_COUNT,   MOQ_DT_COUNT,  0,   false, false, false},
+    [MOQ_MOE_FMT_FP8]         = {"FP8",         "fp8_moe",          MOQ_PAIR_FP8_TENSOR,   MOQ_DT_F8_E4M3, 1, SC_TENSOR, MOQ_DT_F32,     MOQ_DT_COUNT,  0,   false, true, false},
+    [MOQ_MOE_FMT_FP8_PB_WO]   = {"FP8_PB_WO",   "fp8_block_moe",    MOQ_PAIR_FP8_BLK128,   MOQ_DT_F8_E4M3, 1, SC_BLK128, MOQ_DT_F32,     MOQ_DT_COUNT,  128, false, false, false},
+    [MOQ_MOE_FMT_NVFP4]       = {"NVFP4",       "nvfp4_moe",        MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true, false},
+    [MOQ_MOE_FMT_W4A16_NVFP4] = {"W4A16_NVFP4", "w4a16_nvfp4_moe",  MOQ_PAIR_NVFP4_W4A16,  MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  false, false},
+    [MOQ_MOE_FMT_MXFP8]       = {"MXFP8",       "mxfp8_moe",        MOQ_PAIR_MXFP8,        MOQ_DT_F8_E4M3, 1, SC_GROUP,  MOQ_DT_F8_E8M0, MOQ_DT_U8,     32,  false, false, false},
+    [MOQ_MOE_FMT_FP8_PER_CHANNEL] = {"FP8_PER_CHANNEL_PER_TOKEN", "fp8_pcpt_moe", MOQ_PAIR_FP8_ROW, MOQ_DT_F8_E4M3, 1, SC_ROW, MOQ_DT_F32, MOQ_DT_COUNT, 0, false, false, false},
+    [MOQ_MOE_FMT_NVFP4_AWQ]   = {"NVFP4_AWQ",   "nvfp4_awq_moe",    MOQ_PAIR_NVFP4,        MOQ_DT_U8,      2, SC_GROUP,  MOQ_DT_F8_E4M3, MOQ_DT_COUNT,  16,  true,  true,  true},
 };
 
 /* Checkpoint names of an expert's projections, one row per layout. [0] gate, [1] up, [2] down. */
@@ -81,6 +84,7 @@ enum { N_LAYOUTS = sizeof moe_layouts / sizeof moe_layouts[0] };
 typedef struct moe_expert {
     moq_weight  w13, w2;
     void       *q13, *s13, *q2, *s2; /* owned canonical buffers the weights point into */
+    float      *p13, *p2;            /* AWQ pre_quant_scale f32 [2H] (gate, up) / [Ip], or NULL */
     moq_linear *l13, *l2;
 } moe_expert;
 
@@ -186,6 +190,8 @@ typedef struct proj_dst {
     uint8_t *s;          /* SC_GROUP: u8 [rows, Kp/group]; SC_BLK128: f32 [rows/128, Kp/128] */
     int64_t  Kp, row0;
     float    wscale;     /* out: weight_scale (SC_TENSOR) or weight_scale_2 */
+    float   *pqs;        /* f32 [Kp] for an AWQ pre_quant_scale (format pqs), else NULL   */
+    bool     has_pqs;    /* out: the projection has one (else pqs is left as it was)      */
 } proj_dst;
 
 /* Loads <base>.weight (+ scales) of shape [N, K] into d. `elem` receives the weight's element
@@ -209,13 +215,28 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     }
     const int64_t Ks = cdiv(K, f->per_byte);
     MOQ_TRY(want_shape(t, 2, (int64_t[]){N, Ks}, f->per_byte == 2 ? "[N, K/2]: two e2m1 per byte" : "[N, K]", err));
+    snprintf(nm, sizeof nm, "%s.pre_quant_scale", base);
+    const moq_tensor *pq = moq_checkpoint_tensor(ck, nm);
+    if (pq && !f->pqs) /* never dropped silently */
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "extra tensor: AWQ pre_quant_scale on a %s expert, expected none (only NVFP4_AWQ applies it)", f->name);
+    if (pq) {
+        MOQ_TRY(want_dtype(pq, MOQ_DT_BF16, MOQ_DT_F16, "AWQ scale per input channel", err));
+        MOQ_TRY(want_shape(pq, 1, (int64_t[]){K}, "AWQ scale per input channel [K]", err));
+        for (int64_t k = 0; k < K; k++) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)pq->data + 2 * k, 2);
+            d->pqs[k] = pq->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+        }
+        d->has_pqs = true;
+    }
+    snprintf(nm, sizeof nm, "%s.weight", base);
     const size_t eb = (size_t)moq_dtype_bits(t->dtype) / 8, srow = (size_t)Ks * eb;
     for (int64_t n = 0; n < N; n++) memcpy(d->q + (size_t)(d->row0 + n) * d->qrow, (const uint8_t *)t->data + (size_t)n * srow, srow);
 
     snprintf(nm, sizeof nm, "%s.weight_scale", base);
     if (f->scale == SC_TENSOR) {
         MOQ_TRY(read_scalar(ck, nm, "FP8 per-tensor weight scale", &d->wscale, err));
-    } else if ((f->scale == SC_GROUP || f->scale == SC_BLK128) && !d->s) {
+    } else if ((f->scale == SC_GROUP || f->scale == SC_BLK128 || f->scale == SC_ROW) && !d->s) {
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, nm, "no scale buffer for format %s", f->name);
     } else if (f->scale == SC_GROUP) {
         snprintf(what, sizeof what, "%s: one %s scale per %d weights", f->name, moq_dtype_name(f->sdt), f->group);
@@ -224,13 +245,21 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
         const int64_t G = cdiv(K, f->group), Gp = d->Kp / f->group;
         MOQ_TRY(want_shape(t, 2, (int64_t[]){N, G}, what, err));
         for (int64_t n = 0; n < N; n++) memcpy(d->s + (size_t)((d->row0 + n) * Gp), (const uint8_t *)t->data + (size_t)(n * G), (size_t)G);
+    } else if (f->scale == SC_ROW) {
+        const char *why = "FP8_PER_CHANNEL_PER_TOKEN: one f32 scale per output channel";
+        MOQ_TRY(get_tensor(ck, nm, why, &t, err));
+        MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
+        if (t->ndim == 2) MOQ_TRY(want_shape(t, 2, (int64_t[]){N, 1}, why, err)); /* [N] as written; [N, 1] accepted */
+        else MOQ_TRY(want_shape(t, 1, (int64_t[]){N}, why, err));
+        memcpy((float *)d->s + d->row0, t->data, (size_t)N * sizeof(float));
     } else if (f->scale == SC_BLK128) {
         const char *why = "FP8_PB_WO: one f32 scale per 128x128 block";
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
         MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
         const int64_t bn = cdiv(N, 128), bk = cdiv(K, 128), bkp = d->Kp / 128;
+        /* [bn, 1, bk, 1], [bn, bk], or 0-d for a single block (ModelOpt 0.47, NUMERICS §12) */
         if (t->ndim == 4) MOQ_TRY(want_shape(t, 4, (int64_t[]){bn, 1, bk, 1}, why, err));
-        else MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
+        else if (t->ndim != 0 || bn * bk != 1) MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
         float *dst = (float *)d->s;
         for (int64_t i = 0; i < bn; i++)
             for (int64_t j = 0; j < bkp; j++) {
@@ -259,9 +288,12 @@ static moq_status alloc_weight(const moe_fmt *f, moq_pair_id p, int64_t N, int64
     size_t sb = 0;
     if (f->scale == SC_GROUP) sb = (size_t)(N * (Kp / f->group));
     if (f->scale == SC_BLK128) sb = (size_t)(cdiv(N, 128) * (Kp / 128)) * 4;
+    if (f->scale == SC_ROW) sb = (size_t)N * 4;
     *q = calloc(1, qb ? qb : 1);
     *s = sb ? calloc(1, sb) : NULL;
     if (!*q || (sb && !*s)) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of memory for %zu weight bytes", qb + sb);
+    if (f->scale == SC_ROW && *s) /* padding rows (zero weights) between gate and up keep a valid scale */
+        for (int64_t n = 0; n < N; n++) ((float *)*s)[n] = 1.0f;
     return MOQ_OK;
 }
 
@@ -314,15 +346,33 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
     const size_t row13 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->H), row2 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->Ip);
     const int nsh = gated ? 2 : 1;
     float ws[2] = {1.0f, 1.0f};
+    float *pq[2] = {NULL, NULL}; /* AWQ: gate's and up's pre_quant_scale (they read one input) */
+    if (f->pqs) {
+        ex->p13 = malloc((size_t)(2 * m->H + 1) * sizeof(float)); /* H, Ip >= 1 (checked at create) */
+        ex->p2 = malloc((size_t)(m->Ip + 1) * sizeof(float));
+        if (!ex->p13 || !ex->p2) return MOQ_FAIL(err, MOQ_ERR_NOMEM, ebase, "out of memory");
+        pq[0] = ex->p13, pq[1] = ex->p13 + m->H;
+        for (int64_t k = 0; k < m->Ip; k++) ex->p2[k] = 1.0f; /* padded columns multiply zero weights */
+    }
+    bool has_pq[2] = {false, false};
+    char pq_name[2][352];
     for (int s = 0; s < nsh; s++) {
-        proj_dst d = {ex->q13, row13, ex->s13, m->H, s * m->Ip, 1.0f};
+        proj_dst d = {ex->q13, row13, ex->s13, m->H, s * m->Ip, 1.0f, pq[s], false};
         snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, gated ? s : 1, gated));
         MOQ_TRY(load_proj(ck, f, nm, m->I, m->H, &d, dt, err));
-        ws[s] = d.wscale;
+        ws[s] = d.wscale, has_pq[s] = d.has_pqs;
+        snprintf(pq_name[s], sizeof pq_name[s], "%s.pre_quant_scale", nm);
     }
-    proj_dst d2 = {ex->q2, row2, ex->s2, m->Ip, 0, 1.0f};
+    if (nsh == 2 && has_pq[0] != has_pq[1])
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, pq_name[has_pq[0] ? 1 : 0], "tensor missing while %s has one; gate and up read one input and need one AWQ scale",
+                        pq_name[has_pq[0] ? 0 : 1]);
+    if (nsh == 2 && has_pq[0] && memcmp(pq[0], pq[1], (size_t)m->H * sizeof(float)) != 0)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, pq_name[1], "differs from %s; gate and up read one input and need one AWQ scale", pq_name[0]);
+    ex->w13.pre_scale = has_pq[0] ? pq[0] : NULL;
+    proj_dst d2 = {ex->q2, row2, ex->s2, m->Ip, 0, 1.0f, ex->p2, false};
     snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, 2, gated));
     MOQ_TRY(load_proj(ck, f, nm, m->H, m->I, &d2, dt, err));
+    ex->w2.pre_scale = d2.has_pqs ? ex->p2 : NULL;
 
     ex->w13.n_shards = nsh;
     for (int s = 0; s < nsh; s++) ex->w13.row0[s] = s * m->Ip;
@@ -357,7 +407,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
 
 static void expert_free(moe_expert *ex) {
     moq_linear_free(ex->l13), moq_linear_free(ex->l2);
-    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2);
+    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2), free(ex->p13), free(ex->p2);
 }
 
 void moq_moe_free(moq_moe *m) {
@@ -478,7 +528,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         const int32_t l = m->local_of[g];
         if (l < 0) continue;
         in_scales a = amax;
-        if (f->in_scale && o.input_scale == MOQ_MOE_INPUT_SCALE_PER_EXPERT) {
+        if (per && o.input_scale == MOQ_MOE_INPUT_SCALE_PER_EXPERT) { /* per: read when the format has input scales */
             a.a13[0] = a.a13[1] = fmaxf(per[3 * g], per[3 * g + 1]);
             a.a2 = per[3 * g + 2];
         }
@@ -763,7 +813,8 @@ static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *
 static uint64_t synth_proj_bytes(const moe_fmt *f, int64_t N, int64_t K, uint64_t *wb, uint64_t *sb) {
     const int bits = f->wdt == MOQ_DT_COUNT ? 16 : moq_dtype_bits(f->wdt);
     *wb = (uint64_t)(N * cdiv(K, f->per_byte)) * (uint64_t)bits / 8;
-    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4 : 0;
+    *sb = f->scale == SC_GROUP ? (uint64_t)(N * cdiv(K, f->group)) : f->scale == SC_BLK128 ? (uint64_t)(cdiv(N, 128) * cdiv(K, 128)) * 4
+        : f->scale == SC_ROW ? (uint64_t)N * 4 : 0;
     return *wb + *sb + (f->scale == SC_TENSOR ? 4u : 0u) + (f->ws2 ? 4u : 0u) + (f->in_scale ? 4u : 0u);
 }
 
@@ -808,6 +859,9 @@ moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, 
             } else if (f->scale == SC_BLK128) {
                 for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
                 MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 4, (int64_t[]){cdiv(N, 128), 1, cdiv(K, 128), 1}, sc, sb, err));
+            } else if (f->scale == SC_ROW) {
+                for (uint64_t i = 0; i < sb / 4; i++) { const float v = 1e-3f + 1e-5f * (float)(synth_next(&s) % 900); memcpy(sc + 4 * i, &v, 4); }
+                MOQ_TRY(moq_writer_add(w, nm, MOQ_DT_F32, 1, (int64_t[]){N}, sc, sb, err));
             }
             off += sb;
             static const float scal[3] = {2e-3f, 1e-3f, 3e-3f}; /* weight_scale, weight_scale_2, input_scale */

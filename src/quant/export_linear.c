@@ -5,6 +5,7 @@
  * dynamic-activation algos write none. Tested by tests/quant/test_export_linear.c. */
 #include "quant/export_linear.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -41,6 +42,38 @@ static void export_nvfp4(const float *W, size_t N, size_t K, float amax, float a
     nvfp4_common(W, N, K, amax, t, count);
     const float is = act_amax / 2688.0f;
     put_scalar(t, count, "input_scale", W ? &is : NULL);
+}
+
+/* NVFP4_AWQ, synthetic: no calibration here, so the AWQ scale is a fixed pattern s[k] in [0.5, 2)
+ * (bf16 values, the same for every linear of a K, so fused shards agree). The weight is W ⊘ s
+ * quantized as NVFP4 (the runtime multiplies x by s, so W' (x s) = W x); its global amax bound is
+ * 2 · amax, the input scale 2 · act_amax / 2688 (|x s| <= 2 |x|). Block by block through the
+ * NVFP4 exporter, so no buffer is needed. amax < 0 means this weight's own amax of W ⊘ s. */
+static float awq_scale(size_t k) { return moq_bf16_decode(moq_bf16_encode_rne(0.5f + 1.5f * (float)((k * 37) % 64) / 64.0f)); }
+
+static void export_nvfp4_awq(const float *W, size_t N, size_t K, float amax, float act_amax, moq_export_tensor *t,
+                             int *count) {
+    const int64_t sq[2] = {(int64_t)N, (int64_t)(K / 2)}, ss[2] = {(int64_t)N, (int64_t)(K / 16)}, sk[1] = {(int64_t)K};
+    put(t, count, "weight", MOQ_DT_U8, 2, sq, (uint64_t)(N * K / 2));
+    put(t, count, "weight_scale", MOQ_DT_F8_E4M3, 2, ss, (uint64_t)(N * K / 16));
+    float ws2 = 0;
+    if (W) {
+        float a2 = 2.0f * amax; /* amax < 0: this weight's own, i.e. the amax of W ⊘ s */
+        for (size_t i = 0; amax < 0 && i < N * K; i++) a2 = fmaxf(a2, fabsf(W[i] / awq_scale(i % K)));
+        uint8_t *q = t[0].data, *sf = t[1].data;
+        float blk[16];
+        for (size_t n = 0; n < N; n++)
+            for (size_t b = 0; b < K / 16; b++) {
+                for (size_t j = 0; j < 16; j++) blk[j] = W[n * K + b * 16 + j] / awq_scale(b * 16 + j);
+                moq_export_nvfp4_weight(blk, 1, 16, a2, q + n * (K / 2) + b * 8, sf + n * (K / 16) + b, &ws2);
+            }
+    }
+    put_scalar(t, count, "weight_scale_2", W ? &ws2 : NULL);
+    const float is = 2.0f * act_amax / 2688.0f;
+    put_scalar(t, count, "input_scale", W ? &is : NULL);
+    put(t, count, "pre_quant_scale", MOQ_DT_BF16, 1, sk, (uint64_t)K * 2);
+    if (W)
+        for (size_t k = 0; k < K; k++) ((uint16_t *)t[4].data)[k] = moq_bf16_encode_rne(awq_scale(k));
 }
 
 static void export_w4a16_nvfp4(const float *W, size_t N, size_t K, float amax, float act_amax,
@@ -110,6 +143,7 @@ static const moq_export_linear_row k_rows[] = {
     {"FP8_PB_WO", true, 0, 128, false, export_fp8_block},
     {"W4A16_NVFP4", true, 16, 16, true, export_w4a16_nvfp4},
     {"MXFP8", true, 0, 32, false, export_mxfp8},
+    {"NVFP4_AWQ", true, 16, 16, true, export_nvfp4_awq},
 };
 
 const moq_export_linear_row *moq_export_linear_rows(size_t *count) {

@@ -17,7 +17,7 @@
 
 #include "moq.h"
 
-#define MOQ_EXPORT_LINEAR_MAX_TENSORS 4
+#define MOQ_EXPORT_LINEAR_MAX_TENSORS 5
 
 typedef struct moq_export_tensor {
     const char *suffix;        /* "weight", "weight_scale", ... (static string)          */

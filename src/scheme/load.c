@@ -42,6 +42,7 @@ static const struct {
     {MOQ_METHOD_FP8_PBWO_LINEAR, moq_canon_fp8_block},
     {MOQ_METHOD_NVFP4_LINEAR, moq_canon_nvfp4},
     {MOQ_METHOD_W4A16_NVFP4_LINEAR, moq_canon_nvfp4},
+    {MOQ_METHOD_NVFP4_AWQ_LINEAR, moq_canon_nvfp4},
     {MOQ_METHOD_MXFP8_LINEAR, moq_canon_mxfp8},
 };
 
@@ -266,6 +267,16 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         }
         moq_module_validate(&sink, c, sh->name, &l->res, NULL, 0, &expected, &found);
         if ((st = first_problem(&sink, err)) != MOQ_OK) goto fail;
+        /* An AWQ scale outside a scheme that applies it would be dropped silently: refuse it here
+         * (`moq check` lists it among the extra tensors). */
+        const moq_tensor *pqs = role_tensor(c, sh->name, "pre_quant_scale");
+        bool takes_pqs = false;
+        for (const moq_tensor_rule *r = x.scheme ? x.scheme->contract : NULL; r && r->suffix; r++) takes_pqs |= strcmp(r->suffix, "pre_quant_scale") == 0;
+        if (pqs && !takes_pqs) {
+            st = MOQ_FAIL(err, MOQ_ERR_TENSOR, pqs->name, "extra tensor: pre_quant_scale is not part of scheme %s (resolved %s); the input would run "
+                          "unscaled (NVFP4_AWQ applies it)", x.scheme ? x.scheme->algo : "unquantized", l->res.method);
+            goto fail;
+        }
         sh->weight = role_tensor(c, sh->name, "weight");
         sh->scale = role_tensor(c, sh->name, "weight_scale");
         sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
@@ -298,6 +309,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64;
     }
     if (meth == MOQ_METHOD_MXFP8_LINEAR) bound += (size_t)x.N * (size_t)(x.K / 32) + 64;
+    bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
     if (!(l->arena = x.arena = aligned_alloc(64, (bound + 63) & ~(size_t)63))) {
         st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound);

@@ -11,13 +11,55 @@
  * which the compat profiles reproduce, with a warning naming the shards. A W4A16 checkpoint's
  * legacy input_scale is accepted and ignored (warning), as vLLM does. NaN-sentinel block scales
  * and a BF16 weight under an NVFP4 config are caught before this hook (load.c: the contract check
- * and the scale scan). Tested by tests/scheme/test_load.c.
+ * and the scale scan). NVFP4_AWQ: the same, plus pre_quant_scale [K] (f32 in the layer's arena) that
+ * the linear entry point multiplies into x before the activation quantizer.
+ * Tested by tests/scheme/test_load.c.
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/error.h"
+#include "format/format.h"
 #include "scheme/load.h"
+
+/* NVFP4_AWQ: the contract's optional pre_quant_scale (bf16|f16 [K]) in f32. The shards of a fused
+ * layer read one input, so they must all have it and agree (ModelOpt averages them, §9.3); none
+ * having it is the folded case (no scaling). */
+static moq_status pre_quant_scale(moq_load_ctx *x, moq_error *err) {
+    bool in_contract = false;
+    for (const moq_tensor_rule *r = x->scheme->contract; r->suffix && !in_contract; r++) in_contract = strcmp(r->suffix, "pre_quant_scale") == 0;
+    if (!in_contract) return MOQ_OK;
+    const moq_tensor *t[MOQ_MAX_SHARDS] = {0};
+    char nm[320];
+    int have = 0;
+    for (int s = 0; s < x->n; s++) {
+        snprintf(nm, sizeof nm, "%s.pre_quant_scale", x->sh[s].name);
+        have += (t[s] = moq_checkpoint_tensor(x->c, nm)) != NULL;
+    }
+    if (!have) return MOQ_OK;
+    int first = 0;
+    while (!t[first]) first++;
+    float *ps = moq_load_take(x, (size_t)x->K * sizeof(float));
+    if (!ps) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
+    for (int s = 0; s < x->n; s++) {
+        snprintf(nm, sizeof nm, "%s.pre_quant_scale", x->sh[s].name);
+        if (!t[s])
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing while %s has one; the shards of fused %s read one input and need one AWQ scale",
+                            t[first]->name, x->layer);
+        for (int64_t k = 0; k < x->K; k++) { /* the contract check guaranteed bf16|f16 [K] */
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)t[s]->data + 2 * k, 2);
+            const float v = t[s]->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+            if (s == 0) ps[k] = v;
+            else if (v != ps[k])
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, t[s]->name, "pre_quant_scale[%lld] = %g differs from %s (%g); the shards of fused %s need one AWQ scale",
+                                (long long)k, (double)v, t[0]->name, (double)ps[k], x->layer);
+        }
+    }
+    x->w->pre_scale = ps;
+    return MOQ_OK;
+}
 
 moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
     moq_weight *w = x->w;
@@ -42,6 +84,7 @@ moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
     }
     moq_load_shard_values(x, w->shard_scale, list, sizeof list);
     if (legacy_in) moq_load_note(x, "%s: input_scale of a W4A16_NVFP4 checkpoint ignored (legacy export; activations stay unquantized)", x->layer);
+    MOQ_TRY(pre_quant_scale(x, err));
     if (differ && x->rules->nvfp4_fused_ws2_max) {
         for (int s = 0; s < x->n; s++) w->shard_scale[s] = ws2_max;
         moq_load_note(x, "%s: weight_scale_2 differs across shards (%s); using the max %.9g for all as the engines do (loses accuracy)",

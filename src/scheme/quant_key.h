@@ -68,6 +68,8 @@ typedef struct moq_weight {
     float         shard_scale[MOQ_MAX_SHARDS];
     float         shard_in_scale[MOQ_MAX_SHARDS];
     const float  *bias;
+    const float  *pre_scale;  /* f32 [K] or NULL: AWQ pre_quant_scale, x[:, k] * pre_scale[k] (f32)
+                                 before the activation quantizer (NVFP4_AWQ)                   */
 } moq_weight;
 
 #endif

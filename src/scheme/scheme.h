@@ -31,6 +31,9 @@ typedef enum moq_method {
     MOQ_METHOD_W4A16_NVFP4_MOE,
     MOQ_METHOD_MXFP8_MOE,
     MOQ_METHOD_KV_CACHE,
+    MOQ_METHOD_FP8_PCPT_MOE,
+    MOQ_METHOD_NVFP4_AWQ_LINEAR,
+    MOQ_METHOD_NVFP4_AWQ_MOE,
     MOQ_METHOD_COUNT
 } moq_method;
 const char *moq_method_name(moq_method m);
@@ -45,7 +48,8 @@ typedef enum moq_dim {
 
 #define MOQ_RULE_MAX_DIMS 4
 /* One tensor of a contract: <module>.<suffix>. A second accepted shape (alt) covers the forms
- * ModelOpt writes interchangeably (scalar or [1]; FP8_PB_WO scale 4-D or 2-D). */
+ * ModelOpt writes interchangeably (scalar or [1]; FP8_PB_WO scale 4-D or 2-D); scalar_if_one adds
+ * the 0-d form of a one-element shape (FP8_PB_WO weight of a single 128x128 block, NUMERICS §12). */
 typedef struct moq_tensor_rule {
     const char *suffix;
     moq_dtype   dtype, dtype_alt;        /* dtype_alt = dtype when only one is accepted         */
@@ -53,6 +57,8 @@ typedef struct moq_tensor_rule {
     moq_dim     shape_alt[MOQ_RULE_MAX_DIMS + 1]; /* {MOQ_DIM_N_BLK128...}; unused if alt_used=false */
     bool        alt_used;
     bool        optional;                /* may be absent (legacy or per-layer)                 */
+    bool        scalar_if_one;           /* a 0-d tensor is accepted where the shape holds one
+                                            element (ModelOpt's FP8_PB_WO single-block scale)     */
     const char *note;                    /* quoted in messages                                   */
 } moq_tensor_rule;
 
@@ -66,6 +72,7 @@ typedef struct moq_scheme {
     int64_t                group;     /* group size default (0 = none)                          */
     const moq_tensor_rule *contract;  /* per linear (and per expert projection), {0}-terminated */
     bool                   sglang_mixed; /* SGLang's MIXED_PRECISION dispatches this algo         */
+    bool                   moq_only;  /* neither seed accepts it (compat rule moq_only_algos)      */
     const char            *summary;   /* one line for messages                                  */
 } moq_scheme;
 
@@ -79,6 +86,8 @@ const moq_scheme *moq_scheme_for_method(moq_method m);
 const moq_tensor_rule *moq_scheme_unquantized_contract(void);
 /* "FP8, FP8_PER_CHANNEL_PER_TOKEN, ..." into buf (for "not one of ..." messages). */
 const char *moq_scheme_list(char *buf, size_t n);
+/* The same without the moq_only rows (what the seeds list). */
+const char *moq_scheme_list_engines(char *buf, size_t n);
 
 /* Evaluates a shape symbol for N, K, G; -1 when not integral (K not divisible). */
 int64_t moq_dim_eval(moq_dim d, int64_t N, int64_t K, int64_t G);

@@ -29,6 +29,11 @@ static const row rows[] = {
     /* vLLM upper-cases quant_algo ("ModelOpt may emit lowercase"); SGLang compares as written. */
     {V, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
     {S, "cfg", FLAT("\"quant_algo\":\"fp8\""), MOQ_ERR_UNSUPPORTED, "not one of FP8, NVFP4, MIXED_PRECISION"},
+    /* ModelOpt 0.47 writes FP8_PB_WO as "fp8_pb_wo" (NUMERICS §12): moq reads it as vLLM does; SGLang's
+     * case-sensitive `"FP8" in quant_algo` rejects it. */
+    {M, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
+    {M, "hf", NESTED("\"quant_algo\":\"fp8_pb_wo\",\"kv_cache_quant_algo\":null,\"exclude_modules\":[]"), MOQ_OK, "modelopt|FP8_PB_WO|-|0|0"},
+    {S, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_ERR_UNSUPPORTED, "\"fp8_pb_wo\" is not one of FP8, NVFP4, MIXED_PRECISION"},
     /* SGLang's FP8 config accepts any name containing FP8 (and reads it as per-tensor FP8). */
     {S, "cfg", FLAT("\"quant_algo\":\"FP8_PB_WO\""), MOQ_OK, "modelopt_fp8|FP8_PB_WO|-|0|0"},
     {S, "cfg", FLAT("\"quant_algo\":\"W4A16_NVFP4\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "not one of FP8, NVFP4"},
@@ -39,7 +44,13 @@ static const row rows[] = {
     /* ---- errors ---- */
     {V, "hf", NESTED("\"kv_cache_quant_algo\":null"), MOQ_ERR_CONFIG, "quantization.quant_algo is missing"},
     {S, "hf", "{\"producer\":{}}", MOQ_ERR_CONFIG, "quantization is absent"},
-    {M, "cfg", FLAT("\"quant_algo\":\"NVFP5\""), MOQ_ERR_CONFIG, "\"NVFP5\" is not one of FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION"},
+    {M, "cfg", FLAT("\"quant_algo\":\"NVFP5\""), MOQ_ERR_CONFIG, "\"NVFP5\" is not one of FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, NVFP4_AWQ, MIXED_PRECISION"},
+    /* NVFP4_AWQ (ModelOpt NVFP4_AWQ_LITE_CFG, NUMERICS §12): moq reads it; vLLM's QUANT_ALGOS and
+     * SGLang's ["FP8", "NVFP4"] reject it with the errors below. */
+    {M, "hf", NESTED("\"quant_algo\":\"NVFP4_AWQ\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[\"lm_head\"],\"has_zero_point\":false,\"pre_quant_scale\":true"), MOQ_OK, "modelopt_fp4|NVFP4_AWQ|-|16|1"},
+    {V, "hf", NESTED("\"quant_algo\":\"NVFP4_AWQ\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[\"lm_head\"]"), MOQ_ERR_UNSUPPORTED,
+     "quantization.quant_algo \"NVFP4_AWQ\": vLLM's ModelOpt module raises \"ModelOpt currently only supports: FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION quantizations in vLLM\""},
+    {S, "cfg", FLAT("\"quant_algo\":\"NVFP4_AWQ\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "\"NVFP4_AWQ\" is not one of FP8, NVFP4, MIXED_PRECISION"},
     {V, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":\"lm_head\""), MOQ_ERR_CONFIG, "quantization.exclude_modules is a string, expected a list"},
     {V, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":null"), MOQ_ERR_CONFIG, "exclude_modules is null, expected a list"},
     {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":null"), MOQ_OK, "modelopt_fp8|FP8|-|0|0"},

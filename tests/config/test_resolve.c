@@ -85,6 +85,11 @@ static const row rows[] = {
     {ALL, ALGO("FP8"), L0 "mlp.experts", "moe", NULL, "fp8_moe|FP8|0|quant_algo"},
     {V | M, ALGO("FP8_PER_CHANNEL_PER_TOKEN"), L0 "mlp.down_proj", "linear", NULL, "fp8_pcpt_linear|FP8_PER_CHANNEL_PER_TOKEN|0|quant_algo"},
     {S, ALGO("FP8_PER_CHANNEL_PER_TOKEN"), L0 "mlp.down_proj", "linear", NULL, "fp8_linear|FP8|0|quant_algo"},
+    /* Experts: vLLM's ModelOptFp8Config gives every FP8 algo ModelOptFp8MoEMethod (per-tensor scales);
+     * SGLang reads the algo as FP8; moq has the per-channel expert format. */
+    {V, ALGO("FP8_PER_CHANNEL_PER_TOKEN"), L0 "mlp.experts", "moe", NULL, "fp8_moe|FP8_PER_CHANNEL_PER_TOKEN|0|quant_algo-fp8-experts-per-tensor"},
+    {S, ALGO("FP8_PER_CHANNEL_PER_TOKEN"), L0 "mlp.experts", "moe", NULL, "fp8_moe|FP8|0|quant_algo"},
+    {M, ALGO("FP8_PER_CHANNEL_PER_TOKEN"), L0 "mlp.experts", "moe", NULL, "fp8_pcpt_moe|FP8_PER_CHANNEL_PER_TOKEN|0|quant_algo"},
     {V | M, ALGO("FP8_PB_WO"), L0 "mlp.down_proj", "linear", NULL, "fp8_pbwo_linear|FP8_PB_WO|0|quant_algo"},
     {V, ALGO("FP8_PB_WO"), L0 "mlp.experts", "moe", NULL, "fp8_moe|FP8_PB_WO|0|quant_algo-fp8-experts-per-tensor"},
     {M, ALGO("FP8_PB_WO"), L0 "mlp.experts", "moe", NULL, "fp8_block_moe|FP8_PB_WO|0|quant_algo"},
@@ -150,7 +155,10 @@ static const row rows[] = {
     {ALL, MP(L(L0 "mlp.experts", "FP8")), L0 "mlp.experts", "moe", NULL, "fp8_moe|FP8|0|mp-direct"},
     {ALL, MP(L(L0 "mlp.experts", "W4A16_NVFP4")), L0 "mlp.experts", "moe", NULL, "w4a16_nvfp4_moe|W4A16_NVFP4|0|mp-direct"},
     {V | M, MP(L(L0 "mlp.experts", "MXFP8")), L0 "mlp.experts", "moe", NULL, "mxfp8_moe|MXFP8|0|mp-direct"},
-    {ALL, MP(L(L0 "mlp.experts", "FP8_PER_CHANNEL_PER_TOKEN")), L0 "mlp.experts", "moe", NULL, "none|-|0|mp-algo-not-dispatched"},
+    /* vLLM's mixed MoE dispatch has no FP8_PER_CHANNEL_PER_TOKEN row (returns None); moq runs the
+     * per-channel expert format ModelOpt writes (NUMERICS §12). */
+    {V | S, MP(L(L0 "mlp.experts", "FP8_PER_CHANNEL_PER_TOKEN")), L0 "mlp.experts", "moe", NULL, "none|-|0|mp-algo-not-dispatched"},
+    {M, MP(L(L0 "mlp.experts", "FP8_PER_CHANNEL_PER_TOKEN")), L0 "mlp.experts", "moe", NULL, "fp8_pcpt_moe|FP8_PER_CHANNEL_PER_TOKEN|0|mp-direct"},
     {V | M, MP(L(L0 "mlp.down_proj", "FP8_PER_CHANNEL_PER_TOKEN")), L0 "mlp.down_proj", "linear", NULL, "fp8_pcpt_linear|FP8_PER_CHANNEL_PER_TOKEN|0|mp-direct"},
     /* No vision rule in mixed precision; attention only with a KV algo. */
     {V | M, MP(L("vision_tower.blocks.0.qkv", "FP8")), "vision_tower.blocks.0.qkv", "linear", NULL, "fp8_linear|FP8|0|mp-direct"},

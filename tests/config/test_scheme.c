@@ -24,13 +24,15 @@ static void test_keys_and_methods(void **state) {
          * kFp8DynamicTokenSym), PB_WO -> (kFp8Static128BlockSym, kFp8Dynamic128Sym), MXFP8 -> (kMxfp8Static,
          * kMxfp8Dynamic), NVFP4 -> (kNvfp4Static, kNvfp4Dynamic), W4A16_NVFP4 -> (kNvfp4Static, None). */
         {"FP8", &MOQ_KEY_W_FP8_TENSOR, &MOQ_KEY_A_FP8_TENSOR_STATIC, "fp8_linear", "fp8_moe"},
-        {"FP8_PER_CHANNEL_PER_TOKEN", &MOQ_KEY_W_FP8_ROW, &MOQ_KEY_A_FP8_TOKEN_DYN, "fp8_pcpt_linear", "fp8_moe"},
+        {"FP8_PER_CHANNEL_PER_TOKEN", &MOQ_KEY_W_FP8_ROW, &MOQ_KEY_A_FP8_TOKEN_DYN, "fp8_pcpt_linear", "fp8_pcpt_moe"},
         {"FP8_PB_WO", &MOQ_KEY_W_FP8_BLK128, &MOQ_KEY_A_FP8_G128_DYN, "fp8_pbwo_linear", "fp8_block_moe"},
         {"NVFP4", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NVFP4_DYN, "nvfp4_linear", "nvfp4_moe"},
         {"W4A16_NVFP4", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NONE, "w4a16_nvfp4_linear", "w4a16_nvfp4_moe"},
         {"MXFP8", &MOQ_KEY_W_MXFP8, &MOQ_KEY_A_MXFP8_DYN, "mxfp8_linear", "mxfp8_moe"},
+        /* moq only (neither seed): NVFP4 keys, the input multiplied by pre_quant_scale first */
+        {"NVFP4_AWQ", &MOQ_KEY_W_NVFP4, &MOQ_KEY_A_NVFP4_DYN, "nvfp4_awq_linear", "nvfp4_awq_moe"},
     };
-    assert_int_equal(moq_scheme_count(), 6);
+    assert_int_equal(moq_scheme_count(), 7);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const moq_scheme *s = moq_scheme_find(rows[i].algo, false);
         assert_non_null(s);

@@ -515,6 +515,10 @@ static const cfg_case cfg_cases[] = {
     {"tie not bool", "{\"tie_word_embeddings\": 1}", MOQ_ERR_CONFIG, "tie_word_embeddings is a number, expected true or false"},
     {"rope_scaling not object", "{\"rope_scaling\": 8}", MOQ_ERR_CONFIG, "rope_scaling is a number, expected an object or null"},
     {"rope_scaling.factor string", "{\"rope_scaling\": {\"factor\": \"8\"}}", MOQ_ERR_CONFIG, "rope_scaling.factor is a string"},
+    {"rope_parameters not object", "{\"rope_parameters\": 8}", MOQ_ERR_CONFIG, "rope_parameters is a number, expected an object or null"},
+    {"rope_parameters.rope_theta string", "{\"rope_parameters\": {\"rope_theta\": \"1e6\"}}", MOQ_ERR_CONFIG, "rope_parameters.rope_theta is a string"},
+    {"rope_theta zero", "{\"rope_theta\": 0}", MOQ_ERR_CONFIG, "rope_theta is 0, expected a value > 0"},
+    {"rope_parameters theta negative", "{\"rope_parameters\": {\"rope_theta\": -1}}", MOQ_ERR_CONFIG, "rope_parameters.rope_theta is -1, expected a value > 0"},
     {"text_config field", "{\"text_config\": {\"hidden_size\": \"x\"}}", MOQ_ERR_CONFIG, "text_config.hidden_size is a string"},
     {"text_config negative", "{\"text_config\": {\"vocab_size\": -1}}", MOQ_ERR_CONFIG, "text_config.vocab_size is -1, expected a value >= 0"},
 };
@@ -618,6 +622,27 @@ static void test_arch_fields(void **state) {
     assert_int_equal(a.moe_intermediate_size, 2048);
     assert_int_equal(arch_of("{\"num_experts\": 128, \"n_routed_experts\": 64}", &a, &e), MOQ_OK);
     assert_int_equal(a.num_experts, 128);
+    /* transformers 5: RoPE settings only inside rope_parameters (NUMERICS §12); the dict's own theta
+     * wins over a top-level one (transformers keeps it: setdefault). */
+    assert_int_equal(arch_of("{\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}}", &a, &e), MOQ_OK);
+    assert_true(a.rope_theta == 1e6);
+    assert_string_equal(a.rope_theta_key, "rope_parameters.rope_theta");
+    assert_string_equal(a.rope_params_key, "rope_parameters");
+    assert_string_equal(a.rope_scaling_type, "default");
+    assert_int_equal(arch_of("{\"rope_theta\": 10000, \"rope_parameters\": {\"rope_theta\": 5e5, \"rope_type\": \"yarn\", \"factor\": 4}}", &a, &e), MOQ_OK);
+    assert_true(a.rope_theta == 5e5);
+    assert_string_equal(a.rope_scaling_type, "yarn");
+    assert_true(a.rope_scaling_factor == 4.0);
+    assert_int_equal(arch_of("{\"text_config\": {\"rope_parameters\": {\"rope_theta\": 1e6}}}", &a, &e), MOQ_OK);
+    assert_true(a.rope_theta == 1e6);
+    assert_string_equal(a.rope_theta_key, "text_config.rope_parameters.rope_theta");
+    assert_int_equal(arch_of("{\"rope_theta\": 500000.0, \"rope_scaling\": null}", &a, &e), MOQ_OK);
+    assert_string_equal(a.rope_theta_key, "rope_theta");
+    assert_string_equal(a.rope_params_key, "");
+    /* no theta anywhere: 0 and no key (the runner decides: the architecture's default or an error) */
+    assert_int_equal(arch_of("{\"hidden_size\": 64}", &a, &e), MOQ_OK);
+    assert_true(a.rope_theta == 0);
+    assert_string_equal(a.rope_theta_key, "");
     /* null means absent. */
     assert_int_equal(arch_of("{\"hidden_size\": null, \"rope_scaling\": null, \"architectures\": null}", &a, &e), MOQ_OK);
     assert_int_equal(a.hidden_size, 0);

@@ -67,6 +67,7 @@ typedef struct olin {            /* oracle linear                               
     int64_t N, K;
     act     a;
     double  in_scale;            /* FP8 static: s_in; NVFP4: input_scale            */
+    double *pqs;                 /* [K] AWQ pre_quant_scale (x * pqs first) or NULL */
 } olin;
 
 typedef struct gen {
@@ -184,7 +185,7 @@ static void add_linears(gen *g, const char *prefix, const char *const *names, co
             const int64_t sh[2] = {N, K};
             snprintf(nm, sizeof nm, "%s.weight", mod);
             add(g, nm, MOQ_DT_BF16, 2, sh, h, (size_t)(N * K) * 2);
-        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0) {
+        } else if (strcmp(algo, "NVFP4") == 0 || strcmp(algo, "W4A16_NVFP4") == 0 || strcmp(algo, "NVFP4_AWQ") == 0) {
             uint8_t *q = keep(g, (size_t)(N * K / 2)), *sf = keep(g, (size_t)(N * K / 16));
             float ws2;
             moq_export_nvfp4_weight(W[i], (size_t)N, (size_t)K, (float)amax, q, sf, &ws2);
@@ -198,11 +199,22 @@ static void add_linears(gen *g, const char *prefix, const char *const *names, co
             add(g, nm, MOQ_DT_F8_E4M3, 2, ss, sf, (size_t)(N * K / 16));
             snprintf(nm, sizeof nm, "%s.weight_scale_2", mod);
             add_scalar(g, nm, ws2);
-            if (strcmp(algo, "NVFP4") == 0) {
+            if (strcmp(algo, "W4A16_NVFP4") != 0) {
                 const float is = (float)(ACT_AMAX / 2688.0);
                 snprintf(nm, sizeof nm, "%s.input_scale", mod);
                 add_scalar(g, nm, is);
                 o->a = ACT_NVFP4, o->in_scale = is;
+            }
+            if (strcmp(algo, "NVFP4_AWQ") == 0 && strcmp(names[i], "o_proj") == 0) {
+                /* ModelOpt 0.47 keeps the AWQ scale only where it cannot fold it (o_proj, §12) */
+                uint16_t *h = keep(g, (size_t)K * 2);
+                o->pqs = malloc((size_t)K * sizeof(double));
+                for (int64_t k = 0; k < K; k++) {
+                    h[k] = moq_bf16_encode_rne((float)(0.5 + 1.5 * (double)((k * 29) % 64) / 64.0));
+                    o->pqs[k] = (double)moq_bf16_decode(h[k]);
+                }
+                snprintf(nm, sizeof nm, "%s.pre_quant_scale", mod);
+                add(g, nm, MOQ_DT_BF16, 1, (const int64_t[]){K}, h, (size_t)K * 2);
             }
         } else if (strcmp(algo, "FP8") == 0) {
             uint8_t *q = keep(g, (size_t)(N * K));
@@ -325,6 +337,13 @@ static void layer_rules(const spec *s, const layout *y, oracle *o) {
     }
 }
 
+/* config.json RoPE keys of a case: NULL = "rope_theta": 10000.0, "rope_scaling": <spec rope>;
+ * else this text (transformers 5 "rope_parameters", or nothing at all), and the theta the oracle
+ * uses for it. */
+static const char *g_rope_cfg = NULL;
+static double g_theta = 10000.0;
+static unsigned g_kv_scale_layers = ~0u; /* bit l: layer l gets k_scale / v_scale tensors (fp8_kv, kv_scales) */
+
 static void make_model_x(const spec *s, const layout *y, const char *dir, oracle *o, uint64_t seed) {
     gen g = {.rng = seed};
     memset(o, 0, sizeof *o);
@@ -353,7 +372,8 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
             snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
             o->k_norm[l] = add_bf16(&g, nm, D_, 0, 0.1, 1.0);
         }
-        if (s->fp8_kv && s->kv_scales) {
+        if (s->fp8_kv && !s->kv_scales) o->k_scale = o->v_scale = 1.0; /* ModelOpt's fp8_cast: no tensors, scale 1 */
+        if (s->fp8_kv && s->kv_scales && (g_kv_scale_layers >> l & 1)) {
             o->k_scale = bf16r(8.0 / 448), o->v_scale = bf16r(3.0 / 448);
             snprintf(nm, sizeof nm, "%s.k_proj.k_scale", pre);
             add_scalar(&g, nm, (float)o->k_scale);
@@ -435,9 +455,10 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
              "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": %d, "
              "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
              "\"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, "
-             "\"rope_theta\": 10000.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
+             "%s%s%s, \"tie_word_embeddings\": %s, "
              "\"%s\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": %s%s}",
-             s->arch, H_, I_, o->L, A_, KV_, D_, V_, s->rope ? s->rope : "null", s->tied ? "true" : "false",
+             s->arch, H_, I_, o->L, A_, KV_, D_, V_, g_rope_cfg ? g_rope_cfg : "\"rope_theta\": 10000.0, \"rope_scaling\": ",
+             g_rope_cfg ? "" : s->rope ? s->rope : "null", g_rope_cfg ? "" : "", s->tied ? "true" : "false",
              strstr(s->arch, "Mixtral") ? "num_local_experts" : "num_experts", s->moe ? E_ : 0, TOPK, IE_, s->norm_topk ? "true" : "false", extra);
     TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
     TU_OK(moq_writer_finish(g.w, 2, err_));
@@ -446,9 +467,10 @@ static void make_model_x(const spec *s, const layout *y, const char *dir, oracle
     free(g.bufs);
     const char *type = "";
     double factor = 1;
-    if (s->rope && strstr(s->rope, "llama3")) type = "llama3", factor = 8;
-    if (s->rope && strstr(s->rope, "yarn")) type = "yarn", factor = 4;
-    oracle_rope(o, type, 10000.0, factor);
+    const char *rope = g_rope_cfg ? g_rope_cfg : s->rope;
+    if (rope && strstr(rope, "llama3")) type = "llama3", factor = 8;
+    if (rope && strstr(rope, "yarn")) type = "yarn", factor = 4;
+    oracle_rope(o, type, g_theta, factor);
 }
 
 static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed) { make_model_x(s, NULL, dir, o, seed); }
@@ -456,6 +478,7 @@ static void make_model(const spec *s, const char *dir, oracle *o, uint64_t seed)
 static void olin_free(olin *l) {
     free(l->W);
     free(l->bias);
+    free(l->pqs);
 }
 
 static void oracle_free(oracle *o) {
@@ -518,8 +541,14 @@ static void act_quant(act a, double in_scale, const double *x, int64_t K, double
 }
 
 static void lin(const olin *l, const double *x, double *y) {
-    double *xq = malloc((size_t)l->K * sizeof *xq);
+    double *xq = malloc((size_t)l->K * sizeof *xq), *xs = NULL;
+    if (l->pqs) { /* AWQ: the input times the per-channel scale, then the NVFP4 quantizer */
+        xs = malloc((size_t)l->K * sizeof *xs);
+        for (int64_t k = 0; k < l->K; k++) xs[k] = x[k] * l->pqs[k];
+        x = xs;
+    }
     act_quant(l->a, l->in_scale, x, l->K, xq);
+    free(xs);
     for (int64_t n = 0; n < l->N; n++) {
         double acc = 0;
         for (int64_t k = 0; k < l->K; k++) acc += l->W[n * l->K + k] * xq[k];
@@ -716,6 +745,10 @@ static const spec cases[] = {
     {"mixtral_fp8_kv",   "MixtralForCausalLM", "FP8",                      "FP8",                       "BF16",   false, false, false, true,  true,  NULL, 2e-3, true, true},
     {"mixtral_mxfp8",    "MixtralForCausalLM", "MXFP8",                    "MXFP8",                     "BF16",   false, false, false, false, false, NULL, 2e-3, true, true},
     {"qwen3moe_w4a16",   "Qwen3MoeForCausalLM", "W4A16_NVFP4",             "W4A16_NVFP4",               "BF16",   false, true,  false, false, false, NULL, 2e-5, true, true},
+    {"llama_nvfp4_awq",  LLAMA,               "NVFP4_AWQ",                 "NVFP4_AWQ",                 "BF16",   false, false, false, false, false, NULL, 2e-3, false, false},
+    {"llama_fp8kv_noscale", LLAMA,            "FP8",                       "FP8",                       "BF16",   false, false, false, true,  false, NULL, 2e-3, false, false},
+    {"qwen3moe_nvfp4_awq", "Qwen3MoeForCausalLM", "NVFP4_AWQ",             "NVFP4_AWQ",                 "BF16",   false, true,  false, false, false, NULL, 2e-3, true, true},
+    {"qwen3moe_fp8_pcpt", "Qwen3MoeForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", "BF16", false, true, false, false, false, NULL, 2e-3, true, true},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -896,21 +929,114 @@ static void test_greedy_reproducible(void **state) {
     free(dir);
 }
 
+/* RoPE settings as transformers 5 writes them (only inside "rope_parameters"), and a config without
+ * any rope_theta: the architecture's documented default (MixtralConfig: 1e6, not the 10000 a silent
+ * fallback would use), said once in the warnings and by `moq inspect`. */
+static void test_rope_settings(void **state) {
+    (void)state;
+    static const spec q3 = {"qwen3_rope_params", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    static const spec q3y = {"qwen3_rope_params_yarn", "Qwen3ForCausalLM", "BF16", "BF16", "BF16", false, true, false, false, false, NULL, 2e-5, false, false};
+    static const spec mx = {"mixtral_no_theta", "MixtralForCausalLM", "MXFP8", "MXFP8", "BF16", false, false, false, false, false, NULL, 2e-3, true, true};
+    g_rope_cfg = "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", g_theta = 1e6;
+    check_case(&q3);
+    /* the theta matters at these positions: the 10000 oracle misses the 1e6 one by far more than the limit */
+    char *dir = tu_tmpdir("rope_theta_matters");
+    oracle o;
+    make_model(&q3, dir, &o, 5);
+    double *r6 = malloc(sizeof(double) * NTOK * V_), *r4 = malloc(sizeof(double) * NTOK * V_);
+    float *f6 = malloc(sizeof(float) * NTOK * V_);
+    oracle_run(&o, prompt, NTOK, r6);
+    oracle_rope(&o, "", 10000.0, 1);
+    oracle_run(&o, prompt, NTOK, r4);
+    for (int i = 0; i < NTOK * V_; i++) f6[i] = (float)r6[i];
+    size_t worst;
+    const double d = rel_err(f6, r4, (size_t)NTOK * V_, &worst);
+    printf("%-24s theta 1e6 vs 1e4 oracle: %.3g (must exceed 2e-05)\n", q3.name, d);
+    assert_true(d > 2e-5);
+    free(r6), free(r4), free(f6);
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    g_rope_cfg = "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64, \"rope_theta\": 500000.0}",
+    g_theta = 5e5;
+    check_case(&q3y);
+    g_rope_cfg = "\"rope_scaling\": null", g_theta = 1e6; /* no rope_theta anywhere: MixtralConfig's default */
+    check_case(&mx);
+    dir = tu_tmpdir("rope_no_theta");
+    make_model(&mx, dir, &o, 5);
+    moq_model_opts opts = moq_model_opts_default();
+    opts.ctx = 8;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    int n = 0;
+    for (int i = 0; i < moq_model_warning_count(m); i++) n += strstr(moq_model_warning(m, i), "no rope_theta") != NULL;
+    assert_int_equal(n, 1);
+    moq_model_free(m);
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "%s inspect %s", tu_moq_bin(), dir);
+    (void)tu_run(cmd, out, sizeof out);
+    assert_non_null(strstr(out, "rope theta 1e+06 (MixtralConfig default: config.json has no rope_theta)"));
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    /* an architecture row without a default would refuse: a zero theta in the file is an error naming the key */
+    g_rope_cfg = "\"rope_parameters\": {\"rope_theta\": 0, \"rope_type\": \"default\"}";
+    dir = tu_tmpdir("rope_zero_theta");
+    make_model(&q3, dir, &o, 5);
+    moq_error e = {0};
+    const moq_status st = moq_model_open(&m, dir, &opts, &e);
+    TU_ERR(&e, st, MOQ_ERR_CONFIG, "config.json", "rope_parameters.rope_theta is 0, expected a value > 0");
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    g_rope_cfg = NULL, g_theta = 10000.0;
+}
+
 static void test_errors(void **state) {
     (void)state;
     moq_error e = {0};
     moq_model *m = NULL;
     moq_model_opts opts = moq_model_opts_default();
     opts.ctx = 8;
-    /* FP8 KV declared, no scales: an error naming the tensor, unless a default is given */
+    /* FP8 KV declared, no scales in any layer: scale 1.0 (ModelOpt's fp8_cast), said in exactly one
+     * warning; the logits are checked against the oracle in test_logits_vs_fp64 (llama_fp8kv_noscale) */
     static const spec nokv = {"kv_noscale", LLAMA, "FP8", "FP8", "BF16", false, false, false, true, false, NULL, 0, false, false};
     char *dir = tu_tmpdir(nokv.name);
     oracle o;
     make_model(&nokv, dir, &o, 7);
+    TU_OK(moq_model_open(&m, dir, &opts, err_));
+    int n_note = 0;
+    for (int i = 0; i < moq_model_warning_count(m); i++) n_note += strstr(moq_model_warning(m, i), "scale 1.0 is used") != NULL;
+    assert_int_equal(n_note, 1);
+    moq_model_free(m);
+    m = NULL;
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    /* scales in layer 0 only: an error naming layer 1's missing tensor, from open and from `moq check` alike */
+    static const spec part = {"kv_partial", LLAMA, "FP8", "FP8", "BF16", false, false, false, true, true, NULL, 0, false, false};
+    dir = tu_tmpdir(part.name);
+    g_kv_scale_layers = 1;
+    make_model(&part, dir, &o, 7);
+    g_kv_scale_layers = ~0u;
     moq_status st = moq_model_open(&m, dir, &opts, &e);
-    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.self_attn.k_proj.k_scale", "--kv-scales-default");
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.1.self_attn.k_proj.k_scale", "tensor missing while layer 0 has KV scales");
     assert_null(m);
-    opts.kv_scales_default = 1.0f;
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), (int)MOQ_ERR_TENSOR);
+    assert_non_null(strstr(out, "model.layers.1.self_attn.k_proj.k_scale: tensor missing while layer 0 has KV scales"));
+    oracle_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+    dir = tu_tmpdir(nokv.name);
+    make_model(&nokv, dir, &o, 7);
+    snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), dir);
+    (void)tu_run(cmd, out, sizeof out); /* the generator's fused shards differ in input_scale: problems, not about KV */
+    const char *nt = strstr(out, "note: the config declares an FP8 KV cache");
+    assert_non_null(nt);
+    assert_null(strstr(nt + 1, "note: the config declares an FP8 KV cache")); /* one note */
+    assert_null(strstr(out, "k_scale: tensor missing"));
     TU_OK(moq_model_open(&m, dir, &opts, err_));
     /* cache full and bad tokens */
     int32_t t[9] = {0};
@@ -973,6 +1099,7 @@ int main(void) {
         cmocka_unit_test(test_logits_vs_fp64),
         cmocka_unit_test(test_bf16_kv_cache),
         cmocka_unit_test(test_greedy_reproducible),
+        cmocka_unit_test(test_rope_settings),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_moe_dense_layers),

@@ -31,6 +31,14 @@ static int want_for(const char *algo, int64_t N, int64_t K, want_tensor *w) {
         w[3] = scalar_in;
         return 4;
     }
+    if (!strcmp(algo, "NVFP4_AWQ")) { /* NUMERICS §12: NVFP4 plus pre_quant_scale bf16 [K] */
+        w[0] = (want_tensor){"weight", MOQ_DT_U8, 2, {N, K / 2}};
+        w[1] = (want_tensor){"weight_scale", MOQ_DT_F8_E4M3, 2, {N, K / 16}};
+        w[2] = scalar_ws2;
+        w[3] = scalar_in;
+        w[4] = (want_tensor){"pre_quant_scale", MOQ_DT_BF16, 1, {K}};
+        return 5;
+    }
     if (!strcmp(algo, "FP8")) {
         w[0] = (want_tensor){"weight", MOQ_DT_F8_E4M3, 2, {N, K}};
         w[1] = (want_tensor){"weight_scale", MOQ_DT_F32, 0, {0}};
@@ -84,6 +92,17 @@ static uint8_t *direct_export(const char *algo, const float *W, size_t N, size_t
         p += N * K / 2 + N * K / 16;
         memcpy(p, &ws2, 4), p += 4;
         if (algo[0] == 'N') memcpy(p, &in, 4), p += 4;
+    } else if (!strcmp(algo, "NVFP4_AWQ")) { /* synthetic AWQ: W / s with s[k] = bf16(0.5 + 1.5 ((37 k) mod 64) / 64) */
+        float *Ws = malloc(N * K * sizeof *Ws), ws2, in = 2.0f * act_amax / 2688.0f;
+        uint16_t sb[1024];
+        for (size_t k = 0; k < K; k++) sb[k] = moq_bf16_encode_rne(0.5f + 1.5f * (float)((k * 37) % 64) / 64.0f);
+        for (size_t i = 0; i < N * K; i++) Ws[i] = W[i] / moq_bf16_decode(sb[i % K]);
+        moq_export_nvfp4_weight(Ws, N, K, amax < 0 ? -1.0f : 2.0f * amax, p, p + N * K / 2, &ws2);
+        free(Ws);
+        p += N * K / 2 + N * K / 16;
+        memcpy(p, &ws2, 4), p += 4;
+        memcpy(p, &in, 4), p += 4;
+        memcpy(p, sb, K * 2), p += K * 2;
     } else if (!strcmp(algo, "FP8")) {
         float sc, in = act_amax / 448.0f;
         moq_export_fp8_tensor_weight(W, N, K, -1.0f, 1, p, &sc); /* each shard its own amax */
@@ -115,7 +134,7 @@ static int export_and_compare(const moq_export_linear_row *row, const float *W, 
                               float act_amax, moq_export_tensor *t) {
     int nt = 0;
     TU_OK(moq_export_linear_plan(row, "model.layers.0.mlp.down_proj", N, K, t, &nt, err_));
-    want_tensor want[4];
+    want_tensor want[5];
     const int nw = want_for(row->algo, N, K, want);
     assert_int_equal(nt, nw);
     size_t total = 0;
@@ -151,7 +170,7 @@ static void test_every_row_matches_export_ref(void **state) {
     const float amax = 1.5f * moq_amax_f32(W, N * K); /* a group amax larger than this shard's */
     size_t n_rows = 0;
     const moq_export_linear_row *rows = moq_export_linear_rows(&n_rows);
-    assert_int_equal(n_rows, 7);
+    assert_int_equal(n_rows, 8);
     for (size_t r = 0; r < n_rows; r++) {
         assert_ptr_equal(moq_export_linear_find(rows[r].algo), &rows[r]);
         moq_export_tensor t[MOQ_EXPORT_LINEAR_MAX_TENSORS];

@@ -98,6 +98,10 @@ typedef struct shard_ref {
 } shard_ref;
 
 /* Writes module `mod` of pair p (N rows, weights scaled by `range`, group amax `amax` or < 0). */
+/* How FP8_PB_WO scales are written: 0 = [nb, 1, kb, 1], 1 = [nb, kb], 2 = 0-d (ModelOpt 0.47 for a
+ * single-block weight, NUMERICS §12). */
+static int g_blk_form = 0;
+
 static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, float range, float amax, float s_in, fault f) {
     shard_ref r = {.N = N, .s_in = s_in};
     float *W = malloc((size_t)(N * K) * sizeof(float));
@@ -148,7 +152,8 @@ static shard_ref emit(ck *c, const char *mod, tpair p, int64_t N, int64_t K, flo
         r.scale = malloc((size_t)(nb * kb) * 4);
         moq_export_fp8_block_weight(W, (size_t)N, (size_t)K, r.q, r.scale);
         put(c, mod, "weight", MOQ_DT_F8_E4M3, 2, sq, r.q, (size_t)(N * K));
-        put(c, mod, "weight_scale", MOQ_DT_F32, 4, sblk, r.scale, (size_t)(nb * kb) * 4);
+        put(c, mod, "weight_scale", MOQ_DT_F32, g_blk_form == 0 ? 4 : g_blk_form == 1 ? 2 : 0, g_blk_form == 1 ? (const int64_t[]){nb, kb} : sblk,
+            r.scale, (size_t)(nb * kb) * 4);
         break;
     case TP_NVFP4: case TP_NVFP4_W4A16: {
         r.q = malloc((size_t)(N * K / 2));
@@ -741,6 +746,200 @@ static void test_fused_fp8_row_and_block(void **state) {
     }
 }
 
+/* FP8_PB_WO as ModelOpt 0.47 writes it: quant_algo "fp8_pb_wo" (lower case) and a weight_scale in
+ * every form that means the same blocks: [nb, 1, kb, 1], [nb, kb], 0-d for a single block. A 0-d
+ * scale for a weight of two blocks is an error naming the tensor. */
+static void test_fp8_pb_wo_forms(void **state) {
+    (void)state;
+    static const struct { int form; int64_t N, K; } f[] = {{0, 200, 256}, {1, 200, 256}, {2, 100, 128}, {2, 128, 128}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        ck c;
+        ck_begin(&c, "load_pbwo_forms");
+        g_blk_form = f[i].form;
+        shard_ref r = emit(&c, "model.layers.0.mlp.down_proj", TP_FP8_BLK128, f[i].N, f[i].K, 0.05f, -1, 0, F_NONE);
+        g_blk_form = 0;
+        ck_finish(&c, "fp8_pb_wo", NULL);
+        moq_linear_layer *l;
+        moq_checkpoint *cp;
+        moq_qconfig *q;
+        TU_OK(open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, &l, &cp, &q, err_));
+        assert_string_equal(moq_linear_layer_resolution(l)->method, "fp8_pbwo_linear");
+        tw t = ref_layer(TP_FP8_BLK128, &r, 1, f[i].K);
+        run_compare("fp8_pb_wo scale form", l, &t);
+        tw_free(&t);
+        close_layer(l, cp, q);
+        ref_free(&r, 1);
+        ck_done(&c);
+    }
+    /* 0-d where the weight has 1 x 2 blocks */
+    ck c;
+    ck_begin(&c, "load_pbwo_bad0d");
+    uint8_t codes[64 * 256] = {0};
+    const float one = 0.01f;
+    put(&c, "model.layers.0.mlp.down_proj", "weight", MOQ_DT_F8_E4M3, 2, (const int64_t[]){64, 256}, codes, sizeof codes);
+    put(&c, "model.layers.0.mlp.down_proj", "weight_scale", MOQ_DT_F32, 0, NULL, &one, 4);
+    ck_finish(&c, "fp8_pb_wo", NULL);
+    moq_linear_layer *l;
+    moq_checkpoint *cp;
+    moq_qconfig *q;
+    moq_error e = {0};
+    const moq_status st = open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, &l, &cp, &q, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.mlp.down_proj.weight_scale", "shape [], expected [1, 1, 2, 1]");
+    close_layer(l, cp, q);
+    ck_done(&c);
+}
+
+/* NVFP4_AWQ as ModelOpt 0.47 writes it (NUMERICS §12): NVFP4 tensors plus <module>.pre_quant_scale
+ * bf16 [K] where the scale could not be folded (o_proj), none where it was. Oracle: the test
+ * multiplies x by the scale itself (f32, as documented in docs/FORMATS.md) and runs the plain NVFP4
+ * fp64 oracle on that. Fused shards need one scale; the seeds' profiles refuse the algo. */
+static void write_pqs(ck *c, const char *mod, int64_t K, float base, uint16_t *h, float *f) {
+    for (int64_t k = 0; k < K; k++) {
+        f[k] = bf16_round(base * (0.5f + 1.5f * (float)((k * 37) % 64) / 64.0f)); /* in [0.5, 2) x base */
+        h[k] = (uint16_t)(moq_f32_bits(f[k]) >> 16);
+    }
+    put(c, mod, "pre_quant_scale", MOQ_DT_BF16, 1, (const int64_t[]){K}, h, (size_t)K * 2);
+}
+
+static void awq_compare(const char *what, const moq_linear_layer *l, const tw *ref, const float *pqs) {
+    const moq_linear *lin = moq_linear_layer_linear(l);
+    const int64_t N = ref->w.N, K = ref->w.K;
+    float *x = malloc((size_t)(M_ * K) * 4), *xs = malloc((size_t)(M_ * K) * 4), *y = malloc((size_t)(M_ * N) * 4);
+    double *yr = malloc((size_t)(M_ * N) * 8);
+    for (int64_t i = 0; i < M_ * K; i++) x[i] = bf16_round(2.0f * wrand()), xs[i] = pqs ? x[i] * pqs[i % K] : x[i];
+    const size_t wsz = moq_linear_workspace_size(lin, M_);
+    void *ws = malloc(wsz);
+    TU_OK(moq_linear_run(lin, x, MOQ_ELEM_F32, M_, y, MOQ_ELEM_F32, ws, wsz, err_));
+    tw_oracle(ref, xs, M_, yr);
+    klin_err(what, y, yr, (size_t)(M_ * N), TOL);
+    /* the scale matters: the oracle without it misses by far more than the tolerance */
+    if (pqs) {
+        tw_oracle(ref, x, M_, yr);
+        double e2 = 0, r2 = 0;
+        for (int64_t i = 0; i < M_ * N; i++) e2 += (y[i] - yr[i]) * (y[i] - yr[i]), r2 += yr[i] * yr[i];
+        assert_true(sqrt(e2 / r2) > 100 * TOL);
+    }
+    free(x), free(xs), free(y), free(yr), free(ws);
+}
+
+static void test_nvfp4_awq(void **state) {
+    (void)state;
+    ck c;
+    ck_begin(&c, "load_awq");
+    uint16_t h[3][K_];
+    float pq[3][K_];
+    shard_ref o = emit(&c, "model.layers.0.self_attn.o_proj", TP_NVFP4, 64, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.self_attn.o_proj", K_, 1.0f, h[0], pq[0]);
+    shard_ref qkv[3];
+    static const char *const qn[3] = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"};
+    for (int i = 0; i < 3; i++) {
+        qkv[i] = emit(&c, qn[i], TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+        write_pqs(&c, qn[i], K_, 0.75f, h[1], pq[1]); /* the same scale on the three shards */
+    }
+    shard_ref d = emit(&c, "model.layers.0.mlp.down_proj", TP_NVFP4, 48, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE); /* folded: none */
+    /* gate/up: a scale on gate only; up/down of layer 1 with different scales */
+    shard_ref g = emit(&c, "model.layers.0.mlp.gate_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.mlp.gate_proj", K_, 1.0f, h[2], pq[2]);
+    shard_ref u = emit(&c, "model.layers.0.mlp.up_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    shard_ref g1 = emit(&c, "model.layers.1.mlp.gate_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.1.mlp.gate_proj", K_, 1.0f, h[2], pq[2]);
+    shard_ref u1 = emit(&c, "model.layers.1.mlp.up_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.1.mlp.up_proj", K_, 1.25f, h[2], pq[2]);
+    ck_finish(&c, "NVFP4_AWQ", NULL);
+
+    moq_linear_layer *l;
+    moq_checkpoint *cp;
+    moq_qconfig *q;
+    TU_OK(open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.self_attn.o_proj", MOQ_KIND_LINEAR, &l, &cp, &q, err_));
+    assert_string_equal(moq_linear_layer_resolution(l)->method, "nvfp4_awq_linear");
+    tw t = ref_layer(TP_NVFP4, &o, 1, K_);
+    awq_compare("nvfp4_awq o_proj", l, &t, pq[0]);
+    tw_free(&t);
+    moq_linear_layer_free(l);
+    TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.self_attn.qkv_proj", MOQ_KIND_LINEAR, packed, 2, NULL, err_));
+    t = ref_layer(TP_NVFP4, qkv, 3, K_);
+    awq_compare("nvfp4_awq fused qkv", l, &t, pq[1]);
+    tw_free(&t);
+    moq_linear_layer_free(l);
+    TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, packed, 2, NULL, err_));
+    t = ref_layer(TP_NVFP4, &d, 1, K_);
+    awq_compare("nvfp4_awq folded down_proj", l, &t, NULL);
+    tw_free(&t);
+    moq_linear_layer_free(l);
+    moq_error e = {0};
+    moq_status st = moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.gate_up_proj", MOQ_KIND_LINEAR, packed, 2, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.mlp.up_proj.pre_quant_scale", "tensor missing while model.layers.0.mlp.gate_proj.pre_quant_scale has one");
+    st = moq_linear_layer_open(&l, cp, q, "model.layers.1.mlp.gate_up_proj", MOQ_KIND_LINEAR, packed, 2, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.1.mlp.up_proj.pre_quant_scale", "differs from model.layers.1.mlp.gate_proj.pre_quant_scale");
+    close_layer(NULL, cp, q);
+    /* the seeds' profiles: the errors their config classes raise */
+    q = NULL;
+    st = moq_qconfig_open(&q, c.dir, MOQ_COMPAT_VLLM, &e);
+    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "hf_quant_config.json", "ModelOpt currently only supports");
+    st = moq_qconfig_open(&q, c.dir, MOQ_COMPAT_SGLANG, &e);
+    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "hf_quant_config.json", "\"NVFP4_AWQ\" is not one of FP8, NVFP4");
+    assert_null(q);
+    /* a pre_quant_scale under plain NVFP4 is not part of the scheme */
+    ref_free(&o, 1), ref_free(qkv, 3), ref_free(&d, 1), ref_free(&g, 1), ref_free(&u, 1), ref_free(&g1, 1), ref_free(&u1, 1);
+    ck_done(&c);
+    ck_begin(&c, "load_awq_plain");
+    o = emit(&c, "model.layers.0.self_attn.o_proj", TP_NVFP4, 64, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.self_attn.o_proj", K_, 1.0f, h[0], pq[0]);
+    ck_finish(&c, "NVFP4", NULL);
+    st = open_layer(c.dir, MOQ_COMPAT_MOQ, true, "model.layers.0.self_attn.o_proj", MOQ_KIND_LINEAR, &l, &cp, &q, &e);
+    TU_ERR(&e, st, MOQ_ERR_TENSOR, "model.layers.0.self_attn.o_proj.pre_quant_scale", "extra tensor: pre_quant_scale is not part of scheme NVFP4 (resolved nvfp4_linear)");
+    close_layer(l, cp, q);
+    ref_free(&o, 1);
+    ck_done(&c);
+}
+
+/* The CLI agrees with the loader on ModelOpt 0.47's forms: `moq check` is clean and `moq inspect`
+ * shows the method, for NVFP4_AWQ with a pre_quant_scale and for fp8_pb_wo with a 0-d scale; and
+ * `moq check` reports fused shards whose AWQ scales differ, as the loader refuses them. */
+static void test_cli_export_forms(void **state) {
+    (void)state;
+    static const struct { const char *algo; tpair p; int64_t N, K; int pqs; const char *method; } f[] = {
+        {"NVFP4_AWQ", TP_NVFP4, 64, K_, 1, "nvfp4_awq_linear"},
+        {"fp8_pb_wo", TP_FP8_BLK128, 100, 128, 0, "fp8_pbwo_linear"},
+    };
+    char cmd[1024], out[16384];
+    for (int i = 0; i < 2; i++) {
+        ck c;
+        ck_begin(&c, "load_cli_forms");
+        uint16_t h[K_];
+        float pq[K_];
+        g_blk_form = 2;
+        shard_ref r = emit(&c, "model.layers.0.self_attn.o_proj", f[i].p, f[i].N, f[i].K, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+        g_blk_form = 0;
+        if (f[i].pqs) write_pqs(&c, "model.layers.0.self_attn.o_proj", f[i].K, 1.0f, h, pq);
+        ck_finish(&c, f[i].algo, NULL);
+        snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), c.dir);
+        if (tu_run(cmd, out, sizeof out) != 0) fail_msg("%s: moq check is not clean:\n%s", f[i].algo, out);
+        snprintf(cmd, sizeof cmd, "%s inspect %s --kernels", tu_moq_bin(), c.dir);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        const char *row = strstr(out, "model.layers.0.self_attn.o_proj ");
+        assert_non_null(row);
+        assert_non_null(strstr(row, f[i].method));
+        ref_free(&r, 1);
+        ck_done(&c);
+    }
+    ck c;
+    ck_begin(&c, "load_cli_awq_fused");
+    uint16_t h[K_];
+    float pq[K_];
+    shard_ref r[2];
+    r[0] = emit(&c, "model.layers.0.mlp.gate_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.mlp.gate_proj", K_, 1.0f, h, pq);
+    r[1] = emit(&c, "model.layers.0.mlp.up_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    write_pqs(&c, "model.layers.0.mlp.up_proj", K_, 1.5f, h, pq);
+    ck_finish(&c, "NVFP4_AWQ", NULL);
+    snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), c.dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), (int)MOQ_ERR_TENSOR);
+    assert_non_null(strstr(out, "model.layers.0.mlp.gate_up_proj: fused shards have different pre_quant_scale (2 of 2 have one)"));
+    ref_free(r, 2);
+    ck_done(&c);
+}
+
 /* `moq inspect --kernels`: per module the kernel and the loader's note, under each profile (the
  * seeds' rule: vLLM requantizes fused FP8 shards whose scales differ, moq keeps them). */
 static void test_inspect_kernels(void **state) {
@@ -778,6 +977,9 @@ int main(void) {
         cmocka_unit_test(test_fused_fp8_equal_scales),
         cmocka_unit_test(test_fused_nvfp4),
         cmocka_unit_test(test_fused_fp8_row_and_block),
+        cmocka_unit_test(test_fp8_pb_wo_forms),
+        cmocka_unit_test(test_nvfp4_awq),
+        cmocka_unit_test(test_cli_export_forms),
         cmocka_unit_test(test_w4a16_legacy_input_scale),
         cmocka_unit_test(test_mxfp8_row_blocks),
         cmocka_unit_test(test_mixed_precision),

@@ -110,16 +110,21 @@ void tu_assert_error(const moq_error *e, moq_status got, moq_status code, const 
         fail_msg("%s:%d: message \"%s\" does not contain \"%s\"", file, line, e->msg, msg_sub);
 }
 
-char *tu_golden_tokenizer_path(const char *rel) {
+/* <this source tree>/tests/<sub>/<rel>, found from this file's own path (tests/support/tu.c). */
+static char *tests_path(const char *sub, const char *rel) {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s", __FILE__); /* tests/support/tu.c */
+    snprintf(dir, sizeof dir, "%s", __FILE__);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
-    size_t n = strlen(dir) + strlen(rel) + 32;
+    size_t n = strlen(dir) + strlen(sub) + strlen(rel) + 32;
     char *p = malloc(n);
-    snprintf(p, n, "%s/../golden/tokenizer/%s", dir, rel);
+    snprintf(p, n, "%s/../%s/%s", dir, sub, rel);
     return p;
 }
+
+char *tu_golden_tokenizer_path(const char *rel) { return tests_path("golden/tokenizer", rel); }
+
+char *tu_data_path(const char *rel) { return tests_path("data", rel); }
 
 moq_tokenizer *tu_open_golden_tokenizer(const char *style) {
     char *p = tu_golden_tokenizer_path(style);

@@ -35,6 +35,8 @@ int tu_run(const char *cmd, char *out, size_t n);
  * "llama3", "qwen2", "smollm2", ...) opened (fails the test when it cannot be). */
 char *tu_golden_tokenizer_path(const char *rel);
 moq_tokenizer *tu_open_golden_tokenizer(const char *style);
+/* tests/data/<rel> of this source tree (caller frees): fixtures the tests carry themselves. */
+char *tu_data_path(const char *rel);
 /* Path of the moq CLI (MOQ_BIN). */
 const char *tu_moq_bin(void);
 

@@ -51,7 +51,7 @@ void moq_weight_dequant_row(const moq_weight *w, int64_t n, double *out) {
     const int s = moq_weight_shard_of(w, n);
     if (moq_pairs[p].row_scale == MOQ_ROWSCALE_SHARD_W || moq_pairs[p].row_scale == MOQ_ROWSCALE_SHARD_W_IN) f = w->shard_scale[s];
     if (moq_pairs[p].row_scale == MOQ_ROWSCALE_ROW) f = ((const float *)w->scale)[n];
-    for (int64_t k = 0; k < w->K; k++) out[k] *= f;
+    for (int64_t k = 0; k < w->K; k++) out[k] *= f * (w->pre_scale ? (double)w->pre_scale[k] : 1.0); /* AWQ: W · diag(s) */
 }
 
 size_t moq_linear_ref_workspace(const moq_weight *w, int64_t M, int n_threads) {
