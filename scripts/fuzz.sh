@@ -18,20 +18,21 @@ status=0
 for t in "${targets[@]}"; do
   corpus=build-fuzz/corpus/$t; mkdir -p "$corpus"
   short=${t#fuzz_}
-  # Seed corpora: the project's own generated files and the real ModelOpt configs.
+  # Seed corpora: the project's own generated files and the real ModelOpt configs (configuring
+  # build-fuzz unpacked tests/data/modelopt_configs.tar.xz into build-fuzz/testdata).
   case "$short" in
     safetensors)
       build-fuzz/moq synth build-fuzz/seed-ckpt --layers 1 --hidden 32 --inter 32 --heads 2 --kv-heads 1 --vocab 16 --shards 2 >/dev/null
       cp build-fuzz/seed-ckpt/*.safetensors "$corpus/" ;;
     checkpoint)
       i=0
-      for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*config.json; do
+      for f in build-fuzz/testdata/modelopt_configs/*config.json; do
         { cat "$f"; printf '\0{"weight_map":{"a":"model-00001-of-00001.safetensors","b":"model-00001-of-00001.safetensors"}}'; } > "$corpus/seed$i"; i=$((i+1))
       done ;;
     config)
       # First byte: profile (value % 3) and layout (bit 2: 0 = hf_quant_config.json, 1 = config.json).
       i=0
-      for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do
+      for f in build-fuzz/testdata/modelopt_configs/*.json; do
         for p in 0 1 2; do
           case "$f" in *hf_quant_config.json) sel=$p ;; *) sel=$((p + 4)) ;; esac
           { printf "\\$(printf '%03o' $sel)"; cat "$f"; } > "$corpus/seed$i.$p"
@@ -66,7 +67,7 @@ open(sys.argv[1] + "/seed_align64.gguf", "wb").write(gguf(kvs + [kv("general.ali
 open(sys.argv[1] + "/seed_empty.gguf", "wb").write(gguf([], []))
 PY
       ;;
-    *) for f in ${MOQ_SHARED:-../shared}/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
+    *) for f in build-fuzz/testdata/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
   esac
   [ -d "tests/fuzz/regress/$t" ] && cp tests/fuzz/regress/$t/* "$corpus/" 2>/dev/null || true
   dict=tests/fuzz/$short.dict; dictarg=(); [ -f "$dict" ] && dictarg=(-dict="$dict")

@@ -13,13 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang >/dev/null || { echo "tsan: clang not installed, skipped"; exit 0; }
-SHARED=${MOQ_SHARED:-$(cd .. && pwd)/shared}   # golden files and real configs (test_check reads them)
-CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOQ_SANITIZE=thread -DMOQ_SHARED_DIR="$SHARED" >/dev/null
+# configuring unpacks tests/data/*.tar.xz into build-tsan/testdata (real configs: test_check reads them)
+CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOQ_SANITIZE=thread >/dev/null
 tests=(test_threads test_checkpoint test_safetensors test_modelopt test_resolve test_check)
 cmake --build build-tsan -j "${JOBS:-2}" --target moq "${tests[@]}" >/dev/null
 export OMP_NUM_THREADS=2 MOQ_TEST_INNER_THREADS=2
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/threads/tsan.supp"
-export MOQ_BIN=$PWD/build-tsan/moq MOQ_SHARED=$SHARED MOQ_TMP=$PWD/build-tsan/testtmp
+export MOQ_BIN=$PWD/build-tsan/moq MOQ_TESTDATA=$PWD/build-tsan/testdata MOQ_TMP=$PWD/build-tsan/testtmp
 status=0
 for t in "${tests[@]}"; do
   if (cd build-tsan && "./$t" >"$t.log" 2>&1); then echo "tsan: $t clean"

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "kernels/kernels.h"
 #include "moq.h"
 
 typedef struct cli_cmd {
@@ -12,6 +13,7 @@ typedef struct cli_cmd {
     const char *summary;                 /* one line for `moq --help`           */
     int (*run)(int argc, char **argv);   /* argv[0] is the command name          */
     void (*help)(FILE *out);             /* full usage for `moq CMD --help`      */
+    void (*help_sub)(FILE *out, const char *sub); /* `moq CMD SUB --help`, or NULL     */
 } cli_cmd;
 
 /* Prints "moq: where: msg" on stderr and returns the exit code (the status). */
@@ -45,6 +47,13 @@ void cmd_check_help(FILE *out);
 int  cli_arch_unsupported(const moq_checkpoint *c, char *msg, size_t n);
 int  cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+/* `moq bench SUB --help`: the usage of linear, moe or model alone (all three for anything else). */
+void cmd_bench_help_sub(FILE *out, const char *sub);
+/* --algo of `moq bench linear|moe`: a kernel pair name or a ModelOpt quant_algo, any case; sets the
+ * pair and (moe != NULL) the expert format (MOQ_MOE_FMT_COUNT when the pair has none). -1 when
+ * unknown. cli_bench_algo_list: "nvfp4_w4a4 (NVFP4), ..." (moe_only: pairs with an expert format). */
+int  cli_bench_algo(const char *name, moq_pair_id *pair, moq_moe_format *moe);
+const char *cli_bench_algo_list(char *buf, size_t n, int moe_only);
 /* models: run, eval, bench model (src/cli/cmd_run.c, cmd_eval.c, cmd_bench_model.c) */
 int  cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
@@ -52,6 +61,8 @@ int  cmd_eval(int argc, char **argv);
 void cmd_eval_help(FILE *out);
 int  cmd_bench_model(int argc, char **argv);   /* `moq bench model DIR`, dispatched by cmd_bench */
 double cli_now_s(void);
+/* moq_progress_fn drawing "phase [====    ] done/total" on stderr (call it only on a TTY). */
+void cli_progress_bar(void *user, const char *phase, uint64_t done, uint64_t total);
 /* Opens a model (progress bar on a TTY, load timings on stderr unless quiet); 0 or an exit code. */
 int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet);
 /* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,

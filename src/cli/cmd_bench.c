@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli.h"
 #include "kernels/kernels.h"
+#include "scheme/scheme.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -68,7 +70,11 @@ static int make_weight(moq_pair_id p, int64_t N, int64_t K, moq_weight *w, void 
     if (w->w.scale_elem == MOQ_ELEM_E4M3 || w->w.scale_elem == MOQ_ELEM_E8M0) sbytes = nk / (size_t)w->w.group_cols;
     if (sbytes) {
         uint8_t *sb = malloc(sbytes);
-        if (!sb) return -1;
+        if (!sb) {
+            free(qb);
+            *q = NULL;
+            return -1;
+        }
         for (size_t i = 0; i < sbytes; i++) sb[i] = w->w.scale_elem == MOQ_ELEM_E8M0 ? (uint8_t)(120 + rnd() % 8) : (uint8_t)(0x30 + rnd() % 0x40);
         if (w->w.scale_elem == MOQ_ELEM_F32)
             for (size_t i = 0; i < sbytes / 4; i++) ((float *)sb)[i] = urand(1e-3f, 1e-2f);
@@ -118,22 +124,90 @@ typedef void (*setthreads_fn)(int);
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
 
-void cmd_bench_help(FILE *out) {
+/* ---- --algo names, shared by `bench linear` and `bench moe` ----------------------------------
+ * Derived from the two tables that hold the facts: the kernel pair table (moq_pairs: nvfp4_w4a4,
+ * fp8_tensor, ..., bf16, f16, f32; matched without case, so BF16 works too) and the scheme table
+ * (ModelOpt's quant_algo: NVFP4, FP8, FP8_PB_WO, ...; its weight and activation keys give the pair,
+ * its expert method the MoE format). Nothing is listed twice. */
+static const moq_scheme *scheme_of_pair(moq_pair_id p) {
+    for (int i = 0; i < moq_scheme_count(); i++) {
+        const moq_scheme *s = moq_scheme_at(i);
+        if (moq_quant_key_eq(s->w, moq_pairs[p].w) && moq_quant_key_eq(s->a, moq_pairs[p].a)) return s;
+    }
+    return NULL;
+}
+
+static moq_moe_format moe_of_pair(moq_pair_id p) {
+    if (p == MOQ_PAIR_BF16) return MOQ_MOE_FMT_UNQUANTIZED; /* the MoE bench writes unquantized experts in BF16 */
+    const moq_scheme *s = scheme_of_pair(p);
+    moq_moe_format f;
+    /* only an expert method of this scheme's own format (a scheme whose experts resolve to another
+     * scheme's method has no expert format of its own) */
+    if (!s || moq_scheme_for_method(s->moe) != s) return MOQ_MOE_FMT_COUNT;
+    return moq_moe_format_from_method(moq_method_name(s->moe), &f, NULL) == MOQ_OK ? f : MOQ_MOE_FMT_COUNT;
+}
+
+int cli_bench_algo(const char *name, moq_pair_id *pair, moq_moe_format *moe) {
+    moq_pair_id p = MOQ_PAIR_COUNT;
+    for (int i = 0; name && i < MOQ_PAIR_COUNT; i++)
+        if (strcasecmp(name, moq_pairs[i].name) == 0) p = (moq_pair_id)i;
+    const moq_scheme *s = name && p == MOQ_PAIR_COUNT ? moq_scheme_find(name, true) : NULL;
+    for (int i = 0; s && i < MOQ_PAIR_COUNT; i++)
+        if (moq_quant_key_eq(s->w, moq_pairs[i].w) && moq_quant_key_eq(s->a, moq_pairs[i].a)) p = (moq_pair_id)i;
+    if (p == MOQ_PAIR_COUNT) return -1;
+    *pair = p;
+    if (moe) *moe = moe_of_pair(p);
+    return 0;
+}
+
+const char *cli_bench_algo_list(char *buf, size_t n, int moe_only) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < MOQ_PAIR_COUNT && o < n; i++) {
+        if (moe_only && moe_of_pair((moq_pair_id)i) == MOQ_MOE_FMT_COUNT) continue;
+        const moq_scheme *s = scheme_of_pair((moq_pair_id)i);
+        o += (size_t)snprintf(buf + o, n - o, "%s%s%s%s%s", o ? ", " : "", moq_pairs[i].name, s ? " (" : "", s ? s->algo : "", s ? ")" : "");
+    }
+    return buf;
+}
+
+static void bench_linear_help(FILE *out) {
+    char list[512];
     fprintf(out,
             "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--json]\n\n"
             "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
-            "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_row | fp8_blk128 | mxfp8 | bf16 | f16 | f32\n"
+            "  --algo A      a kernel pair or its ModelOpt quant_algo (in parentheses), any case:\n"
+            "                %s\n"
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
             "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu)\n"
-            "  --json        one JSON object instead of the table\n\n"
+            "  --json        one JSON object instead of the table\n",
+            cli_bench_algo_list(list, sizeof list, 0));
+}
+
+static void bench_model_help(FILE *out) {
+    fprintf(out,
             "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json]\n\n"
             "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
-            "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n\n");
+            "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n");
+}
+
+void cmd_bench_help(FILE *out) {
+    bench_linear_help(out);
+    fputc('\n', out);
+    bench_model_help(out);
+    fputc('\n', out);
     cmd_bench_moe_help(out);
+}
+
+void cmd_bench_help_sub(FILE *out, const char *sub) {
+    if (strcmp(sub, "linear") == 0) bench_linear_help(out);
+    else if (strcmp(sub, "model") == 0) bench_model_help(out);
+    else if (strcmp(sub, "moe") == 0) cmd_bench_moe_help(out);
+    else cmd_bench_help(out);
 }
 
 double cli_dram_read_gbs(int threads) { return dram_read_gbs(threads); }
@@ -169,9 +243,11 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     moq_pair_id p = MOQ_PAIR_COUNT;
-    for (int i = 0; algo && i < MOQ_PAIR_COUNT; i++)
-        if (strcmp(algo, moq_pairs[i].name) == 0) p = (moq_pair_id)i;
-    if (p == MOQ_PAIR_COUNT) return cli_usage_error("bench", "--algo %s is not one of the formats", algo ? algo : "(missing)");
+    if (cli_bench_algo(algo, &p, NULL)) {
+        char list[512];
+        return cli_usage_error("bench", "--algo %s is not one of %s", algo ? algo : "(missing)", cli_bench_algo_list(list, sizeof list, 0));
+    }
+    algo = moq_pairs[p].name; /* reports name the pair */
     if (M < 1 || N < 1 || K < 1 || threads < 1) return cli_usage_error("bench", "--m, --n, --k, --threads must be >= 1");
 
     moq_weight w;
@@ -182,7 +258,7 @@ int cmd_bench(int argc, char **argv) {
     o.n_threads = threads;
     o.kernel = kernel;
     const size_t wb = weight_bytes(&w);
-    const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / wb + 1);
+    const int copies = hot_only ? 2 : (int)(((size_t)1 << 30) / (wb ? wb : 1) + 1);
     moq_linear **ls = calloc((size_t)copies, sizeof(moq_linear *));
     moq_error err = {0};
     int rc = 0;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kernels/kernels.h"
 #include "moe/moe.h"
 
 static double now_s(void) {
@@ -37,21 +38,18 @@ static double cpu_s(void) { /* process CPU time: what the call cost when the VM 
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
 
-/* --algo names: the linear bench's pair names, mapped to the expert format. */
-static const struct { const char *algo; moq_moe_format f; } algos[] = {
-    {"nvfp4_w4a4", MOQ_MOE_FMT_NVFP4}, {"nvfp4_w4a16", MOQ_MOE_FMT_W4A16_NVFP4}, {"fp8_tensor", MOQ_MOE_FMT_FP8},
-    {"fp8_blk128", MOQ_MOE_FMT_FP8_PB_WO}, {"fp8_row", MOQ_MOE_FMT_FP8_PER_CHANNEL}, {"mxfp8", MOQ_MOE_FMT_MXFP8}, {"bf16", MOQ_MOE_FMT_UNQUANTIZED},
-};
-
 void cmd_bench_moe_help(FILE *out) {
+    char list[512];
     fprintf(out,
             "usage: moq bench moe --algo A [--experts E] [--topk K] [--hidden H] [--inter I] [--tokens T] [--threads N] [--json]\n\n"
             "Measures one MoE layer (silu-gated experts, softmax top-k) with random experts of format A,\n"
             "default shape Qwen3-30B-A3B: E=128, K=8, H=2048, I=768, T=1. T=1: selected-expert bytes/s\n"
             "from DRAM vs measured DRAM bandwidth; T>1: GFLOP/s vs one expert's linear kernel.\n\n"
-            "  --algo A      nvfp4_w4a4 | nvfp4_w4a16 | fp8_tensor | fp8_blk128 | mxfp8 | bf16\n"
+            "  --algo A      a kernel pair with an expert format, or its ModelOpt quant_algo, any case:\n"
+            "                %s\n"
             "  --threads N   OpenMP threads (default: all)\n"
-            "  --hot         decode: the same k experts every call (weights stay in cache)\n");
+            "  --hot         decode: the same k experts every call (weights stay in cache)\n",
+            cli_bench_algo_list(list, sizeof list, 1));
 }
 
 static uint64_t g_s = 0x9E3779B97F4A7C15ull;
@@ -79,12 +77,16 @@ int cmd_bench_moe(int argc, char **argv) {
         default: return cli_usage_error("bench moe", "unknown option");
         }
     }
-    int fi = -1;
-    for (int i = 0; algo && i < (int)(sizeof algos / sizeof algos[0]); i++) if (strcmp(algo, algos[i].algo) == 0) fi = i;
-    if (fi < 0) return cli_usage_error("bench moe", "--algo %s is not one of the expert formats", algo ? algo : "(missing)");
+    moq_pair_id pair;
+    moq_moe_format fmt = MOQ_MOE_FMT_COUNT;
+    if (cli_bench_algo(algo, &pair, &fmt) || fmt == MOQ_MOE_FMT_COUNT) {
+        char list[512];
+        return cli_usage_error("bench moe", "--algo %s is not one of the expert formats %s", algo ? algo : "(missing)",
+                               cli_bench_algo_list(list, sizeof list, 1));
+    }
+    algo = moq_pairs[pair].name; /* reports name the pair */
     if (E < 1 || K < 1 || K > E || H < 1 || I < 1 || T < 1 || threads < 1 || E > 4096)
         return cli_usage_error("bench moe", "need 1 <= --topk <= --experts <= 4096 and --hidden, --inter, --tokens, --threads >= 1");
-    const moq_moe_format fmt = algos[fi].f;
 
     /* 1. a temporary checkpoint with E random experts */
     const char *tmp = getenv("TMPDIR");

@@ -1,7 +1,8 @@
 /* cmd_check.c — `moq check DIR [--values] [--compat P] [--json]`: validates every module against its
  * scheme's tensor contract in one pass and lists every problem: missing or extra tensors, wrong
  * dtype or shape, config and tensors that disagree, fused shards with different algos or global
- * scales; --values also scans every scale tensor for NaN, Inf, zero and negative values. Exit 0
+ * scales; --values also scans every scale tensor for NaN, Inf, zero and negative values and every
+ * other tensor's payload for NaN and Inf (e4m3 0x7F/0xFF, e8m0 0xFF, bf16/f16/f32). Exit 0
  * only when clean, else the status of the first problem. Tested by tests/config/test_check.c. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -29,7 +30,9 @@ void cmd_check_help(FILE *out) {
             "the scheme's contract: names, dtypes, shapes in N, K and group size; config and tensors that\n"
             "disagree; fused shards (q/k/v, gate/up, w1/w3) with different schemes or global scales.\n"
             "Lists every problem as \"where: message\". Exit 0 only when clean.\n\n"
-            "  --values    also scan every scale tensor for NaN, Inf, zero and negative values\n"
+            "  --values    also scan every scale tensor for NaN, Inf, zero and negative values, and every\n"
+            "              weight payload for NaN and Inf (e4m3 codes 0x7F/0xFF, e8m0 0xFF, bf16/f16/f32);\n"
+            "              names the tensor and the first index (progress and timings on a TTY)\n"
             "  --compat P  rules to follow: moq (default), vllm, sglang\n"
             "  --json      {\"path\", \"modules\", \"problems\": [{\"where\", \"message\", \"code\"}], \"clean\"}\n");
 }
@@ -59,9 +62,16 @@ int cmd_check(int argc, char **argv) {
     }
     moq_modules m;
     int rc = 0;
+    const double t0 = cli_now_s();
     if (moq_modules_build(&m, c, q, &err) != MOQ_OK || moq_modules_check(&m, c, q, values, &err) != MOQ_OK) {
         rc = cli_report(&err);
     } else {
+        const double t1 = cli_now_s();
+        if (values) { /* progress and timings on a TTY only: stderr stays empty for scripts */
+            const int tty = cli_stderr_is_tty();
+            moq_modules_check_payloads(&m, c, tty ? cli_progress_bar : NULL, NULL);
+            if (tty) fprintf(stderr, "moq: check %.3f s (contracts and scales %.3f, weight values %.3f)\n", cli_now_s() - t0, t1 - t0, cli_now_s() - t1);
+        }
         /* An architecture `moq run` refuses is one more problem (listed first); the tensors are
          * still checked, as inspect does. */
         char arch_msg[768];

@@ -39,7 +39,7 @@ double cli_now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void progress_bar(void *user, const char *phase, uint64_t done, uint64_t total) {
+void cli_progress_bar(void *user, const char *phase, uint64_t done, uint64_t total) {
     (void)user;
     const int w = 40, f = total ? (int)(40u * done / total) : w;
     fprintf(stderr, "\r%s [%.*s%*s] %llu/%llu", phase, f, "========================================", w - f, "",
@@ -50,7 +50,7 @@ static void progress_bar(void *user, const char *phase, uint64_t done, uint64_t 
 
 int cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet) {
     moq_error err;
-    if (!quiet && cli_stderr_is_tty()) o->progress = progress_bar;
+    if (!quiet && cli_stderr_is_tty()) o->progress = cli_progress_bar;
     if (moq_model_open(m, dir, o, &err) != MOQ_OK) return cli_report(&err);
     if (!quiet) {
         for (int i = 0; i < moq_model_warning_count(*m); i++) fprintf(stderr, "moq: warning: %s\n", moq_model_warning(*m, i));

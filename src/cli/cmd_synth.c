@@ -2,6 +2,7 @@
  * way ModelOpt exports one (deterministic random bf16 weights; each linear written by its algo's row
  * of quant/export_linear.c), so the demo and the tests need no download. Covered by
  * tests/e2e/test_config_cli.sh, model_cli.sh and test_cli_inspect.c. */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +30,10 @@ void cmd_synth_help(FILE *out) {
             "--arch qwen3moe | mixtral [--experts E] [--top-k K] writes a Qwen3MoeForCausalLM (q/k norms,\n"
             "mlp.gate + mlp.experts.e.{gate,up,down}_proj) or MixtralForCausalLM (block_sparse_moe.gate +\n"
             "experts.e.{w1,w3,w2}) instead: E experts (default 4) of intermediate size I, K per token (default 2),\n"
-            "routers unquantized; the expert tensors follow A like the dense MLP's.\n");
+            "routers unquantized; the expert tensors follow A like the dense MLP's.\n"
+            "With --vocab 259 or more it also writes tokenizer.json and tokenizer_config.json: a byte-level BPE\n"
+            "(GPT-2 pre-tokenizer; <unk> <s> </s> at ids 0-2, the 256 bytes at 3-258, then two-letter merges),\n"
+            "so `moq run DIR -p TEXT` works on the result.\n");
 }
 
 /* Checkpoints whose linears mix two algos: attention in one, the MLP (and experts) in another. */
@@ -145,6 +149,90 @@ static moq_status add_group(synth *s, const char *prefix, const char *const *nam
 done:
     for (int i = 0; i < count; i++) free(w[i]);
     return st;
+}
+
+/* ---- the byte-level tokenizer written beside the weights ------------------------------------- */
+
+#define SYNTH_TOK_SPECIALS 3  /* <unk> <s> </s>: ids 0, 1, 2 (config.json bos_token_id 1, eos 2) */
+#define SYNTH_TOK_MIN_VOCAB (SYNTH_TOK_SPECIALS + 256)
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others (0-32, 127-160, 173)
+ * for U+0100 onwards in byte order. Writes the UTF-8 of byte b's character into out (NUL-terminated). */
+static void byte_char(unsigned b, char out[4]) {
+    unsigned cp = b;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+        unsigned k = 0;
+        for (unsigned x = 0; x < b; x++) k += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+        cp = 256 + k;
+    }
+    if (cp < 0x80) out[0] = (char)cp, out[1] = 0;
+    else out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+}
+
+/* tokenizer.json of a byte-level BPE (the GPT-2 pre-tokenizer and decoder, as Hugging Face
+ * `tokenizers` writes one): 3 special tokens, the 256 bytes at ids 3..258, then merges of
+ * (space or a-z) x (a-z) pairs up to `vocab` ids (at most 702), so sampled ids print text. NULL on
+ * allocation failure; caller frees. */
+static char *byte_tokenizer_json(long vocab) {
+    static const char *const specials[SYNTH_TOK_SPECIALS] = {"<unk>", "<s>", "</s>"};
+    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    for (int i = 0; i < SYNTH_TOK_SPECIALS; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", i);
+        cJSON_AddStringToObject(t, "content", specials[i]);
+        cJSON_AddBoolToObject(t, "single_word", false);
+        cJSON_AddBoolToObject(t, "lstrip", false);
+        cJSON_AddBoolToObject(t, "rstrip", false);
+        cJSON_AddBoolToObject(t, "normalized", false);
+        cJSON_AddBoolToObject(t, "special", true);
+        cJSON_AddItemToArray(added, t);
+    }
+    cJSON_AddNullToObject(root, "normalizer");
+    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON_AddStringToObject(pre, "type", "ByteLevel");
+    cJSON_AddBoolToObject(pre, "add_prefix_space", false);
+    cJSON_AddBoolToObject(pre, "trim_offsets", true);
+    cJSON_AddBoolToObject(pre, "use_regex", true);
+    cJSON_AddNullToObject(root, "post_processor");
+    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+    cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    cJSON_AddBoolToObject(dec, "add_prefix_space", true);
+    cJSON_AddBoolToObject(dec, "trim_offsets", true);
+    cJSON_AddBoolToObject(dec, "use_regex", true);
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddNullToObject(model, "continuing_subword_prefix");
+    cJSON_AddNullToObject(model, "end_of_word_suffix");
+    cJSON_AddBoolToObject(model, "fuse_unk", false);
+    cJSON_AddBoolToObject(model, "byte_fallback", false);
+    cJSON_AddBoolToObject(model, "ignore_merges", false);
+    cJSON *v = cJSON_AddObjectToObject(model, "vocab"), *merges = cJSON_AddArrayToObject(model, "merges");
+    for (int i = 0; i < SYNTH_TOK_SPECIALS; i++) cJSON_AddNumberToObject(v, specials[i], i);
+    for (unsigned b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        cJSON_AddNumberToObject(v, c, SYNTH_TOK_SPECIALS + (int)b);
+    }
+    static const char first[] = " abcdefghijklmnopqrstuvwxyz";
+    long id = SYNTH_TOK_MIN_VOCAB;
+    for (size_t a = 0; a < sizeof first - 1 && id < vocab; a++)
+        for (char b = 'a'; b <= 'z' && id < vocab; b++, id++) {
+            char l[4], r[4], tok[8], m[12];
+            byte_char((unsigned char)first[a], l);
+            byte_char((unsigned char)b, r);
+            snprintf(tok, sizeof tok, "%s%s", l, r);
+            snprintf(m, sizeof m, "%s %s", l, r);
+            cJSON_AddNumberToObject(v, tok, (double)id);
+            cJSON_AddItemToArray(merges, cJSON_CreateString(m));
+        }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -316,14 +404,24 @@ int cmd_synth(int argc, char **argv) {
              "  \"rope_scaling\": null,\n  \"tie_word_embeddings\": false,\n  \"hidden_act\": \"silu\",\n"
              "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2%s%s\n}\n",
              arch_name, qwen3moe ? "qwen3_moe" : mixtral ? "mixtral" : "llama", H, I, layers, heads, kvh, hd, V, moe_cfg, quant ? qc : "");
+    /* A byte-level tokenizer, so that `moq run` works on the result (it needs the 256 bytes + 3 specials). */
+    char *tok_json = V >= SYNTH_TOK_MIN_VOCAB ? byte_tokenizer_json(V) : NULL;
+    static const char tok_cfg[] = "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"unk_token\": \"<unk>\",\n"
+                                  "  \"model_max_length\": 2048,\n  \"clean_up_tokenization_spaces\": false,\n"
+                                  "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n";
+    if (!st && V >= SYNTH_TOK_MIN_VOCAB && !tok_json) st = MOQ_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for tokenizer.json");
+    if (!st && tok_json) st = moq_writer_file(s.w, "tokenizer.json", tok_json, &err);
+    if (!st && tok_json) st = moq_writer_file(s.w, "tokenizer_config.json", tok_cfg, &err);
     if (!st) st = moq_writer_file(s.w, "config.json", cfg, &err);
     if (!st && quant) st = moq_writer_file(s.w, "hf_quant_config.json", hq, &err);
     if (!st) st = moq_writer_metadata(s.w, "format", "pt", &err);
     if (!st) st = moq_writer_finish(s.w, (int)shards, &err);
     synth_release(&s);
     free(cfg), free(hq), free(qc);
+    cJSON_free(tok_json);
     if (st == MOQ_ERR_NOMEM && !err.msg[0]) moq_error_format(&err, nm, 1), snprintf(err.msg, sizeof err.msg, "out of memory");
     if (st) return cli_report(&err);
-    printf("%s: %s checkpoint, %ld layers, %ld shard%s\n", dir, algo, layers, shards, shards == 1 ? "" : "s");
+    printf("%s: %s checkpoint, %ld layers, %ld shard%s, %s\n", dir, algo, layers, shards, shards == 1 ? "" : "s",
+           V >= SYNTH_TOK_MIN_VOCAB ? "byte-level tokenizer" : "no tokenizer (--vocab below 259 cannot hold the 256 bytes)");
     return 0;
 }

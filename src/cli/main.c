@@ -9,17 +9,17 @@
 
 /* One row per command, in the order `moq --help` lists them. */
 static const cli_cmd commands[] = {
-    {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help},
-    {"convert-gguf", "convert a llama.cpp GGUF model into a Hugging Face checkpoint (bf16 or f32)", cmd_convert_gguf, cmd_convert_gguf_help},
-    {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help},
-    {"tokenize", "encode text (or a chat) with a tokenizer.json, or decode ids", cmd_tokenize, cmd_tokenize_help},
-    {"errors",  "list exit codes and what they mean (--markdown for docs/ERRORS.md)", cmd_errors, cmd_errors_help},
-    {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help},
-    {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help},
-    {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help},
-    {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help},
-    {"run",     "generate text with a checkpoint (streams tokens; load and tok/s on stderr)", cmd_run, cmd_run_help},
-    {"eval",    "perplexity over a text; with --ref, KL divergence and top-1 agreement", cmd_eval, cmd_eval_help},
+    {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help, NULL},
+    {"convert-gguf", "convert a llama.cpp GGUF model into a Hugging Face checkpoint (bf16 or f32)", cmd_convert_gguf, cmd_convert_gguf_help, NULL},
+    {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help, NULL},
+    {"tokenize", "encode text (or a chat) with a tokenizer.json, or decode ids", cmd_tokenize, cmd_tokenize_help, NULL},
+    {"errors",  "list exit codes and what they mean (--markdown for docs/ERRORS.md)", cmd_errors, cmd_errors_help, NULL},
+    {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help, NULL},
+    {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help, NULL},
+    {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help, NULL},
+    {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help, cmd_bench_help_sub},
+    {"run",     "generate text with a checkpoint (streams tokens; load and tok/s on stderr)", cmd_run, cmd_run_help, NULL},
+    {"eval",    "perplexity over a text; with --ref, KL divergence and top-1 agreement", cmd_eval, cmd_eval_help, NULL},
 };
 static const size_t n_commands = sizeof commands / sizeof commands[0];
 
@@ -73,7 +73,8 @@ int main(int argc, char **argv) {
         if (argc > 2)
             for (size_t i = 0; i < n_commands; i++)
                 if (strcmp(argv[2], commands[i].name) == 0) {
-                    commands[i].help(stdout);
+                    if (commands[i].help_sub && argc > 3) commands[i].help_sub(stdout, argv[3]);
+                    else commands[i].help(stdout);
                     return 0;
                 }
         usage(stdout);
@@ -84,7 +85,9 @@ int main(int argc, char **argv) {
         for (int a = 2; a < argc; a++) {
             if (strcmp(argv[a], "--") == 0) break;
             if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
-                commands[i].help(stdout);
+                /* `moq bench moe --help`: the subcommand's own usage */
+                if (commands[i].help_sub && a > 2 && argv[2][0] != '-') commands[i].help_sub(stdout, argv[2]);
+                else commands[i].help(stdout);
                 return 0;
             }
         }

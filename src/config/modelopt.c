@@ -35,13 +35,13 @@ static const char MIXED[] = "MIXED_PRECISION";
 const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
     [MOQ_COMPAT_MOQ] = {
         .name = "moq", .nested_if_quantization_key = true, .algo_upper = true, .sglang_algo_set = false,
-        .algo_alias_top = true, .kv = MOQ_KV_MOQ, .kv_must_be_string = true, .exclude_null_is_error = true,
-        .group_size_truncate = false, .group_size_string = true, .group_size_from_groups = true, .group_size_consistent = true,
+        .algo_alias_top = true, .kv = MOQ_KV_MOQ, .kv_must_be_string = true, .kv_python_truthy = false, .exclude_null_is_error = true,
+        .group_size_truncate = false, .group_size_string = true, .group_size_int_literal = false, .group_size_from_groups = true, .group_size_consistent = true,
         .group_size_required_fp4 = false, .nested_required_fields = true, .nvfp4_wonly_groups = true,
         .mxfp8_minimax = true, .hybrid_fp8_nvfp4 = true, .mp_block_size_check = true, .mp_group_from_layers = false,
         .mp_unknown_algo_error = true, .moq_only_algos = true,
         .ex_substring = true, .ex_fnmatch = true, .ex_fnmatch_stripped = true, .ex_regex_parts = false,
-        .ex_fused_patterns = true, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .vision_rule = true, .vision_moe_linear = false,
+        .ex_fused_patterns = true, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .ex_skipped_builtin_fused = false, .vision_rule = true, .vision_moe_linear = false,
         .attention_always_kv = false, .kv_auto_is_kv = false, .pbwo_block_moe = true, .pcpt_moe_channel = true,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
@@ -49,13 +49,13 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
     },
     [MOQ_COMPAT_VLLM] = {
         .name = "vllm", .nested_if_quantization_key = true, .algo_upper = true, .sglang_algo_set = false,
-        .algo_alias_top = false, .kv = MOQ_KV_VLLM, .kv_must_be_string = true, .exclude_null_is_error = true,
-        .group_size_truncate = true, .group_size_string = true, .group_size_from_groups = false, .group_size_consistent = false,
+        .algo_alias_top = false, .kv = MOQ_KV_VLLM, .kv_must_be_string = true, .kv_python_truthy = false, .exclude_null_is_error = true,
+        .group_size_truncate = true, .group_size_string = true, .group_size_int_literal = false, .group_size_from_groups = false, .group_size_consistent = false,
         .group_size_required_fp4 = false, .nested_required_fields = true, .nvfp4_wonly_groups = true,
         .mxfp8_minimax = true, .hybrid_fp8_nvfp4 = false, .mp_block_size_check = true, .mp_group_from_layers = false,
         .mp_unknown_algo_error = false, .moq_only_algos = false,
         .ex_substring = true, .ex_fnmatch = true, .ex_fnmatch_stripped = false, .ex_regex_parts = false,
-        .ex_fused_patterns = false, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .vision_rule = true, .vision_moe_linear = true,
+        .ex_fused_patterns = false, .ex_skipped_dot_boundary = false, .ex_skipped_linear_only = false, .ex_skipped_builtin_fused = false, .vision_rule = true, .vision_moe_linear = true,
         .attention_always_kv = true, .kv_auto_is_kv = false, .pbwo_block_moe = false, .pcpt_moe_channel = false,
         .mp_experts_parent = true, .mp_builtin_shards = true, .mp_resolve_first = false, .mp_all_linear_algos = true,
         .mp_attention_kv = true,
@@ -63,13 +63,13 @@ const moq_compat_rules moq_compat_table[MOQ_COMPAT_COUNT] = {
     },
     [MOQ_COMPAT_SGLANG] = {
         .name = "sglang", .nested_if_quantization_key = false, .algo_upper = false, .sglang_algo_set = true,
-        .algo_alias_top = false, .kv = MOQ_KV_SGLANG, .kv_must_be_string = false, .exclude_null_is_error = false,
-        .group_size_truncate = false, .group_size_string = false, .group_size_from_groups = true, .group_size_consistent = false,
+        .algo_alias_top = false, .kv = MOQ_KV_SGLANG, .kv_must_be_string = false, .kv_python_truthy = true, .exclude_null_is_error = false,
+        .group_size_truncate = false, .group_size_string = false, .group_size_int_literal = true, .group_size_from_groups = true, .group_size_consistent = false,
         .group_size_required_fp4 = true, .nested_required_fields = false, .nvfp4_wonly_groups = false,
         .mxfp8_minimax = false, .hybrid_fp8_nvfp4 = true, .mp_block_size_check = false, .mp_group_from_layers = true,
         .mp_unknown_algo_error = false, .moq_only_algos = false,
         .ex_substring = false, .ex_fnmatch = false, .ex_fnmatch_stripped = false, .ex_regex_parts = true,
-        .ex_fused_patterns = true, .ex_skipped_dot_boundary = true, .ex_skipped_linear_only = true, .vision_rule = false, .vision_moe_linear = false,
+        .ex_fused_patterns = true, .ex_skipped_dot_boundary = true, .ex_skipped_linear_only = true, .ex_skipped_builtin_fused = true, .vision_rule = false, .vision_moe_linear = false,
         .attention_always_kv = false, .kv_auto_is_kv = true, .pbwo_block_moe = false, .pcpt_moe_channel = false,
         .mp_experts_parent = false, .mp_builtin_shards = false, .mp_resolve_first = true, .mp_all_linear_algos = false,
         .mp_attention_kv = true,
@@ -117,6 +117,9 @@ static moq_status json_group_size(const moq_qconfig *q, const cJSON *j, const ch
                                   int64_t *out, bool *have, moq_error *err) {
     *have = false;
     if (absent(j)) return MOQ_OK;
+    if (cJSON_IsNumber(j) && q->r->group_size_int_literal && moq_json_is_float_literal(j))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is %g written as a float; SGLang keeps a float group size and its NVFP4 weight shapes (K // group_size) fail, expected an integer",
+                        key, j->valuedouble);
     if (cJSON_IsNumber(j) && isfinite(j->valuedouble) && fabs(j->valuedouble) < 9.0e15) {
         double v = j->valuedouble;
         if (v != floor(v) && !q->r->group_size_truncate)
@@ -138,7 +141,7 @@ static moq_status json_group_size(const moq_qconfig *q, const cJSON *j, const ch
 }
 
 /* Every group_size the file states (SGLang common_group_size's places). */
-static moq_status group_sizes_agree(const moq_qconfig *q, const cJSON *root, const char *file, int64_t *first,
+static moq_status group_sizes_agree(moq_qconfig *q, const cJSON *root, const char *file, int64_t *first,
                                     bool *have, moq_error *err) {
     int64_t seen[16];
     int n = 0;
@@ -155,12 +158,15 @@ static moq_status group_sizes_agree(const moq_qconfig *q, const cJSON *root, con
     for (int i = 0; i < np; i++) {
         const cJSON *j = places[i];
         if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble)) continue; /* isinstance(v, int) */
+        if (q->r->group_size_int_literal && moq_json_is_float_literal(j)) {     /* 16.0 is a Python float */
+            moq_qconfig_note(q, "%s: a group_size written as %g (a float) is not counted; SGLang counts only integers", file, j->valuedouble);
+            continue;
+        }
         int64_t v = (int64_t)j->valuedouble;
         bool dup = false;
         for (int k = 0; k < n; k++) dup |= seen[k] == v;
         if (!dup && n < 16) seen[n++] = v;
     }
-    (void)q;
     if (n > 1) {
         char list[128];
         size_t o = 0;
@@ -190,6 +196,15 @@ static const char *kv_from_string(const char *s) {
     return NULL;
 }
 
+/* Python's bool(value) for a JSON value. */
+static bool py_truthy(const cJSON *j) {
+    if (cJSON_IsBool(j)) return cJSON_IsTrue(j);
+    if (cJSON_IsNumber(j)) return j->valuedouble != 0;
+    if (cJSON_IsString(j)) return j->valuestring[0] != 0;
+    if (cJSON_IsArray(j) || cJSON_IsObject(j)) return j->child != NULL;
+    return false; /* null */
+}
+
 /* KV-cache algo of the flat or nested layout (docs/COMPAT.md "KV cache"). */
 static moq_status parse_kv(moq_qconfig *q, const cJSON *root, const cJSON *sect, bool nested, qc_class cls,
                            const char *file, moq_error *err) {
@@ -200,6 +215,11 @@ static moq_status parse_kv(moq_qconfig *q, const cJSON *root, const cJSON *sect,
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%skv_cache_quant_algo is %s, expected a string", nested ? "quantization." : "",
                         moq_json_type(algo));
     const char *algo_s = cJSON_IsString(algo) ? algo->valuestring : NULL;
+    char *algo_json = NULL; /* SGLang: a non-string value kept as it is (its JSON text), when truthy */
+    if (!absent(algo) && !cJSON_IsString(algo) && q->r->kv_python_truthy) {
+        if (py_truthy(algo) && !(algo_json = cJSON_PrintUnformatted(algo))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, file, "out of memory");
+        algo_s = algo_json; /* falsy: as if absent */
+    }
     const bool sg_auto = q->r->kv == MOQ_KV_SGLANG && (cls == CLS_FP4 || cls == CLS_MIXED);
     if (nested) {
         kv = algo_s && *algo_s ? algo_s : NULL;
@@ -223,7 +243,14 @@ static moq_status parse_kv(moq_qconfig *q, const cJSON *root, const cJSON *sect,
             if (!kv && q->r->kv == MOQ_KV_SGLANG && cls == CLS_FP4) kv = "auto";
         }
     }
-    if (!kv) return MOQ_OK;
+    if (!kv) return free(algo_json), MOQ_OK;
+    if (kv == algo_json) {
+        q->kv = algo_json; /* never upper-cased: only strings are (and SGLang upper-cases none) */
+        moq_qconfig_note(q, "%s: %skv_cache_quant_algo is %s (%s), not a string; SGLang keeps it as it is and, being truthy, gives attention the KV-cache method",
+                         file, nested ? "quantization." : "", algo_json, moq_json_type(algo));
+        return MOQ_OK;
+    }
+    free(algo_json);
     snprintf(buf, sizeof buf, "%s", kv);
     if (q->r->algo_upper) upper(buf);
     if (!(q->kv = dupstr(buf))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, file, "out of memory");
@@ -247,6 +274,25 @@ static moq_status parse_exclude(moq_qconfig *q, const cJSON *list, const char *f
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s[%d] is %s, expected a string", key, i, moq_json_type(e));
         if (!(q->exclude[q->n_exclude] = dupstr(e->valuestring))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, file, "out of memory");
         q->n_exclude++;
+    }
+    return MOQ_OK;
+}
+
+/* SGLang (ex_regex_parts): every exclude pattern as the regular expression SGLang builds from it,
+ * compiled once here; a pattern Python would reject is a config error, one moq cannot translate is
+ * unsupported (config/glob.h). */
+static moq_status compile_exclude(moq_qconfig *q, const char *file, const char *key, moq_error *err) {
+    if (!q->n_exclude) return MOQ_OK;
+    if (!(q->exclude_re = calloc((size_t)q->n_exclude, sizeof *q->exclude_re))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, file, "out of memory");
+    for (int i = 0; i < q->n_exclude; i++) {
+        char why[160];
+        const int rc = moq_glob_regex_compile(&q->exclude_re[i], q->exclude[i], why, sizeof why);
+        if (rc == MOQ_GLOB_RE_INVALID)
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s[%d] \"%.60s\" is not a valid regular expression once SGLang turns . into \\. and * into .* (Python: %s)",
+                            key, i, q->exclude[i], why);
+        if (rc != MOQ_GLOB_RE_OK)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, file, "%s[%d] \"%.60s\": SGLang reads it as a regular expression, and moq does not translate it: %s",
+                            key, i, q->exclude[i], why);
     }
     return MOQ_OK;
 }
@@ -367,7 +413,12 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
         /* SGLang: ModelOptFp8Config takes any algo containing "FP8" (as per-tensor FP8);
          * ModelOptFp4Config takes exactly "NVFP4". Everything else is rejected. */
         if (strcmp(algo, "NVFP4") == 0) q->scheme = moq_scheme_find(algo, false), cls = CLS_FP4;
-        else if (strstr(algo, "FP8") && !strstr(algo, "FP4")) {
+        else if (strstr(algo, "FP4"))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, file,
+                            "%squant_algo \"%s\" contains FP4: SGLang routes it to its FP4 config (tested before FP8), which "
+                            "takes only NVFP4 and raises \"ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang\"",
+                            kp, algo);
+        else if (strstr(algo, "FP8")) {
             q->scheme = moq_scheme_find("FP8", false), cls = CLS_FP8;
             if (strcmp(algo, "FP8") != 0)
                 moq_qconfig_note(q, "%s: SGLang reads quant_algo \"%s\" as per-tensor FP8 (its FP8 config accepts any name containing FP8)", file, algo);
@@ -398,6 +449,7 @@ static moq_status parse_root(moq_qconfig *q, const cJSON *root, const char *file
     if (cJSON_IsNull(excl) && r->group_size_required_fp4 && cls == CLS_FP4)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, file, "%s is null; NVFP4 requires group_size and exclude_modules", excl_key);
     MOQ_TRY(parse_exclude(q, excl, file, excl_key, null_ok, err));
+    if (r->ex_regex_parts) MOQ_TRY(compile_exclude(q, file, excl_key, err));
 
     /* Group size. */
     int64_t gs = 0;
@@ -532,7 +584,7 @@ moq_status moq_qconfig_parse(moq_qconfig **out, const char *text, const char *fi
     MOQ_TRY(qc_new(out, profile, err));
     cJSON *doc = NULL;
     moq_status st = moq_json_parse(&doc, text, strlen(text), file, err);
-    if (st == MOQ_OK) st = parse_doc(*out, doc, file, err);
+    if (st == MOQ_OK) moq_json_mark_floats(doc, text, strlen(text)), st = parse_doc(*out, doc, file, err);
     cJSON_Delete(doc);
     if (st != MOQ_OK) moq_qconfig_free(*out), *out = NULL;
     return st;
@@ -580,12 +632,21 @@ static void compare(moq_qconfig *q, const moq_qconfig *o) {
     if (q->n_layers != o->n_layers) moq_qconfig_note(q, "%s has %d quantized_layers, %s has %d; %s is used", u, q->n_layers, v, o->n_layers, u);
 }
 
+/* Reads a JSON file and flags its float literals (moq_json_mark_floats: SGLang's isinstance(v, int)). */
+static moq_status read_marked(cJSON **doc, const char *path, const char *file, moq_error *err) {
+    char *text = NULL;
+    MOQ_TRY(moq_json_read(doc, &text, path, file, err));
+    moq_json_mark_floats(*doc, text, strlen(text));
+    free(text);
+    return MOQ_OK;
+}
+
 moq_status moq_qconfig_open(moq_qconfig **out, const char *path, moq_compat profile, moq_error *err) {
     *out = NULL;
     if (!path) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_qconfig_open", "path is NULL");
     if (is_file(path)) {
         cJSON *doc = NULL;
-        MOQ_TRY(moq_json_read(&doc, NULL, path, base_name(path), err));
+        MOQ_TRY(read_marked(&doc, path, base_name(path), err));
         moq_status st = qc_new(out, profile, err);
         if (st == MOQ_OK) st = parse_doc(*out, doc, base_name(path), err);
         cJSON_Delete(doc);
@@ -602,8 +663,8 @@ moq_status moq_qconfig_open(moq_qconfig **out, const char *path, moq_compat prof
     snprintf(hf_p, n, "%s/hf_quant_config.json", path);
     cJSON *cfg = NULL, *hf = NULL;
     moq_status st = MOQ_OK;
-    if (is_file(cfg_p)) st = moq_json_read(&cfg, NULL, cfg_p, "config.json", err);
-    if (st == MOQ_OK && is_file(hf_p)) st = moq_json_read(&hf, NULL, hf_p, "hf_quant_config.json", err);
+    if (is_file(cfg_p)) st = read_marked(&cfg, cfg_p, "config.json", err);
+    if (st == MOQ_OK && is_file(hf_p)) st = read_marked(&hf, hf_p, "hf_quant_config.json", err);
     free(cfg_p), free(hf_p);
     const cJSON *qc = get(cfg, "quantization_config");
     if (st == MOQ_OK && !hf && !qc)
@@ -641,7 +702,11 @@ void moq_qconfig_free(moq_qconfig *q) {
     free(q->quant_algo);
     free(q->moe_quant_algo);
     free(q->kv);
-    for (int i = 0; i < q->n_exclude; i++) free(q->exclude[i]);
+    for (int i = 0; i < q->n_exclude; i++) {
+        free(q->exclude[i]);
+        if (q->exclude_re) moq_glob_regex_free(&q->exclude_re[i]);
+    }
+    free(q->exclude_re);
     free(q->exclude);
     for (int i = 0; i < q->n_layers; i++) free(q->layers[i].name), free(q->layers[i].algo);
     free(q->layers);

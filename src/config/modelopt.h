@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "config/glob.h"
 #include "core/strmap.h"
 #include "core/notes.h"
 #include "moq.h"
@@ -36,9 +37,11 @@ typedef struct moq_compat_rules {
     bool algo_alias_top;          /* FP8_BLOCK_SCALES accepted as a top-level quant_algo                  */
     moq_kv_rules kv;
     bool kv_must_be_string;       /* vLLM: a non-string kv_cache_quant_algo is an error                   */
+    bool kv_python_truthy;        /* SGLang: a non-string kv_cache_quant_algo is kept; truthy = KV method  */
     bool exclude_null_is_error;   /* vLLM: exclude_modules/ignore null is "must be a list"               */
     bool group_size_truncate;     /* vLLM int(): 16.5 -> 16, "16" -> 16                                    */
     bool group_size_string;       /* vLLM int("16") accepts a string holding an integer                   */
+    bool group_size_int_literal;  /* SGLang isinstance(v, int): 16.0 is a float, not a group size         */
     bool group_size_from_groups;  /* flat layout: config_groups[first].weights.group_size (SGLang FP4)     */
     bool group_size_consistent;   /* every group_size in the file must agree (SGLang common_group_size)   */
     bool group_size_required_fp4; /* SGLang: NVFP4 without any group_size is an error                     */
@@ -59,6 +62,7 @@ typedef struct moq_compat_rules {
     bool ex_skipped_dot_boundary; /* SGLang (#23467): an entry matches the prefix itself, a dotted suffix
                                      ("mlp.gate"), or, ending in ".", every module under it            */
     bool ex_skipped_linear_only;  /* SGLang: exact/packed is_layer_skipped only for linears (vLLM: all)   */
+    bool ex_skipped_builtin_fused;/* SGLang: qkv_proj / gate_up_proj shards without a packed mapping      */
     bool vision_rule;             /* vLLM: vision_tower / vision_model / vit_large_projector unquantized  */
     bool vision_moe_linear;       /* vLLM: the vision rule hands MoE layers an unquantized *linear* method */
     bool attention_always_kv;     /* vLLM single-algo configs: attention always gets the KV method        */
@@ -97,11 +101,12 @@ struct moq_qconfig {
     const moq_scheme       *scheme;         /* SINGLE: the algo; HYBRID: the linear scheme   */
     const moq_scheme       *moe_scheme;     /* HYBRID: the experts' scheme                   */
     char                   *moe_quant_algo;
-    char                   *kv;             /* NULL = none                                   */
+    char                   *kv;             /* NULL = none; a non-string value as JSON text  */
     int64_t                 group_size;     /* effective (see moq_qconfig_group_size)        */
     int64_t                 block_size;     /* MIXED: block-FP8 group size (128 default)     */
     char                  **exclude;
     int                     n_exclude;
+    moq_glob_regex         *exclude_re;     /* ex_regex_parts: each pattern compiled (SGLang) */
     moq_qlayer             *layers;
     int                     n_layers;
     moq_strmap              layer_map;      /* name -> index                                 */

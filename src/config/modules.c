@@ -14,7 +14,9 @@
 #include "config/resolve.h"
 #include "core/error.h"
 #include "core/strmap.h"
+#include "core/cpu_features.h"
 #include "format/format.h"
+#include "io/safetensors.h"
 
 const char *moq_module_kind_name(moq_module_kind k) {
     static const char *const n[] = {"linear", "lm_head", "moe", "embedding", "other"};
@@ -529,10 +531,60 @@ void moq_tensor_check_scale_values(moq_modules *m, const moq_tensor *t) {
             (unsigned long long)t->nelem, at);
 }
 
+/* The tensors the scale scan covers: scale tensors of quantized-capable modules. */
+static bool scale_scanned(const moq_module *mod, const moq_tensor *t) {
+    return mod->kind != MOQ_MOD_OTHER && strstr(last_part(t->name), "scale") != NULL;
+}
+
 static void check_values(moq_modules *m, const moq_module *mod, const moq_checkpoint *c) {
     for (int k = 0; k < mod->n_tensors; k++) {
         const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[k]);
-        if (strstr(last_part(t->name), "scale")) moq_tensor_check_scale_values(m, t);
+        if (scale_scanned(mod, t)) moq_tensor_check_scale_values(m, t);
+    }
+}
+
+bool moq_tensor_check_payload_values(moq_modules *m, const moq_tensor *t) {
+    const moq_elem e = moq_dtype_elem(t->dtype);
+    if (e == MOQ_ELEM_NONE || !t->data) return true;
+    const moq_conv_row *dec = moq_conv_find(e, -1, moq_cpu_features(), MOQ_TARGET_COUNT);
+    if (!dec) return true;
+    enum { CHUNK = 4096 };
+    float buf[CHUNK];
+    const size_t esz = moq_elem_bytes(e, 1);
+    uint64_t nan = 0, inf = 0, first = UINT64_MAX;
+    for (uint64_t i0 = 0; i0 < t->nelem; i0 += CHUNK) {
+        const size_t n = (size_t)(t->nelem - i0 < CHUNK ? t->nelem - i0 : CHUNK);
+        dec->decode((const uint8_t *)t->data + i0 * esz, buf, n);
+        for (size_t i = 0; i < n; i++) {
+            if (isfinite(buf[i])) continue;
+            nan += isnan(buf[i]) != 0, inf += isinf(buf[i]) != 0;
+            if (first == UINT64_MAX) first = i0 + i;
+        }
+    }
+    if (first == UINT64_MAX) return true;
+    char at[128], code[48] = "";
+    if (t->ndim == 2)
+        snprintf(at, sizeof at, "index %llu (row %llu, column %llu)", (unsigned long long)first,
+                 (unsigned long long)(first / (uint64_t)t->shape[1]), (unsigned long long)(first % (uint64_t)t->shape[1]));
+    else snprintf(at, sizeof at, "index %llu", (unsigned long long)first);
+    if (esz == 1) snprintf(code, sizeof code, " (code 0x%02X)", ((const uint8_t *)t->data)[first]);
+    problem(m, MOQ_ERR_TENSOR, t->name, "%llu NaN and %llu Inf of %llu %s values; first at %s%s; ModelOpt saturates and never writes them: the file is corrupt",
+            (unsigned long long)nan, (unsigned long long)inf, (unsigned long long)t->nelem, moq_elem_name(e), at, code);
+    return false;
+}
+
+void moq_modules_check_payloads(moq_modules *m, const moq_checkpoint *c, moq_progress_fn progress, void *user) {
+    uint64_t total = 0, done = 0;
+    for (int k = 0; k < m->n; k++)
+        for (int i = 0; i < m->mods[k].n_tensors; i++) total += moq_checkpoint_tensor_at(c, m->mods[k].tensors[i])->nbytes;
+    for (int k = 0; k < m->n; k++) {
+        const moq_module *mod = &m->mods[k];
+        for (int i = 0; i < mod->n_tensors; i++) {
+            const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
+            if (!scale_scanned(mod, t)) moq_tensor_check_payload_values(m, t);
+            done += t->nbytes;
+        }
+        if (progress) progress(user, "values", done, total);
     }
 }
 

@@ -77,6 +77,14 @@ moq_status moq_kv_scales_read(const moq_checkpoint *c, int64_t L, float *k, floa
 #define MOQ_KV_SCALES_DEFAULT_NOTE \
     "the config declares an FP8 KV cache (kv_cache_quant_algo FP8) and no layer has k_scale/v_scale tensors: " \
     "scale 1.0 is used, as ModelOpt's default fp8_cast export means and vLLM and SGLang load it"
+/* Scans a tensor's payload for elements that are not finite: e4m3 codes 0x7F/0xFF, e8m0 0xFF,
+ * bf16/f16/f32 NaN and Inf (decoded through the format table; integer and packed-FP4 dtypes have
+ * none). One problem naming the tensor, the counts and the first index (and its code). False when
+ * it found any. */
+bool moq_tensor_check_payload_values(moq_modules *m, const moq_tensor *t);
+/* Payload scan of every tensor the scale scan (moq_modules_check with values) does not cover;
+ * progress (may be NULL) is called after each module with bytes scanned of the total. */
+void moq_modules_check_payloads(moq_modules *m, const moq_checkpoint *c, moq_progress_fn progress, void *user);
 /* The fused projections checkpoints store as separate shards (qkv_proj, gate_up_proj, w13). */
 const moq_packed *moq_modules_fused_groups(int *n);
 

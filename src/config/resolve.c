@@ -37,13 +37,25 @@ static const moq_packed *find_packed(const moq_packed *p, int n, const char *nam
     return NULL;
 }
 
-/* SGLang's dot-boundary module-path match: equal, a dotted suffix, or a prefix ending in ".". */
+/* Current SGLang is_layer_skipped, one entry: trailing dots dropped, the entry matches when it equals
+ * the prefix, when the prefix starts with entry + ".", or when "." + entry + "." occurs in
+ * "." + prefix + ".". All three say one thing: the entry is a run of whole dotted parts of the prefix
+ * ("mlp.gate" matches model.layers.0.mlp.gate, not ...mlp.gate_up_proj; "layers.0" matches
+ * model.layers.0.mlp, not model.layers.01.mlp). */
 static bool path_match(const char *prefix, const char *entry) {
-    const size_t np = strlen(prefix), ne = strlen(entry);
-    if (strcmp(prefix, entry) == 0) return true;
-    if (ne && np > ne && prefix[np - ne - 1] == '.' && strcmp(prefix + np - ne, entry) == 0) return true;
-    return ne && entry[ne - 1] == '.' && strncmp(prefix, entry, ne) == 0;
+    size_t ne = strlen(entry);
+    while (ne && entry[ne - 1] == '.') ne--;
+    const size_t np = strlen(prefix);
+    for (size_t i = 0; i + ne <= np; i++)
+        if ((i == 0 || prefix[i - 1] == '.') && (i + ne == np || prefix[i + ne] == '.') && memcmp(prefix + i, entry, ne) == 0) return true;
+    return false;
 }
+
+/* The engines' built-in fused projections, used when the model gives no packed mapping for a name
+ * (vLLM's mixed-precision lookup; SGLang's is_layer_skipped). */
+static const char *const QKV_SHARDS[] = {"q_proj", "k_proj", "v_proj"}, *const GATE_UP_SHARDS[] = {"gate_proj", "up_proj"};
+static const moq_packed BUILTIN_FUSED[] = {{"qkv_proj", QKV_SHARDS, 3}, {"gate_up_proj", GATE_UP_SHARDS, 2}};
+#define N_BUILTIN_FUSED ((int)(sizeof BUILTIN_FUSED / sizeof BUILTIN_FUSED[0]))
 
 /* Is `s` listed? Exact membership (vLLM) or SGLang's dot-boundary match. */
 static bool in_list(const moq_qconfig *q, const char *s) {
@@ -72,12 +84,15 @@ static char *replace_all(const char *s, const char *old, const char *new_) {
 
 /* The engines' shared helper is_layer_skipped (vLLM/SGLang quantization utils, not in the seeds):
  * a fused module is skipped when every shard name is listed, and it is an error when only some
- * are; an experts prefix is skipped when it is a substring of a listed "experts" entry; otherwise
- * exact membership. */
+ * are ("Detected some but not all shards of PREFIX are quantized", both engines); SGLang takes the
+ * shards of qkv_proj / gate_up_proj from its built-in table when the model gives no mapping for
+ * them. vLLM: an experts prefix is skipped when it is a substring of a listed "experts" entry;
+ * otherwise exact membership (SGLang: path_match). */
 static moq_status layer_skipped(const moq_qconfig *q, const char *prefix, const moq_packed *packed, int n_packed,
                                 bool *skipped, const char **rule, moq_error *err) {
     const char *proj = last_part(prefix);
     const moq_packed *pk = find_packed(packed, n_packed, proj);
+    if (!pk && q->r->ex_skipped_builtin_fused) pk = find_packed(BUILTIN_FUSED, N_BUILTIN_FUSED, proj);
     *skipped = false;
     if (pk && pk->n_shards > 0) {
         int n_sk = 0;
@@ -93,7 +108,8 @@ static moq_status layer_skipped(const moq_qconfig *q, const char *prefix, const 
                 o += (size_t)snprintf(detail + o, sizeof detail - o, "%s%s=%s", s ? ", " : "", pk->shards[s], hit ? "excluded" : "quantized");
         }
         if (n_sk && n_sk != pk->n_shards)
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, prefix, "shards %s disagree; all shards of a fused layer need the same precision", detail);
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, prefix, "some but not all shards of %s are quantized (%s); all shards of a fused layer need the same precision",
+                            prefix, detail);
         *skipped = n_sk > 0;
         *rule = "exclude-packed-shards";
         return MOQ_OK;
@@ -136,16 +152,17 @@ moq_status moq_resolve_excluded(const moq_qconfig *q, const char *prefix, bool l
     static const char *const fused[] = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
     for (int i = 0; i < q->n_exclude; i++) {
         const char *pat = q->exclude[i];
-        if (r->ex_regex_parts) {
+        if (r->ex_regex_parts && q->exclude_re) {
+            const moq_glob_regex *re = &q->exclude_re[i];
             const char *cands[2] = {prefix, stripped};
             for (int c = 0; c < 2; c++) {
                 const char *p = cands[c];
                 if (!p) continue;
-                if (moq_glob_dotstar(pat, p)) return *rule = "exclude-wildcard", *ex = true, MOQ_OK;
+                if (moq_glob_regex_full(re, p, strlen(p))) return *rule = "exclude-wildcard", *ex = true, MOQ_OK;
                 for (const char *s = p;;) {
                     const char *d = strchr(s, '.');
                     size_t len = d ? (size_t)(d - s) : strlen(s);
-                    if (moq_glob_dotstar_n(pat, s, len)) return *rule = "exclude-part", *ex = true, MOQ_OK;
+                    if (moq_glob_regex_full(re, s, len)) return *rule = "exclude-part", *ex = true, MOQ_OK;
                     if (!d) break;
                     s = d + 1;
                 }
@@ -255,10 +272,7 @@ static moq_status mp_lookup(const moq_qconfig *q, const char *prefix, const moq_
             if (strncmp(q->layers[k].name, prefix, pn) == 0) return *out = &q->layers[k], *rule = "mp-experts-parent", MOQ_OK;
     }
     if (r->mp_builtin_shards) {
-        /* vLLM's built-in fused projections, used when the model gives no packed mapping. */
-        static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"}, *const gu[] = {"gate_proj", "up_proj"};
-        static const moq_packed builtin[] = {{"qkv_proj", qkv, 3}, {"gate_up_proj", gu, 2}};
-        const moq_packed *bp = find_packed(builtin, 2, proj);
+        const moq_packed *bp = find_packed(BUILTIN_FUSED, N_BUILTIN_FUSED, proj);
         for (int i = 0; bp && i < c.n; i++) {
             char parent[520];
             const char *d = strrchr(c.buf[i], '.');

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "io/mmap.h"
@@ -46,6 +47,65 @@ moq_status moq_json_read(cJSON **out, char **text_out, const char *path, const c
     else free(text);
     return st;
 }
+
+/* ---- float literals ---------------------------------------------------------------------------- */
+
+typedef struct jwalk { const char *p, *end; } jwalk;
+
+static void jw_ws(jwalk *w) {
+    while (w->p < w->end && (*w->p == ' ' || *w->p == '\t' || *w->p == '\n' || *w->p == '\r')) w->p++;
+}
+
+static void jw_string(jwalk *w) { /* at '"' */
+    for (w->p++; w->p < w->end && *w->p != '"'; w->p++)
+        if (*w->p == '\\' && w->p + 1 < w->end) w->p++;
+    if (w->p < w->end) w->p++;
+}
+
+/* The text is valid JSON (cJSON accepted it), and cJSON keeps members and elements in document
+ * order, duplicates included: one value of text per node. Stops quietly on any surprise. */
+static bool jw_value(jwalk *w, cJSON *node, int depth) {
+    jw_ws(w);
+    if (w->p >= w->end || !node || depth > 1000) return false;
+    const char c = *w->p;
+    if (c == '{' || c == '[') {
+        w->p++;
+        for (cJSON *ch = node->child; ch; ch = ch->next) {
+            jw_ws(w);
+            if (c == '{') {
+                if (w->p >= w->end || *w->p != '"') return false;
+                jw_string(w);
+                jw_ws(w);
+                if (w->p >= w->end || *w->p != ':') return false;
+                w->p++;
+            }
+            if (!jw_value(w, ch, depth + 1)) return false;
+            jw_ws(w);
+            if (w->p < w->end && *w->p == ',') w->p++;
+        }
+        jw_ws(w);
+        if (w->p >= w->end || *w->p != (c == '{' ? '}' : ']')) return false;
+        w->p++;
+        return true;
+    }
+    if (c == '"') return jw_string(w), true;
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        bool fl = false;
+        for (; w->p < w->end && strchr("+-0123456789.eE", *w->p) && *w->p; w->p++) fl |= *w->p == '.' || *w->p == 'e' || *w->p == 'E';
+        if (fl && cJSON_IsNumber(node)) node->type |= MOQ_JSON_FLOAT_LITERAL;
+        return true;
+    }
+    while (w->p < w->end && *w->p >= 'a' && *w->p <= 'z') w->p++; /* true, false, null */
+    return true;
+}
+
+void moq_json_mark_floats(cJSON *root, const char *text, size_t len) {
+    jwalk w = {text, text + len};
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) w.p += 3; /* cJSON skips a UTF-8 BOM too */
+    (void)jw_value(&w, root, 0);
+}
+
+bool moq_json_is_float_literal(const cJSON *j) { return cJSON_IsNumber(j) && (j->type & MOQ_JSON_FLOAT_LITERAL); }
 
 const char *moq_json_type(const cJSON *j) {
     if (!j) return "absent";

@@ -30,6 +30,15 @@ moq_status moq_json_str(const cJSON *obj, const char *key, const char **out, boo
 moq_status moq_json_bool(const cJSON *obj, const char *key, bool *out, bool *present,
                          const char *file, const char *path, moq_error *err);
 
+/* Python's json module reads a number written with a fraction or an exponent ("16.0", "1e1") as a
+ * float and any other as an int; cJSON keeps only the value. moq_json_mark_floats walks `text` (the
+ * document `root` was parsed from) alongside the tree and flags every number written as a float;
+ * moq_json_is_float_literal reads the flag (false for documents never marked). The flag is a bit of
+ * cJSON's `type` above the bits cJSON uses (cJSON_IsNumber and printing mask them off). */
+#define MOQ_JSON_FLOAT_LITERAL (1 << 14)
+void moq_json_mark_floats(cJSON *root, const char *text, size_t len);
+bool moq_json_is_float_literal(const cJSON *j);
+
 /* True when j is a number holding an integer in [lo, hi] exactly (|x| <= 2^53). */
 bool moq_json_is_int(const cJSON *j, double lo, double hi);
 

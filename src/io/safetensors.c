@@ -37,20 +37,25 @@
 typedef struct dtype_row {
     const char *name;
     int         bits;
+    moq_elem    elem;  /* the float encoding of one element (MOQ_ELEM_NONE: integers, packed FP4, E5M2, F64) */
 } dtype_row;
 
 /* One row per safetensors dtype string. */
 static const dtype_row dtype_table[MOQ_DT_COUNT] = {
-    [MOQ_DT_BOOL] = {"BOOL", 8},      [MOQ_DT_U8] = {"U8", 8},           [MOQ_DT_I8] = {"I8", 8},
-    [MOQ_DT_I16] = {"I16", 16},       [MOQ_DT_U16] = {"U16", 16},        [MOQ_DT_F16] = {"F16", 16},
-    [MOQ_DT_BF16] = {"BF16", 16},     [MOQ_DT_I32] = {"I32", 32},        [MOQ_DT_U32] = {"U32", 32},
-    [MOQ_DT_F32] = {"F32", 32},       [MOQ_DT_F64] = {"F64", 64},        [MOQ_DT_I64] = {"I64", 64},
-    [MOQ_DT_U64] = {"U64", 64},       [MOQ_DT_F8_E4M3] = {"F8_E4M3", 8}, [MOQ_DT_F8_E5M2] = {"F8_E5M2", 8},
-    [MOQ_DT_F8_E8M0] = {"F8_E8M0", 8}, [MOQ_DT_F4] = {"F4", 4},
+    [MOQ_DT_BOOL] = {"BOOL", 8, MOQ_ELEM_NONE},        [MOQ_DT_U8] = {"U8", 8, MOQ_ELEM_NONE},
+    [MOQ_DT_I8] = {"I8", 8, MOQ_ELEM_NONE},            [MOQ_DT_I16] = {"I16", 16, MOQ_ELEM_NONE},
+    [MOQ_DT_U16] = {"U16", 16, MOQ_ELEM_NONE},         [MOQ_DT_F16] = {"F16", 16, MOQ_ELEM_F16},
+    [MOQ_DT_BF16] = {"BF16", 16, MOQ_ELEM_BF16},       [MOQ_DT_I32] = {"I32", 32, MOQ_ELEM_NONE},
+    [MOQ_DT_U32] = {"U32", 32, MOQ_ELEM_NONE},         [MOQ_DT_F32] = {"F32", 32, MOQ_ELEM_F32},
+    [MOQ_DT_F64] = {"F64", 64, MOQ_ELEM_NONE},         [MOQ_DT_I64] = {"I64", 64, MOQ_ELEM_NONE},
+    [MOQ_DT_U64] = {"U64", 64, MOQ_ELEM_NONE},         [MOQ_DT_F8_E4M3] = {"F8_E4M3", 8, MOQ_ELEM_E4M3},
+    [MOQ_DT_F8_E5M2] = {"F8_E5M2", 8, MOQ_ELEM_NONE},  [MOQ_DT_F8_E8M0] = {"F8_E8M0", 8, MOQ_ELEM_E8M0},
+    [MOQ_DT_F4] = {"F4", 4, MOQ_ELEM_NONE},
 };
 
 const char *moq_dtype_name(moq_dtype d) { return (unsigned)d < MOQ_DT_COUNT ? dtype_table[d].name : "?"; }
 int         moq_dtype_bits(moq_dtype d) { return (unsigned)d < MOQ_DT_COUNT ? dtype_table[d].bits : 0; }
+moq_elem    moq_dtype_elem(moq_dtype d) { return (unsigned)d < MOQ_DT_COUNT ? dtype_table[d].elem : MOQ_ELEM_NONE; }
 
 moq_dtype moq_dtype_from_str(const char *s) {
     for (int i = 0; i < MOQ_DT_COUNT; i++)

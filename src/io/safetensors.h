@@ -42,5 +42,7 @@ size_t moq_utf8_invalid_at(const uint8_t *s, size_t len);
 
 /* dtype string <-> enum, one table row each. Returns MOQ_DT_COUNT when unknown. */
 moq_dtype   moq_dtype_from_str(const char *s);
+/* The float element encoding of a dtype (MOQ_ELEM_NONE for integers, F4, F8_E5M2, F64). */
+moq_elem    moq_dtype_elem(moq_dtype d);
 
 #endif

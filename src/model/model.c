@@ -624,17 +624,48 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
     return MOQ_OK;
 }
 
-/* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only). */
-static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
+/* Non-finite outputs. The logits of every step are checked (V values: cheap next to the step);
+ * when one is not finite the step is run again with every module's output checked, and the first
+ * module whose output is not finite while its input was is named (the step's positions are
+ * rewritten with the same values; m->pos is not advanced). */
+static int64_t first_nonfinite(const float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return i;
+    return -1;
+}
+
+static moq_status check_out(const moq_model *m, const float *p, int64_t rows, int64_t cols, const char *where, moq_error *err) {
+    const int64_t i = first_nonfinite(p, rows * cols);
+    if (i < 0) return MOQ_OK;
+    return MOQ_FAIL(err, MOQ_ERR_TENSOR, where,
+                    "output is not finite (%s at token %lld of the step, position %lld, column %lld) while its input was; "
+                    "its weights or scales hold NaN/Inf (`moq check --values` names them)",
+                    isnan(p[i]) ? "NaN" : "Inf", (long long)(i / cols), (long long)(m->pos + i / cols), (long long)(i % cols));
+}
+
+/* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only).
+ * locate: check every module's output (after a step whose logits were not finite). */
+static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, bool locate, moq_error *err) {
     const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, I = m->I, qkvN = (A + 2 * KV) * D, p0 = m->pos;
+    char where[300];
+#define CHECK(p, rows, cols, ...)                                                                  \
+    do {                                                                                           \
+        if (locate) {                                                                              \
+            snprintf(where, sizeof where, __VA_ARGS__);                                            \
+            MOQ_TRY(check_out(m, p, rows, cols, where, err));                                      \
+        }                                                                                          \
+    } while (0)
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
         for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e];
     }
+    CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
+        CHECK(m->h, M, H, "model.layers.%lld.input_layernorm", (long long)l);
         MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+        CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
         for (int64_t i = 0; i < M; i++) {
             float *q = m->qkv + i * qkvN, *k = q + A * D, *v = k + KV * D;
             for (int64_t hd = 0; hd < A; hd++) {
@@ -647,23 +678,42 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
             }
             moq_kv_cache_write(&m->kv, l, p0 + i, k, v);
         }
+        CHECK(m->qkv, M, qkvN, "model.layers.%lld.self_attn (q/k norm and rope)", (long long)l);
         attention(m, l, p0, M);
+        CHECK(m->att, M, A * D, "model.layers.%lld.self_attn (attention)", (long long)l);
         MOQ_TRY(run_linear(m, &ly->o, m->att, M, m->tmp, err));
+        CHECK(m->tmp, M, H, "%s", ly->o.name);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        CHECK(m->x, M, H, "model.layers.%lld (residual after attention)", (long long)l);
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->post_norm, H, m->eps);
+        CHECK(m->h, M, H, "model.layers.%lld.post_attention_layernorm", (long long)l);
         if (ly->is_moe) {
             MOQ_TRY(moe_block(m, ly, M, err));
+            CHECK(m->tmp, M, H, "model.layers.%lld.%s", (long long)l, m->arch->moe_block);
+            CHECK(m->x, M, H, "model.layers.%lld (residual after the experts)", (long long)l);
             continue;
         }
         MOQ_TRY(run_linear(m, &ly->gate_up, m->h, M, m->gu, err));
+        CHECK(m->gu, M, 2 * I, "%s", ly->gate_up.name);
         swiglu(m->gu, M, I, m->act);
+        CHECK(m->act, M, I, "model.layers.%lld.mlp (silu(gate) * up)", (long long)l);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
+        CHECK(m->tmp, M, H, "%s", ly->down.name);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        CHECK(m->x, M, H, "model.layers.%lld (residual after the MLP)", (long long)l);
     }
     /* logits: every row when asked, else only the last */
     const int64_t r0 = logits_rows ? 0 : M - 1, nr = M - r0;
     for (int64_t i = r0; i < M; i++) rmsnorm(m->h + (i - r0) * H, m->x + i * H, m->final_norm, H, m->eps);
+    CHECK(m->h, nr, H, "model.norm");
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
+#undef CHECK
+    const int64_t bad = first_nonfinite(m->logits_ws, nr * m->V);
+    if (bad >= 0 && !locate) return forward_chunk(m, tok, M, logits_rows, true, err);
+    if (bad >= 0) /* not reached: the located run stops at the module, at the latest at lm_head */
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, m->lm_head->name, "logits are not finite at column %lld, and no module output was on the second run",
+                        (long long)(bad % m->V));
     if (logits_rows) memcpy(logits_rows, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
     memcpy(m->logits, m->logits_ws + (nr - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;
@@ -681,7 +731,7 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
                             (long long)i, (long long)m->V);
     for (int64_t i = 0; i < n; i += m->chunk) {
         const int64_t M = n - i < m->chunk ? n - i : m->chunk;
-        MOQ_TRY(forward_chunk(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+        MOQ_TRY(forward_chunk(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, false, err));
     }
     return MOQ_OK;
 }

@@ -109,7 +109,7 @@ static void finish(ck *c, const char *hf_quant, const char *config) {
 static char *shared_text(const char *file) {
     char rel[256];
     snprintf(rel, sizeof rel, "modelopt_configs/%s", file);
-    char *p = tu_shared_path(rel);
+    char *p = tu_data_path(rel);
     size_t n;
     char *t = tu_read_file(p, &n);
     char *z = malloc(n + 1);

@@ -24,7 +24,7 @@ static const char *s(const cJSON *o, const char *k) {
 
 static void test_config_json_keys(void **state) {
     (void)state;
-    char *p = tu_shared_path("modelopt_configs/nvidia--Qwen3.6-27B-NVFP4_hf_quant_config.json");
+    char *p = tu_data_path("modelopt_configs/nvidia--Qwen3.6-27B-NVFP4_hf_quant_config.json");
     char args[1200];
     snprintf(args, sizeof args, "config --json %s", p);
     cJSON *j = run_json(args, 0);

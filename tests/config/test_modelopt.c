@@ -36,7 +36,7 @@ static const row rows[] = {
     {S, "cfg", FLAT("\"quant_algo\":\"fp8_pb_wo\""), MOQ_ERR_UNSUPPORTED, "\"fp8_pb_wo\" is not one of FP8, NVFP4, MIXED_PRECISION"},
     /* SGLang's FP8 config accepts any name containing FP8 (and reads it as per-tensor FP8). */
     {S, "cfg", FLAT("\"quant_algo\":\"FP8_PB_WO\""), MOQ_OK, "modelopt_fp8|FP8_PB_WO|-|0|0"},
-    {S, "cfg", FLAT("\"quant_algo\":\"W4A16_NVFP4\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "not one of FP8, NVFP4"},
+    {S, "cfg", FLAT("\"quant_algo\":\"W4A16_NVFP4\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "contains FP4: SGLang routes it to its FP4 config"},
     {S, "cfg", FLAT("\"quant_algo\":\"MXFP8\""), MOQ_OK, "modelopt_fp8|MXFP8|-|0|0"},
     /* FP8_BLOCK_SCALES: vLLM knows it only as a mixed-precision MoE alias. */
     {V, "cfg", FLAT("\"quant_algo\":\"FP8_BLOCK_SCALES\""), MOQ_ERR_CONFIG, "is not one of FP8, FP8_PER_CHANNEL_PER_TOKEN"},
@@ -50,7 +50,7 @@ static const row rows[] = {
     {M, "hf", NESTED("\"quant_algo\":\"NVFP4_AWQ\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[\"lm_head\"],\"has_zero_point\":false,\"pre_quant_scale\":true"), MOQ_OK, "modelopt_fp4|NVFP4_AWQ|-|16|1"},
     {V, "hf", NESTED("\"quant_algo\":\"NVFP4_AWQ\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[\"lm_head\"]"), MOQ_ERR_UNSUPPORTED,
      "quantization.quant_algo \"NVFP4_AWQ\": vLLM's ModelOpt module raises \"ModelOpt currently only supports: FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION quantizations in vLLM\""},
-    {S, "cfg", FLAT("\"quant_algo\":\"NVFP4_AWQ\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "\"NVFP4_AWQ\" is not one of FP8, NVFP4, MIXED_PRECISION"},
+    {S, "cfg", FLAT("\"quant_algo\":\"NVFP4_AWQ\",\"group_size\":16"), MOQ_ERR_UNSUPPORTED, "ModelOpt currently only supports: FP8, NVFP4 quantizations in sglang"},
     {V, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":\"lm_head\""), MOQ_ERR_CONFIG, "quantization.exclude_modules is a string, expected a list"},
     {V, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":null"), MOQ_ERR_CONFIG, "exclude_modules is null, expected a list"},
     {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":null"), MOQ_OK, "modelopt_fp8|FP8|-|0|0"},
@@ -103,6 +103,37 @@ static const row rows[] = {
     {S, "hf", NESTED("\"quant_algo\":\"MIXED_PRECISION\",\"group_size\":32,\"quantized_layers\":{\"a\":{\"quant_algo\":\"nvfp4\",\"group_size\":8}}"), MOQ_OK, "modelopt_mixed|MIXED_PRECISION|-|8|0"},
     {M, "cfg", FLAT("\"quant_algo\":\"MIXED_PRECISION\",\"kv_cache_scheme\":{\"type\":\"float\",\"num_bits\":4},\"quantized_layers\":{\"a\":{\"quant_algo\":\"FP8\"}}"), MOQ_OK, "modelopt_mixed|MIXED_PRECISION|NVFP4|16|0"},
     {S, "cfg", FLAT("\"quant_algo\":\"MIXED_PRECISION\",\"kv_cache_scheme\":{\"type\":\"float\",\"num_bits\":4},\"quantized_layers\":{\"a\":{\"quant_algo\":\"FP8\"}}"), MOQ_OK, "modelopt_mixed|MIXED_PRECISION|NVFP4|16|0"},
+    /* SGLang keeps a non-string kv_cache_quant_algo as it is; Python truthiness decides (FP4: falsy -> "auto"). */
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":8"), MOQ_OK, "modelopt_fp8|FP8|8|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":true"), MOQ_OK, "modelopt_fp8|FP8|true|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":{\"a\":1}"), MOQ_OK, "modelopt_fp8|FP8|{\"a\":1}|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":0"), MOQ_OK, "modelopt_fp8|FP8|-|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":false"), MOQ_OK, "modelopt_fp8|FP8|-|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":[]"), MOQ_OK, "modelopt_fp8|FP8|-|0|0"},
+    {S, "hf", NESTED("\"quant_algo\":\"NVFP4\",\"group_size\":16,\"kv_cache_quant_algo\":0"), MOQ_OK, "modelopt_fp4|NVFP4|auto|16|0"},
+    {S, "cfg", FLAT("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":1"), MOQ_OK, "modelopt_fp8|FP8|1|0|0"},
+    {S, "cfg", FLAT("\"quant_algo\":\"NVFP4\",\"group_size\":16,\"kv_cache_quant_algo\":false"), MOQ_OK, "modelopt_fp4|NVFP4|auto|16|0"},
+    {S, "cfg", FLAT("\"quant_algo\":\"MIXED_PRECISION\",\"kv_cache_quant_algo\":[\"FP8\"],\"quantized_layers\":{\"a\":{\"quant_algo\":\"FP8\"}}"), MOQ_OK,
+     "modelopt_mixed|MIXED_PRECISION|[\"FP8\"]|16|0"},
+    {M, "hf", NESTED("\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":8"), MOQ_ERR_CONFIG, "kv_cache_quant_algo is a number, expected a string"},
+    /* SGLang common_group_size counts isinstance(v, int) only: 16.0 is a float and is not counted. */
+    {S, "hf", NESTED("\"quant_algo\":\"NVFP4\",\"group_size\":16.0"), MOQ_ERR_CONFIG, "group_size is missing"},
+    {S, "hf", "{\"config_groups\":{\"g\":{\"weights\":{\"group_size\":32}}},\"quantization\":{\"quant_algo\":\"NVFP4\",\"group_size\":16.0}}", MOQ_OK, "modelopt_fp4|NVFP4|auto|32|0"},
+    {S, "hf", "{\"config_groups\":{\"g\":{\"weights\":{\"group_size\":32}}},\"quantization\":{\"quant_algo\":\"NVFP4\",\"group_size\":16}}", MOQ_ERR_CONFIG, "group_size values disagree"},
+    {S, "cfg", FLAT("\"quant_algo\":\"NVFP4\",\"group_size\":1.6e1"), MOQ_ERR_CONFIG, "group_size is 16 written as a float"},
+    {V, "hf", NESTED("\"quant_algo\":\"NVFP4\",\"kv_cache_quant_algo\":null,\"exclude_modules\":[],\"group_size\":16.0"), MOQ_OK, "modelopt_fp4|NVFP4|-|16|0"},
+    {M, "hf", NESTED("\"quant_algo\":\"NVFP4\",\"kv_cache_quant_algo\":null,\"exclude_modules\":[],\"group_size\":16.0"), MOQ_OK, "modelopt_fp4|NVFP4|-|16|0"},
+    /* A string exclude_modules is an error everywhere (SGLang would iterate it character by character). */
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":\"lm_head\""), MOQ_ERR_CONFIG, "exclude_modules is a string, expected a list"},
+    {V, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":\"lm_head\""), MOQ_ERR_CONFIG, "exclude_modules is a string, expected a list"},
+    /* SGLang reads exclude patterns as regular expressions: Python's re.error is a config error;
+     * what moq cannot translate to POSIX is unsupported, by name. */
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":[\"lm_head\",\"layers.[2-0]\"]"), MOQ_ERR_CONFIG, "exclude_modules[1] \"layers.[2-0]\" is not a valid regular expression"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":[\"(?=x)y\"]"), MOQ_ERR_UNSUPPORTED, "moq does not translate it: group extension"},
+    {M, "hf", NESTED("\"quant_algo\":\"FP8\",\"exclude_modules\":[\"layers.[2-0]\"]"), MOQ_OK, "modelopt|FP8|-|0|1"},
+    /* SGLang routes a name containing FP4 to its FP4 config before FP8: W4A8_NVFP4_FP8 is not read as FP8. */
+    {S, "hf", NESTED("\"quant_algo\":\"W4A8_NVFP4_FP8\""), MOQ_ERR_UNSUPPORTED, "contains FP4: SGLang routes it to its FP4 config"},
+    {S, "hf", NESTED("\"quant_algo\":\"FP8_PB_WO\""), MOQ_OK, "modelopt_fp8|FP8_PB_WO|-|0|0"},
     /* ---- MiniMax MXFP8 and the SGLang hybrid ---- */
     {V, "cfg", "{\"quantization_config\":{\"quant_method\":\"mxfp8\",\"ignored_layers\":[\"lm_head\"]}}", MOQ_OK, "modelopt_mxfp8|MXFP8|-|0|1"},
     {S, "cfg", "{\"quantization_config\":{\"quant_method\":\"mxfp8\",\"ignored_layers\":[\"lm_head\"]}}", MOQ_ERR_CONFIG, "quantization is absent"},

@@ -1,4 +1,4 @@
-/* test_real_configs.c — the 38 configs of published NVIDIA checkpoints (../shared/modelopt_configs)
+/* test_real_configs.c — the 38 configs of published NVIDIA checkpoints (tests/data/modelopt_configs.tar.xz)
  * all parse under every profile (except the SGLang-only hybrid form under --compat vllm), and the
  * normalized fields agree with the file read independently here with cJSON. */
 #include <cjson/cJSON.h>
@@ -84,7 +84,7 @@ static void check_file(const char *dir, const char *name, int *n_files) {
 
 static void test_all_real_configs(void **state) {
     (void)state;
-    char *dir = tu_shared_path("modelopt_configs");
+    char *dir = tu_data_path("modelopt_configs");
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s", dir);
     int n = 0;
@@ -111,7 +111,7 @@ static void test_known_values(void **state) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char rel[256];
         snprintf(rel, sizeof rel, "modelopt_configs/%s", rows[i].file);
-        char *p = tu_shared_path(rel);
+        char *p = tu_data_path(rel);
         moq_qconfig *q = NULL;
         TU_OK(moq_qconfig_open(&q, p, MOQ_COMPAT_MOQ, err_));
         assert_string_equal(moq_qconfig_quant_method(q), rows[i].method);

@@ -4,6 +4,8 @@
  * / get_quant_method / ModelOptMixedPrecisionConfig._resolve_quant_algo), and rows marked PEER restate
  * cases of vLLM's own suite, tests/quantization/test_modelopt.py (vllm-project/vllm, commit 0024350b):
  * the case is restated, no code is copied. */
+#include <cjson/cJSON.h>
+
 #include "tu.h"
 
 enum { M = 1 << MOQ_COMPAT_MOQ, V = 1 << MOQ_COMPAT_VLLM, S = 1 << MOQ_COMPAT_SGLANG, ALL = M | V | S };
@@ -59,7 +61,22 @@ static const row rows[] = {
     /* Packed modules: skipped only when the shards agree, an error when they disagree. */
     {ALL, NV("\"model.layers.0.self_attn.q_proj\",\"model.layers.0.self_attn.k_proj\",\"model.layers.0.self_attn.v_proj\""), L0 "self_attn.qkv_proj", "linear", QKV,
      "unquantized_linear|-|1|exclude-packed-shards"},
-    {ALL, NV("\"model.layers.0.self_attn.q_proj\""), L0 "self_attn.qkv_proj", "linear", QKV, "!shards q_proj=excluded, k_proj=quantized, v_proj=quantized disagree"},
+    {ALL, NV("\"model.layers.0.self_attn.q_proj\""), L0 "self_attn.qkv_proj", "linear", QKV, "!some but not all shards of model.layers.0.self_attn.qkv_proj are quantized (q_proj=excluded, k_proj=quantized, v_proj=quantized)"},
+    /* No packed mapping: SGLang's is_layer_skipped takes the shards from its built-in table; vLLM
+     * compares the fused name itself (not listed: quantized). */
+    {S, NV("\"model.layers.0.self_attn.q_proj\""), L0 "self_attn.qkv_proj", "linear", NULL,
+     "!some but not all shards of model.layers.0.self_attn.qkv_proj are quantized (q_proj=excluded, k_proj=quantized, v_proj=quantized)"},
+    {V | M, NV("\"model.layers.0.self_attn.q_proj\""), L0 "self_attn.qkv_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
+    {S, NV("\"model.layers.0.mlp.gate_proj\",\"model.layers.0.mlp.up_proj\""), L0 "mlp.gate_up_proj", "linear", NULL, "unquantized_linear|-|1|exclude-packed-shards"},
+    /* SGLang: an entry is a run of whole dotted parts anywhere in the prefix. */
+    {S, NV("\"layers.0\""), L0 "mlp.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-exact"},
+    {S, NV("\"layers.0\""), "model.layers.01.mlp.down_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
+    /* SGLang's patterns are regular expressions: a class keeps its meaning (fnmatch's [!..] is "!" or ..). */
+    {S, NV("\"model.layers.[0-2].*\""), "model.layers.1.mlp.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-wildcard"},
+    {S, NV("\"model.layers.[0-2].*\""), "model.layers.3.mlp.down_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
+    {S, NV("\"model.layers.[!0-2].*\""), "model.layers.5.mlp.down_proj", "linear", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
+    {V | M, NV("\"model.layers.[!0-2].*\""), "model.layers.5.mlp.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-wildcard"},
+    {S, NV("\"o_proj|down_proj\""), "model.layers.1.mlp.down_proj", "linear", NULL, "unquantized_linear|-|1|exclude-part"},
     {ALL, NV("\"model.layers.1.self_attn.q_proj\""), L0 "self_attn.qkv_proj", "linear", QKV, "nvfp4_linear|NVFP4|0|quant_algo"},
     /* Experts: an "experts" entry containing the prefix (vLLM is_layer_skipped); SGLang's MoE path skips it. */
     {V | M, NV("\"model.layers.0.mlp.experts.3.down_proj\""), L0 "mlp.experts", "moe", NULL, "none|-|1|exclude-experts"},
@@ -78,6 +95,10 @@ static const row rows[] = {
     {V, NV(""), L0 "self_attn.attn", "attention", NULL, "kv_cache|-|0|attention-kv-method"},
     {M, NV(""), L0 "self_attn.attn", "attention", NULL, "none|-|0|no-kv-cache-quant"},
     {S, NV(""), L0 "self_attn.attn", "attention", NULL, "kv_cache|auto|0|kv-cache-quant-algo"},
+    /* SGLang: a non-string kv_cache_quant_algo gives the KV method when truthy (Python truthiness). */
+    {S, "{\"quantization\":{\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":8}}", L0 "self_attn.attn", "attention", NULL, "kv_cache|8|0|kv-cache-quant-algo"},
+    {S, "{\"quantization\":{\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":0}}", L0 "self_attn.attn", "attention", NULL, "none|-|0|no-kv-cache-quant"},
+    {S, "{\"quantization\":{\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":\"\"}}", L0 "self_attn.attn", "attention", NULL, "none|-|0|no-kv-cache-quant"},
     /* PEER vLLM test_modelopt_nvfp4_quantizes_parallel_lm_head / ..._leaves_excluded_parallel_lm_head_unquantized */
     {ALL, NV(""), "lm_head", "lm_head", NULL, "nvfp4_linear|NVFP4|0|quant_algo"},
     /* Per algo: linear and MoE methods. */
@@ -246,7 +267,7 @@ static void test_real(void **state) {
     for (size_t i = 0; i < sizeof rr / sizeof rr[0]; i++) {
         char rel[256];
         snprintf(rel, sizeof rel, "modelopt_configs/%s", rr[i].file);
-        char *p = tu_shared_path(rel);
+        char *p = tu_data_path(rel);
         moq_qconfig *q = NULL;
         TU_OK(moq_qconfig_open(&q, p, MOQ_COMPAT_MOQ, err_));
         moq_layer_kind kind;
@@ -261,7 +282,59 @@ static void test_real(void **state) {
     }
 }
 
+/* SGLang's linear path, is_layer_skipped(...) or is_layer_excluded(...), against the results Python
+ * computed in tests/golden/exclude/expected.json ("excluded": gen.py restates both functions and
+ * matches with Python's re). */
+static void test_sglang_excluded_golden(void **state) {
+    (void)state;
+    char *path = tu_golden_path("exclude/expected.json");
+    size_t len = 0;
+    char *text = tu_read_file(path, &len);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    assert_non_null(j);
+    int n = 0;
+    for (const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "excluded")->child; r; r = r->next, n++) {
+        cJSON *cfg = cJSON_CreateObject(), *qs = cJSON_AddObjectToObject(cfg, "quantization");
+        cJSON_AddStringToObject(qs, "quant_algo", "NVFP4");
+        cJSON_AddNullToObject(qs, "kv_cache_quant_algo");
+        cJSON_AddNumberToObject(qs, "group_size", 16);
+        cJSON_AddItemToObject(qs, "exclude_modules", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "exclude"), true));
+        char *ctext = cJSON_PrintUnformatted(cfg);
+        moq_qconfig *q = NULL;
+        TU_OK(moq_qconfig_parse(&q, ctext, "hf_quant_config.json", MOQ_COMPAT_SGLANG, err_));
+        const char *prefix = cJSON_GetObjectItemCaseSensitive(r, "prefix")->valuestring;
+        moq_packed packed[4];
+        const char *shards[16];
+        int np = 0, ns = 0;
+        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(r, "packed");
+        for (const cJSON *e = cJSON_IsObject(pk) ? pk->child : NULL; e; e = e->next, np++) {
+            packed[np].name = e->string, packed[np].shards = &shards[ns], packed[np].n_shards = 0;
+            for (const cJSON *sh = e->child; sh; sh = sh->next) shards[ns++] = sh->valuestring, packed[np].n_shards++;
+        }
+        moq_resolution res;
+        moq_error e = {0};
+        const moq_status st = moq_resolve(q, prefix, MOQ_KIND_LINEAR, packed, np, &res, &e);
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(r, "result");
+        if (cJSON_IsString(want)) { /* "mixed": SGLang raises */
+            char m[300];
+            snprintf(m, sizeof m, "some but not all shards of %s are quantized", prefix);
+            TU_ERR(&e, st, MOQ_ERR_CONFIG, prefix, m);
+        } else {
+            if (st != MOQ_OK) fail_msg("%s: %s", prefix, e.msg);
+            if (res.excluded != cJSON_IsTrue(want))
+                fail_msg("excluded(%s, %s) = %d (rule %s), SGLang gives %d", prefix, ctext, res.excluded, res.rule, cJSON_IsTrue(want));
+        }
+        moq_qconfig_free(q);
+        free(ctext);
+        cJSON_Delete(cfg);
+    }
+    assert_true(n >= 30);
+    cJSON_Delete(j);
+    free(text);
+    free(path);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_real)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows), cmocka_unit_test(test_real), cmocka_unit_test(test_sglang_excluded_golden)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

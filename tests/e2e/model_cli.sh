@@ -85,7 +85,7 @@ for prof in vllm sglang; do
     check 6 "check NVFP4_AWQ --compat $prof" "$MOQ" check "$TMP/AWQ" --compat "$prof"
     check 6 "run NVFP4_AWQ --compat $prof" "$MOQ" run "$TMP/AWQ" -p "Hello" -n 3 --compat "$prof"
 done
-grep -q "only supports\|not one of FP8, NVFP4" "$TMP/err" || { echo "FAIL: NVFP4_AWQ sglang error"; cat "$TMP/err"; fail=1; }
+grep -q "only supports: FP8, NVFP4 quantizations in sglang" "$TMP/err" || { echo "FAIL: NVFP4_AWQ sglang error"; cat "$TMP/err"; fail=1; }
 
 # FP8 KV declared, no scales in the checkpoint
 sed -i 's/"kv_cache_quant_algo": null/"kv_cache_quant_algo": "FP8"/' "$TMP/FP8/hf_quant_config.json" "$TMP/FP8/config.json"

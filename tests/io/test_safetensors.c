@@ -466,7 +466,7 @@ static void test_open_errors(void **state) {
     char *dir = tu_tmpdir("st_open");
     moq_st_file f;
     moq_error e = {0};
-    char *missing = tu_shared_path("does/not/exist.safetensors");
+    char *missing = tu_data_path("does/not/exist.safetensors");
     TU_ERR(&e, moq_st_open(&f, missing, "exist.safetensors", &e), MOQ_ERR_IO, "exist.safetensors", "cannot open");
     free(missing);
     /* A directory is not a shard. */

@@ -118,6 +118,48 @@ static void test_e4m3_subnormal_weights(void **state) {
     g_small_e4m3 = 0;
 }
 
+/* e4m3 weight codes 0x7F / 0xFF are NaN (e4m3fn: S.1111.111): every row, fast or `_ref`, gives NaN in
+ * exactly the output rows that hold one, for every token, on the decode (M <= 4) and panel paths.
+ * A corrupt checkpoint must not turn into finite garbage (issue 10: the model runner names the
+ * first module whose output is not finite). */
+static void test_e4m3_nan_codes(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    int rows = 0;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if ((k->need & feat) != k->need || moq_pairs[k->pair].w->elem != MOQ_ELEM_E4M3) continue;
+        const tpair p = tpair_of(k->pair);
+        int64_t NK[2][2];
+        shapes_for(p, NK);
+        const int64_t N = NK[0][0], K = NK[0][1], n0 = 3, n1 = N - 2;
+        tw t = tw_make(p, N, K, 1, 0);
+        char why[160];
+        if (k->supports && !k->supports(&t.w, why, sizeof why)) {
+            tw_free(&t);
+            continue;
+        }
+        ((uint8_t *)t.q)[n0 * K + 5] = 0x7F;
+        ((uint8_t *)t.q)[n1 * K + K - 1] = 0xFF;
+        rows++;
+        static const int64_t Ms[] = {1, 4, 17};
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            const int64_t M = Ms[mi];
+            float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
+            fill(x, (size_t)(M * K), urand(0.1f, 10.0f));
+            klin_run(&t, k->name, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ~0u, g_corr, NULL);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++)
+                    if ((isnan(y[m * N + n]) != 0) != (n == n0 || n == n1))
+                        fail_msg("%s m=%lld: y[%lld, %lld] = %g; NaN expected only in rows %lld and %lld", k->name, (long long)M, (long long)m,
+                                 (long long)n, (double)y[m * N + n], (long long)n0, (long long)n1);
+            free(x), free(y);
+        }
+        tw_free(&t);
+    }
+    assert_true(rows >= 4); /* the four e4m3 pairs' _ref rows at least */
+}
+
 /* The registry's choice follows the allowed features; _ref is always there. */
 static void test_choice_follows_cpu_mask(void **state) {
     (void)state;
@@ -155,17 +197,19 @@ static void test_choice_follows_cpu_mask(void **state) {
 int main(void) {
     g_seed = (unsigned)time(NULL);
     g_rng = g_seed;
-    char *p = tu_shared_path("golden/rcp/rcpa_ftz_corr_2bit.bin");
+    char *p = tu_data_path("golden/rcp/rcpa_ftz_corr_2bit.bin");
     FILE *f = fopen(p, "rb");
-    if (f) {
-        g_corr = malloc((size_t)1 << 21);
-        if (fread(g_corr, 1, (size_t)1 << 21, f) != (size_t)1 << 21) { free(g_corr); g_corr = NULL; }
-        fclose(f);
+    g_corr = malloc((size_t)1 << 21);
+    if (!f || fread(g_corr, 1, (size_t)1 << 21, f) != (size_t)1 << 21) {
+        fprintf(stderr, "%s: missing or short (tests/data/golden.tar.xz is unpacked there by CMake)\n", p);
+        return 1;
     }
+    fclose(f);
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
         cmocka_unit_test(test_e4m3_subnormal_weights),
+        cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);

@@ -114,7 +114,7 @@ static const char *cli(const char *verb, const char *dir, const char *extra, con
 static const char *run_fixture(const char *name, double *max_abs, double *max_ref) {
     char rel[256];
     snprintf(rel, sizeof rel, "modelopt_real/%s", name);
-    char *dir = tu_data_path(rel);
+    char *dir = tu_src_data_path(rel);
     expected e;
     expected_read(dir, &e);
     /* the oracle against ModelOpt's own fake-quant forward: loose sanity only (see the top) */
@@ -187,7 +187,7 @@ static void test_table(void **state) {
         for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
             char rel[256];
             snprintf(rel, sizeof rel, "modelopt_real/%s/%s", k_fixtures[j], files[f]);
-            char *p = tu_data_path(rel);
+            char *p = tu_src_data_path(rel);
             size_t len = 0;
             free(tu_read_file(p, &len));
             free(p);

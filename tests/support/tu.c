@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-char *tu_shared_path(const char *rel) {
-    const char *base = getenv("MOQ_SHARED");
-    if (!base || !*base) base = "../shared";
+char *tu_data_path(const char *rel) {
+    const char *base = getenv("MOQ_TESTDATA");
+    if (!base || !*base) fail_msg("MOQ_TESTDATA is not set: run the tests with ctest (it points at build/testdata)");
     size_t n = strlen(base) + strlen(rel) + 2;
     char *p = malloc(n);
     snprintf(p, n, "%s/%s", base, rel);
@@ -122,9 +122,11 @@ static char *tests_path(const char *sub, const char *rel) {
     return p;
 }
 
+char *tu_golden_path(const char *rel) { return tests_path("golden", rel); }
+
 char *tu_golden_tokenizer_path(const char *rel) { return tests_path("golden/tokenizer", rel); }
 
-char *tu_data_path(const char *rel) { return tests_path("data", rel); }
+char *tu_src_data_path(const char *rel) { return tests_path("data", rel); }
 
 moq_tokenizer *tu_open_golden_tokenizer(const char *style) {
     char *p = tu_golden_tokenizer_path(style);

@@ -15,8 +15,9 @@
 
 #include "moq.h"
 
-/* ../shared (from MOQ_SHARED, set by ctest), joined with rel. Caller frees. */
-char *tu_shared_path(const char *rel);
+/* The unpacked test data (MOQ_TESTDATA, set by ctest: build/testdata, made by CMake from
+ * tests/data/<name>.tar.xz) joined with rel, e.g. "golden/formats/inputs_f32.bin". Caller frees. */
+char *tu_data_path(const char *rel);
 /* A fresh empty directory under MOQ_TMP (or /tmp) named after `tag`; caller frees the string. */
 char *tu_tmpdir(const char *tag);
 /* Removes a directory tree (best effort). */
@@ -31,12 +32,14 @@ char *tu_write_st(const char *dir, const char *name, const char *header, size_t 
 /* Runs a shell command, returns its exit status (-1 on failure to run); captures stdout+stderr
  * into out (NUL-terminated, truncated to n) when out != NULL. */
 int tu_run(const char *cmd, char *out, size_t n);
+/* tests/golden/<rel> in the source tree (caller frees). */
+char *tu_golden_path(const char *rel);
 /* tests/golden/tokenizer/<rel> (caller frees), and the golden tokenizer of one style ("gpt2",
  * "llama3", "qwen2", "smollm2", ...) opened (fails the test when it cannot be). */
 char *tu_golden_tokenizer_path(const char *rel);
 moq_tokenizer *tu_open_golden_tokenizer(const char *style);
-/* tests/data/<rel> of this source tree (caller frees): fixtures the tests carry themselves. */
-char *tu_data_path(const char *rel);
+/* tests/data/<rel> of this source tree, as committed (caller frees): fixtures kept unpacked. */
+char *tu_src_data_path(const char *rel);
 /* Path of the moq CLI (MOQ_BIN). */
 const char *tu_moq_bin(void);
 

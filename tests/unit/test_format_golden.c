@@ -1,5 +1,5 @@
 /* test_format_golden.c — every encoder mode and every decoder against the golden vectors in
- * ../shared/golden/formats (ml_dtypes 0.6.0 and PyTorch 2.11 CPU/CUDA, measured on an H200 box;
+ * tests/data/golden.tar.xz → golden/formats (ml_dtypes 0.6.0 and PyTorch 2.11 CPU/CUDA, measured on an H200 box;
  * README.md and manifest.json there). 1,066,068 inputs per file; zero mismatches allowed.
  *
  * Each encoder is checked twice: through the public bulk API (moq_elem_encode_f32, which picks the
@@ -8,7 +8,8 @@
  * (zero and negative inputs, where ml_dtypes gives NaN 0xFF): the test asserts the difference set
  * is exactly that set. Decoders are checked against *_decode_f32.bin (NaN compared as NaN).
  *
- * If a file is missing: the golden vectors live in the shared reference tree; set MOQ_SHARED.
+ * CMake unpacks the archive into build/testdata (checked against tests/data/SHA256SUMS); ctest
+ * sets MOQ_TESTDATA to it.
  */
 #include "tu.h"
 
@@ -24,7 +25,7 @@ static float    *g_in;      /* the same, as floats   */
 static void *load(const char *name, size_t elem_size, size_t want_count) {
     char rel[256];
     snprintf(rel, sizeof rel, "golden/formats/%s", name);
-    char *p = tu_shared_path(rel);
+    char *p = tu_data_path(rel);
     size_t len = 0;
     void *d = tu_read_file(p, &len);
     if (len != elem_size * want_count) {

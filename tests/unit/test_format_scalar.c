@@ -219,7 +219,7 @@ static uint32_t e8m0_up_rule(float x) {
 
 static void test_e8m0_up_sat_rule(void **state) {
     (void)state;
-    char *p = tu_shared_path("golden/formats/inputs_f32.bin");
+    char *p = tu_data_path("golden/formats/inputs_f32.bin");
     size_t len = 0;
     float *in = tu_read_file(p, &len);
     free(p);

@@ -2,7 +2,7 @@
  * `_ref` row of the same (encoding, mode).
  *
  * One cmocka test per row (named after the row). Encoders run over the 1,066,068 golden inputs
- * (../shared/golden/formats/inputs_f32.bin: all bf16 patterns, 1e6 random binary32 patterns incl.
+ * (golden/formats/inputs_f32.bin from tests/data/golden.tar.xz: all bf16 patterns, 1e6 random binary32 patterns incl.
  * NaN/inf/subnormals, every e4m3 and e2m1 tie) plus lengths 1, 2, 3, 15, 16, 17, 33, 4097 from
  * input and output pointers that are off the vector alignment; decoders over every code (all
  * 65,536 16-bit patterns, every byte value, every e2m1 nibble pair). Bytes past the end of the
@@ -20,7 +20,7 @@ static float *g_in;
 
 static int setup(void **state) {
     (void)state;
-    char *p = tu_shared_path("golden/formats/inputs_f32.bin");
+    char *p = tu_data_path("golden/formats/inputs_f32.bin");
     size_t len = 0;
     g_in = tu_read_file(p, &len);
     free(p);

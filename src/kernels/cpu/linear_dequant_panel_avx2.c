@@ -33,9 +33,11 @@ static size_t shared_bytes(const moq_weight *w, int64_t M) {
 
 /* 8 e4m3 codes -> f32 / 256 (exact: the f16 shift trick of the AVX-512 file). */
 static inline __m256 e4m3x8_div256(__m128i c8) {
-    __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(c8), 7);
+    const __m128i w = _mm_cvtepu8_epi16(c8);
+    __m128i t = _mm_slli_epi16(w, 7);
     t = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
-    return _mm256_cvtph_ps(t);
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7F)); /* S.1111.111 */
+    return _mm256_cvtph_ps(_mm_or_si128(t, nan));
 }
 
 static inline __m256 e8m0x8(__m128i c8) {

@@ -11,7 +11,8 @@
  *   C       f32 [M, 16]  per thread: accumulators of the tile across KC chunks
  *
  * Decoding is exact: e4m3 -> f16 by a shift (c<<7 puts e4m3's exponent and mantissa in f16's,
- * off by 2^-8, subnormals included), vcvtph2ps, then ×256; e2m1 by a 16-entry permute; block
+ * off by 2^-8, subnormals included; the NaN codes 0x7F/0xFF, finite after the shift, are forced to
+ * an f16 NaN, so a corrupt weight gives a NaN output as the `_ref` twin does), vcvtph2ps, then ×256; e2m1 by a 16-entry permute; block
  * scales multiply exactly (D2·D4 and D4·2^e are exact in f32) except FP8 128x128 (D4·s rounds
  * once). Accumulation is f32 in k order per lane; tests/kernels/test_linear.c compares with
  * linear_ref.c (double) at relative Frobenius error <= 1e-5.
@@ -67,11 +68,14 @@ size_t moq_linear_panel_workspace(const moq_weight *w, int64_t M, int n_threads)
     return shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w, M);
 }
 
-/* e4m3 codes of 16 rows -> f32 values / 256 (exact, subnormals included). */
+/* e4m3 codes of 16 rows -> f32 values / 256 (exact, subnormals and NaN included: the shift maps
+ * S.1111.111 to a finite f16, so those lanes become f16 0xFFFF, a NaN). */
 static inline __m512 e4m3x16_div256(__m128i c) {
-    __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(c), 7);
+    const __m256i w = _mm256_cvtepu8_epi16(c);
+    __m256i t = _mm256_slli_epi16(w, 7);
     t = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000))); /* bit 14 (sign) -> bit 15 */
-    return _mm512_cvtph_ps(t);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
+    return _mm512_cvtph_ps(_mm256_or_si256(t, nan));
 }
 
 /* e8m0 codes of 16 rows -> 2^(c-127) (c = 0 -> 2^-127, subnormal; 0xFF rejected at create). */
@@ -239,14 +243,16 @@ bool moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_l
  * block accumulator in f32. */
 #define GEMV_M 4
 
-/* 32 e4m3 codes, one word each (any order) -> bf16 bits, exact (subnormals from a table). */
+/* 32 e4m3 codes, one word each (any order) -> bf16 bits, exact (subnormals from a table, NaN codes
+ * to 0xFFFF). */
 static inline __m512i e4m3w_to_bf16(__m512i v) {
     static const uint16_t tab[32] = {0, 0x3B00, 0x3B80, 0x3BC0, 0x3C00, 0x3C20, 0x3C40, 0x3C60}; /* bf16 of m·2^-9 */
     const __m512i sub = _mm512_loadu_si512(tab);
     const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi16(0x7F));
     __m512i r = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00)); /* (e+120, m) */
     r = _mm512_mask_permutexvar_epi16(r, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), mag, sub);
-    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(v, 8), _mm512_set1_epi16((short)0x8000), 0xD8); /* C ? B : A */
+    r = _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(v, 8), _mm512_set1_epi16((short)0x8000), 0xD8); /* C ? B : A */
+    return _mm512_or_si512(r, _mm512_movm_epi16(_mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)))); /* NaN -> 0xFFFF */
 }
 
 /* rows16 e4m3 codes of columns k, k+1 (32 bytes) -> dword lane r = (bf16 w[r,k], bf16 w[r,k+1]). */

@@ -50,10 +50,13 @@ size_t moq_linear_nvfp4_vnni_workspace(const moq_weight *w, int64_t M, int n_thr
     return (size_t)M * token_bytes(w->K) + (size_t)n_threads * thread_bytes(w->K);
 }
 
+/* e4m3 -> f32 / 256 as in linear_dequant_panel_avx512.c (NaN codes -> f16 0xFFFF, a NaN). */
 static inline __m512 e4m3x16_div256(__m128i c) {
-    __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(c), 7);
+    const __m256i w = _mm256_cvtepu8_epi16(c);
+    __m256i t = _mm256_slli_epi16(w, 7);
     t = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
-    return _mm512_cvtph_ps(t);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
+    return _mm512_cvtph_ps(_mm256_or_si256(t, nan));
 }
 
 static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
