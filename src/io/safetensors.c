@@ -65,7 +65,7 @@ moq_dtype moq_dtype_from_str(const char *s) {
 
 /* Returns the offset of the first invalid UTF-8 byte, or len when valid (RFC 3629: no overlongs,
  * no surrogates, nothing above U+10FFFF). */
-static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
+size_t moq_utf8_invalid_at(const uint8_t *s, size_t len) {
     size_t i = 0;
     while (i < len) {
         uint8_t c = s[i];
@@ -308,7 +308,7 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
         else st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header does not start with '{' (found an empty header)");
         goto fail;
     }
-    size_t bad = utf8_invalid_at(h, (size_t)n); /* R5 */
+    size_t bad = moq_utf8_invalid_at(h, (size_t)n); /* R5 */
     if (bad != n) {
         st = MOQ_FAIL(err, MOQ_ERR_FORMAT, fn, "header is not valid UTF-8 (byte 0x%02x at header offset %zu)", h[bad], bad);
         goto fail;

@@ -3,6 +3,7 @@
 #ifndef MOQ_IO_SAFETENSORS_H
 #define MOQ_IO_SAFETENSORS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/mmap.h"
@@ -34,6 +35,10 @@ moq_status moq_st_parse(moq_st_file *f, const char *name, const uint8_t *buf, ui
 /* Maps `path` and parses it. */
 moq_status moq_st_open(moq_st_file *f, const char *path, const char *name, moq_error *err);
 void       moq_st_close(moq_st_file *f);
+
+/* Offset of the first invalid UTF-8 byte of s[0..len), or len when valid (RFC 3629: no overlongs,
+ * no surrogates, nothing above U+10FFFF). */
+size_t moq_utf8_invalid_at(const uint8_t *s, size_t len);
 
 /* dtype string <-> enum, one table row each. Returns MOQ_DT_COUNT when unknown. */
 moq_dtype   moq_dtype_from_str(const char *s);

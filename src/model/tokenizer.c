@@ -21,7 +21,8 @@
  *      first on equal ranks (a binary heap: O(n log n) per piece); with ignore_merges a piece that
  *      is itself in the vocabulary is emitted whole first.
  * Bytes that are not valid UTF-8 are classed "other" one byte at a time and encoded as bytes, so
- * decode(encode(x)) == x for every byte string x (without NFC; added tokens decode to their own
+ * decode(encode(x)) == x for every byte string x whose byte symbols are all in the vocabulary (a
+ * byte without one is dropped, as `tokenizers` does with unk_token null) (without NFC; added tokens decode to their own
  * text unless it holds byte-level symbols such as 'Ġ', which the ByteLevel decoder maps to bytes).
  *
  * NFC: the quick check (UAX #15 §9) passes most text unchanged without copying it; otherwise the
@@ -683,16 +684,13 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
     }
     free(dec);
 
-    /* the 256 byte symbols */
+    /* the 256 byte symbols (a vocabulary may lack some) */
     for (unsigned b = 0; b < 256; b++) {
         char s[5];
         uint32_t cp = byte_to_cp(b);
         s[utf8_put(cp, s)] = '\0';
         size_t id;
-        if (!moq_strmap_get(vmap, s, &id))
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
-                            "model.vocab has no token \"%s\" (U+%04X, byte 0x%02X); a byte-level vocabulary has all 256 byte symbols", s, cp, b);
-        t->byte_id[b] = (int32_t)id;
+        t->byte_id[b] = moq_strmap_get(vmap, s, &id) ? (int32_t)id : -1; /* missing: dropped (bpe) */
     }
 
     /* byte-level vocab by bytes (for ignore_merges and moq_tokenizer_token_id) */
@@ -1157,11 +1155,18 @@ static void bpe(enc_ctx *c, const uint8_t *s, size_t n) {
         int32_t id = vocab_get(t, s, n);
         if (id >= 0) { emit(c, id); return; }
     }
+    /* A byte whose symbol the vocabulary lacks is dropped, and its neighbours become adjacent:
+     * `tokenizers` does so when unk_token is null (SmolLM2's vocabulary lacks 21 byte symbols). */
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        c->sym[i] = t->byte_id[s[i]];
-        c->prev[i] = (int32_t)i - 1;
-        c->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        if (t->byte_id[s[i]] < 0) continue;
+        c->sym[k] = t->byte_id[s[i]];
+        c->prev[k] = (int32_t)k - 1;
+        k++;
     }
+    if (k == 0) return;
+    for (size_t i = 0; i < k; i++) c->next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
+    n = k;
     size_t hn = 0;
     for (size_t i = 0; i + 1 < n; i++) push_pair(c, &hn, (int32_t)i);
     while (hn) {

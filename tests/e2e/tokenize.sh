@@ -16,5 +16,11 @@ for style in gpt2 llama3 qwen2 smollm2; do
   [ "$back" = "${text%$'\n'}" ] || { echo "$style: round trip gave [$back]" >&2; exit 1; }
 done
 "$MOQ_BIN" tokenize "$g/smollm2" --chat --text "hi" --pieces | grep -q $'^1\t<|im_start|>$'
+# the user message holds the text, with and without --system ("Hello world" ids inside the chat ids)
+hw=$("$MOQ_BIN" tokenize "$g/smollm2" --text "Hello world")
+for sys in "" "--system=Be brief."; do
+  chat=$("$MOQ_BIN" tokenize "$g/smollm2" --chat --text "Hello world" ${sys:+"$sys"})
+  case " $chat " in *" $hw "*) ;; *) echo "--chat $sys: [$chat] lacks the user text [$hw]" >&2; exit 1 ;; esac
+done
 rc=0; "$MOQ_BIN" tokenize "$g/does-not-exist" --text x 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || { echo "missing directory: exit $rc, expected 2" >&2; exit 1; }
