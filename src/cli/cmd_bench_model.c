@@ -11,9 +11,29 @@
 
 #include "cli.h"
 
+/* GPU device-to-device copy bandwidth, GB/s of bytes read + written (1 GiB copied 5 times after a
+ * warm-up): the roofline of a decode step on the GPU, as `moq bench linear --device cuda` uses. */
+static int gpu_copy_gbs(double *gbs) {
+    moq_error err;
+    const size_t gib = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    int rc = 0;
+    if (moq_device_alloc(MOQ_DEVICE_CUDA, gib, &a, &err) || moq_device_alloc(MOQ_DEVICE_CUDA, gib, &b, &err) ||
+        moq_device_copy(MOQ_DEVICE_CUDA, b, a, gib, &err)) {
+        rc = cli_report(&err);
+    } else {
+        const double t0 = cli_now_s();
+        for (int i = 0; i < 5 && !rc; i++)
+            if (moq_device_copy(MOQ_DEVICE_CUDA, b, a, gib, &err)) rc = cli_report(&err);
+        *gbs = 5.0 * 2.0 * (double)gib / (cli_now_s() - t0) / 1e9;
+    }
+    moq_device_free(MOQ_DEVICE_CUDA, a), moq_device_free(MOQ_DEVICE_CUDA, b);
+    return rc;
+}
+
 int cmd_bench_model(int argc, char **argv) {
     static const struct option lo[] = {{"prompt", 1, 0, 'p'}, {"decode", 1, 0, 'd'}, {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'},
-                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {0, 0, 0, 0}};
+                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {0, 0, 0, 0}};
     long P = 128, N = 32;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();
@@ -58,19 +78,26 @@ int cmd_bench_model(int argc, char **argv) {
         if (moq_model_decode(m, b, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     }
     const double t2 = cli_now_s();
-    const double bw = cli_dram_read_gbs(threads), bytes = (double)moq_model_decode_bytes(m);
+    const bool gpu = mo.device == MOQ_DEVICE_CUDA;
+    double bw = 0;
+    if (gpu && (rc = gpu_copy_gbs(&bw))) goto done;
+    if (!gpu) bw = cli_dram_read_gbs(threads);
+    const double bytes = (double)moq_model_decode_bytes(m);
     const double pre = (double)P / (t1 - t0), dec = (double)N / (t2 - t1), bound = bw * 1e9 / bytes;
     if (json) {
-        printf("{\"architecture\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"decode\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+        printf("{\"architecture\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"decode\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
                "\"decode_bytes_per_token\":%.0f,\"dram_read_gbs\":%.2f,\"decode_bound_tok_s\":%.3f,\"decode_of_bound\":%.4f}\n",
-               moq_model_architecture(m), threads, P, N, pre, dec, bytes, bw, bound, dec / bound);
+               moq_model_architecture(m), moq_device_name(mo.device), threads, P, N, pre, dec, bytes, bw, bound, dec / bound);
     } else {
         char b1[32];
-        printf("moq bench model: %s, %d threads, cpu: %s\n", moq_model_architecture(m), threads, moq_cpu_features_str());
+        char info[160] = "";
+        if (gpu) moq_device_check(MOQ_DEVICE_CUDA, info, sizeof info, NULL);
+        if (gpu) printf("moq bench model: %s on %s\n", moq_model_architecture(m), info);
+        else printf("moq bench model: %s, %d threads, cpu: %s\n", moq_model_architecture(m), threads, moq_cpu_features_str());
         printf("prefill  %6ld tokens  %10.2f tok/s\n", P, pre);
         printf("decode   %6ld tokens  %10.2f tok/s\n", N, dec);
-        printf("decode reads %s per token; DRAM read %.2f GB/s -> bound %.2f tok/s; decode at %.1f %% of it\n",
-               cli_bytes((unsigned long long)bytes, b1, sizeof b1), bw, bound, 100.0 * dec / bound);
+        printf("decode reads %s per token; %s %.2f GB/s -> bound %.2f tok/s; decode at %.1f %% of it\n",
+               cli_bytes((unsigned long long)bytes, b1, sizeof b1), gpu ? "GPU copy (read + write)" : "DRAM read", bw, bound, 100.0 * dec / bound);
     }
 done:
     free(ids);
