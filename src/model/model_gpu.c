@@ -45,6 +45,7 @@ struct moq_gpu {
     float     *x, *h, *qkv, *att, *tmp, *gu, *act, *logits, *part;
     void      *ws;
     size_t     ws_size;
+    size_t     kv_bytes;                 /* one layer's K (or V) pool                */
     int32_t   *ids;                      /* device [3, chunk]: tokens, slots, positions */
     int32_t   *h_ids;                    /* host staging of the same                 */
     int32_t   *block_table;              /* device [n_seqs, max_pages]               */
@@ -108,23 +109,12 @@ static size_t lin_ws(const moq_layer_linear *l, int64_t M) { return l->lin ? moq
 static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     const int64_t C = g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK, H = m->H, D = m->D, A = m->A, KV = m->KV;
     const int64_t qkvN = (A + 2 * KV) * D;
-    g->n_seqs = 1;
     g->max_pages = (m->T + MOQ_GPU_PAGE - 1) / MOQ_GPU_PAGE;
     g->kv_elem = m->kv.elem == MOQ_ELEM_E4M3 ? MOQ_CUDA_KV_E4M3 : MOQ_CUDA_KV_BF16;
     g->ly = calloc((size_t)m->L, sizeof *g->ly);
     g->h_ids = calloc((size_t)(3 * C), sizeof *g->h_ids);
-    int32_t *bt = calloc((size_t)(g->n_seqs * g->max_pages), sizeof *bt);
-    if (!g->ly || !g->h_ids || !bt) {
-        free(bt);
-        return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of host memory");
-    }
-    for (int64_t i = 0; i < g->n_seqs * g->max_pages; i++) bt[i] = (int32_t)i; /* slot s owns pages s·max_pages.. */
-    moq_status st = dev_alloc(g, (void **)&g->block_table, (size_t)(g->n_seqs * g->max_pages) * sizeof *bt, "the KV block table", err);
-    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->block_table, bt, (size_t)(g->n_seqs * g->max_pages) * sizeof *bt, err);
-    free(bt);
-    MOQ_TRY(st);
-    const size_t kv_bytes = (size_t)(g->n_seqs * g->max_pages * MOQ_GPU_PAGE * KV * D) * (g->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2);
-    char what[128];
+    if (!g->ly || !g->h_ids) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of host memory");
+    MOQ_TRY(moq_gpu_reserve_seqs(m, 1, err));
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         gpu_layer *gl = &g->ly[l];
@@ -132,9 +122,6 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
         MOQ_TRY(upload_f32(g, &gl->post_norm, ly->post_norm, H, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->q_norm, ly->q_norm, D, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->k_norm, ly->k_norm, D, "a norm weight", err));
-        snprintf(what, sizeof what, "the KV cache of layer %lld (%lld positions)", (long long)l, (long long)m->T);
-        MOQ_TRY(dev_alloc(g, &gl->k, kv_bytes, what, err));
-        MOQ_TRY(dev_alloc(g, &gl->v, kv_bytes, what, err));
         gl->k_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.k_scale[ly->kvl] : 1.0f;
         gl->v_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.v_scale[ly->kvl] : 1.0f;
     }
@@ -158,6 +145,45 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     return dev_alloc(g, &g->ws, ws, "the linear workspace", err);
 }
 
+static void free_kv(moq_gpu *g, int64_t L) {
+    for (int64_t l = 0; g->ly && l < L; l++) {
+        moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].k), moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].v);
+        g->ly[l].k = g->ly[l].v = NULL;
+    }
+    moq_device_free(MOQ_DEVICE_CUDA, g->block_table);
+    g->block_table = NULL, g->n_seqs = 0;
+}
+
+moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "the model was not opened on the GPU");
+    if (n < 1 || n > (int64_t)1 << 20) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "%lld sequences, expected 1..1048576", (long long)n);
+    free_kv(g, m->L);
+    const int64_t pages = n * g->max_pages;
+    int32_t *bt = malloc((size_t)pages * sizeof *bt);
+    if (!bt) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_gpu_reserve_seqs", "out of host memory for a block table of %lld pages", (long long)pages);
+    for (int64_t i = 0; i < pages; i++) bt[i] = (int32_t)i; /* slot s owns pages s·max_pages .. (s+1)·max_pages - 1 */
+    moq_error e;
+    moq_status st = moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)pages * sizeof *bt, (void **)&g->block_table, &e);
+    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->block_table, bt, (size_t)pages * sizeof *bt, &e);
+    free(bt);
+    g->kv_bytes = (size_t)(pages * MOQ_GPU_PAGE * m->KV * m->D) * (g->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2);
+    for (int64_t l = 0; st == MOQ_OK && l < m->L; l++) {
+        st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].k, &e);
+        if (st == MOQ_OK) st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].v, &e);
+    }
+    if (st == MOQ_OK) {
+        g->n_seqs = n;
+        return MOQ_OK;
+    }
+    free_kv(g, m->L);
+    return MOQ_FAIL(err, MOQ_ERR_DEVICE, moq_checkpoint_path(m->ckpt),
+                    "GPU memory for the KV cache (%lld sequences x %lld positions x %lld layers, %.1f MiB) did not fit after %.1f MiB of "
+                    "weights' workspaces and activations: %s",
+                    (long long)n, (long long)m->T, (long long)m->L, 2.0 * (double)g->kv_bytes * (double)m->L / 1048576.0,
+                    (double)g->bytes / 1048576.0, e.msg);
+}
+
 moq_status moq_gpu_open(moq_model *m, moq_error *err) {
     moq_gpu *g = calloc(1, sizeof *g);
     if (!g) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of host memory");
@@ -168,6 +194,7 @@ moq_status moq_gpu_open(moq_model *m, moq_error *err) {
 void moq_gpu_free(moq_model *m) {
     moq_gpu *g = m ? m->gpu : NULL;
     if (!g) return;
+    free_kv(g, m->L);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
     free(g->mem), free(g->ly), free(g->h_ids), free(g);
     m->gpu = NULL;
@@ -225,6 +252,43 @@ static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot
     return MOQ_OK;
 }
 
+moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
+                                moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "the model was not opened on the GPU");
+    if (B < 1 || B > g->chunk || !slots || !tokens || !pos || !logits)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "%lld sequences, expected 1..%lld and non-NULL arrays", (long long)B, (long long)g->chunk);
+    int64_t span = 0;
+    for (int64_t b = 0; b < B; b++) {
+        if (slots[b] < 0 || slots[b] >= g->n_seqs || pos[b] < 0 || pos[b] >= m->T || tokens[b] < 0 || tokens[b] >= m->V)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "sequence %lld: slot %d of %lld, position %d of %lld, token %d of %lld",
+                            (long long)b, slots[b], (long long)g->n_seqs, pos[b], (long long)m->T, tokens[b], (long long)m->V);
+        for (int64_t c = 0; c < b; c++)
+            if (slots[c] == slots[b]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "slot %d appears twice in one step", slots[b]);
+        if (pos[b] + 1 > span) span = pos[b] + 1;
+    }
+    return gpu_step(m, tokens, slots, pos, B, span, 0, logits, err);
+}
+
+moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g || slot < 0 || slot >= g->n_seqs || n < 1 || pos0 < 0 || pos0 + n > m->T)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "slot %d, %lld tokens at position %d: expected a GPU model, a reserved slot and "
+                        "positions inside the context of %lld", slot, (long long)n, pos0, (long long)m->T);
+    int32_t s[MOQ_GPU_CHUNK], p[MOQ_GPU_CHUNK];
+    for (int64_t i = 0; i < n; i += g->chunk) {
+        const int64_t M = n - i < g->chunk ? n - i : g->chunk;
+        for (int64_t j = 0; j < M; j++) {
+            if (tok[i + j] < 0 || tok[i + j] >= m->V)
+                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i + j],
+                                (long long)(i + j), (long long)m->V);
+            s[j] = slot, p[j] = (int32_t)(pos0 + i + j);
+        }
+        MOQ_TRY(gpu_step(m, tok + i, s, p, M, pos0 + i + M, M - 1, logits_last, err));
+    }
+    return MOQ_OK;
+}
+
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     moq_gpu *g = m->gpu;
     (void)g;
@@ -240,6 +304,45 @@ moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *l
 #else /* built without CUDA: moq_model_open refuses device CUDA before any of these is reached */
 
 bool moq_gpu_built(void) { return false; }
+static void free_kv(moq_gpu *g, int64_t L) {
+    for (int64_t l = 0; g->ly && l < L; l++) {
+        moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].k), moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].v);
+        g->ly[l].k = g->ly[l].v = NULL;
+    }
+    moq_device_free(MOQ_DEVICE_CUDA, g->block_table);
+    g->block_table = NULL, g->n_seqs = 0;
+}
+
+moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "the model was not opened on the GPU");
+    if (n < 1 || n > (int64_t)1 << 20) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "%lld sequences, expected 1..1048576", (long long)n);
+    free_kv(g, m->L);
+    const int64_t pages = n * g->max_pages;
+    int32_t *bt = malloc((size_t)pages * sizeof *bt);
+    if (!bt) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_gpu_reserve_seqs", "out of host memory for a block table of %lld pages", (long long)pages);
+    for (int64_t i = 0; i < pages; i++) bt[i] = (int32_t)i; /* slot s owns pages s·max_pages .. (s+1)·max_pages - 1 */
+    moq_error e;
+    moq_status st = moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)pages * sizeof *bt, (void **)&g->block_table, &e);
+    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->block_table, bt, (size_t)pages * sizeof *bt, &e);
+    free(bt);
+    g->kv_bytes = (size_t)(pages * MOQ_GPU_PAGE * m->KV * m->D) * (g->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2);
+    for (int64_t l = 0; st == MOQ_OK && l < m->L; l++) {
+        st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].k, &e);
+        if (st == MOQ_OK) st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].v, &e);
+    }
+    if (st == MOQ_OK) {
+        g->n_seqs = n;
+        return MOQ_OK;
+    }
+    free_kv(g, m->L);
+    return MOQ_FAIL(err, MOQ_ERR_DEVICE, moq_checkpoint_path(m->ckpt),
+                    "GPU memory for the KV cache (%lld sequences x %lld positions x %lld layers, %.1f MiB) did not fit after %.1f MiB of "
+                    "weights' workspaces and activations: %s",
+                    (long long)n, (long long)m->T, (long long)m->L, 2.0 * (double)g->kv_bytes * (double)m->L / 1048576.0,
+                    (double)g->bytes / 1048576.0, e.msg);
+}
+
 moq_status moq_gpu_open(moq_model *m, moq_error *err) {
     (void)m;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_model_open", "this libmoq was built without CUDA (cmake -DMOQ_CUDA=ON needs nvcc)");
@@ -249,8 +352,58 @@ int64_t moq_gpu_chunk(const moq_model *m) {
     (void)m;
     return 0;
 }
+moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
+                                moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "the model was not opened on the GPU");
+    if (B < 1 || B > g->chunk || !slots || !tokens || !pos || !logits)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "%lld sequences, expected 1..%lld and non-NULL arrays", (long long)B, (long long)g->chunk);
+    int64_t span = 0;
+    for (int64_t b = 0; b < B; b++) {
+        if (slots[b] < 0 || slots[b] >= g->n_seqs || pos[b] < 0 || pos[b] >= m->T || tokens[b] < 0 || tokens[b] >= m->V)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "sequence %lld: slot %d of %lld, position %d of %lld, token %d of %lld",
+                            (long long)b, slots[b], (long long)g->n_seqs, pos[b], (long long)m->T, tokens[b], (long long)m->V);
+        for (int64_t c = 0; c < b; c++)
+            if (slots[c] == slots[b]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "slot %d appears twice in one step", slots[b]);
+        if (pos[b] + 1 > span) span = pos[b] + 1;
+    }
+    return gpu_step(m, tokens, slots, pos, B, span, 0, logits, err);
+}
+
+moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g || slot < 0 || slot >= g->n_seqs || n < 1 || pos0 < 0 || pos0 + n > m->T)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "slot %d, %lld tokens at position %d: expected a GPU model, a reserved slot and "
+                        "positions inside the context of %lld", slot, (long long)n, pos0, (long long)m->T);
+    int32_t s[MOQ_GPU_CHUNK], p[MOQ_GPU_CHUNK];
+    for (int64_t i = 0; i < n; i += g->chunk) {
+        const int64_t M = n - i < g->chunk ? n - i : g->chunk;
+        for (int64_t j = 0; j < M; j++) {
+            if (tok[i + j] < 0 || tok[i + j] >= m->V)
+                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i + j],
+                                (long long)(i + j), (long long)m->V);
+            s[j] = slot, p[j] = (int32_t)(pos0 + i + j);
+        }
+        MOQ_TRY(gpu_step(m, tok + i, s, p, M, pos0 + i + M, M - 1, logits_last, err));
+    }
+    return MOQ_OK;
+}
+
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     (void)m, (void)tok, (void)M, (void)logits_rows;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_model_prefill", "this libmoq was built without CUDA");
+}
+moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err) {
+    (void)m, (void)n;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_gpu_reserve_seqs", "this libmoq was built without CUDA");
+}
+moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
+                                moq_error *err) {
+    (void)m, (void)B, (void)slots, (void)tokens, (void)pos, (void)logits;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_gpu_decode_batch", "this libmoq was built without CUDA");
+}
+moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
+    (void)m, (void)slot, (void)tok, (void)n, (void)pos0, (void)logits_last;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_gpu_prefill_slot", "this libmoq was built without CUDA");
 }
 #endif

@@ -95,7 +95,17 @@ moq_status moq_gpu_open(moq_model *m, moq_error *err);
 void       moq_gpu_free(moq_model *m);
 int64_t    moq_gpu_chunk(const moq_model *m); /* tokens per GPU step */
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err);
-/* Runs all layers by GPU or not (without CUDA in the build: always false). */
+/* Batched decode on the GPU (the server's step; the public API is the lead's to settle): the KV
+ * cache holds n sequence slots of ctx positions each (reserving frees what the slots held; slot 0
+ * is the public API's sequence). prefill_slot runs tok[0..n) at positions pos0.. of `slot` (logits
+ * of the last into logits_last [V]); decode_batch advances B distinct slots by one token each
+ * (tokens[b] at pos[b] of slots[b], attending to that slot's positions 0..pos[b]) in one forward,
+ * logits [B, V]. The caller tracks each slot's length. */
+moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err);
+moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err);
+moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
+                                moq_error *err);
+/* Whether this build has the GPU forward (false without CUDA in the build). */
 bool       moq_gpu_built(void);
 
 #endif
