@@ -304,45 +304,6 @@ moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *l
 #else /* built without CUDA: moq_model_open refuses device CUDA before any of these is reached */
 
 bool moq_gpu_built(void) { return false; }
-static void free_kv(moq_gpu *g, int64_t L) {
-    for (int64_t l = 0; g->ly && l < L; l++) {
-        moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].k), moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].v);
-        g->ly[l].k = g->ly[l].v = NULL;
-    }
-    moq_device_free(MOQ_DEVICE_CUDA, g->block_table);
-    g->block_table = NULL, g->n_seqs = 0;
-}
-
-moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err) {
-    moq_gpu *g = m->gpu;
-    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "the model was not opened on the GPU");
-    if (n < 1 || n > (int64_t)1 << 20) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "%lld sequences, expected 1..1048576", (long long)n);
-    free_kv(g, m->L);
-    const int64_t pages = n * g->max_pages;
-    int32_t *bt = malloc((size_t)pages * sizeof *bt);
-    if (!bt) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_gpu_reserve_seqs", "out of host memory for a block table of %lld pages", (long long)pages);
-    for (int64_t i = 0; i < pages; i++) bt[i] = (int32_t)i; /* slot s owns pages s·max_pages .. (s+1)·max_pages - 1 */
-    moq_error e;
-    moq_status st = moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)pages * sizeof *bt, (void **)&g->block_table, &e);
-    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->block_table, bt, (size_t)pages * sizeof *bt, &e);
-    free(bt);
-    g->kv_bytes = (size_t)(pages * MOQ_GPU_PAGE * m->KV * m->D) * (g->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2);
-    for (int64_t l = 0; st == MOQ_OK && l < m->L; l++) {
-        st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].k, &e);
-        if (st == MOQ_OK) st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].v, &e);
-    }
-    if (st == MOQ_OK) {
-        g->n_seqs = n;
-        return MOQ_OK;
-    }
-    free_kv(g, m->L);
-    return MOQ_FAIL(err, MOQ_ERR_DEVICE, moq_checkpoint_path(m->ckpt),
-                    "GPU memory for the KV cache (%lld sequences x %lld positions x %lld layers, %.1f MiB) did not fit after %.1f MiB of "
-                    "weights' workspaces and activations: %s",
-                    (long long)n, (long long)m->T, (long long)m->L, 2.0 * (double)g->kv_bytes * (double)m->L / 1048576.0,
-                    (double)g->bytes / 1048576.0, e.msg);
-}
-
 moq_status moq_gpu_open(moq_model *m, moq_error *err) {
     (void)m;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_model_open", "this libmoq was built without CUDA (cmake -DMOQ_CUDA=ON needs nvcc)");
@@ -352,43 +313,6 @@ int64_t moq_gpu_chunk(const moq_model *m) {
     (void)m;
     return 0;
 }
-moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
-                                moq_error *err) {
-    moq_gpu *g = m->gpu;
-    if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "the model was not opened on the GPU");
-    if (B < 1 || B > g->chunk || !slots || !tokens || !pos || !logits)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "%lld sequences, expected 1..%lld and non-NULL arrays", (long long)B, (long long)g->chunk);
-    int64_t span = 0;
-    for (int64_t b = 0; b < B; b++) {
-        if (slots[b] < 0 || slots[b] >= g->n_seqs || pos[b] < 0 || pos[b] >= m->T || tokens[b] < 0 || tokens[b] >= m->V)
-            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "sequence %lld: slot %d of %lld, position %d of %lld, token %d of %lld",
-                            (long long)b, slots[b], (long long)g->n_seqs, pos[b], (long long)m->T, tokens[b], (long long)m->V);
-        for (int64_t c = 0; c < b; c++)
-            if (slots[c] == slots[b]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "slot %d appears twice in one step", slots[b]);
-        if (pos[b] + 1 > span) span = pos[b] + 1;
-    }
-    return gpu_step(m, tokens, slots, pos, B, span, 0, logits, err);
-}
-
-moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
-    moq_gpu *g = m->gpu;
-    if (!g || slot < 0 || slot >= g->n_seqs || n < 1 || pos0 < 0 || pos0 + n > m->T)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "slot %d, %lld tokens at position %d: expected a GPU model, a reserved slot and "
-                        "positions inside the context of %lld", slot, (long long)n, pos0, (long long)m->T);
-    int32_t s[MOQ_GPU_CHUNK], p[MOQ_GPU_CHUNK];
-    for (int64_t i = 0; i < n; i += g->chunk) {
-        const int64_t M = n - i < g->chunk ? n - i : g->chunk;
-        for (int64_t j = 0; j < M; j++) {
-            if (tok[i + j] < 0 || tok[i + j] >= m->V)
-                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i + j],
-                                (long long)(i + j), (long long)m->V);
-            s[j] = slot, p[j] = (int32_t)(pos0 + i + j);
-        }
-        MOQ_TRY(gpu_step(m, tok + i, s, p, M, pos0 + i + M, M - 1, logits_last, err));
-    }
-    return MOQ_OK;
-}
-
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     (void)m, (void)tok, (void)M, (void)logits_rows;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_model_prefill", "this libmoq was built without CUDA");
