@@ -19,30 +19,32 @@ mkdir -p "$MOQ_TMP"
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 S=/tmp/moq_synth
 ALGOS=${ALGOS:-"NVFP4 FP8 BF16"}
+declare -A PID
 for a in $ALGOS; do
   ( "$BIN/moq" synth "$S/$a" --algo "$a" --layers 16 --hidden 2048 --inter 8192 --heads 32 --kv-heads 8 --vocab 32000 > "$OUT/synth_$a.log" 2>&1 ) &
+  PID[$a]=$!
 done
+LIMIT=${LIMIT:-225}  # seconds after the start by which the script must have ended (the call's timeout)
 R=$ROOT/tests/data/modelopt_real
 {
   log "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1
-  log "test_model_cuda"; timeout 150 "$BIN/test_model_cuda" 2>&1; echo "test_model_cuda rc=$?"
-  log "moq run --device cuda"; timeout 30 "$BIN/moq" run "$R/llama_fp8" --device cuda -p "Hello there" -n 12 --ctx 64 2>&1; echo "run rc=$?"
+  log "test_model_cuda"; timeout 100 "$BIN/test_model_cuda" 2>&1; echo "test_model_cuda rc=$?"
+  log "moq run --device cuda"; timeout 20 "$BIN/moq" run "$R/llama_fp8" --device cuda -p "Hello there" -n 12 --ctx 64 2>&1; echo "run rc=$?"
   for f in llama_nvfp4 llama_fp8_kv; do
     log "moq eval $f --device cuda --ref (GPU vs CPU)"
-    timeout 60 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --text "$ROOT/tests/data/text/pride_and_prejudice_ch1-2.txt" --ctx 128 2>&1 | tail -6
+    timeout 30 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --text "$ROOT/tests/data/text/pride_and_prejudice_ch1-2.txt" --ctx 128 2>&1 | tail -6
   done
   if command -v compute-sanitizer >/dev/null; then
     log "compute-sanitizer memcheck (moq run --device cuda)"
-    timeout 90 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_fp8_kv" --device cuda -p "Hello there" -n 6 --ctx 64 2>&1 | tail -6
+    timeout 45 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there" -n 6 --ctx 64 2>&1 | tail -6
   else log "compute-sanitizer not found"; fi
 } 2>&1 | tee "$OUT/tests.log"
-log "waiting for moq synth" | tee -a "$OUT/tests.log"
-wait
-: > "$OUT/bench.jsonl"
 for a in $ALGOS; do
+  while kill -0 "${PID[$a]}" 2>/dev/null && [ $SECONDS -lt $((LIMIT - 30)) ]; do sleep 1; done
+  left=$((LIMIT - SECONDS))
+  if [ $left -lt 25 ]; then log "no time left for bench $a" | tee -a "$OUT/tests.log"; continue; fi
   tail -1 "$OUT/synth_$a.log"
-  log "bench model $a" | tee -a "$OUT/tests.log"
-  timeout 90 "$BIN/moq" bench model "$S/$a" --device cuda --prompt 512 --decode 128 2>&1 | tee -a "$OUT/tests.log"
-  timeout 90 "$BIN/moq" bench model "$S/$a" --device cuda --prompt 512 --decode 128 --json >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err"
+  log "bench model $a (${left} s left)" | tee -a "$OUT/tests.log"
+  timeout $((left - 5)) "$BIN/moq" bench model "$S/$a" --device cuda --prompt 512 --decode 128 --batch 64 2>&1 | tee -a "$OUT/tests.log"
 done
 grep -E "PASSED|FAILED|SKIPPED|ERROR SUMMARY|rc=|max\|gpu" "$OUT/tests.log" | head -40
