@@ -71,6 +71,7 @@ static void make_model(const spec *s, const char *dir) {
         memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, qkv, nqkv, 3, H_, s->algo, s->bias, t);
         for (int i = 0; i < 3; i++) tg_olin_free(&t[i]);
+        memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, on, no, 1, A_ * D_, s->algo, false, t);
         tg_olin_free(&t[0]);
         if (s->qk_norm) {
@@ -93,6 +94,7 @@ static void make_model(const spec *s, const char *dir) {
         memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, gu, ngu, 2, H_, s->algo, false, t);
         tg_olin_free(&t[0]), tg_olin_free(&t[1]);
+        memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, dn, nd, 1, I_, s->algo, false, t);
         tg_olin_free(&t[0]);
     }
@@ -138,15 +140,16 @@ static char *src_data(const char *rel) {
     return p;
 }
 
-/* prefill NPRE (every row's logits), then NDEC decode steps: out [NTOT, V] */
-static void run(const char *dir, moq_device dev, moq_elem kv, const int32_t *ids, int64_t V, float *out) {
+/* prefill NPRE (every row's logits), then NDEC decode steps: out [NTOT, V]; one_by_one: the prefill
+ * too as single-token steps (the GPU's M = 1 path everywhere) */
+static void run(const char *dir, moq_device dev, moq_elem kv, const int32_t *ids, int64_t V, float *out, bool one_by_one) {
     moq_model_opts o = moq_model_opts_default();
     o.n_threads = 2, o.ctx = NTOT + 8, o.kv_elem = kv, o.device = dev;
     moq_model *m = NULL;
     TU_OK(moq_model_open(&m, dir, &o, err_));
     assert_int_equal(moq_model_vocab_size(m), V);
-    TU_OK(moq_model_prefill(m, ids, NPRE, out, err_));
-    for (int p = NPRE; p < NTOT; p++) {
+    if (!one_by_one) TU_OK(moq_model_prefill(m, ids, NPRE, out, err_));
+    for (int p = one_by_one ? 0 : NPRE; p < NTOT; p++) {
         TU_OK(moq_model_decode(m, ids[p], err_));
         memcpy(out + (size_t)p * (size_t)V, moq_model_logits(m), sizeof(float) * (size_t)V);
     }
@@ -182,8 +185,17 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
     uint64_t st = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < NTOT; i++) st ^= st << 13, st ^= st >> 7, st ^= st << 17, ids[i] = (int32_t)(st % (uint64_t)V);
     float *c = malloc(sizeof(float) * NTOT * (size_t)V), *g = malloc(sizeof(float) * NTOT * (size_t)V);
-    run(dir, MOQ_DEVICE_CPU, fp8_kv ? MOQ_ELEM_F32 : MOQ_ELEM_BF16, ids, V, c);
-    run(dir, MOQ_DEVICE_CUDA, MOQ_ELEM_BF16, ids, V, g);
+    float *g1 = malloc(sizeof(float) * NTOT * (size_t)V);
+    run(dir, MOQ_DEVICE_CPU, fp8_kv ? MOQ_ELEM_F32 : MOQ_ELEM_BF16, ids, V, c, false);
+    run(dir, MOQ_DEVICE_CUDA, MOQ_ELEM_BF16, ids, V, g, false);
+    run(dir, MOQ_DEVICE_CUDA, MOQ_ELEM_BF16, ids, V, g1, true);
+    double dpre = 0, ddec = 0, d1 = 0;
+    for (size_t i = 0; i < (size_t)NTOT * (size_t)V; i++) {
+        const double e = fabs((double)g[i] - c[i]);
+        if (i < (size_t)NPRE * (size_t)V) dpre = fmax(dpre, e);
+        else ddec = fmax(ddec, e);
+        d1 = fmax(d1, fabs((double)g1[i] - c[i]));
+    }
     double mx = 0, d = 0;
     size_t worst = 0;
     for (size_t i = 0; i < (size_t)NTOT * (size_t)V; i++) {
@@ -207,11 +219,12 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
         }
         ties++;
     }
-    print_message("%-28s max|gpu-cpu|/max|cpu| = %.3g (limit %.3g), %d near-tie greedy differences\n", name, rel, TOL, ties);
+    print_message("%-28s max|gpu-cpu|/max|cpu| = %.3g (limit %.3g), %d near-tie greedy differences; prefill rows %.3g, decode rows %.3g, "
+                  "all as single-token steps %.3g\n", name, rel, TOL, ties, dpre / mx, ddec / mx, d1 / mx);
     if (!(rel <= TOL))
         record("%s: relative error %.3g > %.3g at position %zu token %zu: gpu %.6g, cpu %.6g; ", name, rel, TOL, worst / (size_t)V,
                worst % (size_t)V, (double)g[worst], (double)c[worst]);
-    free(c), free(g);
+    free(c), free(g), free(g1);
 }
 
 #define LLAMA "LlamaForCausalLM"
@@ -277,6 +290,75 @@ static void test_modelopt_real(void **state) {
         if (!strstr(e.msg, refused[i].why)) fail_msg("%s: %s: %s, expected it to name %s", refused[i].name, e.where, e.msg, refused[i].why);
         free(dir);
     }
+}
+
+/* The model's own layers, one at a time: each linear of layer 0 (fused qkv of 3 shards and gate_up of
+ * 2, single o and down) opened on the CPU and on the GPU from the same checkpoint and run on the same
+ * x (M = 1 and 100); the quantized pairs' activation codes are bit-exact, so only summation order
+ * and the bf16 rounding of unquantized activations separate them: limit 1e-2 relative. */
+static void test_model_linears(void **state) {
+    (void)state;
+    NEED_GPU();
+    g_fail[0] = 0;
+    static const char *const algos[] = {"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MXFP8", "BF16"};
+    static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"}, *const gu[] = {"gate_proj", "up_proj"};
+    const moq_packed packed[2] = {{"qkv_proj", qkv, 3}, {"gate_up_proj", gu, 2}};
+    static const char *const mods[] = {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"};
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+        const spec sp = {"gpu_lin", LLAMA, algos[a], false, false, false, false, NULL, 0};
+        char *dir = tu_tmpdir(sp.name);
+        make_model(&sp, dir);
+        moq_checkpoint *ck = NULL;
+        moq_qconfig *q = NULL;
+        TU_OK(moq_checkpoint_open(&ck, dir, NULL, err_));
+        if (strcmp(algos[a], "BF16") != 0) TU_OK(moq_qconfig_open(&q, dir, MOQ_COMPAT_MOQ, err_));
+        for (size_t mi = 0; mi < sizeof mods / sizeof mods[0]; mi++) {
+            char pre[128];
+            snprintf(pre, sizeof pre, "model.layers.0.%s", mods[mi]);
+            moq_linear_opts oc = moq_linear_opts_default(), og = oc;
+            og.device = MOQ_DEVICE_CUDA;
+            moq_linear_layer *lc = NULL, *lg = NULL;
+            TU_OK(moq_linear_layer_open(&lc, ck, q, pre, MOQ_KIND_LINEAR, packed, 2, &oc, err_));
+            TU_OK(moq_linear_layer_open(&lg, ck, q, pre, MOQ_KIND_LINEAR, packed, 2, &og, err_));
+            const moq_linear *c = moq_linear_layer_linear(lc), *g = moq_linear_layer_linear(lg);
+            const int64_t K = strstr(mods[mi], "o_proj") ? A_ * D_ : strstr(mods[mi], "down") ? I_ : H_;
+            const int64_t N = strstr(mods[mi], "qkv") ? (A_ + 2 * KV_) * D_ : strstr(mods[mi], "gate_up") ? 2 * I_ : H_;
+            static const int64_t Ms[2] = {1, 100};
+            for (int k = 0; k < 2; k++) {
+                const int64_t M = Ms[k];
+                float *x = malloc(sizeof(float) * (size_t)(M * K)), *yc = malloc(sizeof(float) * (size_t)(M * N)), *yg = malloc(sizeof(float) * (size_t)(M * N));
+                uint64_t st = 12345u + (uint64_t)k;
+                for (int64_t i = 0; i < M * K; i++) x[i] = (float)(2.0 * tg_uni(&st) - 1.0) * 3.0f;
+                const size_t wc = moq_linear_workspace_size(c, M), wg = moq_linear_workspace_size(g, M);
+                void *wsc = malloc(wc), *xd = NULL, *yd = NULL, *wsd = NULL;
+                TU_OK(moq_linear_run(c, x, MOQ_ELEM_F32, M, yc, MOQ_ELEM_F32, wsc, wc, err_));
+                TU_OK(moq_device_alloc(MOQ_DEVICE_CUDA, sizeof(float) * (size_t)(M * K), &xd, err_));
+                TU_OK(moq_device_alloc(MOQ_DEVICE_CUDA, sizeof(float) * (size_t)(M * N), &yd, err_));
+                TU_OK(moq_device_alloc(MOQ_DEVICE_CUDA, wg, &wsd, err_));
+                TU_OK(moq_device_upload(MOQ_DEVICE_CUDA, xd, x, sizeof(float) * (size_t)(M * K), err_));
+                TU_OK(moq_linear_run(g, xd, MOQ_ELEM_F32, M, yd, MOQ_ELEM_F32, wsd, wg, err_));
+                TU_OK(moq_device_download(MOQ_DEVICE_CUDA, yg, yd, sizeof(float) * (size_t)(M * N), err_));
+                double mx = 0, d = 0;
+                int64_t worst = 0;
+                for (int64_t i = 0; i < M * N; i++) {
+                    mx = fmax(mx, fabs(yc[i]));
+                    if (fabs((double)yg[i] - yc[i]) > d) d = fabs((double)yg[i] - yc[i]), worst = i;
+                }
+                print_message("%-26s %-20s M=%-3lld %-34s %-34s rel %.3g (worst row %lld col %lld: gpu %.6g cpu %.6g)\n", algos[a], mods[mi],
+                              (long long)M, moq_linear_kernel_name(c), moq_linear_kernel_name(g), d / mx, (long long)(worst / N),
+                              (long long)(worst % N), (double)yg[worst], (double)yc[worst]);
+                if (!(d / mx <= 1e-2)) record("%s %s M=%lld: rel %.3g; ", algos[a], mods[mi], (long long)M, d / mx);
+                moq_device_free(MOQ_DEVICE_CUDA, xd), moq_device_free(MOQ_DEVICE_CUDA, yd), moq_device_free(MOQ_DEVICE_CUDA, wsd);
+                free(x), free(yc), free(yg), free(wsc);
+            }
+            moq_linear_layer_free(lc), moq_linear_layer_free(lg);
+        }
+        moq_qconfig_free(q);
+        moq_checkpoint_free(ck);
+        tu_rmtree(dir);
+        free(dir);
+    }
+    if (g_fail[0]) fail_msg("%s", g_fail);
 }
 
 /* Batched decode: 3 sequence slots of different lengths (10, 25, 3 tokens of prefill, a window of 9
@@ -364,6 +446,7 @@ static void test_no_gpu(void **state) {
 int main(void) {
     const struct CMUnitTest t[] = {
         cmocka_unit_test(test_no_gpu),
+        cmocka_unit_test(test_model_linears),
         cmocka_unit_test(test_generated),
         cmocka_unit_test(test_modelopt_real),
         cmocka_unit_test(test_batched_decode),
