@@ -189,9 +189,15 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
     run(dir, MOQ_DEVICE_CPU, fp8_kv ? MOQ_ELEM_F32 : MOQ_ELEM_BF16, ids, V, c, false);
     run(dir, MOQ_DEVICE_CUDA, MOQ_ELEM_BF16, ids, V, g, false);
     run(dir, MOQ_DEVICE_CUDA, MOQ_ELEM_BF16, ids, V, g1, true);
-    double dpre = 0, ddec = 0, d1 = 0;
+    /* the CPU against itself (its chunked prefill vs single-token steps): where that is not ~1e-6
+     * the checkpoint amplifies summation-order differences through its activation quantizers, and
+     * the GPU is held to twice it */
+    float *c1 = malloc(sizeof(float) * NTOT * (size_t)V);
+    run(dir, MOQ_DEVICE_CPU, fp8_kv ? MOQ_ELEM_F32 : MOQ_ELEM_BF16, ids, V, c1, true);
+    double dpre = 0, ddec = 0, d1 = 0, dself = 0;
     for (size_t i = 0; i < (size_t)NTOT * (size_t)V; i++) {
         const double e = fabs((double)g[i] - c[i]);
+        dself = fmax(dself, fabs((double)c1[i] - c[i]));
         if (i < (size_t)NPRE * (size_t)V) dpre = fmax(dpre, e);
         else ddec = fmax(ddec, e);
         d1 = fmax(d1, fabs((double)g1[i] - c[i]));
@@ -206,25 +212,33 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
         if (fabs(c[i]) > mx) mx = fabs(c[i]);
         if (fabs((double)g[i] - c[i]) > d) d = fabs((double)g[i] - c[i]), worst = i;
     }
-    const double rel = d / mx;
+    const double rel = d / mx, tol = fmax(TOL, 2 * dself / mx);
     int ties = 0;
     for (int p = 0; p < NTOT; p++) {
         float s1, s2;
         const int a = argmax(c + (size_t)p * (size_t)V, V, &s1), b = argmax(g + (size_t)p * (size_t)V, V, &s2);
         if (a == b) continue;
         const float gap = c[(size_t)p * (size_t)V + a] - s1;
-        if (gap > 2 * TOL * mx) {
+        if (gap > 2 * tol * mx) {
             record("%s: greedy token differs at position %d (cpu %d, gpu %d) with a gap of %.3g (not a near-tie); ", name, p, a, b, gap);
             break;
         }
         ties++;
     }
     print_message("%-28s max|gpu-cpu|/max|cpu| = %.3g (limit %.3g), %d near-tie greedy differences; prefill rows %.3g, decode rows %.3g, "
-                  "all as single-token steps %.3g\n", name, rel, TOL, ties, dpre / mx, ddec / mx, d1 / mx);
-    if (!(rel <= TOL))
-        record("%s: relative error %.3g > %.3g at position %zu token %zu: gpu %.6g, cpu %.6g; ", name, rel, TOL, worst / (size_t)V,
+                  "all as single-token steps %.3g; cpu prefill vs cpu steps %.3g\n", name, rel, tol, ties, dpre / mx, ddec / mx, d1 / mx, dself / mx);
+    if (!(rel <= tol)) {
+        record("%s: relative error %.3g > %.3g at position %zu token %zu: gpu %.6g, cpu %.6g; ", name, rel, tol, worst / (size_t)V,
                worst % (size_t)V, (double)g[worst], (double)c[worst]);
-    free(c), free(g), free(g1);
+        char pl[600] = "";
+        for (int p = 0, n = 0; p < NTOT && n < 40; p++) {
+            double e = 0;
+            for (int64_t v = 0; v < V; v++) e = fmax(e, fabs((double)g[(size_t)p * (size_t)V + (size_t)v] - c[(size_t)p * (size_t)V + (size_t)v]));
+            if (e > tol * mx) snprintf(pl + strlen(pl), sizeof pl - strlen(pl), " %d:%.2g", p, e / mx), n++;
+        }
+        print_message("  positions over the limit:%s\n", pl);
+    }
+    free(c), free(g), free(g1), free(c1);
 }
 
 #define LLAMA "LlamaForCausalLM"
@@ -241,6 +255,9 @@ static const spec cases[] = {
      "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}", 0},
     {"gpu_mistral_nvfp4_fp8kv_win", "MistralForCausalLM", "NVFP4",                false, false, false, true,  NULL, 5},
     {"gpu_mistral_bf16_win70", "MistralForCausalLM", "BF16",                      false, false, false, false, NULL, 70},
+    {"gpu_mistral_nvfp4_fp8kv", "MistralForCausalLM", "NVFP4",                    false, false, false, true,  NULL, 0},
+    {"gpu_mistral_nvfp4_win5", "MistralForCausalLM", "NVFP4",                     false, false, false, false, NULL, 5},
+    {"gpu_mistral_bf16_fp8kv_win5", "MistralForCausalLM", "BF16",                 false, false, false, true,  NULL, 5},
     {"gpu_qwen2_bias_yarn",    "Qwen2ForCausalLM",   "BF16",                      true,  false, false, false,
      "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}", 0},
     {"gpu_qwen3_qknorm_tied",  "Qwen3ForCausalLM",   "FP8_PER_CHANNEL_PER_TOKEN", false, true,  true,  false, NULL, 0},
@@ -288,6 +305,33 @@ static void test_modelopt_real(void **state) {
         assert_int_equal(moq_model_open(&m, dir, &o, &e), MOQ_ERR_UNSUPPORTED);
         assert_null(m);
         if (!strstr(e.msg, refused[i].why)) fail_msg("%s: %s: %s, expected it to name %s", refused[i].name, e.where, e.msg, refused[i].why);
+        free(dir);
+    }
+}
+
+/* The CPU reference itself: its chunked prefill against single-token steps over the same positions
+ * (what the GPU comparison leans on), for the cases whose GPU difference is largest. */
+static void test_cpu_prefill_vs_steps(void **state) {
+    (void)state;
+    static const char *const names[] = {"gpu_llama_fp8", "gpu_llama_fp8_pb_wo", "gpu_mistral_nvfp4_fp8kv_win", "gpu_llama_nvfp4"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool want = false;
+        for (size_t j = 0; j < sizeof names / sizeof names[0]; j++) want |= strcmp(cases[i].name, names[j]) == 0;
+        if (!want) continue;
+        char *dir = tu_tmpdir(cases[i].name);
+        make_model(&cases[i], dir);
+        int32_t ids[NTOT];
+        uint64_t st = 0x9E3779B97F4A7C15ull;
+        for (int k = 0; k < NTOT; k++) st ^= st << 13, st ^= st >> 7, st ^= st << 17, ids[k] = (int32_t)(st % (uint64_t)V_);
+        float *a = malloc(sizeof(float) * NTOT * V_), *b = malloc(sizeof(float) * NTOT * V_);
+        const moq_elem kv = cases[i].fp8_kv ? MOQ_ELEM_F32 : MOQ_ELEM_BF16;
+        run(dir, MOQ_DEVICE_CPU, kv, ids, V_, a, false);
+        run(dir, MOQ_DEVICE_CPU, kv, ids, V_, b, true);
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < (size_t)NTOT * V_; k++) mx = fmax(mx, fabs(a[k])), d = fmax(d, fabs((double)a[k] - b[k]));
+        print_message("%-28s cpu prefill vs cpu single-token steps: %.3g\n", cases[i].name, d / mx);
+        free(a), free(b);
+        tu_rmtree(dir);
         free(dir);
     }
 }
@@ -447,6 +491,7 @@ int main(void) {
     const struct CMUnitTest t[] = {
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_model_linears),
+        cmocka_unit_test(test_cpu_prefill_vs_steps),
         cmocka_unit_test(test_generated),
         cmocka_unit_test(test_modelopt_real),
         cmocka_unit_test(test_batched_decode),
