@@ -33,7 +33,7 @@ R=$ROOT/tests/data/modelopt_real
   log "moq run --device cuda"; timeout 20 "$BIN/moq" run "$R/llama_fp8" --device cuda -p "Hello there" -n 12 --ctx 64 2>&1; echo "run rc=$?"
   for f in llama_fp8_kv llama_fp8_pc_pt llama_nvfp4 llama_mxfp8; do
     log "moq eval $f --device cuda --ref (GPU vs CPU)"
-    timeout 20 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --kv-cache bf16 --text "$ROOT/tests/data/text/pride_and_prejudice_ch1-2.txt" --ctx 128 2>&1 | tail -6
+    timeout 20 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --kv-cache bf16 --text "$ROOT/tests/data/text/short.txt" --ctx 128 2>&1 | tail -6
   done
   if command -v compute-sanitizer >/dev/null; then
     log "compute-sanitizer memcheck (moq run --device cuda)"
