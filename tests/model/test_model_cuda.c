@@ -19,8 +19,10 @@
  * KV page moves every position by 1.3e-2..1.6e-1 (the CPU tests' oracle mutations), so it fails the
  * median and the 10 % count; FP8 GEMMs on cuBLASLt's truncating FP8 accumulation (3e-4 per layer)
  * moved the logits by 2..5 % at most positions and failed. The single-token-step run and the CPU's
- * own chunked-vs-single difference are printed for diagnosis (the CPU's FP8_PB_WO path differs from
- * itself by 1.5e-2 on gpu_llama_fp8_pb_wo).
+ * own chunked-vs-single difference are printed; the CPU reference is defined only to within the
+ * latter, so where it exceeds 5e-3 the 1e-2 and median limits scale by 2 · it / 1e-2 (only FP8_PB_WO:
+ * the CPU's 100-token prefill and its single steps differ by 1.5e-2 on gpu_llama_fp8_pb_wo, 1.1e-2
+ * on the real export, every other format by <= 7e-5).
  * Without a GPU (CI) each GPU test skips with the reason, and opening with device CUDA is checked to
  * fail cleanly instead.
  */
@@ -210,9 +212,12 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
             err[p] = fmax(err[p], fabs((double)g[i] - c[i]) / mx);
             err1 = fmax(err1, fabs((double)g1[i] - c[i]) / mx), self = fmax(self, fabs((double)c1[i] - c[i]) / mx);
         }
-        bad += err[p] > TOL;
         if (err[p] > worst) worst = err[p], worst_p = p;
     }
+    /* the CPU reference is defined only to within its own chunked-vs-single spread: where that exceeds
+     * TOL / 2 (FP8_PB_WO: 1.1e-2..1.5e-2), the per-position and median limits scale with it */
+    const double sc = fmax(1.0, 2 * self / TOL), tol = TOL * sc, med_tol = MEDIAN_TOL * sc;
+    for (int p = 0; p < NTOT; p++) bad += err[p] > tol;
     double sorted[NTOT];
     memcpy(sorted, err, sizeof sorted);
     for (int i = 1; i < NTOT; i++) /* insertion sort: the median */
@@ -230,14 +235,14 @@ static void compare(const char *name, const char *dir, bool fp8_kv, int64_t V) {
         if (c[(size_t)p * (size_t)V + (size_t)a] - s1 <= 2 * err[p] * mx) ties++;
         else swaps++;
     }
-    print_message("%-28s median %.3g, max %.3g at position %d, %d of %d positions over %.0e, %d near-tie argmax differences; "
-                  "single-token steps max %.3g; cpu chunked vs single %.3g\n", name, median, worst, worst_p, bad, NTOT, TOL, ties, err1, self);
-    if (!(median <= MEDIAN_TOL) || bad > NTOT / 10 || !(worst <= MAX_TOL) || swaps) {
+    print_message("%-28s median %.3g, max %.3g at position %d, %d of %d positions over %.2g, %d near-tie argmax differences; "
+                  "single-token steps max %.3g; cpu chunked vs single %.3g\n", name, median, worst, worst_p, bad, NTOT, tol, ties, err1, self);
+    if (!(median <= med_tol) || bad > NTOT / 10 || !(worst <= MAX_TOL) || swaps) {
         char pl[600] = "";
         for (int p = 0, k = 0; p < NTOT && k < 40; p++)
-            if (err[p] > TOL) snprintf(pl + strlen(pl), sizeof pl - strlen(pl), " %d:%.2g", p, err[p]), k++;
-        record("%s: median %.3g (limit %.0e), %d positions over %.0e (limit %d), max %.3g (limit %.0e), %d argmax swaps beyond the "
-               "error; positions over:%s; ", name, median, MEDIAN_TOL, bad, TOL, NTOT / 10, worst, MAX_TOL, swaps, pl);
+            if (err[p] > tol) snprintf(pl + strlen(pl), sizeof pl - strlen(pl), " %d:%.2g", p, err[p]), k++;
+        record("%s: median %.3g (limit %.2g), %d positions over %.2g (limit %d), max %.3g (limit %.0e), %d argmax swaps beyond the "
+               "error; positions over:%s; ", name, median, med_tol, bad, tol, NTOT / 10, worst, MAX_TOL, swaps, pl);
     }
     free(c), free(g), free(g1), free(c1);
 }
