@@ -27,8 +27,11 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
     int32_t *slot = malloc((size_t)B * sizeof *slot), *tok = malloc((size_t)B * sizeof *tok), *pos = malloc((size_t)B * sizeof *pos);
     float *lg = malloc((size_t)B * (size_t)V * sizeof *lg);
     int rc = 0;
-    if (!slot || !tok || !pos || !lg) rc = cli_usage_error("bench model", "out of memory for --batch %ld", B);
-    if (!rc && moq_gpu_reserve_seqs(m, B, &err) != MOQ_OK) rc = cli_report(&err);
+    if (!slot || !tok || !pos || !lg) {
+        free(slot), free(tok), free(pos), free(lg);
+        return cli_usage_error("bench model", "out of memory for --batch %ld", B);
+    }
+    if (moq_gpu_reserve_seqs(m, B, &err) != MOQ_OK) rc = cli_report(&err);
     for (long b = 0; !rc && b < B; b++) {
         if (moq_gpu_prefill_slot(m, (int32_t)b, ids, P, 0, lg, &err) != MOQ_OK) rc = cli_report(&err);
         slot[b] = (int32_t)b, tok[b] = argmax_row(lg, V), pos[b] = (int32_t)P;
