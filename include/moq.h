@@ -468,6 +468,18 @@ MOQ_API moq_status moq_device_copy(moq_device d, void *dst, const void *src, siz
 /* Waits for every enqueued run; reports a kernel fault that happened since the last sync. */
 MOQ_API moq_status moq_device_sync(moq_device d, moq_error *err);
 
+/* How NVFP4 weights are run (moq_linear_opts.nvfp4_as, moq_model_opts.nvfp4_as). FP8: at load,
+ * each NVFP4 weight is dequantized exactly (e2m1 x e4m3 block scale x weight_scale_2) and
+ * re-quantized to FP8 with dynamic FP8 activations, as vLLM PR #38728 does for Hopper: 128x128
+ * weight blocks with 1x128 activation groups where K % 128 == 0, else (those blocks cannot cover K)
+ * one scale per output channel with per-token activations; the layer then runs the FP8 kernels of
+ * its device. Routed experts (src/moe) stay NVFP4. Accuracy cost: docs/ACCURACY.md. */
+typedef enum moq_nvfp4_as {
+    MOQ_NVFP4_AS_NVFP4 = 0,     /* as stored (default)                                           */
+    MOQ_NVFP4_AS_FP8,           /* re-quantized to FP8 at load                                    */
+    MOQ_NVFP4_AS_COUNT
+} moq_nvfp4_as;
+
 typedef struct moq_linear_opts {
     const char    *name;        /* layer name used in error messages ("model.layers.0.mlp.down_proj") */
     moq_device     device;      /* MOQ_DEVICE_CPU (default) or MOQ_DEVICE_CUDA: rows of that target only */
@@ -476,6 +488,7 @@ typedef struct moq_linear_opts {
     const char    *kernel;      /* force one registry row by name (bench, tests); NULL = first fit  */
     const uint8_t *rcpa_corr;   /* borrowed: golden/rcp/rcpa_ftz_corr_2bit.bin (2 MiB) so NVFP4
                                    activation codes equal the H200's; NULL = IEEE reciprocals      */
+    moq_nvfp4_as   nvfp4_as;    /* used by moq_linear_layer_open: NVFP4 weights as stored or as FP8 */
 } moq_linear_opts;
 MOQ_API moq_linear_opts moq_linear_opts_default(void);
 
@@ -678,7 +691,8 @@ typedef struct moq_model_opts {
     uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
     moq_progress_fn progress;           /* NULL: none                                                */
     void           *progress_user;
-    int             reserved[8];
+    moq_nvfp4_as    nvfp4_as;           /* NVFP4 linears as stored (default) or re-quantized to FP8  */
+    int             reserved[7];
 } moq_model_opts;
 MOQ_API moq_model_opts moq_model_opts_default(void);
 

@@ -754,6 +754,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
+    lo.nvfp4_as = m->opts.nvfp4_as;
     char nm[256];
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
     MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
@@ -796,6 +797,11 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
     if (m->opts.kv_elem != MOQ_ELEM_F32 && m->opts.kv_elem != MOQ_ELEM_BF16) {
         free(m);
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "kv_elem %s, expected f32 or bf16", moq_elem_name(opts->kv_elem));
+    }
+    if ((unsigned)m->opts.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
+        const int v = (int)m->opts.nvfp4_as;
+        free(m);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4 or MOQ_NVFP4_AS_FP8", v);
     }
     m->n_threads = m->opts.n_threads > 0 ? m->opts.n_threads : omp_get_max_threads();
     moq_status st = open_model(m, dir, err);
