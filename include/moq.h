@@ -468,15 +468,18 @@ MOQ_API moq_status moq_device_copy(moq_device d, void *dst, const void *src, siz
 /* Waits for every enqueued run; reports a kernel fault that happened since the last sync. */
 MOQ_API moq_status moq_device_sync(moq_device d, moq_error *err);
 
-/* How NVFP4 weights are run (moq_linear_opts.nvfp4_as, moq_model_opts.nvfp4_as). FP8: at load,
- * each NVFP4 weight is dequantized exactly (e2m1 x e4m3 block scale x weight_scale_2) and
- * re-quantized to FP8 with dynamic FP8 activations, as vLLM PR #38728 does for Hopper: 128x128
- * weight blocks with 1x128 activation groups where K % 128 == 0, else (those blocks cannot cover K)
- * one scale per output channel with per-token activations; the layer then runs the FP8 kernels of
- * its device. Routed experts (src/moe) stay NVFP4. Accuracy cost: docs/ACCURACY.md. */
+/* How NVFP4 weights are run (moq_linear_opts.nvfp4_as, moq_model_opts.nvfp4_as). At load, each
+ * NVFP4 weight is dequantized exactly (e2m1 x e4m3 block scale x weight_scale_2) and re-quantized
+ * to FP8 with dynamic FP8 activations; the layer then runs the FP8 kernels of its device.
+ * FP8 is what vLLM PR #38728 does on Hopper: 128x128 weight blocks with 1x128 activation groups
+ * (where K % 128 != 0 those blocks cannot cover K: one scale per output channel instead, with a
+ * note on the layer). FP8_CHANNEL: one scale per output channel with per-token activations for every
+ * layer (on moq's CUDA rows the faster form: cuBLASLt, docs/ACCURACY.md). Routed experts (src/moe)
+ * stay NVFP4. Accuracy cost: docs/ACCURACY.md. */
 typedef enum moq_nvfp4_as {
     MOQ_NVFP4_AS_NVFP4 = 0,     /* as stored (default)                                           */
-    MOQ_NVFP4_AS_FP8,           /* re-quantized to FP8 at load                                    */
+    MOQ_NVFP4_AS_FP8,           /* FP8 128x128 blocks (per channel where K % 128 != 0), as vLLM   */
+    MOQ_NVFP4_AS_FP8_CHANNEL,   /* FP8 per output channel, dynamic per-token activations          */
     MOQ_NVFP4_AS_COUNT
 } moq_nvfp4_as;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # accuracy.sh — the SmolLM2 table of docs/ACCURACY.md: `moq eval` of every format that `make formats`
-# writes (and NVFP4 re-quantized to FP8 at load) against the BF16 conversion, over
+# writes (and NVFP4 re-quantized to FP8 at load, both forms) against the BF16 conversion, over
 # tests/data/text/pride_and_prejudice_ch1-2.txt (windows of 256 tokens), printed as Markdown rows.
 # The static scales were calibrated on chapters 3-4 (scripts/formats.sh), so these are out of sample.
 #
@@ -36,4 +36,6 @@ row "W4A16_NVFP4" "$base-w4a16" "$base-bf16"
 row "NVFP4 (W4A4)" "$base-nvfp4" "$base-bf16"
 row "NVFP4 --nvfp4-as fp8" "$base-nvfp4" "$base-bf16" --nvfp4-as fp8
 row "NVFP4 --nvfp4-as fp8, vs NVFP4 as stored" "$base-nvfp4" "$base-nvfp4" --nvfp4-as fp8
+row "NVFP4 --nvfp4-as fp8-channel" "$base-nvfp4" "$base-bf16" --nvfp4-as fp8-channel
+row "NVFP4 --nvfp4-as fp8-channel, vs NVFP4 as stored" "$base-nvfp4" "$base-nvfp4" --nvfp4-as fp8-channel
 rm -f "/tmp/accuracy_text.$$"

@@ -273,7 +273,7 @@ static void bench_linear_help(FILE *out) {
 
 static void bench_model_help(FILE *out) {
     fprintf(out,
-            "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json] [--nvfp4-as nvfp4|fp8]\n\n"
+            "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--json] [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
             "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
             "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth.\n");
 }

@@ -15,12 +15,12 @@
 void cmd_eval_help(FILE *out) {
     fprintf(out,
             "usage: moq eval DIR --text FILE [--ctx N] [--ref REF_DIR] [--tokenizer PATH] [--threads N] [--json]\n"
-            "                [--kv-scales-default S] [--compat moq|vllm|sglang] [--nvfp4-as nvfp4|fp8]\n\n"
+            "                [--kv-scales-default S] [--compat moq|vllm|sglang] [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
             "Perplexity of DIR's model over FILE's text (tokenized with DIR's tokenizer.json, or PATH), in\n"
             "windows of N tokens (default 256). With --ref, the reference model runs the same windows and the\n"
             "report adds the mean and maximum per-token KL divergence KL(P_ref || P_model) in nats, and the\n"
             "top-1 agreement (share of positions where both models' most likely next token is the same).\n"
-            "--nvfp4-as fp8 re-quantizes DIR's NVFP4 linears to FP8 at load (see `moq run --help`); REF_DIR\n"
+            "--nvfp4-as fp8|fp8-channel re-quantizes DIR's NVFP4 linears to FP8 at load (see `moq run --help`); REF_DIR\n"
             "is always opened as stored, so DIR against itself measures what the re-quantization costs.\n");
 }
 

@@ -18,7 +18,7 @@ void cmd_run_help(FILE *out) {
             "usage: moq run DIR [-p PROMPT | -f FILE] [-n MAX_TOKENS] [--chat] [--system TEXT] [--temp T]\n"
             "               [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--json]\n"
             "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n"
-            "               [--nvfp4-as nvfp4|fp8]\n\n"
+            "               [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
             "Generates up to MAX_TOKENS (default 64) tokens after PROMPT (or FILE's text, or standard input)\n"
             "and streams them to stdout; stops early at an end-of-sequence token. --chat wraps the prompt as a\n"
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
@@ -28,8 +28,9 @@ void cmd_run_help(FILE *out) {
             "runs with scale 1.0 (ModelOpt's default export means that) and says so; scales in some layers\n"
             "only is an error. --kv-scales-default 1.0 is accepted for old scripts and changes nothing.\n"
             "--kv-cache picks the cache encoding when the checkpoint declares no KV quantization (default f32).\n"
-            "--nvfp4-as fp8 re-quantizes every NVFP4 linear to FP8 at load (dynamic FP8 activations; 128x128\n"
-            "weight blocks where K %% 128 == 0, else per channel), as vLLM does on Hopper; docs/ACCURACY.md.\n"
+            "--nvfp4-as fp8 re-quantizes every NVFP4 linear to FP8 at load with dynamic FP8 activations: 128x128\n"
+            "weight blocks where K %% 128 == 0 (else per channel), as vLLM does on Hopper; fp8-channel: one scale\n"
+            "per output channel and per-token activations everywhere (faster on moq's CUDA rows); docs/ACCURACY.md.\n"
             "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
             "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
@@ -97,10 +98,11 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
         return 0;
     }
     case CLI_OPT_NVFP4_AS: {
-        static const struct { const char *name; moq_nvfp4_as as; } as_rows[] = {{"nvfp4", MOQ_NVFP4_AS_NVFP4}, {"fp8", MOQ_NVFP4_AS_FP8}};
+        static const struct { const char *name; moq_nvfp4_as as; } as_rows[] = {
+            {"nvfp4", MOQ_NVFP4_AS_NVFP4}, {"fp8", MOQ_NVFP4_AS_FP8}, {"fp8-channel", MOQ_NVFP4_AS_FP8_CHANNEL}};
         for (size_t i = 0; i < sizeof as_rows / sizeof as_rows[0]; i++)
             if (strcmp(arg, as_rows[i].name) == 0) return o->nvfp4_as = as_rows[i].as, 0;
-        return cli_usage_error(cmd, "--nvfp4-as %s, expected nvfp4 (as stored) or fp8 (re-quantized to FP8 at load)", arg);
+        return cli_usage_error(cmd, "--nvfp4-as %s, expected nvfp4 (as stored), fp8 or fp8-channel (re-quantized to FP8 at load)", arg);
     }
     default: return cli_usage_error(cmd, "unknown option");
     }

@@ -801,7 +801,7 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
     if ((unsigned)m->opts.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
         const int v = (int)m->opts.nvfp4_as;
         free(m);
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4 or MOQ_NVFP4_AS_FP8", v);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", v);
     }
     m->n_threads = m->opts.n_threads > 0 ? m->opts.n_threads : omp_get_max_threads();
     moq_status st = open_model(m, dir, err);

@@ -55,6 +55,7 @@ static const struct {
     moq_canon_fn         recanon;
 } recanon_table[] = {
     {MOQ_NVFP4_AS_FP8, &MOQ_KEY_W_NVFP4, moq_recanon_nvfp4_fp8},
+    {MOQ_NVFP4_AS_FP8_CHANNEL, &MOQ_KEY_W_NVFP4, moq_recanon_nvfp4_fp8_channel},
 };
 
 void *moq_load_take(moq_load_ctx *x, size_t bytes) {
@@ -324,7 +325,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
     const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     if ((unsigned)o.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
-        st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4 or MOQ_NVFP4_AS_FP8", (int)o.nvfp4_as);
+        st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", (int)o.nvfp4_as);
         goto fail;
     }
     /* a re-canonicalization writes e4m3 codes [N, K], f32 scales and f64 amax per group, a shard map */

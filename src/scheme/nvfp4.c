@@ -105,9 +105,10 @@ moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
  *   K % 128 == 0: per 128x128 block b (a partial last row block kept, as vLLM pads with zeros)
  *       s_b = f32(max(amax_b, 1e-4) / 448)                    vLLM clamps amax at 1e-4
  *       q'  = E4_rne_sat(w / s_b)                              key W_FP8_BLK128 + A_FP8_G128_DYN
- *   else (128-wide activation groups cannot cover K; vLLM's group quantizer refuses it too): per
- *   output channel, s_n = f32(max(amax_n, 1e-4) / 448), q' = E4_rne_sat(w / s_n), key W_FP8_ROW +
- *   A_FP8_TOKEN_DYN (dynamic per-token activations), with a note naming the layer.
+ *   else (128-wide activation groups cannot cover K; vLLM's group quantizer refuses it too), and
+ *   always for FP8_CHANNEL: per output channel, s_n = f32(max(amax_n, 1e-4) / 448),
+ *   q' = E4_rne_sat(w / s_n), key W_FP8_ROW + A_FP8_TOKEN_DYN (dynamic per-token activations);
+ *   the K % 128 case of FP8 with a note naming the layer.
  *
  * vLLM dequantizes to bf16 first (one more rounding); moq keeps the exact value. The AWQ
  * pre_scale and the bias stay as they are (both apply outside the weight). Codes go to the
@@ -119,10 +120,10 @@ static double nvfp4_value(const moq_weight *w, const uint8_t *q, const uint8_t *
     return v * (double)moq_e4m3_decode(sf[n * (w->K / 16) + k / 16]) * (double)w->shard_scale[s];
 }
 
-moq_status moq_recanon_nvfp4_fp8(moq_load_ctx *x, moq_error *err) {
+static moq_status recanon_nvfp4_fp8(moq_load_ctx *x, bool want_block, moq_error *err) {
     moq_weight *w = x->w;
     const int64_t N = w->N, K = w->K;
-    const bool block = K % 128 == 0;
+    const bool block = want_block && K % 128 == 0;
     const int64_t nb = (N + 127) / 128, kb = K / 128, n_scales = block ? nb * kb : N;
     uint8_t *codes = moq_load_take(x, (size_t)N * (size_t)K);
     float *sc = moq_load_take(x, (size_t)n_scales * sizeof(float));
@@ -152,8 +153,11 @@ moq_status moq_recanon_nvfp4_fp8(moq_load_ctx *x, moq_error *err) {
     w->w = *wk, w->a = *ak;
     w->q = codes, w->scale = sc;
     for (int s = 0; s < w->n_shards; s++) w->shard_scale[s] = 1.0f, w->shard_in_scale[s] = 1.0f;
-    if (!block)
+    if (want_block && !block)
         moq_load_note(x, "%s: --nvfp4-as fp8 uses per-channel FP8 with per-token activations (K=%lld is not a multiple of the 128-wide blocks vLLM converts to)",
                       x->layer, (long long)K);
     return MOQ_OK;
 }
+
+moq_status moq_recanon_nvfp4_fp8(moq_load_ctx *x, moq_error *err) { return recanon_nvfp4_fp8(x, true, err); }
+moq_status moq_recanon_nvfp4_fp8_channel(moq_load_ctx *x, moq_error *err) { return recanon_nvfp4_fp8(x, false, err); }

@@ -44,6 +44,7 @@ grep -q "^moq: prefill .* tok/s" "$TMP/both" || { echo "FAIL: the stats line doe
 # --nvfp4-as fp8 (NVFP4 linears re-quantized to FP8 at load): runs, eval against the stored NVFP4
 # opens the reference as stored (KL > 0), bad values are usage errors naming the flag
 check 0 "run --nvfp4-as fp8" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as fp8 --json
+check 0 "run --nvfp4-as fp8-channel" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as fp8-channel --json
 check 0 "run --nvfp4-as nvfp4" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as nvfp4 --json
 check 0 "eval --nvfp4-as fp8 --ref itself" "$MOQ" eval "$TMP/NVFP4" --text "$HERE/../data/text/pride_and_prejudice_ch1-2.txt" --ctx 64 --threads 1 --ref "$TMP/NVFP4" --nvfp4-as fp8 --json
 awk '{ if (match($0, /"kl_mean":[0-9.e+-]+/)) { v = substr($0, RSTART + 10, RLENGTH - 10); exit !(v + 0 > 0) } exit 1 }' "$TMP/out" ||
@@ -51,7 +52,7 @@ awk '{ if (match($0, /"kl_mean":[0-9.e+-]+/)) { v = substr($0, RSTART + 10, RLEN
 for cmd in run eval "bench model"; do
     # shellcheck disable=SC2086
     check 1 "$cmd --nvfp4-as fp4" "$MOQ" $cmd "$TMP/NVFP4" --nvfp4-as fp4 --text /dev/null -p x
-    grep -q -- "--nvfp4-as fp4, expected nvfp4 (as stored) or fp8" "$TMP/err" || { echo "FAIL: $cmd --nvfp4-as fp4 message"; cat "$TMP/err"; fail=1; }
+    grep -q -- "--nvfp4-as fp4, expected nvfp4 (as stored), fp8 or fp8-channel" "$TMP/err" || { echo "FAIL: $cmd --nvfp4-as fp4 message"; cat "$TMP/err"; fail=1; }
 done
 check 1 "run --nvfp4-as without a value" "$MOQ" run "$TMP/NVFP4" -p x --nvfp4-as
 

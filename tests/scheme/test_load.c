@@ -832,7 +832,7 @@ static void awq_compare(const char *what, const moq_linear_layer *l, const tw *r
 /* The reference's NVFP4 weight with its shard's weight_scale_2 (tw_weight leaves that to the oracle). */
 static double w_exact(const tw *t, int64_t n, int64_t k) { return tw_weight(t, n, k) * (double)t->w.shard_scale[tw_shard(t, n)]; }
 
-static void nvfp4_as_fp8(int64_t K, int64_t Ns, bool block) {
+static void nvfp4_as_fp8(int64_t K, int64_t Ns, moq_nvfp4_as as, bool block) {
     ck c;
     ck_begin(&c, "load_nvfp4_as_fp8");
     shard_ref r[2];
@@ -848,14 +848,14 @@ static void nvfp4_as_fp8(int64_t K, int64_t Ns, bool block) {
     TU_OK(moq_checkpoint_open(&cp, c.dir, NULL, err_));
     TU_OK(moq_qconfig_open(&q, c.dir, MOQ_COMPAT_MOQ, err_));
     moq_linear_opts o = moq_linear_opts_default();
-    o.n_threads = 2, o.cpu_mask = g_cpu_mask, o.nvfp4_as = MOQ_NVFP4_AS_FP8;
+    o.n_threads = 2, o.cpu_mask = g_cpu_mask, o.nvfp4_as = as;
     TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.gate_up_proj", MOQ_KIND_LINEAR, packed, 2, &o, err_));
     tw src = ref_layer(TP_NVFP4, r, 2, K);
     const int64_t N = 2 * Ns, kb = K / 128, ng = block ? (N + 127) / 128 * kb : N;
     const moq_weight *w = moq_linear_layer_weight(l);
     assert_true(moq_quant_key_eq(&w->w, block ? &MOQ_KEY_W_FP8_BLK128 : &MOQ_KEY_W_FP8_ROW));
     assert_true(moq_quant_key_eq(&w->a, block ? &MOQ_KEY_A_FP8_G128_DYN : &MOQ_KEY_A_FP8_TOKEN_DYN));
-    assert_int_equal(has_warning(l, "per-channel FP8 with per-token activations (K=144"), !block);
+    assert_int_equal(has_warning(l, "per-channel FP8 with per-token activations (K=144"), as == MOQ_NVFP4_AS_FP8 && !block);
     double *amax = calloc((size_t)ng, sizeof(double));
 #define GRP(n, k) (block ? ((n) / 128) * kb + (k) / 128 : (n))
     for (int64_t n = 0; n < N; n++)
@@ -893,8 +893,12 @@ static void nvfp4_as_fp8(int64_t K, int64_t Ns, bool block) {
     ref_free(r, 2);
     ck_done(&c);
 }
-static void test_nvfp4_as_fp8_blocks(void **state) { (void)state; nvfp4_as_fp8(256, 48, true); }
-static void test_nvfp4_as_fp8_channels(void **state) { (void)state; nvfp4_as_fp8(144, 40, false); }
+static void test_nvfp4_as_fp8_blocks(void **state) { (void)state; nvfp4_as_fp8(256, 48, MOQ_NVFP4_AS_FP8, true); }
+static void test_nvfp4_as_fp8_channels(void **state) {
+    (void)state;
+    nvfp4_as_fp8(144, 40, MOQ_NVFP4_AS_FP8, false);          /* K % 128 != 0: per channel, with a note */
+    nvfp4_as_fp8(256, 48, MOQ_NVFP4_AS_FP8_CHANNEL, false);  /* asked for                              */
+}
 
 /* An out-of-range option value is refused, naming the layer. */
 static void test_nvfp4_as_bad_value(void **state) {
