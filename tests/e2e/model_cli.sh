@@ -54,6 +54,11 @@ for cmd in run eval "bench model"; do
     check 1 "$cmd --nvfp4-as fp4" "$MOQ" $cmd "$TMP/NVFP4" --nvfp4-as fp4 --text /dev/null -p x
     grep -q -- "--nvfp4-as fp4, expected nvfp4 (as stored), fp8 or fp8-channel" "$TMP/err" || { echo "FAIL: $cmd --nvfp4-as fp4 message"; cat "$TMP/err"; fail=1; }
 done
+check 0 "inspect --kernels --nvfp4-as fp8" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp8
+grep -q "model.layers.0.mlp.down_proj .*kernel cpu_[a-z0-9]*_fp8_blk128" "$TMP/out" || { echo "FAIL: inspect --nvfp4-as fp8 shows no 128x128 FP8 kernel"; cat "$TMP/out"; fail=1; }
+check 0 "inspect --kernels --nvfp4-as fp8-channel" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp8-channel
+grep -q "model.layers.0.mlp.down_proj .*kernel cpu_[a-z0-9]*_fp8_row" "$TMP/out" || { echo "FAIL: inspect --nvfp4-as fp8-channel shows no per-channel FP8 kernel"; cat "$TMP/out"; fail=1; }
+check 1 "inspect --nvfp4-as fp4" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp4
 check 1 "run --nvfp4-as without a value" "$MOQ" run "$TMP/NVFP4" -p x --nvfp4-as
 
 # MoE checkpoints of every format src/moe takes (FP8_PER_CHANNEL_PER_TOKEN experts included: per-channel
