@@ -464,6 +464,21 @@ static void run_ok(const char *cmd, const char *want) {
     if (rc != 0 || (want && !strstr(out, want))) fail_msg("`%s` exit %d, wanted \"%s\":\n%s", cmd, rc, want ? want : "", out);
 }
 
+/* `moq resolve DST MODULE --kind linear --packed ... --json` names algo (as written or upper-cased). */
+static void resolves_to(const char *dst, const char *module, const char *packed, const char *algo) {
+    char cmd[1024], out[4096], want[128];
+    snprintf(cmd, sizeof cmd, "'%s' resolve '%s' %s --kind linear%s%s --json", tu_moq_bin(), dst, module, packed ? " --packed " : "",
+             packed ? packed : "");
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    char up[64], want2[128];
+    snprintf(up, sizeof up, "%s", algo);
+    for (char *p = up; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+    snprintf(want, sizeof want, "\"algo\":\t\"%s\"", algo);
+    snprintf(want2, sizeof want2, "\"algo\":\t\"%s\"", up);
+    if ((!strstr(out, want) && !strstr(out, want2)) || !strstr(out, "\"excluded\":\tfalse"))
+        fail_msg("%s resolves to another algo than %s:\n%s", module, algo, out);
+}
+
 /* The checkpoint dst checks clean, each quantized module resolves to algo, lm_head is excluded. */
 static void round_trip_checks(const char *dst, const char *algo_written) {
     char cmd[1024], want[128];
@@ -484,6 +499,10 @@ static void round_trip_checks(const char *dst, const char *algo_written) {
     snprintf(cmd, sizeof cmd, "'%s' resolve '%s' lm_head --kind lm_head --json", tu_moq_bin(), dst);
     assert_int_equal(tu_run(cmd, out, sizeof out), 0);
     if (!strstr(out, "\"excluded\":\ttrue")) fail_msg("lm_head not excluded:\n%s", out);
+    /* the other linear kinds of a layer */
+    resolves_to(dst, "model.layers.0.self_attn.o_proj", NULL, algo_written);
+    resolves_to(dst, "model.layers.0.mlp.gate_up_proj", "gate_up_proj=gate_proj,up_proj", algo_written);
+    resolves_to(dst, "model.layers.1.mlp.down_proj", NULL, algo_written);
 }
 
 static const char k_calib_text[] =
@@ -665,16 +684,6 @@ static void smollm2_src(const moq_checkpoint *c, const int *layers, int nl, src_
             sm->shape[sm->n][0] = t->shape[0], sm->shape[sm->n][1] = t->shape[1];
             sm->w[sm->n++] = v;
         }
-}
-
-/* `moq resolve DST MODULE --kind linear --packed ... --json` names algo (upper-cased compare). */
-static void resolves_to(const char *dst, const char *module, const char *packed, const char *algo) {
-    char cmd[1024], out[4096], want[128];
-    snprintf(cmd, sizeof cmd, "'%s' resolve '%s' %s --kind linear%s%s --json", tu_moq_bin(), dst, module, packed ? " --packed " : "",
-             packed ? packed : "");
-    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
-    snprintf(want, sizeof want, "\"algo\":\t\"%s\"", algo);
-    if (!strstr(out, want) || !strstr(out, "\"excluded\":\tfalse")) fail_msg("%s resolves to another algo than %s:\n%s", module, algo, out);
 }
 
 static void test_smollm2_every_algo(void **state) {
