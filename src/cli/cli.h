@@ -68,7 +68,8 @@ void cli_progress_bar(void *user, const char *phase, uint64_t done, uint64_t tot
 /* Opens a model (progress bar on a TTY, load timings on stderr unless quiet); 0 or an exit code. */
 int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet);
 /* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,
- * 'P' --compat, 'V' --kv-cache. 0 or an exit code. */
+ * 'P' --compat, 'V' --kv-cache, CLI_OPT_NVFP4_AS --nvfp4-as. 0 or an exit code. */
+#define CLI_OPT_NVFP4_AS 0x100
 int  cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *cmd);
 /* Whole file (or "-" = standard input), NUL-terminated; NULL when unreadable. Caller frees. */
 char *cli_read_file(const char *path, size_t *len);

@@ -15,7 +15,7 @@
 
 void cmd_inspect_help(FILE *out) {
     fprintf(out,
-            "usage: moq inspect PATH [--compat moq|vllm|sglang] [--json]\n\n"
+            "usage: moq inspect PATH [--compat moq|vllm|sglang] [--kernels [--nvfp4-as fp8|fp8-channel]] [--json]\n\n"
             "Opens a checkpoint directory (config.json, hf_quant_config.json, safetensors shards) or a single\n"
             ".safetensors file, validates every header, and prints: the architecture from config.json, the\n"
             "shards, the tensor count and bytes per dtype, and the quantization sections found (raw values).\n"
@@ -26,6 +26,7 @@ void cmd_inspect_help(FILE *out) {
             "  --kernels   also load every linear module (fused q/k/v and gate/up shards together) as moq run\n"
             "              would and print the kernel chosen and the loader's notes (\"keeps per-shard scales\",\n"
             "              \"requantized ...\"), or the error; reads and packs every weight, one layer at a time\n"
+            "  --nvfp4-as A  with --kernels: load NVFP4 linears re-quantized to FP8 as `moq run --nvfp4-as A` does\n"
             "  --json      print the same as one JSON object on stdout\n");
 }
 
@@ -80,7 +81,7 @@ typedef struct mod_kernel {
     char notes[1024];
 } mod_kernel;
 
-static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq_module *md, mod_kernel *out) {
+static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq_module *md, const moq_linear_opts *lo, mod_kernel *out) {
     int n_groups;
     const moq_packed *groups = moq_modules_fused_groups(&n_groups);
     const char *dot = strrchr(md->name, '.'), *last = dot ? dot + 1 : md->name;
@@ -106,7 +107,7 @@ static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq
     moq_linear_layer *l = NULL;
     const moq_layer_kind kind = md->kind == MOQ_MOD_LM_HEAD ? MOQ_KIND_LM_HEAD : MOQ_KIND_LINEAR;
     out->notes[0] = 0;
-    if (moq_linear_layer_open(&l, c, q, prefix, kind, groups, n_groups, NULL, &e) != MOQ_OK) {
+    if (moq_linear_layer_open(&l, c, q, prefix, kind, groups, n_groups, lo, &e) != MOQ_OK) {
         snprintf(out->kernel, sizeof out->kernel, "error");
         moq_error_format(&e, out->notes, sizeof out->notes);
     } else {
@@ -145,13 +146,19 @@ static cJSON *arch_json(const moq_arch *a) {
 
 int cmd_inspect(int argc, char **argv) {
     static const struct option opts[] = {{"json", no_argument, NULL, 'j'}, {"compat", required_argument, NULL, 'c'},
-                                         {"kernels", no_argument, NULL, 'k'}, {NULL, 0, NULL, 0}};
+                                         {"kernels", no_argument, NULL, 'k'}, {"nvfp4-as", required_argument, NULL, CLI_OPT_NVFP4_AS},
+                                         {NULL, 0, NULL, 0}};
     int json = 0, kernels = 0, ch;
+    moq_model_opts as_opts = moq_model_opts_default(); /* only nvfp4_as is used */
     moq_compat prof = MOQ_COMPAT_MOQ;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "jc:", opts, NULL)) != -1) {
         if (ch == 'j') json = 1;
         else if (ch == 'k') kernels = 1;
+        else if (ch == CLI_OPT_NVFP4_AS) {
+            const int rc = cli_parse_model_opt(ch, optarg, &as_opts, "inspect");
+            if (rc) return rc;
+        }
         else if (ch == 'c') {
             moq_error e = {0};
             if (moq_compat_parse(optarg, &prof, &e) != MOQ_OK) return cli_report(&e);
@@ -205,9 +212,11 @@ int cmd_inspect(int argc, char **argv) {
     /* Informational: inspect reads any architecture, but says when `moq run` would refuse it. */
     const int arch_bad = cli_arch_unsupported(c, arch_msg, sizeof arch_msg);
     mod_kernel *mk = kernels ? calloc((size_t)mods.n + 1, sizeof *mk) : NULL;
+    moq_linear_opts lo = moq_linear_opts_default();
+    lo.nvfp4_as = as_opts.nvfp4_as;
     for (int k = 0; mk && k < mods.n; k++) {
         const moq_module *md = &mods.mods[k];
-        if (md->kind == MOQ_MOD_LINEAR || md->kind == MOQ_MOD_LM_HEAD) load_kernel(c, q, md, &mk[k]);
+        if (md->kind == MOQ_MOD_LINEAR || md->kind == MOQ_MOD_LM_HEAD) load_kernel(c, q, md, &lo, &mk[k]);
     }
 
     if (json) {

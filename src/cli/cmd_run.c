@@ -18,7 +18,7 @@ void cmd_run_help(FILE *out) {
             "usage: moq run DIR [-p PROMPT | -f FILE] [-n MAX_TOKENS] [--chat] [--system TEXT] [--temp T]\n"
             "               [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--json]\n"
             "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n"
-            "               [--device cpu|cuda|auto]\n\n"
+            "               [--device cpu|cuda|auto] [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
             "Generates up to MAX_TOKENS (default 64) tokens after PROMPT (or FILE's text, or standard input)\n"
             "and streams them to stdout; stops early at an end-of-sequence token. --chat wraps the prompt as a\n"
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
@@ -30,6 +30,9 @@ void cmd_run_help(FILE *out) {
             "--kv-cache picks the cache encoding when the checkpoint declares no KV quantization (default f32).\n"
             "--device cuda runs the whole forward on the GPU (Llama, Mistral, Qwen2, Qwen3 dense; bf16 KV\n"
             "cache, or FP8 as the checkpoint declares); auto picks the GPU when one is usable.\n"
+            "--nvfp4-as fp8 re-quantizes every NVFP4 linear to FP8 at load with dynamic FP8 activations: 128x128\n"
+            "weight blocks where K %% 128 == 0 (else per channel), as vLLM does on Hopper; fp8-channel: one scale\n"
+            "per output channel and per-token activations everywhere (faster on moq's CUDA rows); docs/ACCURACY.md.\n"
             "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
             "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
@@ -103,6 +106,13 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
                         ? MOQ_DEVICE_CUDA
                         : MOQ_DEVICE_CPU;
         return 0;
+    case CLI_OPT_NVFP4_AS: {
+        static const struct { const char *name; moq_nvfp4_as as; } as_rows[] = {
+            {"nvfp4", MOQ_NVFP4_AS_NVFP4}, {"fp8", MOQ_NVFP4_AS_FP8}, {"fp8-channel", MOQ_NVFP4_AS_FP8_CHANNEL}};
+        for (size_t i = 0; i < sizeof as_rows / sizeof as_rows[0]; i++)
+            if (strcmp(arg, as_rows[i].name) == 0) return o->nvfp4_as = as_rows[i].as, 0;
+        return cli_usage_error(cmd, "--nvfp4-as %s, expected nvfp4 (as stored), fp8 or fp8-channel (re-quantized to FP8 at load)", arg);
+    }
     default: return cli_usage_error(cmd, "unknown option");
     }
 }
@@ -169,7 +179,8 @@ int cmd_run(int argc, char **argv) {
     static const struct option lo[] = {
         {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"max-tokens", 1, 0, 'n'}, {"chat", 0, 0, 'c'}, {"system", 1, 0, 's'},
         {"temp", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"top-p", 1, 0, 'q'}, {"seed", 1, 0, 'S'}, {"threads", 1, 0, 'T'},
-        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'},
+        {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
     const char *prompt = NULL, *file = NULL, *system = NULL;
     long max_tokens = 64;
     bool chat = false, json = false;
@@ -208,7 +219,7 @@ int cmd_run(int argc, char **argv) {
             so.seed = strtoull(optarg, &end, 10);
             if (*end || errno) return cli_usage_error("run", "--seed %s, expected an unsigned integer", optarg);
             break;
-        case 'T': case 'C': case 'K': case 'P': case 'V': case 'G': {
+        case 'T': case 'C': case 'K': case 'P': case 'V': case 'G': case CLI_OPT_NVFP4_AS: {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "run");
             if (rc) return rc;
             break;
@@ -304,8 +315,11 @@ int cmd_run(int argc, char **argv) {
             printf("],\"load_s\":{\"open\":%.4f,\"validate\":%.4f,\"pack\":%.4f},\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n", lt.open_s,
                    lt.validate_s, lt.pack_s, pre_tps, dec_tps);
         } else {
+            /* End the streamed text with its own line before the stats: stdout is buffered when it
+             * is a pipe while stderr is not, so flush, or the stats line lands after "Paris." */
             fwrite(piece, 1, pl, stdout);
             putchar('\n');
+            fflush(stdout);
             fprintf(stderr, "moq: prefill %zu tokens %.2f tok/s; decode %ld tokens %.2f tok/s\n", n_ids, pre_tps, n_dec, dec_tps);
         }
     }

@@ -703,6 +703,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
+    lo.nvfp4_as = m->opts.nvfp4_as;
     moq_linear_opts lo_embed = lo; /* the embedding is a GPU layer only when it is also the head */
     lo.device = m->opts.device;
     char nm[256];
@@ -750,6 +751,11 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
     if (m->opts.kv_elem != MOQ_ELEM_F32 && m->opts.kv_elem != MOQ_ELEM_BF16) {
         free(m);
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "kv_elem %s, expected f32 or bf16", moq_elem_name(opts->kv_elem));
+    }
+    if ((unsigned)m->opts.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
+        const int v = (int)m->opts.nvfp4_as;
+        free(m);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", v);
     }
     m->n_threads = m->opts.n_threads > 0 ? m->opts.n_threads : omp_get_max_threads();
     moq_status st = m->opts.device == MOQ_DEVICE_CPU ? MOQ_OK : moq_device_check(m->opts.device, NULL, 0, err);

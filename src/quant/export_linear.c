@@ -186,8 +186,10 @@ moq_status moq_export_linear_plan(const moq_export_linear_row *row, const char *
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "weight shape [%lld, %lld], expected both in 1..2^31",
                         (long long)N, (long long)K);
     if (K % row->k_multiple)
-        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where, "K = %lld, expected a multiple of %d for %s",
-                        (long long)K, row->k_multiple, row->algo);
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, where,
+                        "K = %lld is not a multiple of %d, which %s needs (its scales cover %d-wide blocks of K; "
+                        "moq does not pad, and the engines refuse a partial block)",
+                        (long long)K, row->k_multiple, row->algo, row->k_multiple);
     memset(t, 0, MOQ_EXPORT_LINEAR_MAX_TENSORS * sizeof *t);
     const moq_export_args def = moq_export_args_default();
     row->export_fn(NULL, (size_t)N, (size_t)K, a ? a : &def, t, count);

@@ -46,6 +46,18 @@ static const struct {
     {MOQ_METHOD_MXFP8_LINEAR, moq_canon_mxfp8},
 };
 
+/* One row per load option value x canonical weight key: a second hook that turns the canonical
+ * weight into another scheme's canonical form (the kernel of the new key pair is then chosen for the
+ * device as for any checkpoint). Rows whose option is at its default never run. */
+static const struct {
+    moq_nvfp4_as         as;
+    const moq_quant_key *from;
+    moq_canon_fn         recanon;
+} recanon_table[] = {
+    {MOQ_NVFP4_AS_FP8, &MOQ_KEY_W_NVFP4, moq_recanon_nvfp4_fp8},
+    {MOQ_NVFP4_AS_FP8_CHANNEL, &MOQ_KEY_W_NVFP4, moq_recanon_nvfp4_fp8_channel},
+};
+
 void *moq_load_take(moq_load_ctx *x, size_t bytes) {
     const size_t need = (bytes + 63) & ~(size_t)63;
     if (!x->arena || x->arena_size - x->arena_used < need) return NULL;
@@ -311,6 +323,13 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     if (meth == MOQ_METHOD_MXFP8_LINEAR) bound += (size_t)x.N * (size_t)(x.K / 32) + 64;
     bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
+    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
+    if ((unsigned)o.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
+        st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", (int)o.nvfp4_as);
+        goto fail;
+    }
+    /* a re-canonicalization writes e4m3 codes [N, K], f32 scales and f64 amax per group, a shard map */
+    if (o.nvfp4_as != MOQ_NVFP4_AS_NVFP4) bound += (size_t)x.N * (size_t)x.K + (size_t)x.N * (4 + 8 + 4) + 4 * 64;
     if (!(l->arena = x.arena = aligned_alloc(64, (bound + 63) & ~(size_t)63))) {
         st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound);
         goto fail;
@@ -322,14 +341,19 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     for (int s = 0; s < x.n; s++) l->w.row0[s + 1] = l->w.row0[s] + x.sh[s].N;
     if ((st = canon_table[hook].canon(&x, err)) != MOQ_OK) goto fail;
     note_input_scales(&x);
+    for (size_t r = 0; r < sizeof recanon_table / sizeof recanon_table[0]; r++)
+        if (recanon_table[r].as == o.nvfp4_as && moq_quant_key_eq(&l->w.w, recanon_table[r].from)) {
+            if ((st = recanon_table[r].recanon(&x, err)) != MOQ_OK) goto fail;
+            break;
+        }
     const moq_tensor *bias[MOQ_MAX_SHARDS];
     for (int s = 0; s < x.n; s++) bias[s] = role_tensor(c, x.sh[s].name, "bias");
     if ((st = check_bias(&x, bias, err)) != MOQ_OK) goto fail;
 
     /* 5. kernel */
-    moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
-    o.name = prefix;
-    if ((st = moq_linear_create_from_weight(&l->lin, &l->w, &o, err)) != MOQ_OK) goto fail;
+    moq_linear_opts ko = o;
+    ko.name = prefix;
+    if ((st = moq_linear_create_from_weight(&l->lin, &l->w, &ko, err)) != MOQ_OK) goto fail;
     memcpy(l->notes, x.notes, sizeof l->notes);
     l->n_notes = x.n_notes;
     *out = l;

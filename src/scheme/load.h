@@ -69,6 +69,10 @@ moq_status moq_canon_fp8_row(moq_load_ctx *x, moq_error *err);     /* fp8.c   */
 moq_status moq_canon_fp8_block(moq_load_ctx *x, moq_error *err);   /* fp8.c   */
 moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err);       /* nvfp4.c */
 moq_status moq_canon_mxfp8(moq_load_ctx *x, moq_error *err);       /* mxfp8.c */
+/* Load-time re-canonicalization of an already canonical weight (table in load.c): NVFP4 -> FP8
+ * (moq_linear_opts.nvfp4_as = MOQ_NVFP4_AS_FP8). */
+moq_status moq_recanon_nvfp4_fp8(moq_load_ctx *x, moq_error *err);         /* nvfp4.c: vLLM's blocks */
+moq_status moq_recanon_nvfp4_fp8_channel(moq_load_ctx *x, moq_error *err); /* nvfp4.c: per channel    */
 
 /* NUMERICS §5.1 requantize_with_max_scale for one code: e4m3 q with scale s -> e4m3 code under
  * s_max: E4s(clamp(f32(f16(f32(D4(q) * s)) * f32(1 / s_max)), +-448)). Exposed for the tests. */

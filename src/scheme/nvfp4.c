@@ -94,3 +94,70 @@ moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
     }
     return MOQ_OK;
 }
+
+/* --nvfp4-as fp8 (moq_linear_opts.nvfp4_as, a row of load.c's recanon_table), after moq_canon_nvfp4:
+ * the canonical NVFP4 weight becomes a canonical FP8 weight, as vLLM PR #38728 converts NVFP4
+ * checkpoints on Hopper (convert_nvfp4_weight_to_fp8_block: dequantize, then DeepGEMM's
+ * per_block_cast_to_fp8 with 128x128 blocks, dynamic 1x128 activation groups).
+ *
+ *   w[n,k] = D2(q[n,k]) * D4(sf[n,k/16]) * shard_scale[s(n)]   exact in double (a 2-bit x 4-bit
+ *                                                              mantissa product times an f32)
+ *   K % 128 == 0: per 128x128 block b (a partial last row block kept, as vLLM pads with zeros)
+ *       s_b = f32(max(amax_b, 1e-4) / 448)                    vLLM clamps amax at 1e-4
+ *       q'  = E4_rne_sat(w / s_b)                              key W_FP8_BLK128 + A_FP8_G128_DYN
+ *   else (128-wide activation groups cannot cover K; vLLM's group quantizer refuses it too), and
+ *   always for FP8_CHANNEL: per output channel, s_n = f32(max(amax_n, 1e-4) / 448),
+ *   q' = E4_rne_sat(w / s_n), key W_FP8_ROW + A_FP8_TOKEN_DYN (dynamic per-token activations);
+ *   the K % 128 case of FP8 with a note naming the layer.
+ *
+ * vLLM dequantizes to bf16 first (one more rounding); moq keeps the exact value. The AWQ
+ * pre_scale and the bias stay as they are (both apply outside the weight). Codes go to the
+ * layer's arena; the NVFP4 codes are no longer referenced. Tested by tests/scheme/test_load.c
+ * against an fp64 requantization written in the test. */
+static double nvfp4_value(const moq_weight *w, const uint8_t *q, const uint8_t *sf, int s, int64_t n, int64_t k) {
+    const uint8_t byte = q[n * (w->K / 2) + k / 2];
+    const double v = (double)moq_e2m1_decode(k % 2 ? (uint8_t)(byte >> 4) : byte);
+    return v * (double)moq_e4m3_decode(sf[n * (w->K / 16) + k / 16]) * (double)w->shard_scale[s];
+}
+
+static moq_status recanon_nvfp4_fp8(moq_load_ctx *x, bool want_block, moq_error *err) {
+    moq_weight *w = x->w;
+    const int64_t N = w->N, K = w->K;
+    const bool block = want_block && K % 128 == 0;
+    const int64_t nb = (N + 127) / 128, kb = K / 128, n_scales = block ? nb * kb : N;
+    uint8_t *codes = moq_load_take(x, (size_t)N * (size_t)K);
+    float *sc = moq_load_take(x, (size_t)n_scales * sizeof(float));
+    int *shard = moq_load_take(x, (size_t)N * sizeof(int));
+    double *amax = moq_load_take(x, (size_t)n_scales * sizeof(double));
+    if (!codes || !sc || !shard || !amax) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
+    const uint8_t *q = w->q, *sf = w->scale;
+    for (int s = 0; s < w->n_shards; s++)
+        for (int64_t n = w->row0[s]; n < w->row0[s + 1]; n++) shard[n] = s;
+    /* pass 1: amax per scale group */
+    for (int64_t i = 0; i < n_scales; i++) amax[i] = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            const double a = fabs(nvfp4_value(w, q, sf, shard[n], n, k));
+            double *g = &amax[block ? (n / 128) * kb + k / 128 : n];
+            *g = a > *g ? a : *g;
+        }
+    for (int64_t i = 0; i < n_scales; i++) sc[i] = (float)(fmax(amax[i], 1e-4) / 448.0);
+    /* pass 2: codes */
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            const double s = (double)sc[block ? (n / 128) * kb + k / 128 : n];
+            codes[n * K + k] = moq_e4m3_encode_rne_sat((float)(nvfp4_value(w, q, sf, shard[n], n, k) / s));
+        }
+    const moq_quant_key *wk = block ? &MOQ_KEY_W_FP8_BLK128 : &MOQ_KEY_W_FP8_ROW;
+    const moq_quant_key *ak = block ? &MOQ_KEY_A_FP8_G128_DYN : &MOQ_KEY_A_FP8_TOKEN_DYN;
+    w->w = *wk, w->a = *ak;
+    w->q = codes, w->scale = sc;
+    for (int s = 0; s < w->n_shards; s++) w->shard_scale[s] = 1.0f, w->shard_in_scale[s] = 1.0f;
+    if (want_block && !block)
+        moq_load_note(x, "%s: --nvfp4-as fp8 uses per-channel FP8 with per-token activations (K=%lld is not a multiple of the 128-wide blocks vLLM converts to)",
+                      x->layer, (long long)K);
+    return MOQ_OK;
+}
+
+moq_status moq_recanon_nvfp4_fp8(moq_load_ctx *x, moq_error *err) { return recanon_nvfp4_fp8(x, true, err); }
+moq_status moq_recanon_nvfp4_fp8_channel(moq_load_ctx *x, moq_error *err) { return recanon_nvfp4_fp8(x, false, err); }

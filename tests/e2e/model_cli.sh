@@ -37,6 +37,29 @@ b=$(ids)
 check 0 "run streaming with chat" "$MOQ" run "$TMP/FP8" -p "Hi" -n 4 --chat --system "Be brief."
 grep -q "prefill .* tok/s; decode .* tok/s" "$TMP/err" || { echo "FAIL: run prints no tok/s on stderr"; cat "$TMP/err"; fail=1; }
 grep -q "validate" "$TMP/err" || { echo "FAIL: run prints no load phases on stderr"; cat "$TMP/err"; fail=1; }
+# stdout and stderr into one file (stdout fully buffered, stderr not): the text ends its own line
+# before the stats line
+"$MOQ" run "$TMP/FP8" -p "Hi" -n 4 >"$TMP/both" 2>&1
+grep -q "^moq: prefill .* tok/s" "$TMP/both" || { echo "FAIL: the stats line does not start a line:"; cat "$TMP/both"; fail=1; }
+# --nvfp4-as fp8 (NVFP4 linears re-quantized to FP8 at load): runs, eval against the stored NVFP4
+# opens the reference as stored (KL > 0), bad values are usage errors naming the flag
+check 0 "run --nvfp4-as fp8" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as fp8 --json
+check 0 "run --nvfp4-as fp8-channel" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as fp8-channel --json
+check 0 "run --nvfp4-as nvfp4" "$MOQ" run "$TMP/NVFP4" -p "Hello" -n 4 --threads 1 --nvfp4-as nvfp4 --json
+check 0 "eval --nvfp4-as fp8 --ref itself" "$MOQ" eval "$TMP/NVFP4" --text "$HERE/../data/text/pride_and_prejudice_ch1-2.txt" --ctx 64 --threads 1 --ref "$TMP/NVFP4" --nvfp4-as fp8 --json
+awk '{ if (match($0, /"kl_mean":[0-9.e+-]+/)) { v = substr($0, RSTART + 10, RLENGTH - 10); exit !(v + 0 > 0) } exit 1 }' "$TMP/out" ||
+    { echo "FAIL: --nvfp4-as fp8 against the stored NVFP4 has no KL > 0"; cat "$TMP/out"; fail=1; }
+for cmd in run eval "bench model"; do
+    # shellcheck disable=SC2086
+    check 1 "$cmd --nvfp4-as fp4" "$MOQ" $cmd "$TMP/NVFP4" --nvfp4-as fp4 --text /dev/null -p x
+    grep -q -- "--nvfp4-as fp4, expected nvfp4 (as stored), fp8 or fp8-channel" "$TMP/err" || { echo "FAIL: $cmd --nvfp4-as fp4 message"; cat "$TMP/err"; fail=1; }
+done
+check 0 "inspect --kernels --nvfp4-as fp8" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp8
+grep -q "model.layers.0.mlp.down_proj .*kernel cpu_[a-z0-9]*_fp8_blk128" "$TMP/out" || { echo "FAIL: inspect --nvfp4-as fp8 shows no 128x128 FP8 kernel"; cat "$TMP/out"; fail=1; }
+check 0 "inspect --kernels --nvfp4-as fp8-channel" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp8-channel
+grep -q "model.layers.0.mlp.down_proj .*kernel cpu_[a-z0-9]*_fp8_row" "$TMP/out" || { echo "FAIL: inspect --nvfp4-as fp8-channel shows no per-channel FP8 kernel"; cat "$TMP/out"; fail=1; }
+check 1 "inspect --nvfp4-as fp4" "$MOQ" inspect "$TMP/NVFP4" --kernels --nvfp4-as fp4
+check 1 "run --nvfp4-as without a value" "$MOQ" run "$TMP/NVFP4" -p x --nvfp4-as
 
 # MoE checkpoints of every format src/moe takes (FP8_PER_CHANNEL_PER_TOKEN experts included: per-channel
 # weights, dynamic per-token activations; under --compat vllm they take vLLM's per-tensor FP8 MoE

@@ -253,7 +253,7 @@ static void test_plan_and_run_refuse_mismatches(void **state) {
     int nt = 0;
     moq_error e = {0};
     moq_status st = moq_export_linear_plan(moq_export_linear_find("FP8_PB_WO"), "model.layers.3.mlp.down_proj", 64, 192, NULL, t, &nt, &e);
-    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.3.mlp.down_proj", "K = 192, expected a multiple of 128");
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.3.mlp.down_proj", "K = 192 is not a multiple of 128, which FP8_PB_WO needs");
     assert_int_equal(nt, 0);
     e = (moq_error){0};
     st = moq_export_linear_plan(moq_export_linear_find("NVFP4"), "x.q_proj", 0, 64, NULL, t, &nt, &e);

@@ -14,7 +14,10 @@
  *    gives back the same tensors byte for byte and the same config files;
  *  - MIXED_PRECISION recipes, shards + index, MoE experts (per-expert calibration) and routers, and the error cases (missing
  *    --calib, bad recipes, a quantized or F8 source, an existing destination, an interrupted run
- *    leaving nothing behind). */
+ *    leaving nothing behind);
+ *  - the real SmolLM2-135M-Instruct BF16 conversion when it is cached (else skipped, saying so; also
+ *    skipped under the sanitizers): every algo of `make formats` round-trips on it, FP8_PB_WO is
+ *    refused for K = 576. */
 #include <math.h>
 #include <omp.h>
 #include <sys/stat.h>
@@ -461,6 +464,21 @@ static void run_ok(const char *cmd, const char *want) {
     if (rc != 0 || (want && !strstr(out, want))) fail_msg("`%s` exit %d, wanted \"%s\":\n%s", cmd, rc, want ? want : "", out);
 }
 
+/* `moq resolve DST MODULE --kind linear --packed ... --json` names algo (as written or upper-cased). */
+static void resolves_to(const char *dst, const char *module, const char *packed, const char *algo) {
+    char cmd[1024], out[4096], want[128];
+    snprintf(cmd, sizeof cmd, "'%s' resolve '%s' %s --kind linear%s%s --json", tu_moq_bin(), dst, module, packed ? " --packed " : "",
+             packed ? packed : "");
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    char up[64], want2[128];
+    snprintf(up, sizeof up, "%s", algo);
+    for (char *p = up; *p; p++) *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+    snprintf(want, sizeof want, "\"algo\":\t\"%s\"", algo);
+    snprintf(want2, sizeof want2, "\"algo\":\t\"%s\"", up);
+    if ((!strstr(out, want) && !strstr(out, want2)) || !strstr(out, "\"excluded\":\tfalse"))
+        fail_msg("%s resolves to another algo than %s:\n%s", module, algo, out);
+}
+
 /* The checkpoint dst checks clean, each quantized module resolves to algo, lm_head is excluded. */
 static void round_trip_checks(const char *dst, const char *algo_written) {
     char cmd[1024], want[128];
@@ -481,6 +499,10 @@ static void round_trip_checks(const char *dst, const char *algo_written) {
     snprintf(cmd, sizeof cmd, "'%s' resolve '%s' lm_head --kind lm_head --json", tu_moq_bin(), dst);
     assert_int_equal(tu_run(cmd, out, sizeof out), 0);
     if (!strstr(out, "\"excluded\":\ttrue")) fail_msg("lm_head not excluded:\n%s", out);
+    /* the other linear kinds of a layer */
+    resolves_to(dst, "model.layers.0.self_attn.o_proj", NULL, algo_written);
+    resolves_to(dst, "model.layers.0.mlp.gate_up_proj", "gate_up_proj=gate_proj,up_proj", algo_written);
+    resolves_to(dst, "model.layers.1.mlp.down_proj", NULL, algo_written);
 }
 
 static const char k_calib_text[] =
@@ -620,6 +642,155 @@ static void forward64(const src_model *sm, const int32_t *ids, int T, double am[
 
 static void near_rel(double got, double want, const char *what) {
     if (!(fabs(got - want) <= 2e-4 * fabs(want))) fail_msg("%s: %.9g, fp64 forward says %.9g", what, got, want);
+}
+
+/* ---- the real model: SmolLM2-135M-Instruct's BF16 conversion, when it is in the cache ----------
+ * (`make run` / scripts/default_model.sh put it in ~/.cache/moq, or MOQ_CACHE; otherwise this test
+ * says so and is skipped.) Every algo of `make formats` round-trips on it: quantize layers 0 and 29
+ * (the others excluded, to keep the test quick; static scales from a short calibration text), every quantized byte of layers 0 and 29 equals the formulas above
+ * (check_*: the same fp64 references and dequantization bounds as on the generated models), `moq
+ * check --values` reports 0 problems, each fused layer resolves to the intended algo (per the
+ * shipped recipe for MIXED_PRECISION), lm_head is excluded; FP8 KV writes k/v scales; FP8_PB_WO is
+ * refused because K = 576 is not a multiple of 128, and nothing is written. */
+static char *smollm2_bf16_dir(void) {
+    const char *cache = getenv("MOQ_CACHE"), *home = getenv("HOME");
+    char buf[1024];
+    if (cache && *cache) snprintf(buf, sizeof buf, "%s/SmolLM2-135M-Instruct-bf16", cache);
+    else snprintf(buf, sizeof buf, "%s/.cache/moq/SmolLM2-135M-Instruct-bf16", home ? home : "");
+    return strdup(buf);
+}
+
+static const char *const k_smol_keep[3] = {"model.layers.[1-9].*", "model.layers.1?.*", "model.layers.2[0-8].*"};
+static const char *const k_smol_lin[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+
+/* The source weights of the given layers (bf16 -> f32, exact) as a src_model. */
+static void smollm2_src(const moq_checkpoint *c, const int *layers, int nl, src_model *sm) {
+    memset(sm, 0, sizeof *sm);
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < 7; j++) {
+            char nm[128];
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", layers[i], k_smol_lin[j]);
+            const moq_tensor *t = need(c, nm, "weight");
+            assert_int_equal(t->dtype, MOQ_DT_BF16);
+            assert_int_equal(t->ndim, 2);
+            float *v = malloc((size_t)t->nelem * sizeof(float));
+            const uint16_t *h = t->data;
+            for (uint64_t e = 0; e < t->nelem; e++) {
+                const uint32_t u = (uint32_t)h[e] << 16;
+                memcpy(&v[e], &u, 4);
+            }
+            snprintf(sm->name[sm->n], sizeof sm->name[0], "%.95s", nm);
+            sm->shape[sm->n][0] = t->shape[0], sm->shape[sm->n][1] = t->shape[1];
+            sm->w[sm->n++] = v;
+        }
+}
+
+static void test_smollm2_every_algo(void **state) {
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    print_message("SKIP under the sanitizers: quantizes the 135M-parameter model six times (the Release run covers it)\n");
+    skip();
+#endif
+    char *src = smollm2_bf16_dir();
+    struct stat sb;
+    if (stat(src, &sb) != 0) {
+        print_message("SKIP: %s not present (run `make run` or scripts/default_model.sh to fetch and convert SmolLM2)\n", src);
+        free(src);
+        skip();
+    }
+    moq_checkpoint *sc = NULL;
+    TU_OK(moq_checkpoint_open(&sc, src, NULL, err_));
+    src_model sm;
+    const int layers[2] = {0, 29};
+    smollm2_src(sc, layers, 2, &sm);
+    moq_calib cb = {0};
+    TU_OK(moq_calibrate_text(&cb, src, k_calib_text, strlen(k_calib_text), 0, 2, err_));
+    /* the shipped recipe (recipes/smollm2_mixed.json beside this file's tests/ folder) */
+    char rpath[1024];
+    snprintf(rpath, sizeof rpath, "%s", __FILE__);
+    *strrchr(rpath, '/') = 0, *strrchr(rpath, '/') = 0, *strrchr(rpath, '/') = 0;
+    strncat(rpath, "/recipes/smollm2_mixed.json", sizeof rpath - strlen(rpath) - 1);
+    size_t rlen = 0;
+    char *recipe = tu_read_file(rpath, &rlen);
+    assert_non_null(recipe);
+    static const struct { const char *algo, *written; check_fn *fn; bool calib, kv, mixed; } rows[] = {
+        {"FP8", "FP8", check_fp8, true, true, false},
+        {"FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", crow, false, false, false},
+        {"NVFP4", "NVFP4", cnvfp4, true, false, false},
+        {"W4A16_NVFP4", "W4A16_NVFP4", cnvfp4, false, false, false},
+        {"MXFP8", "MXFP8", cmx, false, false, false},
+        {"MIXED_PRECISION", NULL, NULL, true, false, true},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        char tag[96];
+        snprintf(tag, sizeof tag, "qz_smollm2_%s", rows[r].algo);
+        char *dst = out_dir(tag);
+        moq_quantize_opts o = moq_quantize_opts_default();
+        o.algo = rows[r].algo, o.calib = rows[r].calib ? &cb : NULL, o.kv_fp8 = rows[r].kv;
+        o.exclude = k_smol_keep, o.n_exclude = 3;   /* layers 1-28 stay BF16: a quick test */
+        if (rows[r].mixed) o.recipe = recipe, o.recipe_name = rpath;
+        moq_quantize_report rep;
+        TU_OK(moq_quantize(src, dst, &o, &rep, err_));
+        assert_int_equal(rep.n_quantized, 14);    /* layers 0 and 29 x 7 linears; lm_head (tied) and embeddings excluded */
+        moq_checkpoint *c = NULL;
+        TU_OK(moq_checkpoint_open(&c, dst, NULL, err_));
+        for (int i = 0; i < sm.n; i++) {
+            const char *m = sm.name[i];
+            check_fn *fn = rows[r].fn;
+            if (rows[r].mixed) fn = strstr(m, "self_attn") ? check_fp8 : strstr(m, "down_proj") ? cmx : cnvfp4; /* the recipe */
+            fn(c, &sm, m, sm.shape[i][0], sm.shape[i][1], MOQ_DT_BF16);
+        }
+        if (rows[r].kv) {
+            assert_true(scalar(need(c, "model.layers.29.self_attn.k_proj", "k_scale")) > 0);
+            assert_true(scalar(need(c, "model.layers.29.self_attn.v_proj", "v_scale")) > 0);
+        }
+        moq_checkpoint_free(c);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "'%s' check '%s' --values", tu_moq_bin(), dst);
+        run_ok(cmd, ", 0 problems");
+        char out[4096];
+        snprintf(cmd, sizeof cmd, "'%s' resolve '%s' lm_head --kind lm_head --json", tu_moq_bin(), dst);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        if (!strstr(out, "\"excluded\":\ttrue")) fail_msg("lm_head not excluded:\n%s", out);
+        snprintf(cmd, sizeof cmd, "'%s' resolve '%s' model.layers.7.mlp.down_proj --kind linear --json", tu_moq_bin(), dst);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        if (!strstr(out, "\"excluded\":\ttrue")) fail_msg("layer 7 not excluded:\n%s", out);
+        if (rows[r].mixed) {
+            resolves_to(dst, "model.layers.29.self_attn.qkv_proj", "qkv_proj=q_proj,k_proj,v_proj", "FP8");
+            resolves_to(dst, "model.layers.29.self_attn.o_proj", NULL, "FP8");
+            resolves_to(dst, "model.layers.29.mlp.gate_up_proj", "gate_up_proj=gate_proj,up_proj", "NVFP4");
+            resolves_to(dst, "model.layers.29.mlp.down_proj", NULL, "MXFP8");
+        } else {
+            resolves_to(dst, "model.layers.0.self_attn.qkv_proj", "qkv_proj=q_proj,k_proj,v_proj", rows[r].written);
+            resolves_to(dst, "model.layers.29.self_attn.o_proj", NULL, rows[r].written);
+            resolves_to(dst, "model.layers.29.mlp.gate_up_proj", "gate_up_proj=gate_proj,up_proj", rows[r].written);
+            resolves_to(dst, "model.layers.29.mlp.down_proj", NULL, rows[r].written);
+        }
+        tu_rmtree(dst);
+        free(dst);
+    }
+    /* FP8_PB_WO: hidden 576 is not a multiple of 128 */
+    char *dst = out_dir("qz_smollm2_fp8_pb_wo");
+    char partial[1100];
+    snprintf(partial, sizeof partial, "%s.moq-partial", dst);
+    moq_quantize_opts o = moq_quantize_opts_default();
+    o.algo = "FP8_PB_WO";
+    moq_error e = {0};
+    const moq_status st = moq_quantize(src, dst, &o, NULL, &e);
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.0.", "K = 576 is not a multiple of 128, which FP8_PB_WO needs");
+    assert_true(stat(dst, &sb) != 0 && stat(partial, &sb) != 0);
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' --algo FP8_PB_WO", tu_moq_bin(), src, dst);
+    const int rc = tu_run(cmd, out, sizeof out);
+    if (rc == 0 || !strstr(out, "K = 576 is not a multiple of 128") || !strstr(out, "moq does not pad")) fail_msg("`%s` exit %d:\n%s", cmd, rc, out);
+    assert_true(stat(dst, &sb) != 0);
+    free(dst);
+    free(recipe);
+    moq_calib_free(&cb);
+    src_free(&sm);
+    moq_checkpoint_free(sc);
+    free(src);
 }
 
 static void test_calibration_scales(void **state) {
@@ -1275,6 +1446,7 @@ int main(void) {
         cmocka_unit_test(test_thread_count_invariant),
         cmocka_unit_test(test_real_modelopt_exports),
         cmocka_unit_test(test_errors_leave_nothing),
+        cmocka_unit_test(test_smollm2_every_algo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

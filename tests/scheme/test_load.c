@@ -822,6 +822,107 @@ static void awq_compare(const char *what, const moq_linear_layer *l, const tw *r
     free(x), free(xs), free(y), free(yr), free(ws);
 }
 
+/* --nvfp4-as fp8 (vLLM PR #38728): a fused NVFP4 gate/up (shards with different weight_scale_2)
+ * re-quantized to FP8 at load, against the test's own fp64 requantization of its own exactly
+ * dequantized reference (tw_weight: e2m1 x e4m3 x weight_scale_2 in fp64): per group (128x128
+ * block when K % 128 == 0, the last row block partial; else per output row) scale
+ * f32(max(amax, 1e-4) / 448) as vLLM's per_block_cast_to_fp8, codes the nearest e4m3 (t_e4s) of
+ * w / scale. Then the layer runs against the fp64 oracle of that FP8 weight with its dynamic
+ * activations (1x128 groups, or per token). */
+/* The reference's NVFP4 weight with its shard's weight_scale_2 (tw_weight leaves that to the oracle). */
+static double w_exact(const tw *t, int64_t n, int64_t k) { return tw_weight(t, n, k) * (double)t->w.shard_scale[tw_shard(t, n)]; }
+
+static void nvfp4_as_fp8(int64_t K, int64_t Ns, moq_nvfp4_as as, bool block) {
+    ck c;
+    ck_begin(&c, "load_nvfp4_as_fp8");
+    shard_ref r[2];
+    char mod[128];
+    for (int s = 0; s < 2; s++) {
+        snprintf(mod, sizeof mod, "model.layers.0.mlp.%s", gu_names[s]);
+        r[s] = emit(&c, mod, TP_NVFP4, Ns, K, s ? 0.2f : 0.05f, -1, (s ? 3.0f : 2.0f) / 2688, F_NONE);
+    }
+    ck_finish(&c, "NVFP4", NULL);
+    moq_checkpoint *cp;
+    moq_qconfig *q;
+    moq_linear_layer *l;
+    TU_OK(moq_checkpoint_open(&cp, c.dir, NULL, err_));
+    TU_OK(moq_qconfig_open(&q, c.dir, MOQ_COMPAT_MOQ, err_));
+    moq_linear_opts o = moq_linear_opts_default();
+    o.n_threads = 2, o.cpu_mask = g_cpu_mask, o.nvfp4_as = as;
+    TU_OK(moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.gate_up_proj", MOQ_KIND_LINEAR, packed, 2, &o, err_));
+    tw src = ref_layer(TP_NVFP4, r, 2, K);
+    const int64_t N = 2 * Ns, kb = K / 128, ng = block ? (N + 127) / 128 * kb : N;
+    const moq_weight *w = moq_linear_layer_weight(l);
+    assert_true(moq_quant_key_eq(&w->w, block ? &MOQ_KEY_W_FP8_BLK128 : &MOQ_KEY_W_FP8_ROW));
+    assert_true(moq_quant_key_eq(&w->a, block ? &MOQ_KEY_A_FP8_G128_DYN : &MOQ_KEY_A_FP8_TOKEN_DYN));
+    assert_int_equal(has_warning(l, "per-channel FP8 with per-token activations (K=144"), as == MOQ_NVFP4_AS_FP8 && !block);
+    double *amax = calloc((size_t)ng, sizeof(double));
+#define GRP(n, k) (block ? ((n) / 128) * kb + (k) / 128 : (n))
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) amax[GRP(n, k)] = fmax(amax[GRP(n, k)], fabs(w_exact(&src, n, k)));
+    tw t;
+    memset(&t, 0, sizeof t);
+    t.p = block ? TP_FP8_BLK128 : TP_FP8_ROW;
+    t.w = src.w;
+    t.w.w = *(block ? &MOQ_KEY_W_FP8_BLK128 : &MOQ_KEY_W_FP8_ROW);
+    for (int s = 0; s < 2; s++) t.w.shard_scale[s] = 1.0f, t.w.shard_in_scale[s] = 1.0f;
+    float *sc = malloc((size_t)ng * sizeof(float));
+    uint8_t *qq = malloc((size_t)(N * K));
+    int n_bad = 0;
+    for (int64_t g = 0; g < ng; g++) {
+        sc[g] = (float)(fmax(amax[g], 1e-4) / 448.0);
+        if (((const float *)w->scale)[g] != sc[g] && n_bad++ < 5) print_error("scale[%lld] = %.9g, expected %.9g\n", (long long)g, (double)((const float *)w->scale)[g], (double)sc[g]);
+    }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            const double v = w_exact(&src, n, k);
+            qq[n * K + k] = t_e4s((float)(v / (double)sc[GRP(n, k)]));
+            const uint8_t got = ((const uint8_t *)w->q)[n * K + k];
+            if (got != qq[n * K + k] && n_bad++ < 10)
+                print_error("code [%lld, %lld] 0x%02x, expected 0x%02x (w = %.9g, scale %.9g)\n", (long long)n, (long long)k, got, qq[n * K + k], v,
+                            (double)sc[GRP(n, k)]);
+        }
+#undef GRP
+    assert_int_equal(n_bad, 0);
+    t.q = qq, t.scale = sc, t.w.q = qq, t.w.scale = sc;
+    run_compare(block ? "nvfp4 as fp8 128x128" : "nvfp4 as fp8 per channel", l, &t);
+    tw_free(&t);
+    tw_free(&src);
+    free(amax);
+    close_layer(l, cp, q);
+    ref_free(r, 2);
+    ck_done(&c);
+}
+static void test_nvfp4_as_fp8_blocks(void **state) { (void)state; nvfp4_as_fp8(256, 48, MOQ_NVFP4_AS_FP8, true); }
+static void test_nvfp4_as_fp8_channels(void **state) {
+    (void)state;
+    nvfp4_as_fp8(144, 40, MOQ_NVFP4_AS_FP8, false);          /* K % 128 != 0: per channel, with a note */
+    nvfp4_as_fp8(256, 48, MOQ_NVFP4_AS_FP8_CHANNEL, false);  /* asked for                              */
+}
+
+/* An out-of-range option value is refused, naming the layer. */
+static void test_nvfp4_as_bad_value(void **state) {
+    (void)state;
+    ck c;
+    ck_begin(&c, "load_nvfp4_as_bad");
+    shard_ref r = emit(&c, "model.layers.0.mlp.down_proj", TP_NVFP4, 32, K_, 0.05f, -1, 2.0f / 448.0f, F_NONE);
+    ck_finish(&c, "NVFP4", NULL);
+    moq_checkpoint *cp;
+    moq_qconfig *q;
+    moq_linear_layer *l = NULL;
+    TU_OK(moq_checkpoint_open(&cp, c.dir, NULL, err_));
+    TU_OK(moq_qconfig_open(&q, c.dir, MOQ_COMPAT_MOQ, err_));
+    moq_linear_opts o = moq_linear_opts_default();
+    o.nvfp4_as = (moq_nvfp4_as)7;
+    moq_error e = {0};
+    const moq_status st = moq_linear_layer_open(&l, cp, q, "model.layers.0.mlp.down_proj", MOQ_KIND_LINEAR, packed, 2, &o, &e);
+    TU_ERR(&e, st, MOQ_ERR_INVALID_ARG, "model.layers.0.mlp.down_proj", "nvfp4_as 7, expected");
+    assert_null(l);
+    close_layer(NULL, cp, q);
+    ref_free(&r, 1);
+    ck_done(&c);
+}
+
 static void test_nvfp4_awq(void **state) {
     (void)state;
     ck c;
@@ -979,6 +1080,9 @@ int main(void) {
         cmocka_unit_test(test_fused_fp8_row_and_block),
         cmocka_unit_test(test_fp8_pb_wo_forms),
         cmocka_unit_test(test_nvfp4_awq),
+        cmocka_unit_test(test_nvfp4_as_fp8_blocks),
+        cmocka_unit_test(test_nvfp4_as_fp8_channels),
+        cmocka_unit_test(test_nvfp4_as_bad_value),
         cmocka_unit_test(test_cli_export_forms),
         cmocka_unit_test(test_w4a16_legacy_input_scale),
         cmocka_unit_test(test_mxfp8_row_blocks),
