@@ -264,6 +264,12 @@ MOQ_API moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text
  * An id outside the vocabulary, or a hole in it, is MOQ_ERR_INVALID_ARG. */
 MOQ_API moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id,
                                               const uint8_t **bytes, size_t *len, moq_error *err);
+/* The text of ids[0..n) as the `tokenizers` library's decode() gives it (UTF-8; what differs from
+ * concatenating decode_token: the first token's Metaspace / Strip rules, invalid ByteFallback byte
+ * runs as one U+FFFD per byte, then lossy UTF-8). *out_len receives the length needed; a cap too
+ * small is MOQ_ERR_NOMEM. */
+MOQ_API moq_status moq_tokenizer_decode(const moq_tokenizer *t, const int32_t *ids, size_t n, char *out,
+                                        size_t cap, size_t *out_len, moq_error *err);
 
 /* Streaming UTF-8 decoder: turns token bytes into valid UTF-8 text, holding back the start of a
  * character split across tokens until the rest arrives. Invalid bytes become U+FFFD, one per

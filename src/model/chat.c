@@ -138,7 +138,7 @@ static void put(sink *s, const char *p, size_t n) {
 static void puts_(sink *s, const char *p) { put(s, p, strlen(p)); }
 
 /* Python str.isspace() for one UTF-8 character: White_Space or U+001C..U+001F. */
-static bool py_space(uint32_t cp) { return moq_ucls_of(cp) == MOQ_UCLS_WS || (cp >= 0x1C && cp <= 0x1F); }
+static bool py_space(uint32_t cp) { return moq_unicode_is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 static void put_trimmed(sink *s, const char *p) {
     const uint8_t *u = (const uint8_t *)p;
