@@ -289,7 +289,7 @@ static moq_status regex_compile(const cJSON *pat, const char *key, pcre2_code **
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.pattern.Regex \"%.200s\": %s", key, re, why);
     int code;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (re ? 0 : PCRE2_LITERAL);
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (re ? PCRE2_UCP : PCRE2_LITERAL);
     *out = pcre2_compile((PCRE2_SPTR)(re ? pcre : lit), PCRE2_ZERO_TERMINATED, opts, &code, &at, NULL);
     free(pcre);
     if (!*out) {

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""gen_families.py — tokenizers shaped like those of the model families NVIDIA publishes, and their
+encodings, for tests/model/test_tokenizer_families.c. Shares no code with moq: ids and decode() texts
+come from the Hugging Face `tokenizers` package.
+
+  usage: python3 tests/golden/tokenizer/gen_families.py     (pip install tokenizers==0.23.3)
+
+Each tokenizer is trained here (BpeTrainer, vocab 1200) on gen.py's TRAIN_TEXT with the normalizer,
+pre-tokenizer, decoder and added-token flags of one family (the regexes are written out as those
+families' tokenizer.json files spell them; the vocabularies are ours, small enough to commit):
+
+  llama2     SentencePiece-style BPE: byte_fallback with <0x00>..<0xFF> in the vocabulary, unk + fuse_unk,
+             normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, decoder Replace + ByteFallback
+             + Fuse + Strip(" ", 1, 0), alphabet limited so that rare characters fall back to bytes
+  gemma      as llama2 with normalizer Replace(" ", "▁") only, decoder without Strip, Gemma's turn
+             tokens (special, normalized false), an lstrip/rstrip token and a single_word token
+  metaspace  Metaspace pre-tokenizer (prepend_scheme "first", split) and decoder (Mistral-style)
+  deepseek   DeepSeek-V3: Split(\p{N}{1,3}) + Split(CJK ranges) + Split(the Latin/punctuation regex)
+             + ByteLevel(use_regex false)
+  o200k      gpt-oss / Llama 4 (o200k): case-aware letter runs with (?i:'s|...)?, \p{N}{1,3}, look-ahead
+  qwen35     Qwen3.5: NFC, [\p{L}\p{M}]+ letter runs, single digits
+  mixed      NFKC + Lowercase + StripAccents-free Replace(regex) + Strip; Digits(contiguous),
+             Punctuation(MergedWithNext), Split(String "-", MergedWithPrevious), Split(invert, Contiguous),
+             ByteLevel(add_prefix_space)
+  wsplit     Whitespace pre-tokenizer (\w+|[^\w\s]+, the rest removed), NFD + StripAccents, Metaspace decoder off
+
+Writes families/<name>/tokenizer.json and families/expected.json: rows {tokenizer, text_hex, ids,
+decoded_hex} for gen.py's CASES (+ its NOT_NFC and random mix) and rows {tokenizer, ids, text_hex} of
+decode() on seeded random id sequences (byte tokens in runs, invalid UTF-8 included).
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import random
+
+import tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("gen", os.path.join(HERE, "gen.py"))
+gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen)
+
+MAGIC = "moq-tokenizer-families"
+VERSION = 1
+BYTES = ["<0x%02X>" % b for b in range(256)]
+
+DEEPSEEK_RE_DIGITS = r"\p{N}{1,3}"
+DEEPSEEK_RE_CJK = r"[一-龥぀-ゟ゠-ヿ]+"
+DEEPSEEK_RE_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+O200K_RE = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SP_SPECIAL = ["<unk>", "<s>", "</s>"]
+
+
+def sp_bpe(name):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    if name == "llama2":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    elif name == "gemma":
+        tok.normalizer = normalizers.Replace(" ", "▁")
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    else:  # metaspace
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=SP_SPECIAL + BYTES,
+                                  limit_alphabet=90, show_progress=False)
+    text = gen.TRAIN_TEXT.split("\n")
+    if name != "metaspace":  # the normalizer runs at training too
+        pass
+    tok.train_from_iterator(text, trainer)
+    # Byte tokens are plain vocabulary entries in SentencePiece conversions, not added tokens.
+    j = json.loads(tok.to_str())
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] not in BYTES]
+    tok = Tokenizer.from_str(json.dumps(j))
+    if name == "gemma":
+        tok.add_special_tokens([AddedToken("<start_of_turn>", normalized=False, special=True),
+                                AddedToken("<end_of_turn>", normalized=False, special=True)])
+        tok.add_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, normalized=False),
+                        AddedToken("moqword", single_word=True, normalized=False)])
+    if name == "metaspace":
+        tok.add_special_tokens([AddedToken("[INST]", normalized=False, special=True),
+                                AddedToken("[/INST]", normalized=False, special=True)])
+        tok.add_tokens([AddedToken("<tool>", lstrip=True, normalized=False)])
+    return tok
+
+
+def byte_level(name):
+    tok = Tokenizer(models.BPE())
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    specials = ["<|endoftext|>"]
+    if name == "deepseek":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(DEEPSEEK_RE_DIGITS), behavior="isolated"),
+            pre_tokenizers.Split(Regex(DEEPSEEK_RE_CJK), behavior="isolated"),
+            pre_tokenizers.Split(Regex(DEEPSEEK_RE_MAIN), behavior="isolated"), bl])
+        specials = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"]
+    elif name == "o200k":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(O200K_RE), behavior="isolated"), bl])
+        specials = ["<|start|>", "<|message|>", "<|end|>", "<|return|>"]
+    elif name == "qwen35":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN35_RE), behavior="isolated"), bl])
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    elif name == "mixed":
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase(),
+                                               normalizers.Replace(Regex(r" {2,}"), " "), normalizers.Strip()])
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=False),
+            pre_tokenizers.Punctuation(behavior="merged_with_next"),
+            pre_tokenizers.Split("-", behavior="merged_with_previous"),
+            pre_tokenizers.Split(Regex(r"[aeiou]"), behavior="contiguous", invert=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(gen.TRAIN_TEXT.split("\n"), trainer)
+    return tok
+
+
+def wsplit():
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=900, min_frequency=2, special_tokens=["[UNK]"], show_progress=False,
+                                  limit_alphabet=120)
+    tok.train_from_iterator(gen.TRAIN_TEXT.split("\n"), trainer)
+    return tok
+
+
+NAMES = ["llama2", "gemma", "metaspace", "deepseek", "o200k", "qwen35", "mixed", "wsplit"]
+
+
+def build(name):
+    if name in ("llama2", "gemma", "metaspace"):
+        return sp_bpe(name)
+    if name == "wsplit":
+        return wsplit()
+    return byte_level(name)
+
+
+EXTRA = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "a <mask> b<mask>c  <mask>  d",
+         "moqword xmoqword moqword_ moqword. (moqword)", "[INST] hi [/INST]ok</s>", "x <tool>  y", "  <tool>",
+         "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>", "<|start|>user<|message|>hi<|end|>",
+         "<think>\nhmm\n</think>\n\nok", "CamelCaseWord HTTPServer don't DON'T iPhone ǅemal",
+         "a--b -- c---d - e-", "ÉCOLE Ⅻ ﬁ ｆｕｌｌ  wide   spaces ", "über naïve ÅNGSTRÖM", "x\u0301\u0302y",
+         "▁ ▁▁x", "<0x41> <unk> <s>", "1234567890 ١٢٣٤ ¹²³"]
+
+
+def main():
+    rows, drows = [], []
+    texts = gen.CASES + gen.NOT_NFC + EXTRA
+    rng = random.Random(11)
+    for name in NAMES:
+        tok = build(name)
+        d = os.path.join(HERE, "families", name)
+        os.makedirs(d, exist_ok=True)
+        tok.save(os.path.join(d, "tokenizer.json"))
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        for text in texts:
+            enc = tok.encode(text, add_special_tokens=False)
+            dec = tok.decode(enc.ids, skip_special_tokens=False)
+            row = {"tokenizer": name, "text_hex": text.encode().hex(), "ids": enc.ids}
+            if dec != text:
+                row["decoded_hex"] = dec.encode().hex()
+            rows.append(row)
+        n = tok.get_vocab_size()
+        vocab = tok.get_vocab()
+        byte_ids = [vocab[b] for b in BYTES if b in vocab]
+        for k in range(40):
+            ids = []
+            for _ in range(rng.randint(1, 12)):
+                if byte_ids and rng.random() < 0.4:
+                    ids += [rng.choice(byte_ids) for _ in range(rng.randint(1, 4))]
+                else:
+                    ids.append(rng.randrange(n))
+            drows.append({"tokenizer": name, "ids": ids,
+                          "text_hex": tok.decode(ids, skip_special_tokens=False).encode().hex()})
+    out = {"magic": MAGIC, "version": VERSION, "tokenizers_version": tokenizers.__version__, "names": NAMES}
+    path = os.path.join(HERE, "families", "expected.json")
+    with open(path, "w") as f:
+        f.write('{"magic": %s, "version": %d, "tokenizers_version": %s, "names": %s,\n"encode": [\n' % (
+            json.dumps(MAGIC), VERSION, json.dumps(tokenizers.__version__), json.dumps(NAMES)))
+        f.write(",\n".join(json.dumps(r) for r in rows))
+        f.write('\n],\n"decode": [\n')
+        f.write(",\n".join(json.dumps(r) for r in drows))
+        f.write("\n]}\n")
+    for name in NAMES:
+        p = os.path.join(HERE, "families", name, "tokenizer.json")
+        print(hashlib.sha256(open(p, "rb").read()).hexdigest(), "families/%s/tokenizer.json" % name)
+    print(hashlib.sha256(open(path, "rb").read()).hexdigest(), "families/expected.json")
+
+
+if __name__ == "__main__":
+    main()
