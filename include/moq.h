@@ -285,13 +285,24 @@ MOQ_API moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, s
 /* Ends the stream: a held-back incomplete character becomes U+FFFD (out needs 3 bytes). */
 MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
 
-/* Chat formats built in (no template engine). tokenizer_config.json's chat_template picks one:
- * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3. */
+/* Chat formats built in (no template engine: Debian packages no C Jinja library). The text of
+ * tokenizer_config.json's chat_template (or chat_template.jinja) picks one by a marker it contains:
+ * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3, "<start_of_turn>" -> Gemma,
+ * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM. Templates of
+ * other formats (gpt-oss harmony, Mistral [INST], anything else) are MOQ_ERR_UNSUPPORTED saying so;
+ * tool calls, reasoning_content and template variables other than messages, bos_token and
+ * add_generation_prompt are not rendered. */
 typedef enum moq_chat_format {
     MOQ_CHAT_NONE = 0,  /* no chat template, or one moq does not recognise               */
     MOQ_CHAT_CHATML,    /* <|im_start|>role\ncontent<|im_end|>\n  (SmolLM2, Qwen)         */
     MOQ_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content
                            trimmed, bos text first (Llama-3)                               */
+    MOQ_CHAT_GEMMA,     /* bos<start_of_turn>user\n[system\n\n]content<end_of_turn>\n, assistant
+                           written "model", content trimmed (Gemma 2 / 3)                  */
+    MOQ_CHAT_DEEPSEEK,  /* bos{system}<｜User｜>content<｜Assistant｜>content<｜end▁of▁sentence｜>
+                           (DeepSeek-V3 / R1; assistant text after the last </think>)      */
+    MOQ_CHAT_LLAMA4,    /* bos<|header_start|>role<|header_end|>\n\ncontent<|eot|> (Llama 4) */
+    MOQ_CHAT_GLM,       /* [gMASK]<sop><|role|>\ncontent (GLM-4)                          */
     MOQ_CHAT_FORMAT_COUNT
 } moq_chat_format;
 
@@ -304,7 +315,7 @@ typedef struct moq_chat_template {
 
 typedef struct moq_chat_message { const char *role; const char *content; } moq_chat_message;
 
-MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "none" */
+MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "gemma", ..., "none" */
 /* Reads tokenizer_config.json text: chat_template (a string, or a list of {name, template} where
  * "default" is used) and bos_token. No chat_template gives MOQ_CHAT_NONE and MOQ_OK; a template of
  * another family is MOQ_ERR_UNSUPPORTED quoting its start. */

@@ -173,11 +173,52 @@ static void test_invalid_utf8_round_trip(void **state) {
     }
 }
 
+/* Chat templates of the families (gemma3, deepseek_v3, llama4, glm4, qwen3) from the config text
+ * alone, against jinja2's rendering. */
+static void test_family_chats(void **state) {
+    (void)state;
+    cJSON *j = load_expected();
+    int n_rows = 0;
+    for (const cJSON *r = cJSON_GetObjectItem(j, "chat")->child; r; r = r->next, n_rows++) {
+        const char *cfg = cJSON_GetObjectItem(r, "config")->valuestring;
+        moq_chat_template ct;
+        TU_OK(moq_chat_template_from_config(&ct, cfg, strlen(cfg), err_));
+        moq_chat_message msgs[8];
+        size_t n = 0;
+        for (const cJSON *m = cJSON_GetObjectItem(r, "messages")->child; m; m = m->next, n++) {
+            msgs[n].role = cJSON_GetObjectItem(m, "role")->valuestring;
+            msgs[n].content = cJSON_GetObjectItem(m, "content")->valuestring;
+        }
+        char out[2048];
+        size_t ol;
+        TU_OK(moq_chat_render(&ct, msgs, n, cJSON_IsTrue(cJSON_GetObjectItem(r, "add_generation_prompt")), out, sizeof out, &ol, err_));
+        const char *want = cJSON_GetObjectItem(r, "text")->valuestring;
+        if (strcmp(out, want) != 0)
+            fail_msg("%s (%s): rendered\n[%s]\nexpected (jinja2)\n[%s]", cJSON_GetObjectItem(r, "template")->valuestring,
+                     moq_chat_format_name(ct.format), out, want);
+    }
+    assert_true(n_rows >= 30);
+    cJSON_Delete(j);
+}
+
+/* Templates beyond the table are refused by name. */
+static void test_beyond_templates(void **state) {
+    (void)state;
+    moq_chat_template ct;
+    moq_error e = {0};
+    const char *harmony = "{\"chat_template\": \"{{- '<|start|>assistant<|channel|>final<|message|>' }}\"}";
+    TU_ERR(&e, moq_chat_template_from_config(&ct, harmony, strlen(harmony), &e), MOQ_ERR_UNSUPPORTED, "tokenizer_config.json",
+           "gpt-oss harmony format");
+    assert_int_equal(ct.format, MOQ_CHAT_NONE);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_encodings),
         cmocka_unit_test(test_family_decode),
         cmocka_unit_test(test_invalid_utf8_round_trip),
+        cmocka_unit_test(test_family_chats),
+        cmocka_unit_test(test_beyond_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,7 @@ import json
 import os
 import random
 
+import jinja2
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -59,6 +60,17 @@ QWEN35_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N
 SP_SPECIAL = ["<unk>", "<s>", "</s>"]
 
 
+def limited_text(n):
+    """TRAIN_TEXT lines keeping only its n most frequent characters (ties by code point), so that the
+    vocabulary lacks the rest: they take the byte fallback / unk paths. (The trainer's own
+    limit_alphabet breaks ties in hash order, which would make the files differ run to run.)"""
+    count = {}
+    for ch in gen.TRAIN_TEXT:
+        count[ch] = count.get(ch, 0) + 1
+    keep = set(sorted(count, key=lambda ch: (-count[ch], ch))[:n]) | {" "}
+    return ["".join(ch for ch in line if ch in keep) for line in gen.TRAIN_TEXT.split("\n")]
+
+
 def sp_bpe(name):
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     if name == "llama2":
@@ -72,11 +84,8 @@ def sp_bpe(name):
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
     trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=SP_SPECIAL + BYTES,
-                                  limit_alphabet=90, show_progress=False)
-    text = gen.TRAIN_TEXT.split("\n")
-    if name != "metaspace":  # the normalizer runs at training too
-        pass
-    tok.train_from_iterator(text, trainer)
+                                  show_progress=False)
+    tok.train_from_iterator(limited_text(90), trainer)
     # Byte tokens are plain vocabulary entries in SentencePiece conversions, not added tokens.
     j = json.loads(tok.to_str())
     j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] not in BYTES]
@@ -130,9 +139,8 @@ def wsplit():
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=900, min_frequency=2, special_tokens=["[UNK]"], show_progress=False,
-                                  limit_alphabet=120)
-    tok.train_from_iterator(gen.TRAIN_TEXT.split("\n"), trainer)
+    trainer = trainers.BpeTrainer(vocab_size=900, min_frequency=2, special_tokens=["[UNK]"], show_progress=False)
+    tok.train_from_iterator(limited_text(120), trainer)
     return tok
 
 
@@ -153,6 +161,66 @@ EXTRA = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "a <mas
          "<think>\nhmm\n</think>\n\nok", "CamelCaseWord HTTPServer don't DON'T iPhone ǅemal",
          "a--b -- c---d - e-", "ÉCOLE Ⅻ ﬁ ｆｕｌｌ  wide   spaces ", "über naïve ÅNGSTRÖM", "x\u0301\u0302y",
          "▁ ▁▁x", "<0x41> <unk> <s>", "1234567890 ١٢٣٤ ¹²³"]
+
+
+# Chat templates in the shape the families publish (tokenizer_config.json "chat_template"), written out
+# with their tool-call / multimodal branches left out. moq must render them from the text alone.
+CHAT_TEMPLATES = {
+    "gemma3": ("<bos>", "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n"
+               "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+               "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+               "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+               "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+               "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+               "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+               "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+               "    {{- message['content'] | trim -}}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n"
+               "{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n"),
+    "deepseek_v3": ("<｜begin▁of▁sentence｜>",
+                    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+                    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='', is_first_sp=true) %}"
+                    "{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}"
+                    "{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}{%- else %}"
+                    "{% set ns.system_prompt = ns.system_prompt + '\n\n' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}"
+                    "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}"
+                    "{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+                    "{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
+                    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}"
+                    "{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}"),
+    "llama4": ("<|begin_of_text|>", "{{- bos_token }}\n{%- for message in messages %}\n"
+               "    {{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' }}\n    {{- message['content'] }}\n"
+               "    {{- '<|eot|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n"
+               "    {{- '<|header_start|>assistant<|header_end|>\\n\\n' }}\n{%- endif %}\n"),
+    "glm4": (None, "[gMASK]<sop>{% for item in messages %}<|{{ item['role'] }}|>\n{{ item['content'] }}{% endfor %}"
+                   "{% if add_generation_prompt %}<|assistant|>{% endif %}"),
+    "qwen3": (None, "{%- for message in messages %}\n    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+                    "{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"),
+}
+CHAT_EXTRA = [[{"role": "system", "content": "  Sys one. "}, {"role": "system", "content": "Sys two"},
+               {"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\nhmm</think>\n\nA </think>B"},
+               {"role": "user", "content": "again"}]]
+
+
+def render_chats():
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    def raise_exception(msg):
+        raise jinja2.TemplateError(msg)
+    env.globals["raise_exception"] = raise_exception
+    rows = []
+    for name, (bos, tmpl) in CHAT_TEMPLATES.items():
+        t = env.from_string(tmpl)
+        for msgs in gen.CHATS + CHAT_EXTRA:
+            if name == "gemma3" and msgs is CHAT_EXTRA[0]:
+                continue  # Gemma 3 takes one system message and alternating turns
+            if name == "deepseek_v3" or msgs is not CHAT_EXTRA[0] or name in ("glm4", "qwen3", "llama4"):
+                for g in (False, True):
+                    cfg = {"chat_template": tmpl}
+                    if bos:
+                        cfg["bos_token"] = bos
+                    rows.append({"template": name, "config": json.dumps(cfg, ensure_ascii=False), "messages": msgs,
+                                 "add_generation_prompt": g,
+                                 "text": t.render(messages=msgs, add_generation_prompt=g, bos_token=bos or "")})
+    return rows
 
 
 def main():
@@ -192,6 +260,8 @@ def main():
         f.write(",\n".join(json.dumps(r) for r in rows))
         f.write('\n],\n"decode": [\n')
         f.write(",\n".join(json.dumps(r) for r in drows))
+        f.write('\n],\n"chat": [\n')
+        f.write(",\n".join(json.dumps(r) for r in render_chats()))
         f.write("\n]}\n")
     for name in NAMES:
         p = os.path.join(HERE, "families", name, "tokenizer.json")
