@@ -211,8 +211,9 @@ MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
 MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
 
 /* ---- tokenizer and sampling ------------------------------------------------------------------ */
-/* Byte-level BPE tokenizers from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2, SmolLM2
- * families), chat formatting without a template engine, and token sampling (src/model/). */
+/* BPE tokenizers from a Hugging Face tokenizer.json (byte-level: GPT-2, Llama-3/4, Qwen, DeepSeek-V3,
+ * gpt-oss; SentencePiece-style byte fallback: Llama-2, Gemma, Mistral), chat formatting without a
+ * template engine, and token sampling (src/model/). */
 typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; immutable once open */
 
 /* Opens `path`: a model directory holding tokenizer.json, or a tokenizer.json file. Side files in
@@ -220,9 +221,9 @@ typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; 
  * chat_template), chat_template.jinja (when tokenizer_config.json has no template), config.json and
  * generation_config.json (bos_token_id, eos_token_id). A chat template of another family leaves the
  * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
- * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
- * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
- * Qwen2 pattern, Digits, an NFC normalizer.
+ * Accepted: model.type "BPE" (byte-level, or SentencePiece-style with byte_fallback / unk), the
+ * normalizers, pre-tokenizers (Split with any regex PCRE2 compiles), decoders and added-token flags
+ * docs/COMPAT.md lists.
  * Anything else is MOQ_ERR_UNSUPPORTED naming the key; a malformed file is MOQ_ERR_FORMAT or
  * MOQ_ERR_CONFIG naming "tokenizer.json" and the key. On failure *out is NULL. */
 MOQ_API moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err);
@@ -252,8 +253,8 @@ enum {
     MOQ_ENCODE_SPECIAL_AS_TEXT = 1u << 1, /* special tokens in the text are plain text (for user
                                              input), as Hugging Face's encode_special_tokens      */
 };
-/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes; with an
- * NFC normalizer the text is normalized first, so decoding gives NFC(text)) into
+/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes or
+ * byte-fallback tokens; the normalizer applies first, so decoding gives the normalized text) into
  * ids[0..cap). *n_ids receives the number of ids the whole text needs, also when cap is too small;
  * then the first cap ids are written and MOQ_ERR_NOMEM says so. Allocates scratch of about
  * 40 bytes per input byte. Thread-safe (t is not modified). */

@@ -1,39 +1,41 @@
-/* tokenizer.c — byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json.
+/* tokenizer.c — BPE tokenizer loaded from a Hugging Face tokenizer.json.
  *
- * What a tokenizer.json must say (everything else is MOQ_ERR_UNSUPPORTED naming the key):
+ * What a tokenizer.json may say (everything else is MOQ_ERR_UNSUPPORTED naming the key; the full list
+ * is docs/COMPAT.md "Tokenizers"):
  *
- *   model          {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] | [["a", "b"], ...],
- *                   "ignore_merges": bool, dropout/unk_token/continuing_subword_prefix/
- *                   end_of_word_suffix null, byte_fallback false}
- *   added_tokens   [{"id", "content", "special", "normalized", lstrip/rstrip/single_word false}]
- *   normalizer     null | {"type": "NFC"}
- *   pre_tokenizer  ByteLevel | Sequence of Split(pattern row in k_patterns, "Isolated"),
- *                  Digits, and exactly one ByteLevel (add_prefix_space false)
- *   decoder        ByteLevel
+ *   model          {"type": "BPE", "vocab", "merges": ["a b", ...] | [["a", "b"], ...], ignore_merges,
+ *                   byte_fallback, unk_token, fuse_unk; dropout null; no subword prefix / suffix}
+ *   added_tokens   [{"id", "content", "special", "normalized", "lstrip", "rstrip", "single_word"}]
+ *   normalizer     rows: NFC NFD NFKC NFKD (utf8proc), Lowercase, StripAccents, Prepend, Replace, Strip
+ *   pre_tokenizer  rows: Split (PCRE2 regex or literal, behaviour, invert) — also Digits, Punctuation,
+ *                  Whitespace(Split) and ByteLevel's regex —, Metaspace, ByteLevel's prefix space;
+ *                  a ByteLevel pre-tokenizer must come last and makes the model byte-level
+ *   decoder        rows: ByteLevel, ByteFallback, Replace, Metaspace, Strip; Fuse (Strip after it acts on
+ *                  the whole text)
  *   post_processor null | ByteLevel | TemplateProcessing | Sequence of those (ADD_SPECIAL only)
  *
  * Encoding follows the `tokenizers` library step by step:
- *   1. added tokens with normalized=false are cut out of the text, leftmost-longest match first;
- *   2. NFC (if declared; see below), then added tokens with normalized=true are cut out of the rest;
- *   3. each pre-tokenizer step splits each piece (the Split regexes are matched by hand: one
- *      function per pattern, match_gpt2 / match_llama3, written from the regex text);
- *   4. each piece's bytes become byte-level symbols and are merged lowest rank first, leftmost
- *      first on equal ranks (a binary heap: O(n log n) per piece); with ignore_merges a piece that
- *      is itself in the vocabulary is emitted whole first.
- * Bytes that are not valid UTF-8 are classed "other" one byte at a time and encoded as bytes, so
- * decode(encode(x)) == x for every byte string x whose byte symbols are all in the vocabulary (a
- * byte without one is dropped, as `tokenizers` does with unk_token null) (without NFC; added tokens decode to their own
- * text unless it holds byte-level symbols such as 'Ġ', which the ByteLevel decoder maps to bytes).
+ *   1. added tokens with normalized=false are cut out of the text, leftmost-longest first, with
+ *      single_word (skip a match inside a word), lstrip / rstrip (the token takes the white space);
+ *   2. each segment between them runs through the normalizer rows, then normalized added tokens;
+ *   3. each pre-tokenizer row splits each piece (NormalizedString::split's behaviours);
+ *   4. each piece becomes symbols — its bytes (byte-level: vocab keys are token bytes) or its
+ *      characters (else: vocab keys are token texts; a character not in the vocabulary takes its
+ *      <0xNN> tokens with byte_fallback, else unk, fused with fuse_unk, else nothing) — merged lowest
+ *      rank first, leftmost first on equal ranks (a binary heap: O(n log n) per piece); with
+ *      ignore_merges a piece that is itself in the vocabulary is emitted whole first.
+ * Bytes that are not valid UTF-8 match no regex (PCRE2_MATCH_INVALID_UTF), normalize to themselves
+ * and are encoded as bytes, so the token bytes give them back.
  *
- * NFC: the quick check (UAX #15 §9) passes most text unchanged without copying it; otherwise the
- * text is decomposed (tables + Hangul arithmetic), reordered by combining class and composed
- * (UAX #15 §1.3), with the tables in unicode_tables.c. Then decode(encode(x)) == NFC(x).
+ * Decoding: each token's bytes through the decoder rows are computed once at load (dec_off/dec_len);
+ * moq_tokenizer_decode adds what depends on the position (see there).
  *
  * Byte-level mapping (GPT-2): bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF are the code points of the same
  * value; the other 68 bytes, in increasing order, are U+0100, U+0101, ... (space = U+0120 'Ġ').
  *
- * Tested by tests/model/test_tokenizer.c against ids from the Hugging Face `tokenizers` package
- * (tests/golden/tokenizer/gen.py); fuzzed by tests/fuzz/fuzz_tokenizer.c.
+ * Tested by tests/model/test_tokenizer.c and test_tokenizer_families.c against ids from the Hugging
+ * Face `tokenizers` package (tests/golden/tokenizer/gen.py, gen_families.py, real/trim.py); fuzzed by
+ * tests/fuzz/fuzz_tokenizer.c.
  */
 #include "model/tokenizer.h"
 
