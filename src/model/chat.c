@@ -45,13 +45,13 @@ typedef struct chat_row {
     const char *gen_prompt;     /* add_generation_prompt                          */
     const char *system_start;   /* default system prompt follows this ("" = none) */
     const char *system_end;
+    const char *assistant_name; /* the role written for "assistant" (NULL: as is) */
+    /* formats that write no role name: per role prefix / suffix (user_prefix non-NULL selects this) */
+    const char *user_prefix, *assistant_prefix, *assistant_suffix;
+    sys_mode    system;
     bool        trim;           /* content | trim                                 */
     bool        bos_first;      /* bos text before the first message              */
     bool        bos_start;      /* bos text first, even with no message           */
-    const char *assistant_name; /* the role written for "assistant" (NULL: as is) */
-    sys_mode    system;
-    /* formats that write no role name: per role prefix / suffix (user_prefix non-NULL selects this) */
-    const char *user_prefix, *assistant_prefix, *assistant_suffix;
     bool        strip_think;    /* assistant content: only the text after the last "</think>" */
 } chat_row;
 
