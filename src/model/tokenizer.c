@@ -109,6 +109,7 @@ typedef struct dec_step {
 typedef struct added_tok {
     int32_t  id;
     uint32_t off, len;    /* content in pool */
+    uint32_t moff, mlen;  /* what is matched: the content, normalized for normalized=true tokens */
     bool     special, normalized, lstrip, rstrip, single_word;
 } added_tok;
 
@@ -418,6 +419,20 @@ static bool normalize_one(const norm_step *st, pcre2_match_data *md, const uint8
     }
     }
     return false;
+}
+
+/* All normalizer rows over s[0..n) into *out (malloc'd; the caller frees out->p). */
+static bool normalize_all(const moq_tokenizer *t, pcre2_match_data *md, const uint8_t *s, size_t n, tbuf *out) {
+    tbuf cur = {0}, nxt = {0};
+    tb_put(&cur, s, n);
+    for (int k = 0; k < t->n_norm && !cur.oom; k++) {
+        nxt.n = 0;
+        if (!normalize_one(&t->norm[k], md, cur.p, cur.n, &nxt)) nxt.oom = true;
+        tbuf sw = cur; cur = nxt; nxt = sw;
+    }
+    free(nxt.p);
+    *out = cur;
+    return !cur.oom;
 }
 
 /* ---- byte-level mapping ------------------------------------------------------------------------- */
@@ -1136,15 +1151,31 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
         a->id = id; a->special = special; a->normalized = normalized; a->len = (uint32_t)cl;
         a->lstrip = lstrip; a->rstrip = rstrip; a->single_word = single_word;
         MOQ_TRY(pool_add(t, content, cl, &a->off, err));
-        MOQ_TRY(set_token(t, id, content, t->byte_level, err));
+        a->moff = a->off; a->mlen = a->len;
+        /* `tokenizers` matches, and decodes, a normalized=true token by the normalized form of its content */
+        tbuf nb = {0};
+        if (normalized && t->n_norm) {
+            pcre2_match_data *md = pcre2_match_data_create(16, NULL);
+            bool ok = md && normalize_all(t, md, (const uint8_t *)content, cl, &nb);
+            pcre2_match_data_free(md);
+            if (ok) tb_put(&nb, "", 1);
+            moq_status st = ok && !nb.oom ? pool_add(t, nb.p, nb.n - 1, &a->moff, err) : MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+            if (st != MOQ_OK) { free(nb.p); return st; }
+            a->mlen = (uint32_t)(nb.n - 1);
+        }
+        moq_status st = set_token(t, id, nb.p ? (const char *)nb.p : content, t->byte_level, err);
+        free(nb.p);
+        MOQ_TRY(st);
         t->tok_flags[id] = (uint8_t)(t->tok_flags[id] | TF_PRESENT | TF_ADDED | (special ? TF_SPECIAL : 0));
     }
     /* index added tokens by first byte */
     uint32_t cnt[257] = {0};
-    for (size_t k = 0; k < t->n_added; k++) cnt[t->pool[t->added[k].off] + 1]++;
+    for (size_t k = 0; k < t->n_added; k++) /* an empty match text (normalized away) never matches */
+        if (t->added[k].mlen) cnt[t->pool[t->added[k].moff] + 1]++;
     for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
     memcpy(t->added_first, cnt, sizeof cnt);
-    for (size_t k = 0; k < t->n_added; k++) t->added_by_first[cnt[t->pool[t->added[k].off]]++] = (uint32_t)k;
+    for (size_t k = 0; k < t->n_added; k++)
+        if (t->added[k].mlen) t->added_by_first[cnt[t->pool[t->added[k].moff]]++] = (uint32_t)k;
     return MOQ_OK;
 }
 
@@ -1628,16 +1659,10 @@ static void split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n, bool o
 static void normalize_segment(enc_ctx *c, const uint8_t *s, size_t n, bool origin) {
     const moq_tokenizer *t = c->t;
     if (!t->n_norm) { split_added(c, 1, s, n, origin); return; }
-    tbuf cur = {0}, nxt = {0};
-    tb_put(&cur, s, n);
-    for (int k = 0; k < t->n_norm && !cur.oom; k++) {
-        nxt.n = 0;
-        if (!normalize_one(&t->norm[k], c->md, cur.p, cur.n, &nxt)) nxt.oom = true;
-        tbuf sw = cur; cur = nxt; nxt = sw;
-    }
-    if (cur.oom) fail_oom(c, "normalizer");
-    else split_added(c, 1, cur.p, cur.n, origin);
-    free(cur.p); free(nxt.p);
+    tbuf b;
+    if (!normalize_all(t, c->md, s, n, &b)) fail_oom(c, "normalizer");
+    else split_added(c, 1, b.p, b.n, origin);
+    free(b.p);
 }
 
 /* Cuts added tokens out of s (pass 0: normalized=false ones, on the input; pass 1: normalized=true
@@ -1652,10 +1677,10 @@ static void split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n, bool o
             const added_tok *a = &t->added[t->added_by_first[k]];
             if (a->normalized != (pass == 1)) continue;
             if (a->special && (c->flags & MOQ_ENCODE_SPECIAL_AS_TEXT)) continue;
-            if (a->len <= n - i && (!best || a->len > best->len) && memcmp(t->pool + a->off, s + i, a->len) == 0) best = a;
+            if (a->mlen <= n - i && (!best || a->mlen > best->mlen) && memcmp(t->pool + a->moff, s + i, a->mlen) == 0) best = a;
         }
         if (!best) continue;
-        size_t a = i, e = i + best->len;
+        size_t a = i, e = i + best->mlen;
         uint32_t cp;
         if (best->single_word) {
             bool before = i > 0 && (moq_utf8_next(s, i, char_before(s, i), &cp), is_word_char(cp));

@@ -95,6 +95,8 @@ def sp_bpe(name):
                                 AddedToken("<end_of_turn>", normalized=False, special=True)])
         tok.add_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, normalized=False),
                         AddedToken("moqword", single_word=True, normalized=False)])
+    if name == "llama2":  # normalized=true: matched by its normalized form ("▁moq▁tok")
+        tok.add_tokens([AddedToken(" moq tok", normalized=True)])
     if name == "metaspace":
         tok.add_special_tokens([AddedToken("[INST]", normalized=False, special=True),
                                 AddedToken("[/INST]", normalized=False, special=True)])
@@ -132,6 +134,8 @@ def byte_level(name):
     trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(gen.TRAIN_TEXT.split("\n"), trainer)
+    if name == "mixed":  # normalized=true under NFKC + Lowercase: "MoqTok" matches "MOQTOK", "ｍｏｑｔｏｋ"
+        tok.add_tokens([AddedToken("MoqTok", normalized=True)])
     return tok
 
 
