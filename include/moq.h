@@ -312,6 +312,8 @@ typedef struct moq_chat_template {
     char bos[64];               /* bos_token text the format starts with ("" if none)              */
     char default_system[1024];  /* system prompt the template adds when the first message is not
                                    a system message ("" if none); read from the template text     */
+    char why_none[320];         /* format NONE from a tokenizer whose template moq does not render:
+                                   why ("where: msg"); "" otherwise                               */
 } moq_chat_template;
 
 typedef struct moq_chat_message { const char *role; const char *content; } moq_chat_message;

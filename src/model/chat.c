@@ -193,7 +193,8 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
     if (len) *len = 0;
     if (!t || (!msgs && n) || (!out && cap) || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_render", "NULL argument");
     if ((unsigned)t->format >= MOQ_CHAT_FORMAT_COUNT || t->format == MOQ_CHAT_NONE)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no chat_template of a format moq renders)");
+        return t->why_none[0] ? MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format: %.200s", t->why_none)
+                              : MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no chat_template)");
     const chat_row *r = &k_chat[t->format];
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content || !msgs[i].role[0])

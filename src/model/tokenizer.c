@@ -1230,8 +1230,15 @@ static moq_status parse_tokenizer_config(moq_tokenizer *t, const char *text, siz
     MOQ_TRY(st);
     if (t->bos < 0) t->bos = bos;
     add_eos(t, eos);
-    st = moq_chat_template_from_config(&t->chat, text, len, err);
-    if (st == MOQ_ERR_UNSUPPORTED) { memset(&t->chat, 0, sizeof t->chat); st = MOQ_OK; } /* plain prompts still work */
+    moq_error ce = {0};
+    st = moq_chat_template_from_config(&t->chat, text, len, &ce);
+    if (st == MOQ_ERR_UNSUPPORTED) { /* plain prompts still work; rendering a chat says why not */
+        memset(&t->chat, 0, sizeof t->chat);
+        moq_error_format(&ce, t->chat.why_none, sizeof t->chat.why_none);
+        st = MOQ_OK;
+    } else if (st != MOQ_OK && err) {
+        *err = ce;
+    }
     return st;
 }
 
@@ -1336,8 +1343,11 @@ moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *
             memcpy(bos_text, b, bl);
             bos = bos_text;
         }
-        if (moq_chat_template_detect(&t->chat, text, bos, "chat_template.jinja", err) != MOQ_OK)
-            memset(&t->chat, 0, sizeof t->chat); /* plain prompts still work */
+        moq_error ce = {0};
+        if (moq_chat_template_detect(&t->chat, text, bos, "chat_template.jinja", &ce) != MOQ_OK) {
+            memset(&t->chat, 0, sizeof t->chat); /* plain prompts still work; rendering a chat says why not */
+            moq_error_format(&ce, t->chat.why_none, sizeof t->chat.why_none);
+        }
         free(text);
     }
     if (st != MOQ_OK) { moq_tokenizer_free(t); return st; }

@@ -231,6 +231,21 @@ static void test_beyond_templates(void **state) {
     TU_ERR(&e, moq_chat_template_from_config(&ct, harmony, strlen(harmony), &e), MOQ_ERR_UNSUPPORTED, "tokenizer_config.json",
            "gpt-oss harmony format");
     assert_int_equal(ct.format, MOQ_CHAT_NONE);
+    /* a tokenizer with such a template opens (plain prompts work); rendering a chat says why not */
+    char *p = tu_golden_tokenizer_path("families/o200k/tokenizer.json");
+    size_t len;
+    char *json = tu_read_file(p, &len);
+    moq_tokenizer *t = NULL;
+    TU_OK(moq_tokenizer_open_text(&t, json, len, harmony, err_));
+    const moq_chat_template *tc = moq_tokenizer_chat_template(t);
+    assert_int_equal(tc->format, MOQ_CHAT_NONE);
+    moq_chat_message m = { "user", "hi" };
+    char out[256];
+    size_t ol;
+    TU_ERR(&e, moq_chat_render(tc, &m, 1, true, out, sizeof out, &ol, &e), MOQ_ERR_UNSUPPORTED, "tokenizer_config.json",
+           "no chat format: tokenizer_config.json: chat_template is the gpt-oss harmony format");
+    moq_tokenizer_free(t);
+    free(json); free(p);
 }
 
 int main(void) {
