@@ -228,7 +228,11 @@ static void tb_cp(tbuf *b, uint32_t cp) {
  * (PCRE2_MATCH_INVALID_UTF), so such bytes fall between matches. */
 
 #define WS_CLASS "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-#define WORD_CLASS "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}"
+/* Oniguruma's Word class, checked code point by code point against `tokenizers` (Unicode 14 part):
+ * letters, letter numbers, marks, decimal digits, connector punctuation, the alphabetic symbols
+ * (circled / squared letters) and Latin-1's superscripts and fractions. */
+#define WORD_CLASS "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}\\x{24b6}-\\x{24e9}" \
+                   "\\x{1f130}-\\x{1f149}\\x{1f150}-\\x{1f169}\\x{1f170}-\\x{1f189}"
 
 /* Oniguruma pattern → PCRE2 pattern (malloc'd), or NULL with *why set. */
 static char *regex_translate(const char *re, const char **why) {
@@ -1647,11 +1651,21 @@ static void pretok(enc_ctx *c, int step, const uint8_t *s, size_t n, bool origin
 
 /* ---- added tokens and normalization ------------------------------------------------------------- */
 
+/* single_word's word characters: the Rust regex crate's \w (UTS #18 Word: Alphabetic, marks, decimal
+ * digits, connector punctuation, joiners), which `tokenizers` uses there. */
 static bool is_word_char(uint32_t cp) {
-    if (cp == '_') return true;
     if (cp == MOQ_UTF8_INVALID) return false;
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)cp);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+    if (cp == '_' || cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+        (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189))
+        return true;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* The character ending at s[e) (e > 0): its start. */
