@@ -164,7 +164,9 @@ EXTRA = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "a <mas
          "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>", "<|start|>user<|message|>hi<|end|>",
          "<think>\nhmm\n</think>\n\nok", "CamelCaseWord HTTPServer don't DON'T iPhone ǅemal",
          "a--b -- c---d - e-", "ÉCOLE Ⅻ ﬁ ｆｕｌｌ  wide   spaces ", "über naïve ÅNGSTRÖM", "x\u0301\u0302y",
-         "▁ ▁▁x", "<0x41> <unk> <s>", "1234567890 ١٢٣٤ ¹²³"]
+         "▁ ▁▁x", "<0x41> <unk> <s>", "1234567890 ١٢٣٤ ¹²³",
+         "a moq tok b  moq tok  moq tokmoq tok", "  moq tok", "MOQTOK moqtok ｍｏｑｔｏｋ MoqTok",
+         "x\u0308moqword \ufe0fmoqword \u200dmoqword ²moqword moqword\u0301", "a² b½ c₂ Ⓐb x\u200dy 🄰z ৴৵"]
 
 
 # Chat templates in the shape the families publish (tokenizer_config.json "chat_template"), written out
