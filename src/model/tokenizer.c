@@ -5,6 +5,7 @@
  *
  *   model          {"type": "BPE", "vocab", "merges": ["a b", ...] | [["a", "b"], ...], ignore_merges,
  *                   byte_fallback, unk_token, fuse_unk; dropout null; no subword prefix / suffix}
+ *                  | {"type": "Unigram", "vocab": [[piece, score], ...], unk_id, byte_fallback}
  *   added_tokens   [{"id", "content", "special", "normalized", "lstrip", "rstrip", "single_word"}]
  *   normalizer     rows: NFC NFD NFKC NFKD (utf8proc), Lowercase, StripAccents, Prepend, Replace, Strip
  *   pre_tokenizer  rows: Split (PCRE2 regex or literal, behaviour, invert) — also Digits, Punctuation,
@@ -124,6 +125,11 @@ struct moq_tokenizer {
     int32_t   byte_id[256];  /* byte-level: the id of each byte's symbol; else ByteFallback <0xNN> ids */
     bool      byte_fallback, fuse_unk;
     int32_t   unk;
+    bool      unigram;    /* model.type Unigram: pieces scored, best segmentation by Viterbi */
+    double   *u_score;    /* [n_pieces] */
+    size_t    n_pieces;
+    double    u_min;      /* the lowest score; an unknown character costs u_min - 10 */
+    size_t    u_maxlen;   /* the longest piece, in bytes */
     /* merges: open addressing, key = left << 32 | right */
     uint64_t *m_key;
     uint32_t *m_rank;
@@ -1026,17 +1032,10 @@ static moq_status parse_merge(moq_tokenizer *t, const moq_strmap *vmap, const cJ
     return MOQ_OK;
 }
 
-static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *vmap, moq_error *err) {
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!cJSON_IsObject(model)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model is %s, expected an object", moq_json_type(model));
-    const char *type = NULL;
-    MOQ_TRY(moq_json_str(model, "type", &type, NULL, TOK_FILE, "model", err));
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    if (type && strcmp(type, "BPE") != 0)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is \"%.64s\"; moq supports \"BPE\"", type);
-    if (!type && !(cJSON_IsObject(vocab) && merges)) /* the library infers BPE from vocab + merges */
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is absent and model is not vocab + merges; moq supports BPE");
+/* A BPE model (vocab {token: id} + merges); a Unigram model comes here as its vocabulary with ids
+ * by position and no merges. */
+static moq_status parse_model_vocab(moq_tokenizer *t, const cJSON *root, const cJSON *model, const cJSON *vocab,
+                                    const cJSON *merges, moq_strmap *vmap, moq_error *err) {
     if (!cJSON_IsObject(vocab)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab is %s, expected an object of token: id", moq_json_type(vocab));
     if (!cJSON_IsArray(merges)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.merges is %s, expected an array", moq_json_type(merges));
     MOQ_TRY(check_bpe_options(t, model, err));
@@ -1181,6 +1180,62 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
     for (size_t k = 0; k < t->n_added; k++)
         if (t->added[k].mlen) t->added_by_first[cnt[t->pool[t->added[k].moff]]++] = (uint32_t)k;
     return MOQ_OK;
+}
+
+/* Unigram: vocab [[piece, score], ...] (ids by position), unk_id, byte_fallback. */
+static moq_status parse_unigram(moq_tokenizer *t, const cJSON *root, const cJSON *model, const cJSON *vocab, moq_strmap *vmap,
+                                moq_error *err) {
+    if (t->byte_level) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type Unigram with a ByteLevel pre-tokenizer");
+    if (!cJSON_IsArray(vocab)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab is %s, expected [[piece, score], ...]", moq_json_type(vocab));
+    size_t n = (size_t)cJSON_GetArraySize(vocab);
+    if (!n || n > TOK_MAX_ID) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab has %zu pieces, expected 1 to %d", n, TOK_MAX_ID);
+    t->u_score = malloc(n * sizeof *t->u_score);
+    cJSON *obj = cJSON_CreateObject(), *none = cJSON_CreateArray();
+    if (!t->u_score || !obj || !none) { cJSON_Delete(obj); cJSON_Delete(none); return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory"); }
+    t->n_pieces = n;
+    t->u_min = 0;
+    size_t i = 0;
+    moq_status st = MOQ_OK;
+    for (const cJSON *e = vocab->child; e && st == MOQ_OK; e = e->next, i++) {
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsString(e->child) || !cJSON_IsNumber(e->child->next)) {
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab[%zu] is not [piece, score]", i);
+            break;
+        }
+        t->u_score[i] = e->child->next->valuedouble;
+        if (i == 0 || t->u_score[i] < t->u_min) t->u_min = t->u_score[i];
+        if (!cJSON_AddItemToObject(obj, e->child->valuestring, cJSON_CreateNumber((double)i)))
+            st = MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+    }
+    if (st == MOQ_OK) st = parse_model_vocab(t, root, model, obj, none, vmap, err);
+    cJSON_Delete(obj);
+    cJSON_Delete(none);
+    MOQ_TRY(st);
+    t->unigram = true;
+    for (size_t k = 0; k < n; k++)
+        if (t->tok_len[k] > t->u_maxlen) t->u_maxlen = t->tok_len[k];
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(model, "unk_id");
+    t->unk = -1;
+    if (!is_absent(uid)) {
+        if (!moq_json_is_int(uid, 0, (double)n - 1))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.unk_id is %s, expected a piece index below %zu", moq_json_type(uid), n);
+        t->unk = (int32_t)uid->valuedouble;
+    }
+    return MOQ_OK;
+}
+
+static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *vmap, moq_error *err) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(model)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model is %s, expected an object", moq_json_type(model));
+    const char *type = NULL;
+    MOQ_TRY(moq_json_str(model, "type", &type, NULL, TOK_FILE, "model", err));
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (type && strcmp(type, "Unigram") == 0) return parse_unigram(t, root, model, vocab, vmap, err);
+    if (type && strcmp(type, "BPE") != 0)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is \"%.64s\"; moq supports \"BPE\" and \"Unigram\"", type);
+    if (!type && !(cJSON_IsObject(vocab) && merges)) /* the library infers BPE from vocab + merges */
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is absent and model is not vocab + merges; moq supports BPE");
+    return parse_model_vocab(t, root, model, vocab, merges, vmap, err);
 }
 
 static int32_t find_token(const moq_tokenizer *t, const char *text) {
@@ -1363,7 +1418,7 @@ void moq_tokenizer_free(moq_tokenizer *t) {
     if (!t) return;
     free(t->pool); free(t->tok_off); free(t->tok_len); free(t->tok_flags);
     free(t->m_key); free(t->m_rank); free(t->m_out); free(t->v_slot);
-    free(t->added); free(t->added_by_first); free(t->dec_off); free(t->dec_len);
+    free(t->added); free(t->added_by_first); free(t->dec_off); free(t->dec_len); free(t->u_score);
     for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
     for (int i = 0; i < t->n_norm; i++) { pcre2_code_free(t->norm[i].re); free(t->norm[i].text); }
     for (int i = 0; i < t->n_dec; i++) { free(t->dec[i].from); free(t->dec[i].to); }
@@ -1501,9 +1556,78 @@ static size_t initial_symbols(enc_ctx *c, const uint8_t *s, size_t n) {
     return k;
 }
 
+/* Emits a Unigram segment: its piece id, else its <0xNN> tokens (byte_fallback, when all exist),
+ * else unk. */
+static void unigram_emit(enc_ctx *c, const uint8_t *s, size_t n) {
+    const moq_tokenizer *t = c->t;
+    int32_t id = vocab_get(t, s, n);
+    if (id >= 0 && (size_t)id < t->n_pieces) { emit(c, id); return; }
+    if (t->byte_fallback) {
+        bool all = true;
+        for (size_t j = 0; j < n; j++) all = all && t->byte_id[s[j]] >= 0;
+        if (all) {
+            for (size_t j = 0; j < n; j++) emit(c, t->byte_id[s[j]]);
+            return;
+        }
+    }
+    if (t->unk < 0) {
+        if (c->st == MOQ_OK) c->st = MOQ_FAIL(c->err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "a character is in no Unigram piece and model.unk_id is null");
+        return;
+    }
+    emit(c, t->unk);
+}
+
+/* Unigram (the `tokenizers` library's encode_optimized): the segmentation of highest total score by
+ * Viterbi over byte positions, pieces tried shortest first and replaced only by a strictly better
+ * score; a character no piece starts with costs u_min - 10 as unk. Walking back, consecutive unk
+ * segments fuse into one. */
+static void unigram(enc_ctx *c, const uint8_t *s, size_t n) {
+    const moq_tokenizer *t = c->t;
+    if (!scratch_reserve(c, n + 1)) return;
+    double *score = (double *)c->heap;   /* [n + 1] best score of a path ending here           */
+    int32_t *from = c->sym, *id = c->prev; /* [n + 1] where that path's last piece starts; its id */
+    for (size_t i = 0; i <= n; i++) { from[i] = -1; id[i] = -1; score[i] = 0; }
+    const double unk_score = t->u_min - 10.0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t ml = moq_utf8_next(s, n, i, &cp);
+        bool single = false;
+        for (size_t l = 1; l <= t->u_maxlen && i + l <= n; l++) {
+            int32_t k = vocab_get(t, s + i, l);
+            if (k < 0 || (size_t)k >= t->n_pieces) continue;
+            double cand = score[i] + t->u_score[k];
+            if (from[i + l] < 0 || cand > score[i + l]) { score[i + l] = cand; from[i + l] = (int32_t)i; id[i + l] = k; }
+            if (l == ml) single = true;
+        }
+        if (!single) {
+            double cand = score[i] + unk_score;
+            if (from[i + ml] < 0 || cand > score[i + ml]) { score[i + ml] = cand; from[i + ml] = (int32_t)i; id[i + ml] = -2; /* unk */ }
+        }
+        i += ml;
+    }
+    /* back from the end: (end, start) pairs, reversed, unk runs fused (start stored as -start - 1);
+     * at most 2n values, in the heap scratch after score[] (3 (n + 1) u64 in all) */
+    int32_t *ends = (int32_t *)(score + n + 1);
+    size_t m = 0;
+    for (size_t e = n; e > 0;) {
+        size_t a = (size_t)from[e];
+        bool is_unk = id[e] == -2 || (t->unk >= 0 && id[e] == t->unk);
+        if (is_unk && m && ends[m - 1] < 0) { ends[m - 1] = -(int32_t)a - 1; } /* extend the unk run down to a */
+        else if (is_unk) { ends[m++] = (int32_t)e; ends[m++] = -(int32_t)a - 1; }
+        else { ends[m++] = (int32_t)e; ends[m++] = (int32_t)a; }
+        e = a;
+    }
+    for (size_t k = m; k >= 2; k -= 2) {
+        int32_t a = ends[k - 1], e = ends[k - 2];
+        size_t start = (size_t)(a < 0 ? -a - 1 : a);
+        unigram_emit(c, s + start, (size_t)e - start);
+    }
+}
+
 /* BPE of one piece: merges lowest rank first, leftmost first among equal ranks. */
 static void bpe(enc_ctx *c, const uint8_t *s, size_t n) {
     const moq_tokenizer *t = c->t;
+    if (t->unigram) { unigram(c, s, n); return; }
     if (t->ignore_merges) {
         int32_t id = vocab_get(t, s, n);
         if (id >= 0) { emit(c, id); return; }

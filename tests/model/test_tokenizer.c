@@ -368,7 +368,14 @@ static void test_bad_tokenizer_json(void **state) {
     j = gpt2_json(); cJSON_ReplaceItemInObject(MODEL(j), "type", cJSON_CreateString("WordPiece"));
     expect_open_error(j, MOQ_ERR_UNSUPPORTED, "model.type is \"WordPiece\"");
     j = gpt2_json(); cJSON_ReplaceItemInObject(MODEL(j), "type", cJSON_CreateString("Unigram"));
-    expect_open_error(j, MOQ_ERR_UNSUPPORTED, "model.type is \"Unigram\"");
+    expect_open_error(j, MOQ_ERR_UNSUPPORTED, "model.type Unigram with a ByteLevel pre-tokenizer");
+    j = gpt2_json(); cJSON_ReplaceItemInObject(MODEL(j), "type", cJSON_CreateString("Unigram"));
+    cJSON_ReplaceItemInObject(j, "pre_tokenizer", cJSON_CreateNull());
+    expect_open_error(j, MOQ_ERR_CONFIG, "model.vocab is an object, expected [[piece, score], ...]");
+    j = gpt2_json(); cJSON_ReplaceItemInObject(MODEL(j), "type", cJSON_CreateString("Unigram"));
+    cJSON_ReplaceItemInObject(j, "pre_tokenizer", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(MODEL(j), "vocab", cJSON_Parse("[[\"a\", -1.0], [\"b\"]]"));
+    expect_open_error(j, MOQ_ERR_CONFIG, "model.vocab[1] is not [piece, score]");
     j = gpt2_json(); cJSON_AddItemToArray(cJSON_GetObjectItem(MODEL(j), "merges"), cJSON_CreateString("Ġ nosuchtoken"));
     expect_open_error(j, MOQ_ERR_CONFIG, "token \"nosuchtoken\" is not in model.vocab");
     j = gpt2_json(); cJSON_AddItemToArray(cJSON_GetObjectItem(MODEL(j), "merges"), cJSON_CreateString("q z"));

@@ -22,7 +22,9 @@ families' tokenizer.json files spell them; the vocabularies are ours, small enou
   mixed      NFKC + Lowercase + StripAccents-free Replace(regex) + Strip; Digits(contiguous),
              Punctuation(MergedWithNext), Split(String "-", MergedWithPrevious), Split(invert, Contiguous),
              ByteLevel(add_prefix_space)
-  wsplit     Whitespace pre-tokenizer (\w+|[^\w\s]+, the rest removed), NFD + StripAccents, Metaspace decoder off
+  wsplit     Whitespace pre-tokenizer (\w+|[^\w\s]+, the rest removed), NFD + StripAccents, no decoder
+  unigram    Unigram (T5-style: NFKC, Metaspace always), unk for characters outside the pieces
+  unigram_bf the same with byte_fallback (<0xNN> pieces added below every score) and Llama-2's decoder
 
 Writes families/<name>/tokenizer.json and families/expected.json: rows {tokenizer, text_hex, ids,
 decoded_hex} for gen.py's CASES (+ its NOT_NFC and random mix) and rows {tokenizer, ids, text_hex} of
@@ -148,7 +150,25 @@ def wsplit():
     return tok
 
 
-NAMES = ["llama2", "gemma", "metaspace", "deepseek", "o200k", "qwen35", "mixed", "wsplit"]
+def unigram(name):
+    """Pieces: the metaspace BPE vocabulary (deterministic; UnigramTrainer is not), scored by id in
+    steps of 50 so that many pieces tie (Viterbi's tie rule shows)."""
+    src = json.loads(sp_bpe("metaspace").to_str())["model"]["vocab"]
+    pieces = [(p, -1.0 - (i // 50)) for p, i in sorted(src.items(), key=lambda kv: kv[1]) if p not in BYTES]
+    if name == "unigram_bf":
+        pieces += [(b, pieces[-1][1] - 1.0) for b in BYTES]
+    tok = Tokenizer(models.Unigram(pieces, unk_id=0, byte_fallback=(name == "unigram_bf")))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    if name == "unigram_bf":
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    else:
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    return tok
+
+
+NAMES = ["llama2", "gemma", "metaspace", "deepseek", "o200k", "qwen35", "mixed", "wsplit", "unigram", "unigram_bf"]
 
 
 def build(name):
@@ -156,6 +176,8 @@ def build(name):
         return sp_bpe(name)
     if name == "wsplit":
         return wsplit()
+    if name.startswith("unigram"):
+        return unigram(name)
     return byte_level(name)
 
 
