@@ -81,7 +81,6 @@ static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
 static const struct { const char *marker, *why; } k_beyond[] = {
     { "<|channel|>", "the gpt-oss harmony format (current date, reasoning effort, channels, tool namespaces)" },
     { "[INST]", "a Mistral [INST] format (eos_token inside turns, system prompt folded into the last user turn)" },
-    { "<|turn>", "the Gemma 4 turn format (thinking channel, tool declarations)" },
 };
 
 const char *moq_chat_format_name(moq_chat_format f) {
