@@ -50,6 +50,7 @@ typedef struct chat_row {
     const char *user_prefix, *assistant_prefix, *assistant_suffix;
     sys_mode    system;
     bool        trim;           /* content | trim                                 */
+    bool        trim_system0;   /* a system message first: its content | trim      */
     bool        bos_first;      /* bos text before the first message              */
     bool        bos_start;      /* bos text first, even with no message           */
     bool        strip_think;    /* assistant content: only the text after the last "</think>" */
@@ -72,7 +73,7 @@ static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
                           .assistant_suffix = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", .strip_think = true },
     [MOQ_CHAT_LLAMA4] = { .name = "llama4", .marker = "<|header_start|>", .msg_prefix = "<|header_start|>",
                           .role_suffix = "<|header_end|>\n\n", .msg_suffix = "<|eot|>",
-                          .gen_prompt = "<|header_start|>assistant<|header_end|>\n\n", .bos_start = true },
+                          .gen_prompt = "<|header_start|>assistant<|header_end|>\n\n", .bos_start = true, .trim_system0 = true },
     [MOQ_CHAT_GLM]    = { .name = "glm", .marker = "[gMASK]<sop>", .start = "[gMASK]<sop>", .msg_prefix = "<|",
                           .role_suffix = "|>\n", .gen_prompt = "<|assistant|>" },
 };
@@ -233,7 +234,7 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
         if (is_asst && r->assistant_name) role = r->assistant_name;
         puts_(&s, r->msg_prefix); puts_(&s, role); puts_(&s, r->role_suffix);
         if (i == i0 && first_user_prefix) { puts_(&s, first_user_prefix); puts_(&s, "\n\n"); } /* not trimmed */
-        if (r->trim) put_trimmed(&s, content);
+        if (r->trim || (i == 0 && r->trim_system0 && strcmp(role, "system") == 0)) put_trimmed(&s, content);
         else puts_(&s, content);
         if (r->msg_suffix) puts_(&s, r->msg_suffix);
     }

@@ -3,7 +3,8 @@
 encodings, for tests/model/test_tokenizer_families.c. Shares no code with moq: ids and decode() texts
 come from the Hugging Face `tokenizers` package.
 
-  usage: python3 tests/golden/tokenizer/gen_families.py     (pip install tokenizers==0.23.3)
+  usage: python3 tests/golden/tokenizer/gen_families.py
+         (pip install tokenizers==0.23.3 jinja2 transformers==5.24.0: transformers for Llama 4's template)
 
 Each tokenizer is trained here (BpeTrainer, vocab 1200) on gen.py's TRAIN_TEXT with the normalizer,
 pre-tokenizer, decoder and added-token flags of one family (the regexes are written out as those
@@ -192,7 +193,8 @@ EXTRA = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "a <mas
 
 
 # Chat templates in the shape the families publish (tokenizer_config.json "chat_template"), written out
-# with their tool-call / multimodal branches left out. moq must render them from the text alone.
+# with their tool-call / multimodal branches left out, plus Llama 4's real one (llama4_template).
+# moq must render them from the text alone.
 CHAT_TEMPLATES = {
     "gemma3": ("<bos>", "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n"
                "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
@@ -215,10 +217,6 @@ CHAT_TEMPLATES = {
                     "{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
                     "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}"
                     "{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}"),
-    "llama4": ("<|begin_of_text|>", "{{- bos_token }}\n{%- for message in messages %}\n"
-               "    {{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' }}\n    {{- message['content'] }}\n"
-               "    {{- '<|eot|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n"
-               "    {{- '<|header_start|>assistant<|header_end|>\\n\\n' }}\n{%- endif %}\n"),
     "glm4": (None, "[gMASK]<sop>{% for item in messages %}<|{{ item['role'] }}|>\n{{ item['content'] }}{% endfor %}"
                    "{% if add_generation_prompt %}<|assistant|>{% endif %}"),
     "qwen3": (None, "{%- for message in messages %}\n    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
@@ -229,25 +227,38 @@ CHAT_EXTRA = [[{"role": "system", "content": "  Sys one. "}, {"role": "system", 
                {"role": "user", "content": "again"}]]
 
 
+def llama4_template():
+    """Llama 4's chat template as transformers 5.24 ships it (models/llama4/processing_llama4.py),
+    read from the installed package's source without importing it."""
+    import ast
+    import transformers
+    path = os.path.join(os.path.dirname(transformers.__file__), "models", "llama4", "processing_llama4.py")
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "chat_template":
+            return ast.literal_eval(node.value)
+    raise SystemExit("no chat_template in " + path)
+
+
 def render_chats():
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     def raise_exception(msg):
         raise jinja2.TemplateError(msg)
     env.globals["raise_exception"] = raise_exception
     rows = []
-    for name, (bos, tmpl) in CHAT_TEMPLATES.items():
+    templates = dict(CHAT_TEMPLATES)
+    templates["llama4_transformers"] = ("<|begin_of_text|>", llama4_template())
+    for name, (bos, tmpl) in templates.items():
         t = env.from_string(tmpl)
         for msgs in gen.CHATS + CHAT_EXTRA:
             if name == "gemma3" and msgs is CHAT_EXTRA[0]:
                 continue  # Gemma 3 takes one system message and alternating turns
-            if name == "deepseek_v3" or msgs is not CHAT_EXTRA[0] or name in ("glm4", "qwen3", "llama4"):
-                for g in (False, True):
-                    cfg = {"chat_template": tmpl}
-                    if bos:
-                        cfg["bos_token"] = bos
-                    rows.append({"template": name, "config": json.dumps(cfg, ensure_ascii=False), "messages": msgs,
-                                 "add_generation_prompt": g,
-                                 "text": t.render(messages=msgs, add_generation_prompt=g, bos_token=bos or "")})
+            for g in (False, True):
+                cfg = {"chat_template": tmpl}
+                if bos:
+                    cfg["bos_token"] = bos
+                rows.append({"template": name, "config": json.dumps(cfg, ensure_ascii=False), "messages": msgs,
+                             "add_generation_prompt": g,
+                             "text": t.render(messages=msgs, add_generation_prompt=g, bos_token=bos or "")})
     return rows
 
 
