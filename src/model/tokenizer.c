@@ -228,9 +228,9 @@ static void tb_cp(tbuf *b, uint32_t cp) {
 
 /* ---- regular expressions (PCRE2) ------------------------------------------------------------------ */
 /* tokenizer.json patterns are Oniguruma regexes (the `tokenizers` library's engine). PCRE2 with UTF
- * and UCP reads the same syntax and Unicode properties; three escapes differ and are rewritten:
- * \s and \S (PCRE2 adds U+180E; Oniguruma's is White_Space) and \w / \W (Oniguruma's Word class also
- * holds marks and connector punctuation). Invalid UTF-8 in the subject never matches anything
+ * and UCP reads the same syntax and Unicode properties; some escapes differ and are rewritten:
+ * \s and \S (PCRE2 adds U+180E; Oniguruma's is White_Space), \w / \W (Oniguruma's Word class also
+ * holds marks and connector punctuation) and \h / \H (Oniguruma: hexadecimal digits). Invalid UTF-8 in the subject never matches anything
  * (PCRE2_MATCH_INVALID_UTF), so such bytes fall between matches. */
 
 #define WS_CLASS "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
@@ -249,6 +249,12 @@ static char *regex_translate(const char *re, const char **why) {
             char e = p[1];
             if (e == 's' || e == 'w') {
                 const char *set = e == 's' ? WS_CLASS : WORD_CLASS;
+                if (!in_class) tb_put(&b, "[", 1);
+                tb_put(&b, set, strlen(set));
+                if (!in_class) tb_put(&b, "]", 1);
+            } else if (e == 'h' || e == 'H') { /* Oniguruma: a hexadecimal digit (PCRE2: horizontal space) */
+                const char *set = e == 'h' ? "0-9a-fA-F" : "^0-9a-fA-F";
+                if (in_class && e == 'H') { free(b.p); *why = "\\H inside a character class"; return NULL; }
                 if (!in_class) tb_put(&b, "[", 1);
                 tb_put(&b, set, strlen(set));
                 if (!in_class) tb_put(&b, "]", 1);

@@ -248,6 +248,25 @@ static void test_beyond_templates(void **state) {
     free(json); free(p);
 }
 
+/* Oniguruma's \h is a hexadecimal digit (PCRE2's is horizontal space): `tokenizers` splits
+ * "xyz 09af\tG" with Split(\h+, Removed) into "xyz " and "\tG" (pre_tokenize_str). */
+static void test_onig_hex_escape(void **state) {
+    (void)state;
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0, \"y\": 1, \"z\": 2, \" \": 3, \"0\": 4, \"9\": 5, \"a\": 6, \"f\": 7,"
+        " \"\\t\": 8, \"G\": 9}, \"merges\": []},"
+        " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"[\\\\h]+|\\\\h\"}, \"behavior\": \"Removed\"}}";
+    moq_tokenizer *t = NULL;
+    TU_OK(moq_tokenizer_open_text(&t, json, strlen(json), NULL, err_));
+    int32_t ids[16];
+    size_t n;
+    TU_OK(moq_tokenizer_encode(t, "xyz 09af\tG", 10, 0, ids, 16, &n, err_));
+    static const int32_t want[] = { 0, 1, 2, 3, 8, 9 };
+    assert_int_equal(n, 6);
+    assert_memory_equal(ids, want, sizeof want);
+    moq_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_encodings),
@@ -256,6 +275,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_utf8_round_trip),
         cmocka_unit_test(test_family_chats),
         cmocka_unit_test(test_beyond_templates),
+        cmocka_unit_test(test_onig_hex_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
