@@ -211,8 +211,9 @@ MOQ_API int         moq_checkpoint_warning_count(const moq_checkpoint *c);
 MOQ_API const char *moq_checkpoint_warning(const moq_checkpoint *c, int i);
 
 /* ---- tokenizer and sampling ------------------------------------------------------------------ */
-/* Byte-level BPE tokenizers from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2, SmolLM2
- * families), chat formatting without a template engine, and token sampling (src/model/). */
+/* BPE tokenizers from a Hugging Face tokenizer.json (byte-level: GPT-2, Llama-3/4, Qwen, DeepSeek-V3,
+ * gpt-oss; SentencePiece-style byte fallback: Llama-2, Gemma, Mistral), chat formatting without a
+ * template engine, and token sampling (src/model/). */
 typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; immutable once open */
 
 /* Opens `path`: a model directory holding tokenizer.json, or a tokenizer.json file. Side files in
@@ -220,9 +221,9 @@ typedef struct moq_tokenizer moq_tokenizer; /* opaque: a loaded tokenizer.json; 
  * chat_template), chat_template.jinja (when tokenizer_config.json has no template), config.json and
  * generation_config.json (bos_token_id, eos_token_id). A chat template of another family leaves the
  * chat format MOQ_CHAT_NONE (moq_chat_template_from_config says why).
- * Accepted: model.type "BPE" with the ByteLevel pre-tokenizer and decoder, merges as "a b" strings
- * or [a, b] pairs, ignore_merges, added_tokens, Split pre-tokenizers with the GPT-2, Llama-3 or
- * Qwen2 pattern, Digits, an NFC normalizer.
+ * Accepted: model.type "BPE" (byte-level, or SentencePiece-style with byte_fallback / unk), the
+ * normalizers, pre-tokenizers (Split with any regex PCRE2 compiles), decoders and added-token flags
+ * docs/COMPAT.md lists.
  * Anything else is MOQ_ERR_UNSUPPORTED naming the key; a malformed file is MOQ_ERR_FORMAT or
  * MOQ_ERR_CONFIG naming "tokenizer.json" and the key. On failure *out is NULL. */
 MOQ_API moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *err);
@@ -252,8 +253,8 @@ enum {
     MOQ_ENCODE_SPECIAL_AS_TEXT = 1u << 1, /* special tokens in the text are plain text (for user
                                              input), as Hugging Face's encode_special_tokens      */
 };
-/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes; with an
- * NFC normalizer the text is normalized first, so decoding gives NFC(text)) into
+/* Encodes text[0..len) (UTF-8; bytes that are not valid UTF-8 are kept and encoded as bytes or
+ * byte-fallback tokens; the normalizer applies first, so decoding gives the normalized text) into
  * ids[0..cap). *n_ids receives the number of ids the whole text needs, also when cap is too small;
  * then the first cap ids are written and MOQ_ERR_NOMEM says so. Allocates scratch of about
  * 40 bytes per input byte. Thread-safe (t is not modified). */
@@ -264,6 +265,12 @@ MOQ_API moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text
  * An id outside the vocabulary, or a hole in it, is MOQ_ERR_INVALID_ARG. */
 MOQ_API moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id,
                                               const uint8_t **bytes, size_t *len, moq_error *err);
+/* The text of ids[0..n) as the `tokenizers` library's decode() gives it (UTF-8; what differs from
+ * concatenating decode_token: the first token's Metaspace / Strip rules, invalid ByteFallback byte
+ * runs as one U+FFFD per byte, then lossy UTF-8). *out_len receives the length needed; a cap too
+ * small is MOQ_ERR_NOMEM. */
+MOQ_API moq_status moq_tokenizer_decode(const moq_tokenizer *t, const int32_t *ids, size_t n, char *out,
+                                        size_t cap, size_t *out_len, moq_error *err);
 
 /* Streaming UTF-8 decoder: turns token bytes into valid UTF-8 text, holding back the start of a
  * character split across tokens until the rest arrives. Invalid bytes become U+FFFD, one per
@@ -279,13 +286,24 @@ MOQ_API moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, s
 /* Ends the stream: a held-back incomplete character becomes U+FFFD (out needs 3 bytes). */
 MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
 
-/* Chat formats built in (no template engine). tokenizer_config.json's chat_template picks one:
- * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3. */
+/* Chat formats built in (no template engine: Debian packages no C Jinja library). The text of
+ * tokenizer_config.json's chat_template (or chat_template.jinja) picks one by a marker it contains:
+ * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3, "<start_of_turn>" -> Gemma,
+ * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM. Templates of
+ * other formats (gpt-oss harmony, Mistral [INST], anything else) are MOQ_ERR_UNSUPPORTED saying so;
+ * tool calls, reasoning_content and template variables other than messages, bos_token and
+ * add_generation_prompt are not rendered. */
 typedef enum moq_chat_format {
     MOQ_CHAT_NONE = 0,  /* no chat template, or one moq does not recognise               */
     MOQ_CHAT_CHATML,    /* <|im_start|>role\ncontent<|im_end|>\n  (SmolLM2, Qwen)         */
     MOQ_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>, content
                            trimmed, bos text first (Llama-3)                               */
+    MOQ_CHAT_GEMMA,     /* bos<start_of_turn>user\n[system\n\n]content<end_of_turn>\n, assistant
+                           written "model", content trimmed (Gemma 2 / 3)                  */
+    MOQ_CHAT_DEEPSEEK,  /* bos{system}<｜User｜>content<｜Assistant｜>content<｜end▁of▁sentence｜>
+                           (DeepSeek-V3 / R1; assistant text after the last </think>)      */
+    MOQ_CHAT_LLAMA4,    /* bos<|header_start|>role<|header_end|>\n\ncontent<|eot|> (Llama 4) */
+    MOQ_CHAT_GLM,       /* [gMASK]<sop><|role|>\ncontent (GLM-4)                          */
     MOQ_CHAT_FORMAT_COUNT
 } moq_chat_format;
 
@@ -294,11 +312,13 @@ typedef struct moq_chat_template {
     char bos[64];               /* bos_token text the format starts with ("" if none)              */
     char default_system[1024];  /* system prompt the template adds when the first message is not
                                    a system message ("" if none); read from the template text     */
+    char why_none[320];         /* format NONE from a tokenizer whose template moq does not render:
+                                   why ("where: msg"); "" otherwise                               */
 } moq_chat_template;
 
 typedef struct moq_chat_message { const char *role; const char *content; } moq_chat_message;
 
-MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "none" */
+MOQ_API const char *moq_chat_format_name(moq_chat_format f); /* "chatml", "llama3", "gemma", ..., "none" */
 /* Reads tokenizer_config.json text: chat_template (a string, or a list of {name, template} where
  * "default" is used) and bos_token. No chat_template gives MOQ_CHAT_NONE and MOQ_OK; a template of
  * another family is MOQ_ERR_UNSUPPORTED quoting its start. */

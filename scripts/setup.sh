@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # setup.sh — install what building and testing moq needs, only what is missing (Debian, as root).
 #
-#   build:  gcc, make, cmake (>= 3.25), pkg-config, libcjson-dev, libgomp (gcc), libcmocka-dev
+#   build:  gcc, make, cmake (>= 3.25), pkg-config, libcjson-dev, libpcre2-dev, libutf8proc-dev,
+#           libgomp (gcc), libcmocka-dev
 #   bench:  libopenblas-dev (baseline sgemm only; moq itself never links it)
 #   checks: clang + libclang-rt-14-dev + libomp-dev (fuzzing, ThreadSanitizer), clang-tidy, cppcheck,
 #           valgrind (scripts/test.sh runs all of them)
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in gcc make cmake pkg-config libcjson-dev libcmocka-dev libopenblas-dev \
+for p in gcc make cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev libopenblas-dev \
          clang libclang-rt-14-dev libomp-dev clang-tidy cppcheck valgrind "$@"; do
   have_pkg "$p" || need+=("$p")
 done

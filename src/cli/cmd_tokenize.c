@@ -17,8 +17,8 @@ void cmd_tokenize_help(FILE *out) {
             "template's default) in the chat format tokenizer_config.json selects, with the assistant header\n"
             "appended. --add-special adds the post-processor's tokens (e.g. Llama-3's bos); --special-as-text\n"
             "encodes special-token text as plain text. --pieces prints one \"id<TAB>bytes\" line per token\n"
-            "(C escapes for bytes outside printable ASCII). --decode prints the text of the ids (invalid UTF-8\n"
-            "becomes U+FFFD).\n");
+            "(C escapes for bytes outside printable ASCII). --decode prints the text of the ids as the\n"
+            "`tokenizers` library's decode() does (invalid UTF-8 becomes U+FFFD).\n");
 }
 
 static char *read_stdin(size_t *len) {
@@ -48,28 +48,34 @@ static void print_piece(const uint8_t *b, size_t n) {
 
 static int decode_ids(moq_tokenizer *t, const char *list) {
     moq_error err;
-    moq_utf8_stream s;
-    moq_utf8_stream_reset(&s);
-    char out[MOQ_UTF8_STREAM_OUT_MAX(1024)];
+    size_t n = 0, cap = 64;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) { fprintf(stderr, "moq tokenize: out of memory\n"); return MOQ_ERR_NOMEM; }
     for (const char *p = list; *p;) {
         if (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t') { p++; continue; }
         char *end;
         errno = 0;
         long id = strtol(p, &end, 10);
-        if (end == p || errno || id < INT32_MIN || id > INT32_MAX) return cli_usage_error("tokenize", "--decode: \"%.20s\" is not an id", p);
+        if (end == p || errno || id < INT32_MIN || id > INT32_MAX) { free(ids); return cli_usage_error("tokenize", "--decode: \"%.20s\" is not an id", p); }
         p = end;
-        const uint8_t *b;
-        size_t n, on;
-        if (moq_tokenizer_decode_token(t, (int32_t)id, &b, &n, &err) != MOQ_OK) return cli_report(&err);
-        for (size_t i = 0; i < n; i += 1024) { /* bounded chunks: out holds MOQ_UTF8_STREAM_OUT_MAX(1024) */
-            size_t m = n - i < 1024 ? n - i : 1024;
-            if (moq_utf8_stream_push(&s, b + i, m, out, sizeof out, &on, &err) != MOQ_OK) return cli_report(&err);
-            fwrite(out, 1, on, stdout);
+        if (n == cap) {
+            int32_t *ni = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!ni) { free(ids); fprintf(stderr, "moq tokenize: out of memory\n"); return MOQ_ERR_NOMEM; }
+            ids = ni;
         }
+        ids[n++] = (int32_t)id;
     }
-    size_t on = moq_utf8_stream_flush(&s, out, sizeof out);
-    fwrite(out, 1, on, stdout);
+    size_t len = 0;
+    moq_status st = moq_tokenizer_decode(t, ids, n, NULL, 0, &len, &err); /* the length */
+    if (st != MOQ_OK && st != MOQ_ERR_NOMEM) { free(ids); return cli_report(&err); }
+    char *out = malloc(len + 1);
+    if (!out) { free(ids); fprintf(stderr, "moq tokenize: out of memory\n"); return MOQ_ERR_NOMEM; }
+    st = moq_tokenizer_decode(t, ids, n, out, len, &len, &err);
+    free(ids);
+    if (st != MOQ_OK) { free(out); return cli_report(&err); }
+    fwrite(out, 1, len, stdout);
     putchar('\n');
+    free(out);
     return 0;
 }
 

@@ -28,28 +28,60 @@
 
 #define CFG_FILE "tokenizer_config.json"
 
+/* How a format places system messages. */
+typedef enum sys_mode {
+    SYS_MESSAGE,     /* a message like any other                                                   */
+    SYS_FIRST_USER,  /* Gemma: the first system message's content + "\n\n" opens the first user turn */
+    SYS_TOP,         /* DeepSeek-V3: every system content, joined by "\n\n", right after bos         */
+} sys_mode;
+
 typedef struct chat_row {
     const char *name;
     const char *marker;         /* template text that selects this row            */
+    const char *start;          /* before everything                              */
     const char *msg_prefix;     /* before the role                                */
     const char *role_suffix;    /* between role and content                       */
     const char *msg_suffix;     /* after the content                              */
     const char *gen_prompt;     /* add_generation_prompt                          */
     const char *system_start;   /* default system prompt follows this ("" = none) */
     const char *system_end;
+    const char *assistant_name; /* the role written for "assistant" (NULL: as is) */
+    /* formats that write no role name: per role prefix / suffix (user_prefix non-NULL selects this) */
+    const char *user_prefix, *assistant_prefix, *assistant_suffix;
+    sys_mode    system;
     bool        trim;           /* content | trim                                 */
+    bool        trim_system0;   /* a system message first: its content | trim      */
     bool        bos_first;      /* bos text before the first message              */
+    bool        bos_start;      /* bos text first, even with no message           */
+    bool        strip_think;    /* assistant content: only the text after the last "</think>" */
 } chat_row;
 
 static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
-/*                     name      marker                   msg_prefix               role_suffix
-                       msg_suffix       gen_prompt                                          system_start          system_end    trim   bos */
-    [MOQ_CHAT_NONE]   = { "none",   "",                      "",                      "",
-                          "",              "",                                                 "",                   "",           false, false },
-    [MOQ_CHAT_CHATML] = { "chatml", "<|im_start|>",          "<|im_start|>",          "\n",
-                          "<|im_end|>\n",  "<|im_start|>assistant\n",                          "<|im_start|>system", "<|im_end|>", false, false },
-    [MOQ_CHAT_LLAMA3] = { "llama3", "<|start_header_id|>",   "<|start_header_id|>",   "<|end_header_id|>\n\n",
-                          "<|eot_id|>",    "<|start_header_id|>assistant<|end_header_id|>\n\n", "",                   "",           true,  true  },
+    [MOQ_CHAT_NONE]   = { .name = "none", .marker = "" },
+    [MOQ_CHAT_CHATML] = { .name = "chatml", .marker = "<|im_start|>", .msg_prefix = "<|im_start|>", .role_suffix = "\n",
+                          .msg_suffix = "<|im_end|>\n", .gen_prompt = "<|im_start|>assistant\n",
+                          .system_start = "<|im_start|>system", .system_end = "<|im_end|>" },
+    [MOQ_CHAT_LLAMA3] = { .name = "llama3", .marker = "<|start_header_id|>", .msg_prefix = "<|start_header_id|>",
+                          .role_suffix = "<|end_header_id|>\n\n", .msg_suffix = "<|eot_id|>",
+                          .gen_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n", .trim = true, .bos_first = true },
+    [MOQ_CHAT_GEMMA]  = { .name = "gemma", .marker = "<start_of_turn>", .msg_prefix = "<start_of_turn>", .role_suffix = "\n",
+                          .msg_suffix = "<end_of_turn>\n", .gen_prompt = "<start_of_turn>model\n", .trim = true,
+                          .bos_start = true, .assistant_name = "model", .system = SYS_FIRST_USER },
+    [MOQ_CHAT_DEEPSEEK] = { .name = "deepseek", .marker = "<\xef\xbd\x9cUser\xef\xbd\x9c>", .gen_prompt = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>",
+                          .bos_start = true, .system = SYS_TOP, .user_prefix = "<\xef\xbd\x9cUser\xef\xbd\x9c>",
+                          .assistant_prefix = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>",
+                          .assistant_suffix = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", .strip_think = true },
+    [MOQ_CHAT_LLAMA4] = { .name = "llama4", .marker = "<|header_start|>", .msg_prefix = "<|header_start|>",
+                          .role_suffix = "<|header_end|>\n\n", .msg_suffix = "<|eot|>",
+                          .gen_prompt = "<|header_start|>assistant<|header_end|>\n\n", .bos_start = true, .trim_system0 = true },
+    [MOQ_CHAT_GLM]    = { .name = "glm", .marker = "[gMASK]<sop>", .start = "[gMASK]<sop>", .msg_prefix = "<|",
+                          .role_suffix = "|>\n", .gen_prompt = "<|assistant|>" },
+};
+
+/* Templates moq recognises but does not render, and why (checked before the rows). */
+static const struct { const char *marker, *why; } k_beyond[] = {
+    { "<|channel|>", "the gpt-oss harmony format (current date, reasoning effort, channels, tool namespaces)" },
+    { "[INST]", "a Mistral [INST] format (eos_token inside turns, system prompt folded into the last user turn)" },
 };
 
 const char *moq_chat_format_name(moq_chat_format f) {
@@ -60,7 +92,7 @@ const char *moq_chat_format_name(moq_chat_format f) {
  * backslash n) up to system_end, at the first occurrence free of template syntax. */
 static void find_default_system(const chat_row *r, const char *tmpl, char *out, size_t cap) {
     out[0] = '\0';
-    if (!r->system_start[0]) return;
+    if (!r->system_start || !r->system_start[0]) return;
     size_t sl = strlen(r->system_start);
     for (const char *p = strstr(tmpl, r->system_start); p; p = strstr(p + 1, r->system_start)) {
         const char *q = p + sl;
@@ -110,14 +142,18 @@ moq_status moq_chat_template_from_config(moq_chat_template *out, const char *con
 
 moq_status moq_chat_template_detect(moq_chat_template *out, const char *tmpl, const char *bos, const char *what, moq_error *err) {
     memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < sizeof k_beyond / sizeof k_beyond[0]; i++)
+        if (strstr(tmpl, k_beyond[i].marker))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "%s is %s, beyond what moq renders without a template engine", what, k_beyond[i].why);
     for (int f = MOQ_CHAT_NONE + 1; f < MOQ_CHAT_FORMAT_COUNT; f++)
         if (strstr(tmpl, k_chat[f].marker)) { out->format = (moq_chat_format)f; break; }
     if (out->format == MOQ_CHAT_NONE)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE,
-                        "%s \"%.80s...\" has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3)", what, tmpl);
+                        "%s \"%.80s...\" is none of the formats moq renders (ChatML <|im_start|>, Llama-3 <|start_header_id|>, "
+                        "Gemma <start_of_turn>, DeepSeek-V3 <\xef\xbd\x9cUser\xef\xbd\x9c>, Llama 4 <|header_start|>, GLM [gMASK]<sop>)", what, tmpl);
     const chat_row *r = &k_chat[out->format];
     find_default_system(r, tmpl, out->default_system, sizeof out->default_system);
-    if (r->bos_first && strstr(tmpl, "bos_token")) {
+    if ((r->bos_first || r->bos_start) && strstr(tmpl, "bos_token")) {
         moq_status st = MOQ_OK;
         if (!bos)
             st = MOQ_FAIL(err, MOQ_ERR_CONFIG, CFG_FILE, "%s uses bos_token but bos_token is absent or not a string", what);
@@ -135,10 +171,10 @@ static void put(sink *s, const char *p, size_t n) {
     if (s->n + n < s->cap) memcpy(s->out + s->n, p, n);
     s->n += n;
 }
-static void puts_(sink *s, const char *p) { put(s, p, strlen(p)); }
+static void puts_(sink *s, const char *p) { if (p) put(s, p, strlen(p)); }
 
 /* Python str.isspace() for one UTF-8 character: White_Space or U+001C..U+001F. */
-static bool py_space(uint32_t cp) { return moq_ucls_of(cp) == MOQ_UCLS_WS || (cp >= 0x1C && cp <= 0x1F); }
+static bool py_space(uint32_t cp) { return moq_unicode_is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 static void put_trimmed(sink *s, const char *p) {
     const uint8_t *u = (const uint8_t *)p;
@@ -157,22 +193,50 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
     if (len) *len = 0;
     if (!t || (!msgs && n) || (!out && cap) || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_render", "NULL argument");
     if ((unsigned)t->format >= MOQ_CHAT_FORMAT_COUNT || t->format == MOQ_CHAT_NONE)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no ChatML or Llama-3 chat_template)");
+        return t->why_none[0] ? MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format: %.200s", t->why_none)
+                              : MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "no chat format (the tokenizer has no chat_template)");
     const chat_row *r = &k_chat[t->format];
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content || !msgs[i].role[0])
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_chat_render", "message %zu has no role or no content, expected both", i);
     sink s = { out, cap, 0 };
+    if (r->start) puts_(&s, r->start);
+    if (r->bos_start) puts_(&s, t->bos);
     if (n && t->default_system[0] && strcmp(msgs[0].role, "system") != 0) {
         puts_(&s, r->msg_prefix); puts_(&s, "system"); puts_(&s, r->role_suffix);
         puts_(&s, t->default_system); puts_(&s, r->msg_suffix);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 && r->bos_first) puts_(&s, t->bos);
-        puts_(&s, r->msg_prefix); puts_(&s, msgs[i].role); puts_(&s, r->role_suffix);
-        if (r->trim) put_trimmed(&s, msgs[i].content);
-        else puts_(&s, msgs[i].content);
-        puts_(&s, r->msg_suffix);
+    if (r->system == SYS_TOP) {
+        bool first = true;
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(msgs[i].role, "system") != 0) continue;
+            if (!first) puts_(&s, "\n\n");
+            puts_(&s, msgs[i].content);
+            first = false;
+        }
+    }
+    const char *first_user_prefix = NULL; /* SYS_FIRST_USER */
+    size_t i0 = 0;
+    if (r->system == SYS_FIRST_USER && n && strcmp(msgs[0].role, "system") == 0) { first_user_prefix = msgs[0].content; i0 = 1; }
+    for (size_t i = i0; i < n; i++) {
+        const char *role = msgs[i].role;
+        bool is_asst = strcmp(role, "assistant") == 0;
+        if (i == i0 && r->bos_first) puts_(&s, t->bos);
+        const char *content = msgs[i].content;
+        if (is_asst && r->strip_think) {
+            for (const char *p = strstr(content, "</think>"); p; p = strstr(p + 1, "</think>")) content = p + 8;
+        }
+        if (r->user_prefix) { /* no role names: user and assistant turns only, system went on top */
+            if (strcmp(role, "user") == 0) { puts_(&s, r->user_prefix); puts_(&s, content); }
+            else if (is_asst) { puts_(&s, r->assistant_prefix); puts_(&s, content); puts_(&s, r->assistant_suffix); }
+            continue;
+        }
+        if (is_asst && r->assistant_name) role = r->assistant_name;
+        puts_(&s, r->msg_prefix); puts_(&s, role); puts_(&s, r->role_suffix);
+        if (i == i0 && first_user_prefix) { puts_(&s, first_user_prefix); puts_(&s, "\n\n"); } /* not trimmed */
+        if (r->trim || (i == 0 && r->trim_system0 && strcmp(role, "system") == 0)) put_trimmed(&s, content);
+        else puts_(&s, content);
+        if (r->msg_suffix) puts_(&s, r->msg_suffix);
     }
     if (add_generation_prompt) puts_(&s, r->gen_prompt);
     *len = s.n;

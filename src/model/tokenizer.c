@@ -1,46 +1,54 @@
-/* tokenizer.c — byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json.
+/* tokenizer.c — BPE tokenizer loaded from a Hugging Face tokenizer.json.
  *
- * What a tokenizer.json must say (everything else is MOQ_ERR_UNSUPPORTED naming the key):
+ * What a tokenizer.json may say (everything else is MOQ_ERR_UNSUPPORTED naming the key; the full list
+ * is docs/COMPAT.md "Tokenizers"):
  *
- *   model          {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] | [["a", "b"], ...],
- *                   "ignore_merges": bool, dropout/unk_token/continuing_subword_prefix/
- *                   end_of_word_suffix null, byte_fallback false}
- *   added_tokens   [{"id", "content", "special", "normalized", lstrip/rstrip/single_word false}]
- *   normalizer     null | {"type": "NFC"}
- *   pre_tokenizer  ByteLevel | Sequence of Split(pattern row in k_patterns, "Isolated"),
- *                  Digits, and exactly one ByteLevel (add_prefix_space false)
- *   decoder        ByteLevel
+ *   model          {"type": "BPE", "vocab", "merges": ["a b", ...] | [["a", "b"], ...], ignore_merges,
+ *                   byte_fallback, unk_token, fuse_unk; dropout null; no subword prefix / suffix}
+ *                  | {"type": "Unigram", "vocab": [[piece, score], ...], unk_id, byte_fallback}
+ *   added_tokens   [{"id", "content", "special", "normalized", "lstrip", "rstrip", "single_word"}]
+ *   normalizer     rows: NFC NFD NFKC NFKD (utf8proc), Lowercase, StripAccents, Prepend, Replace, Strip
+ *   pre_tokenizer  rows: Split (PCRE2 regex or literal, behaviour, invert) — also Digits, Punctuation,
+ *                  Whitespace(Split) and ByteLevel's regex —, Metaspace, ByteLevel's prefix space;
+ *                  a ByteLevel pre-tokenizer must come last and makes the model byte-level
+ *   decoder        rows: ByteLevel, ByteFallback, Replace, Metaspace, Strip; Fuse (Strip after it acts on
+ *                  the whole text)
  *   post_processor null | ByteLevel | TemplateProcessing | Sequence of those (ADD_SPECIAL only)
  *
  * Encoding follows the `tokenizers` library step by step:
- *   1. added tokens with normalized=false are cut out of the text, leftmost-longest match first;
- *   2. NFC (if declared; see below), then added tokens with normalized=true are cut out of the rest;
- *   3. each pre-tokenizer step splits each piece (the Split regexes are matched by hand: one
- *      function per pattern, match_gpt2 / match_llama3, written from the regex text);
- *   4. each piece's bytes become byte-level symbols and are merged lowest rank first, leftmost
- *      first on equal ranks (a binary heap: O(n log n) per piece); with ignore_merges a piece that
- *      is itself in the vocabulary is emitted whole first.
- * Bytes that are not valid UTF-8 are classed "other" one byte at a time and encoded as bytes, so
- * decode(encode(x)) == x for every byte string x whose byte symbols are all in the vocabulary (a
- * byte without one is dropped, as `tokenizers` does with unk_token null) (without NFC; added tokens decode to their own
- * text unless it holds byte-level symbols such as 'Ġ', which the ByteLevel decoder maps to bytes).
+ *   1. added tokens with normalized=false are cut out of the text, leftmost-longest first, with
+ *      single_word (skip a match inside a word), lstrip / rstrip (the token takes the white space);
+ *   2. each segment between them runs through the normalizer rows, then normalized added tokens;
+ *   3. each pre-tokenizer row splits each piece (NormalizedString::split's behaviours);
+ *   4. each piece becomes symbols — its bytes (byte-level: vocab keys are token bytes) or its
+ *      characters (else: vocab keys are token texts; a character not in the vocabulary takes its
+ *      <0xNN> tokens with byte_fallback, else unk, fused with fuse_unk, else nothing) — merged lowest
+ *      rank first, leftmost first on equal ranks (a binary heap: O(n log n) per piece); with
+ *      ignore_merges a piece that is itself in the vocabulary is emitted whole first.
+ * Bytes that are not valid UTF-8 match no regex (PCRE2_MATCH_INVALID_UTF), normalize to themselves
+ * and are encoded as bytes, so the token bytes give them back.
  *
- * NFC: the quick check (UAX #15 §9) passes most text unchanged without copying it; otherwise the
- * text is decomposed (tables + Hangul arithmetic), reordered by combining class and composed
- * (UAX #15 §1.3), with the tables in unicode_tables.c. Then decode(encode(x)) == NFC(x).
+ * Decoding: each token's bytes through the decoder rows are computed once at load (dec_off/dec_len);
+ * moq_tokenizer_decode adds what depends on the position (see there).
  *
  * Byte-level mapping (GPT-2): bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF are the code points of the same
  * value; the other 68 bytes, in increasing order, are U+0100, U+0101, ... (space = U+0120 'Ġ').
  *
- * Tested by tests/model/test_tokenizer.c against ids from the Hugging Face `tokenizers` package
- * (tests/golden/tokenizer/gen.py); fuzzed by tests/fuzz/fuzz_tokenizer.c.
+ * Tested by tests/model/test_tokenizer.c and test_tokenizer_families.c against ids from the Hugging
+ * Face `tokenizers` package (tests/golden/tokenizer/gen.py, gen_families.py, real/trim.py); fuzzed by
+ * tests/fuzz/fuzz_tokenizer.c.
  */
 #include "model/tokenizer.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
 
 #include "core/error.h"
 #include "core/strmap.h"
@@ -52,53 +60,92 @@
 #define TOK_MAX_ID (1 << 22)      /* ids above this are refused: no real vocabulary comes close */
 #define TOK_MAX_AFFIX 4           /* post-processor tokens before / after the text              */
 #define TOK_MAX_EOS 16
+#define TOK_MAX_STEPS 16          /* normalizer / pre-tokenizer / decoder steps                 */
 
-enum { TF_PRESENT = 1, TF_SPECIAL = 2, TF_ADDED = 4 };
+enum { TF_PRESENT = 1, TF_SPECIAL = 2, TF_ADDED = 4, TF_BYTE = 8 /* a ByteFallback <0xNN> token */ };
 
-/* Pre-tokenizer steps. */
-typedef enum pretok_step {
-    STEP_SPLIT_GPT2,     /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-    STEP_SPLIT_LLAMA3,   /* (?i:'s|...|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
-                            \s*[\r\n]+|\s+(?!\S)|\s+                                                   */
-    STEP_SPLIT_QWEN2,    /* as Llama-3 with \p{N} (one digit)                                           */
-    STEP_DIGITS_ISOLATED,   /* Digits individual_digits=true: each \p{N} alone                          */
-    STEP_DIGITS_CONTIGUOUS, /* Digits individual_digits=false: runs of \p{N}                            */
+/* Split behaviours, as tokenizers' SplitDelimiterBehavior. */
+typedef enum split_behavior { SB_REMOVED, SB_ISOLATED, SB_MERGED_PREV, SB_MERGED_NEXT, SB_CONTIGUOUS } split_behavior;
+static const char *const k_behaviors[] = { "Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous" };
+
+/* Pre-tokenizer steps: every pre-tokenizer of tokenizer.json becomes one or two of these rows. */
+typedef enum pretok_kind {
+    PT_SPLIT,        /* a regex (PCRE2) with a behaviour: Split, Digits, Punctuation, Whitespace[Split], ByteLevel's regex */
+    PT_PREFIX,       /* ByteLevel add_prefix_space: prepend " " unless the piece starts with one                     */
+    PT_METASPACE,    /* replace " " by the replacement, prepend it (prepend_scheme), optionally split before it      */
+} pretok_kind;
+
+typedef struct pretok_step {
+    pretok_kind    kind;
+    pcre2_code    *re;         /* PT_SPLIT */
+    split_behavior behavior;
+    bool           invert;
+    int            prepend;    /* PT_METASPACE: 0 never, 1 first, 2 always */
+    bool           split;      /* PT_METASPACE: split before each replacement */
+    char           rep[8];     /* PT_METASPACE replacement (UTF-8)            */
+    size_t         rep_len;
 } pretok_step;
 
-/* The Split patterns moq recognises, exactly as tokenizer.json spells them. */
-static const struct { const char *regex; pretok_step step; const char *family; } k_patterns[] = {
-    { "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-      STEP_SPLIT_GPT2, "GPT-2" },
-    { "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", STEP_SPLIT_LLAMA3, "Llama-3" },
-    { "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", STEP_SPLIT_QWEN2, "Qwen2" },
-};
+typedef enum norm_kind { NM_NFC, NM_NFD, NM_NFKC, NM_NFKD, NM_LOWERCASE, NM_STRIP_ACCENTS, NM_PREPEND, NM_REPLACE, NM_STRIP } norm_kind;
+
+typedef struct norm_step {
+    norm_kind   kind;
+    pcre2_code *re;            /* NM_REPLACE (a String pattern is compiled as a literal) */
+    char       *text;          /* NM_PREPEND / NM_REPLACE content (malloc'd)             */
+    size_t      text_len;
+    bool        left, right;   /* NM_STRIP                                               */
+} norm_step;
+
+/* Decoder rows applied to each token at load time (its bytes in the middle of a sequence), plus
+ * what decode() does to the whole sequence. */
+typedef enum dec_kind { DK_BYTE_LEVEL, DK_BYTE_FALLBACK, DK_REPLACE, DK_METASPACE, DK_STRIP } dec_kind;
+typedef struct dec_step {
+    dec_kind kind;
+    char    *from, *to;        /* DK_REPLACE; DK_METASPACE: from = replacement (malloc'd) */
+    size_t   from_len, to_len;
+    uint32_t strip_cp;         /* DK_STRIP */
+    int      strip_start, strip_stop;
+} dec_step;
 
 typedef struct added_tok {
     int32_t  id;
     uint32_t off, len;    /* content in pool */
-    bool     special, normalized;
+    uint32_t moff, mlen;  /* what is matched: the content, normalized for normalized=true tokens */
+    bool     special, normalized, lstrip, rstrip, single_word;
 } added_tok;
 
 struct moq_tokenizer {
     int32_t   n_vocab;
-    uint8_t  *pool;       /* token bytes (decoded) and added-token contents */
+    uint8_t  *pool;       /* token keys, decoded bytes and added-token contents */
     size_t    pool_len, pool_cap;
-    uint32_t *tok_off, *tok_len; /* [n_vocab] decoded bytes of each id */
+    uint32_t *tok_off, *tok_len; /* [n_vocab] the token in model space: its bytes (byte-level) or its text */
+    uint32_t *dec_off, *dec_len; /* [n_vocab] the token's bytes through the decoder, mid-sequence          */
     uint8_t  *tok_flags;  /* [n_vocab] TF_* */
-    int32_t   byte_id[256];
+    bool      byte_level; /* ByteLevel pre-tokenizer: the model sees bytes, vocab keys are bytes        */
+    int32_t   byte_id[256];  /* byte-level: the id of each byte's symbol; else ByteFallback <0xNN> ids */
+    bool      byte_fallback, fuse_unk;
+    int32_t   unk;
+    bool      unigram;    /* model.type Unigram: pieces scored, best segmentation by Viterbi */
+    double   *u_score;    /* [n_pieces] */
+    size_t    n_pieces;
+    double    u_min;      /* the lowest score; an unknown character costs u_min - 10 */
+    size_t    u_maxlen;   /* the longest piece, in bytes */
     /* merges: open addressing, key = left << 32 | right */
     uint64_t *m_key;
     uint32_t *m_rank;
     int32_t  *m_out;
     size_t    m_cap;
-    /* model vocab by decoded bytes (byte-level tokens only), open addressing of ids */
+    /* model vocab by key, open addressing of ids */
     int32_t  *v_slot;
     size_t    v_cap;
-    bool      ignore_merges, nfc;
-    int       n_steps;
-    pretok_step steps[8];
+    bool      ignore_merges;
+    int       n_norm, n_steps, n_dec;
+    norm_step   norm[TOK_MAX_STEPS];
+    pretok_step steps[TOK_MAX_STEPS];
+    dec_step    dec[TOK_MAX_STEPS];
+    bool      dec_drop_first_meta; /* Metaspace decoder (prepend_scheme not never): the first token loses its replacement chars */
+    uint32_t  dec_strip_cp;        /* Strip after Fuse: on the whole text */
+    int       dec_strip_start, dec_strip_stop;
     added_tok *added;
     size_t     n_added;
     uint32_t   added_first[257]; /* added_by_first[added_first[b] .. added_first[b+1]) start with b */
@@ -111,7 +158,7 @@ struct moq_tokenizer {
     moq_chat_template chat;
 };
 
-/* ---- UTF-8 and classes -------------------------------------------------------------------------- */
+/* ---- UTF-8 and Unicode ---------------------------------------------------------------------------- */
 
 size_t moq_utf8_next(const uint8_t *s, size_t n, size_t i, uint32_t *cp) {
     uint8_t b = s[i];
@@ -139,44 +186,12 @@ size_t moq_utf8_next(const uint8_t *s, size_t n, size_t i, uint32_t *cp) {
     return need + 1;
 }
 
-static int range_find(const moq_urange *r, size_t n, uint32_t cp) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid].lo) hi = mid;
-        else if (cp > r[mid].hi) lo = mid + 1;
-        else return (int)mid;
-    }
-    return -1;
-}
-
-moq_ucls moq_ucls_of(uint32_t cp) {
-    if (cp == MOQ_UTF8_INVALID) return MOQ_UCLS_OTHER;
-    if (cp < 0x80) {
-        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return MOQ_UCLS_L;
-        if (cp >= '0' && cp <= '9') return MOQ_UCLS_N;
-        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return MOQ_UCLS_WS;
-        return MOQ_UCLS_OTHER;
-    }
-    int k = range_find(moq_uclass_ranges, moq_uclass_range_count, cp);
-    return k < 0 ? MOQ_UCLS_OTHER : (moq_ucls)moq_uclass_ranges[k].cls;
-}
-
-/* NFC quick check: 0 when the text is certainly NFC, else the offending code point. */
-static uint32_t nfc_quick_check(const uint8_t *s, size_t n) {
-    uint8_t last_ccc = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t l = moq_utf8_next(s, n, i, &cp);
-        i += l;
-        if (cp < 0x300 || cp == MOQ_UTF8_INVALID) { last_ccc = 0; continue; }
-        if (range_find(moq_nfc_unsafe_ranges, moq_nfc_unsafe_range_count, cp) >= 0) return cp;
-        int k = range_find(moq_ccc_ranges, moq_ccc_range_count, cp);
-        uint8_t ccc = k < 0 ? 0 : moq_ccc_ranges[k].cls;
-        if (ccc != 0 && last_ccc > ccc) return cp;
-        last_ccc = ccc;
-    }
-    return 0;
+/* The White_Space property (Rust's char::is_whitespace, Oniguruma's \s): 25 code points. */
+bool moq_unicode_is_white_space(uint32_t cp) {
+    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return true;
+    if (cp < 0x85) return false;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 static size_t utf8_put(uint32_t cp, char *out) {
@@ -190,114 +205,250 @@ static size_t utf8_put(uint32_t cp, char *out) {
     out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
 }
 
-/* ---- NFC (UAX #15): decompose, reorder, compose ------------------------------------------------- */
+/* A growable byte buffer for the text a normalizer or pre-tokenizer writes. */
+typedef struct tbuf { uint8_t *p; size_t n, cap; bool oom; } tbuf;
 
-#define INVALID_MARK 0x80000000u /* a byte that is not valid UTF-8, kept as itself */
-enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7,
-       L_COUNT = 19, V_COUNT = 21, T_COUNT = 28, N_COUNT = V_COUNT * T_COUNT, S_COUNT = L_COUNT * N_COUNT };
-
-static uint8_t ccc_of(uint32_t cp) {
-    if (cp < 0x300 || (cp & INVALID_MARK)) return 0;
-    int k = range_find(moq_ccc_ranges, moq_ccc_range_count, cp);
-    return k < 0 ? 0 : moq_ccc_ranges[k].cls;
+static void tb_put(tbuf *b, const void *p, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n) cap *= 2;
+        uint8_t *np = realloc(b->p, cap);
+        if (!np) { b->oom = true; return; }
+        b->p = np; b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, p, n);
+    b->n += n;
 }
 
-static uint32_t compose_pair(uint32_t a, uint32_t b) {
-    if (a - L_BASE < L_COUNT && b - V_BASE < V_COUNT) return S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT;
-    if (a - S_BASE < S_COUNT && (a - S_BASE) % T_COUNT == 0 && b - T_BASE - 1 < T_COUNT - 1) return a + (b - T_BASE);
-    size_t lo = 0, hi = moq_nfc_compose_count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const moq_ucompose *e = &moq_nfc_compose[mid];
-        if (e->first < a || (e->first == a && e->second < b)) lo = mid + 1;
-        else if (e->first == a && e->second == b) return e->composite;
-        else hi = mid;
-    }
-    return 0;
+static void tb_cp(tbuf *b, uint32_t cp) {
+    char u[4];
+    tb_put(b, u, utf8_put(cp, u));
 }
 
-/* Appends the full canonical decomposition of cp to out; returns the count (<= 4). */
-static size_t decompose(uint32_t cp, uint32_t *out) {
-    if (cp - S_BASE < S_COUNT) {
-        uint32_t si = cp - S_BASE, t = si % T_COUNT;
-        out[0] = L_BASE + si / N_COUNT;
-        out[1] = V_BASE + (si % N_COUNT) / T_COUNT;
-        if (!t) return 2;
-        out[2] = T_BASE + t;
-        return 3;
-    }
-    if (cp >= 0xC0 && !(cp & INVALID_MARK)) {
-        size_t lo = 0, hi = moq_nfd_count;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (moq_nfd_table[mid].cp < cp) lo = mid + 1;
-            else if (moq_nfd_table[mid].cp > cp) hi = mid;
-            else {
-                const moq_udecomp *d = &moq_nfd_table[mid];
-                memcpy(out, moq_nfd_pool + d->off, d->len * sizeof *out);
-                return d->len;
+/* ---- regular expressions (PCRE2) ------------------------------------------------------------------ */
+/* tokenizer.json patterns are Oniguruma regexes (the `tokenizers` library's engine). PCRE2 with UTF
+ * and UCP reads the same syntax and Unicode properties; some escapes differ and are rewritten:
+ * \s and \S (PCRE2 adds U+180E; Oniguruma's is White_Space), \w / \W (Oniguruma's Word class also
+ * holds marks and connector punctuation) and \h / \H (Oniguruma: hexadecimal digits). Invalid UTF-8 in the subject never matches anything
+ * (PCRE2_MATCH_INVALID_UTF), so such bytes fall between matches. */
+
+#define WS_CLASS "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+/* Oniguruma's Word class, checked code point by code point against `tokenizers` (Unicode 14 part):
+ * letters, letter numbers, marks, decimal digits, connector punctuation, the alphabetic symbols
+ * (circled / squared letters) and Latin-1's superscripts and fractions. */
+#define WORD_CLASS "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}\\x{24b6}-\\x{24e9}" \
+                   "\\x{1f130}-\\x{1f149}\\x{1f150}-\\x{1f169}\\x{1f170}-\\x{1f189}"
+
+/* Oniguruma pattern → PCRE2 pattern (malloc'd), or NULL with *why set. */
+static char *regex_translate(const char *re, const char **why) {
+    tbuf b = {0};
+    int in_class = 0;
+    for (const char *p = re; *p; p++) {
+        if (p[0] == '\\' && p[1]) {
+            char e = p[1];
+            if (e == 's' || e == 'w') {
+                const char *set = e == 's' ? WS_CLASS : WORD_CLASS;
+                if (!in_class) tb_put(&b, "[", 1);
+                tb_put(&b, set, strlen(set));
+                if (!in_class) tb_put(&b, "]", 1);
+            } else if (e == 'h' || e == 'H') { /* Oniguruma: a hexadecimal digit (PCRE2: horizontal space) */
+                const char *set = e == 'h' ? "0-9a-fA-F" : "^0-9a-fA-F";
+                if (in_class && e == 'H') { free(b.p); *why = "\\H inside a character class"; return NULL; }
+                if (!in_class) tb_put(&b, "[", 1);
+                tb_put(&b, set, strlen(set));
+                if (!in_class) tb_put(&b, "]", 1);
+            } else if (e == 'S' || e == 'W') {
+                if (in_class) { free(b.p); *why = "\\S or \\W inside a character class"; return NULL; }
+                const char *set = e == 'S' ? WS_CLASS : WORD_CLASS;
+                tb_put(&b, "[^", 2);
+                tb_put(&b, set, strlen(set));
+                tb_put(&b, "]", 1);
+            } else {
+                tb_put(&b, p, 2);
             }
+            p++;
+            continue;
         }
+        if (p[0] == '[') {
+            if (in_class && p[1] == ':') { /* POSIX class [:alpha:] inside a class */
+                const char *q = strstr(p + 2, ":]");
+                if (q) { tb_put(&b, p, (size_t)(q + 2 - p)); p = q + 1; continue; }
+            }
+            if (!in_class) {
+                in_class = 1;
+                tb_put(&b, p, 1);
+                if (p[1] == '^') { tb_put(&b, "^", 1); p++; }
+                if (p[1] == ']') { tb_put(&b, "]", 1); p++; } /* a leading ] is literal */
+                continue;
+            }
+            in_class++; /* Oniguruma's nested class: PCRE2 rejects it at compile time */
+        } else if (p[0] == ']' && in_class) {
+            in_class--;
+        }
+        tb_put(&b, p, 1);
     }
-    out[0] = cp;
-    return 1;
+    tb_put(&b, "", 1);
+    if (b.oom) { free(b.p); *why = "out of memory"; return NULL; }
+    return (char *)b.p;
 }
 
-/* NFC of s[0..n) into a malloc'd *out. Bytes that are not valid UTF-8 pass through unchanged and
- * act as starters that compose with nothing. */
-static moq_status nfc_normalize(const uint8_t *s, size_t n, uint8_t **out, size_t *out_len, moq_error *err) {
+/* Compiles a tokenizer.json pattern: {"Regex": "..."} or {"String": "..."} (a literal). */
+static moq_status regex_compile(const cJSON *pat, const char *key, pcre2_code **out, moq_error *err) {
     *out = NULL;
-    uint32_t *cp = malloc(n * 4 * sizeof *cp), *tmp = malloc(n * 4 * sizeof *tmp);
-    uint8_t *o = malloc(n * 16 + 1);
-    if (!cp || !tmp || !o) {
-        free(cp); free(tmp); free(o);
-        (void)MOQ_FAIL(err, MOQ_ERR_NOMEM, "tokenizer.json", "out of memory for the NFC normalization of %zu input bytes", n);
-        return MOQ_ERR_NOMEM;
+    const char *re = NULL, *lit = NULL;
+    if (!cJSON_IsObject(pat)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.pattern is %s, expected {\"Regex\": ...} or {\"String\": ...}", key, moq_json_type(pat));
+    MOQ_TRY(moq_json_str(pat, "Regex", &re, NULL, TOK_FILE, key, err));
+    MOQ_TRY(moq_json_str(pat, "String", &lit, NULL, TOK_FILE, key, err));
+    if (!re && !lit) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.pattern has neither \"Regex\" nor \"String\"", key);
+    if (lit && !lit[0]) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.pattern.String is empty", key);
+    char *pcre = NULL;
+    const char *why = NULL;
+    if (re && !(pcre = regex_translate(re, &why)))
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.pattern.Regex \"%.200s\": %s", key, re, why);
+    int code;
+    PCRE2_SIZE at;
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (re ? PCRE2_UCP : PCRE2_LITERAL);
+    *out = pcre2_compile((PCRE2_SPTR)(re ? pcre : lit), PCRE2_ZERO_TERMINATED, opts, &code, &at, NULL);
+    free(pcre);
+    if (!*out) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.pattern \"%.200s\" is not a regex PCRE2 compiles: %s at offset %zu",
+                        key, re ? re : lit, (const char *)msg, (size_t)at);
     }
-    size_t m = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t c;
-        size_t l = moq_utf8_next(s, n, i, &c);
-        if (c == MOQ_UTF8_INVALID) cp[m++] = INVALID_MARK | s[i];
-        else m += decompose(c, cp + m);
-        i += l;
-    }
-    /* canonical ordering: stable sort of each run of non-starters by combining class */
-    for (size_t a = 0; a < m;) {
-        if (!ccc_of(cp[a])) { a++; continue; }
-        size_t b = a;
-        while (b < m && ccc_of(cp[b])) b++;
-        size_t count[257] = {0};
-        for (size_t i = a; i < b; i++) count[ccc_of(cp[i]) + 1]++;
-        for (int k = 0; k < 256; k++) count[k + 1] += count[k];
-        for (size_t i = a; i < b; i++) tmp[count[ccc_of(cp[i])]++] = cp[i];
-        memcpy(cp + a, tmp, (b - a) * sizeof *cp);
-        a = b;
-    }
-    /* composition: each char joins the last starter unless a char of equal or higher class
-     * (or a starter) stands between them */
-    size_t w = 0, starter = SIZE_MAX;
-    int last = 0;
-    for (size_t i = 0; i < m; i++) {
-        uint32_t c = cp[i];
-        int cc = ccc_of(c);
-        if (starter != SIZE_MAX && (last < cc || (last == 0 && w == starter + 1))) {
-            uint32_t comp = compose_pair(cp[starter], c);
-            if (comp) { cp[starter] = comp; continue; }
-        }
-        if (cc == 0) { starter = w; last = 0; }
-        else last = cc;
-        cp[w++] = c;
-    }
-    size_t ol = 0;
-    for (size_t i = 0; i < w; i++) {
-        if (cp[i] & INVALID_MARK) o[ol++] = (uint8_t)cp[i];
-        else ol += utf8_put(cp[i], (char *)o + ol);
-    }
-    free(cp); free(tmp);
-    *out = o;
-    *out_len = ol;
+    (void)pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE); /* the interpreter serves when JIT is unavailable */
     return MOQ_OK;
+}
+
+/* Non-empty matches of re in s[0..n), left to right (after an empty match the search moves on one
+ * character, as Oniguruma's find_iter does): calls fn(ctx, start, end) for each. Returns false when
+ * PCRE2 fails (only on resource limits). */
+typedef bool (*match_fn)(void *ctx, size_t start, size_t end);
+static bool regex_each(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, size_t n, match_fn fn, void *ctx) {
+    size_t pos = 0;
+    while (pos <= n) {
+        int rc = pcre2_match(re, s, n, pos, 0, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) return true;
+        if (rc < 0) return false;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t a = ov[0], e = ov[1];
+        if (e > a) {
+            if (!fn(ctx, a, e)) return false;
+            pos = e;
+        } else {
+            if (a >= n) return true;
+            uint32_t cp;
+            pos = a + moq_utf8_next(s, n, a, &cp);
+        }
+    }
+    return true;
+}
+
+/* ---- normalizers (utf8proc) ------------------------------------------------------------------------ */
+
+/* utf8proc's option set for a Unicode normal form. */
+static utf8proc_option_t nf_options(norm_kind k) {
+    switch (k) {
+    case NM_NFC: return UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+    case NM_NFD: return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+    case NM_NFKC: return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+    case NM_NFKD: return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    default: return 0;
+    }
+}
+
+typedef struct repl_ctx { tbuf *b; const uint8_t *s; size_t last; const norm_step *st; } repl_ctx;
+static bool repl_one(void *vc, size_t a, size_t e) {
+    repl_ctx *c = vc;
+    tb_put(c->b, c->s + c->last, a - c->last);
+    tb_put(c->b, c->st->text, c->st->text_len);
+    c->last = e;
+    return true;
+}
+
+/* One normalizer over s[0..n) into b. Bytes that are not valid UTF-8 pass through unchanged and
+ * split the text into runs normalized apart. */
+static bool normalize_one(const norm_step *st, pcre2_match_data *md, const uint8_t *s, size_t n, tbuf *b) {
+    switch (st->kind) {
+    case NM_NFC: case NM_NFD: case NM_NFKC: case NM_NFKD:
+        for (size_t i = 0; i < n;) {
+            size_t j = i;
+            uint32_t cp;
+            size_t l = 0;
+            while (j < n && (l = moq_utf8_next(s, n, j, &cp), cp != MOQ_UTF8_INVALID)) j += l;
+            if (j > i) {
+                utf8proc_uint8_t *o = NULL;
+                utf8proc_ssize_t r = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &o, nf_options(st->kind));
+                if (r < 0) { free(o); return false; }
+                tb_put(b, o, (size_t)r);
+                free(o);
+            }
+            if (j < n) { tb_put(b, s + j, 1); j++; }
+            i = j;
+        }
+        return true;
+    case NM_LOWERCASE: case NM_STRIP_ACCENTS:
+        for (size_t i = 0; i < n;) {
+            uint32_t cp;
+            size_t l = moq_utf8_next(s, n, i, &cp);
+            if (cp == MOQ_UTF8_INVALID) tb_put(b, s + i, 1);
+            else if (st->kind == NM_STRIP_ACCENTS) {
+                utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+                if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME) tb_put(b, s + i, l);
+            } else if (cp == 0x130) { /* the one code point whose lowercase is two: i + combining dot above */
+                tb_cp(b, 'i'); tb_cp(b, 0x307);
+            } else {
+                tb_cp(b, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+            }
+            i += l;
+        }
+        return true;
+    case NM_PREPEND:
+        if (n) tb_put(b, st->text, st->text_len);
+        tb_put(b, s, n);
+        return true;
+    case NM_REPLACE: {
+        repl_ctx c = { b, s, 0, st };
+        if (!regex_each(st->re, md, s, n, repl_one, &c)) return false;
+        tb_put(b, s + c.last, n - c.last);
+        return true;
+    }
+    case NM_STRIP: {
+        size_t a = 0, e = n;
+        while (st->left && a < e) {
+            uint32_t cp;
+            size_t l = moq_utf8_next(s, n, a, &cp);
+            if (cp == MOQ_UTF8_INVALID || !moq_unicode_is_white_space(cp)) break;
+            a += l;
+        }
+        while (st->right && e > a) { /* step back one character */
+            size_t k = e - 1;
+            while (k > a && (s[k] & 0xC0) == 0x80 && e - k < 4) k--;
+            uint32_t cp;
+            size_t l = moq_utf8_next(s, n, k, &cp);
+            if (k + l != e || cp == MOQ_UTF8_INVALID || !moq_unicode_is_white_space(cp)) break;
+            e = k;
+        }
+        tb_put(b, s + a, e - a);
+        return true;
+    }
+    }
+    return false;
+}
+
+/* All normalizer rows over s[0..n) into *out (malloc'd; the caller frees out->p). */
+static bool normalize_all(const moq_tokenizer *t, pcre2_match_data *md, const uint8_t *s, size_t n, tbuf *out) {
+    tbuf cur = {0}, nxt = {0};
+    tb_put(&cur, s, n);
+    for (int k = 0; k < t->n_norm && !cur.oom; k++) {
+        nxt.n = 0;
+        if (!normalize_one(&t->norm[k], md, cur.p, cur.n, &nxt)) nxt.oom = true;
+        tbuf sw = cur; cur = nxt; nxt = sw;
+    }
+    free(nxt.p);
+    *out = cur;
+    return !cur.oom;
 }
 
 /* ---- byte-level mapping ------------------------------------------------------------------------- */
@@ -412,116 +563,290 @@ static moq_status pool_add(moq_tokenizer *t, const void *p, size_t n, uint32_t *
 
 static bool is_absent(const cJSON *j) { return !j || cJSON_IsNull(j); }
 
-/* A BPE option moq does not implement must be absent, null, false or the neutral value. */
-static moq_status check_bpe_options(const cJSON *model, moq_error *err) {
-    static const char *const must_be_null[] = { "dropout", "unk_token", "continuing_subword_prefix",
-                                                "end_of_word_suffix" };
+/* A BPE option moq does not implement must be absent, null, or the neutral value. */
+static moq_status check_bpe_options(moq_tokenizer *t, const cJSON *model, moq_error *err) {
+    static const char *const must_be_null[] = { "continuing_subword_prefix", "end_of_word_suffix" };
     for (size_t i = 0; i < sizeof must_be_null / sizeof must_be_null[0]; i++) {
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(model, must_be_null[i]);
-        if (is_absent(j) || (cJSON_IsString(j) && j->valuestring[0] == '\0' && i >= 2)) continue;
-        if (i == 0 && cJSON_IsNumber(j) && j->valuedouble == 0.0) continue;
-        if (i == 1 && cJSON_IsString(j)) continue; /* byte-level vocabularies never reach unk */
+        if (is_absent(j) || (cJSON_IsString(j) && j->valuestring[0] == '\0')) continue;
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.%s is %s; moq supports only null",
                         must_be_null[i], moq_json_type(j));
     }
-    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
-    if (cJSON_IsTrue(bf))
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
-                        "model.byte_fallback is true (SentencePiece-style BPE); moq supports byte-level BPE only");
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (!is_absent(dr) && !(cJSON_IsNumber(dr) && (dr->valuedouble == 0.0 || dr->valuedouble == 1.0)))
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.dropout is %s; moq supports null (dropout is for training)", moq_json_type(dr));
+    MOQ_TRY(moq_json_bool(model, "byte_fallback", &t->byte_fallback, NULL, TOK_FILE, "model", err));
+    MOQ_TRY(moq_json_bool(model, "fuse_unk", &t->fuse_unk, NULL, TOK_FILE, "model", err));
     return MOQ_OK;
 }
 
 static moq_status add_step(moq_tokenizer *t, pretok_step s, moq_error *err) {
-    if (t->n_steps >= (int)(sizeof t->steps / sizeof t->steps[0]))
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "pre_tokenizer has more than %d steps",
-                        (int)(sizeof t->steps / sizeof t->steps[0]));
+    if (t->n_steps >= TOK_MAX_STEPS) {
+        if (s.re) pcre2_code_free(s.re);
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "pre_tokenizer has more than %d steps", TOK_MAX_STEPS);
+    }
     t->steps[t->n_steps++] = s;
     return MOQ_OK;
 }
 
-static moq_status parse_pretok_one(moq_tokenizer *t, const cJSON *p, const char *key, int *n_bytelevel,
+/* A pre-tokenizer that is a fixed regex split: Digits, Punctuation, Whitespace, WhitespaceSplit,
+ * ByteLevel's GPT-2 regex. */
+static moq_status add_fixed_split(moq_tokenizer *t, const char *re, split_behavior b, bool invert, const char *key, moq_error *err) {
+    cJSON *pat = cJSON_CreateObject();
+    if (!pat || !cJSON_AddStringToObject(pat, "Regex", re)) { cJSON_Delete(pat); return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory"); }
+    pretok_step s = { .kind = PT_SPLIT, .behavior = b, .invert = invert };
+    moq_status st = regex_compile(pat, key, &s.re, err);
+    cJSON_Delete(pat);
+    MOQ_TRY(st);
+    return add_step(t, s, err);
+}
+
+#define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+/* prepend_scheme "always" | "first" | "never", or the older add_prefix_space bool. */
+static moq_status read_prepend(const cJSON *p, const char *key, int *out, moq_error *err) {
+    const char *ps = NULL;
+    bool aps = true;
+    MOQ_TRY(moq_json_str(p, "prepend_scheme", &ps, NULL, TOK_FILE, key, err));
+    MOQ_TRY(moq_json_bool(p, "add_prefix_space", &aps, NULL, TOK_FILE, key, err));
+    static const char *const schemes[] = { "never", "first", "always" };
+    if (!ps) { *out = aps ? 2 : 0; return MOQ_OK; }
+    for (int i = 0; i < 3; i++)
+        if (strcmp(ps, schemes[i]) == 0) { *out = i; return MOQ_OK; }
+    return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.prepend_scheme \"%.40s\" is not one of always, first, never", key, ps);
+}
+
+static moq_status read_replacement(const cJSON *p, const char *key, char *rep, size_t cap, size_t *len, moq_error *err) {
+    const char *r = NULL;
+    MOQ_TRY(moq_json_str(p, "replacement", &r, NULL, TOK_FILE, key, err));
+    if (!r) r = "\xe2\x96\x81"; /* U+2581 */
+    uint32_t cp;
+    size_t l = strlen(r);
+    if (!l || l >= cap || moq_utf8_next((const uint8_t *)r, l, 0, &cp) != l)
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.replacement \"%.20s\" is not one character", key, r);
+    memcpy(rep, r, l + 1);
+    *len = l;
+    return MOQ_OK;
+}
+
+static moq_status parse_pretok_one(moq_tokenizer *t, const cJSON *p, const char *key, int depth, int *n_bytelevel,
                                    moq_error *err) {
     const char *type = NULL;
     MOQ_TRY(moq_json_str(p, "type", &type, NULL, TOK_FILE, key, err));
     if (!type) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.type is absent", key);
+    if (*n_bytelevel)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s (%s) follows a ByteLevel pre-tokenizer; moq needs ByteLevel last", key, type);
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
+        if (!cJSON_IsArray(list)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.pretokenizers is %s, expected an array", key, moq_json_type(list));
+        if (depth > 2) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s nests Sequences more than 3 deep", key);
+        int i = 0;
+        for (const cJSON *e = list->child; e; e = e->next, i++) {
+            char k[160];
+            snprintf(k, sizeof k, "%s.pretokenizers[%d]", key, i);
+            MOQ_TRY(parse_pretok_one(t, e, k, depth + 1, n_bytelevel, err));
+        }
+        return MOQ_OK;
+    }
     if (strcmp(type, "ByteLevel") == 0) {
         bool aps = false, use_regex = true;
         MOQ_TRY(moq_json_bool(p, "add_prefix_space", &aps, NULL, TOK_FILE, key, err));
         MOQ_TRY(moq_json_bool(p, "use_regex", &use_regex, NULL, TOK_FILE, key, err));
-        if (aps) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.add_prefix_space is true; moq supports false", key);
         (*n_bytelevel)++;
-        if (use_regex) MOQ_TRY(add_step(t, STEP_SPLIT_GPT2, err));
+        if (aps) MOQ_TRY(add_step(t, (pretok_step){ .kind = PT_PREFIX }, err));
+        if (use_regex) MOQ_TRY(add_fixed_split(t, GPT2_REGEX, SB_ISOLATED, false, key, err));
         return MOQ_OK;
     }
-    if (strcmp(type, "Digits") == 0) {
+    if (strcmp(type, "Digits") == 0) { /* Rust's char::is_numeric is \p{N} */
         bool ind = false;
         MOQ_TRY(moq_json_bool(p, "individual_digits", &ind, NULL, TOK_FILE, key, err));
-        return add_step(t, ind ? STEP_DIGITS_ISOLATED : STEP_DIGITS_CONTIGUOUS, err);
+        return add_fixed_split(t, ind ? "\\p{N}" : "\\p{N}+", SB_ISOLATED, false, key, err);
     }
-    if (strcmp(type, "Split") == 0) {
-        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
-        const char *re = NULL, *behavior = NULL;
-        bool invert = false;
-        if (!cJSON_IsObject(pat)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.pattern is %s, expected an object", key, moq_json_type(pat));
-        MOQ_TRY(moq_json_str(pat, "Regex", &re, NULL, TOK_FILE, key, err));
+    if (strcmp(type, "Punctuation") == 0 || strcmp(type, "Split") == 0) {
+        const char *behavior = NULL;
         MOQ_TRY(moq_json_str(p, "behavior", &behavior, NULL, TOK_FILE, key, err));
-        MOQ_TRY(moq_json_bool(p, "invert", &invert, NULL, TOK_FILE, key, err));
-        if (!re) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.pattern has no \"Regex\"; moq supports the GPT-2, Llama-3 and Qwen2 regexes", key);
-        if (!behavior || strcmp(behavior, "Isolated") != 0 || invert)
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s: behavior \"%s\" invert %s; moq supports \"Isolated\" without invert",
-                            key, behavior ? behavior : "(absent)", invert ? "true" : "false");
-        for (size_t i = 0; i < sizeof k_patterns / sizeof k_patterns[0]; i++)
-            if (strcmp(re, k_patterns[i].regex) == 0) return add_step(t, k_patterns[i].step, err);
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
-                        "%s.pattern.Regex \"%.300s\" is not one of the GPT-2, Llama-3 or Qwen2 patterns moq matches", key, re);
+        pretok_step s = { .kind = PT_SPLIT, .behavior = SB_ISOLATED };
+        if (behavior) {
+            size_t b = 0;
+            while (b < 5 && strcmp(behavior, k_behaviors[b]) != 0) b++;
+            if (b == 5) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.behavior \"%.40s\" is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous", key, behavior);
+            s.behavior = (split_behavior)b;
+        } else if (type[0] == 'S') {
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.behavior is absent", key);
+        }
+        if (type[0] == 'P') /* ASCII punctuation or general category P */
+            return add_fixed_split(t, "[\\p{P}!-/:-@\\[-`{-~]", s.behavior, false, key, err);
+        MOQ_TRY(moq_json_bool(p, "invert", &s.invert, NULL, TOK_FILE, key, err));
+        MOQ_TRY(regex_compile(cJSON_GetObjectItemCaseSensitive(p, "pattern"), key, &s.re, err));
+        return add_step(t, s, err);
     }
-    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.type \"%s\" is not one of ByteLevel, Split, Digits, Sequence", key, type);
+    if (strcmp(type, "Whitespace") == 0) return add_fixed_split(t, "\\w+|[^\\w\\s]+", SB_REMOVED, true, key, err);
+    if (strcmp(type, "WhitespaceSplit") == 0) return add_fixed_split(t, "\\s+", SB_REMOVED, false, key, err);
+    if (strcmp(type, "Metaspace") == 0) {
+        pretok_step s = { .kind = PT_METASPACE, .split = true };
+        MOQ_TRY(read_replacement(p, key, s.rep, sizeof s.rep, &s.rep_len, err));
+        MOQ_TRY(read_prepend(p, key, &s.prepend, err));
+        MOQ_TRY(moq_json_bool(p, "split", &s.split, NULL, TOK_FILE, key, err));
+        return add_step(t, s, err);
+    }
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
+                    "%s.type \"%.64s\" is not one of ByteLevel, Split, Digits, Metaspace, Punctuation, Whitespace, WhitespaceSplit, Sequence", key, type);
 }
 
 static moq_status parse_pretok(moq_tokenizer *t, const cJSON *root, moq_error *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-    if (!cJSON_IsObject(p))
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "pre_tokenizer is %s; moq needs a ByteLevel pre-tokenizer", moq_json_type(p));
-    const char *type = NULL;
-    MOQ_TRY(moq_json_str(p, "type", &type, NULL, TOK_FILE, "pre_tokenizer", err));
+    if (is_absent(p)) return MOQ_OK;
+    if (!cJSON_IsObject(p)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "pre_tokenizer is %s, expected an object or null", moq_json_type(p));
     int n_bl = 0;
-    if (type && strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
-        if (!cJSON_IsArray(list)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "pre_tokenizer.pretokenizers is %s, expected an array", moq_json_type(list));
+    MOQ_TRY(parse_pretok_one(t, p, "pre_tokenizer", 0, &n_bl, err));
+    t->byte_level = n_bl > 0;
+    return MOQ_OK;
+}
+
+static moq_status add_norm(moq_tokenizer *t, norm_step s, moq_error *err) {
+    if (t->n_norm >= TOK_MAX_STEPS) {
+        if (s.re) pcre2_code_free(s.re);
+        free(s.text);
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "normalizer has more than %d steps", TOK_MAX_STEPS);
+    }
+    t->norm[t->n_norm++] = s;
+    return MOQ_OK;
+}
+
+static moq_status dup_text(const char *s, char **out, size_t *len, moq_error *err) {
+    *len = strlen(s);
+    *out = malloc(*len + 1);
+    if (!*out) return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+    memcpy(*out, s, *len + 1);
+    return MOQ_OK;
+}
+
+static moq_status parse_normalizer_one(moq_tokenizer *t, const cJSON *n, const char *key, int depth, moq_error *err) {
+    const char *type = NULL;
+    MOQ_TRY(moq_json_str(n, "type", &type, NULL, TOK_FILE, key, err));
+    if (!type) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.type is absent", key);
+    static const struct { const char *name; norm_kind kind; } simple[] = {
+        { "NFC", NM_NFC }, { "NFD", NM_NFD }, { "NFKC", NM_NFKC }, { "NFKD", NM_NFKD },
+        { "Lowercase", NM_LOWERCASE }, { "StripAccents", NM_STRIP_ACCENTS },
+    };
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (strcmp(type, simple[i].name) == 0) return add_norm(t, (norm_step){ .kind = simple[i].kind }, err);
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        if (!cJSON_IsArray(list)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.normalizers is %s, expected an array", key, moq_json_type(list));
+        if (depth > 2) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s nests Sequences more than 3 deep", key);
         int i = 0;
         for (const cJSON *e = list->child; e; e = e->next, i++) {
-            char key[64];
-            snprintf(key, sizeof key, "pre_tokenizer.pretokenizers[%d]", i);
-            MOQ_TRY(parse_pretok_one(t, e, key, &n_bl, err));
+            char k[160];
+            snprintf(k, sizeof k, "%s.normalizers[%d]", key, i);
+            MOQ_TRY(parse_normalizer_one(t, e, k, depth + 1, err));
         }
-    } else {
-        MOQ_TRY(parse_pretok_one(t, p, "pre_tokenizer", &n_bl, err));
+        return MOQ_OK;
     }
-    if (n_bl != 1)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "pre_tokenizer has %d ByteLevel steps, expected exactly 1 (moq supports byte-level BPE only)", n_bl);
-    return MOQ_OK;
+    if (strcmp(type, "Prepend") == 0 || strcmp(type, "Replace") == 0) {
+        const char *text = NULL;
+        bool prepend = type[0] == 'P';
+        MOQ_TRY(moq_json_str(n, prepend ? "prepend" : "content", &text, NULL, TOK_FILE, key, err));
+        if (!text) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.%s is absent", key, prepend ? "prepend" : "content");
+        norm_step s = { .kind = prepend ? NM_PREPEND : NM_REPLACE };
+        if (!prepend) MOQ_TRY(regex_compile(cJSON_GetObjectItemCaseSensitive(n, "pattern"), key, &s.re, err));
+        moq_status st = dup_text(text, &s.text, &s.text_len, err);
+        if (st != MOQ_OK) { if (s.re) pcre2_code_free(s.re); return st; }
+        return add_norm(t, s, err);
+    }
+    if (strcmp(type, "Strip") == 0) {
+        norm_step s = { .kind = NM_STRIP, .left = true, .right = true };
+        MOQ_TRY(moq_json_bool(n, "strip_left", &s.left, NULL, TOK_FILE, key, err));
+        MOQ_TRY(moq_json_bool(n, "strip_right", &s.right, NULL, TOK_FILE, key, err));
+        return add_norm(t, s, err);
+    }
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
+                    "%s.type \"%.64s\" is not one of NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Prepend, Replace, Strip, Sequence", key, type);
 }
 
 static moq_status parse_normalizer(moq_tokenizer *t, const cJSON *root, moq_error *err) {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (is_absent(n)) return MOQ_OK;
-    const char *type = NULL;
-    MOQ_TRY(moq_json_str(n, "type", &type, NULL, TOK_FILE, "normalizer", err));
-    if (type && strcmp(type, "NFC") == 0) { t->nfc = true; return MOQ_OK; }
-    if (type && strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
-        if (cJSON_IsArray(list) && cJSON_GetArraySize(list) == 0) return MOQ_OK;
-    }
-    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "normalizer.type \"%s\"; moq supports none or NFC", type ? type : "(absent)");
+    return parse_normalizer_one(t, n, "normalizer", 0, err);
 }
 
-static moq_status parse_decoder(const cJSON *root, moq_error *err) {
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "decoder");
-    const char *type = NULL;
-    if (cJSON_IsObject(d)) MOQ_TRY(moq_json_str(d, "type", &type, NULL, TOK_FILE, "decoder", err));
-    if (!type || strcmp(type, "ByteLevel") != 0)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "decoder.type is \"%s\", expected \"ByteLevel\"", type ? type : "(absent)");
+static moq_status add_dec(moq_tokenizer *t, dec_step s, moq_error *err) {
+    if (t->n_dec >= TOK_MAX_STEPS) {
+        free(s.from); free(s.to);
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "decoder has more than %d steps", TOK_MAX_STEPS);
+    }
+    t->dec[t->n_dec++] = s;
     return MOQ_OK;
+}
+
+/* *fused: a Fuse decoder came before (Strip then acts on the whole text). */
+static moq_status parse_decoder_one(moq_tokenizer *t, const cJSON *d, const char *key, int depth, bool *fused, moq_error *err) {
+    const char *type = NULL;
+    MOQ_TRY(moq_json_str(d, "type", &type, NULL, TOK_FILE, key, err));
+    if (!type) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.type is absent", key);
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
+        if (!cJSON_IsArray(list)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.decoders is %s, expected an array", key, moq_json_type(list));
+        if (depth > 2) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s nests Sequences more than 3 deep", key);
+        int i = 0;
+        for (const cJSON *e = list->child; e; e = e->next, i++) {
+            char k[160];
+            snprintf(k, sizeof k, "%s.decoders[%d]", key, i);
+            MOQ_TRY(parse_decoder_one(t, e, k, depth + 1, fused, err));
+        }
+        return MOQ_OK;
+    }
+    if (*fused && strcmp(type, "Strip") != 0)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s (%s) follows Fuse; moq supports only Strip there", key, type);
+    if (strcmp(type, "ByteLevel") == 0) return add_dec(t, (dec_step){ .kind = DK_BYTE_LEVEL }, err);
+    if (strcmp(type, "ByteFallback") == 0) return add_dec(t, (dec_step){ .kind = DK_BYTE_FALLBACK }, err);
+    if (strcmp(type, "Fuse") == 0) { *fused = true; return MOQ_OK; }
+    if (strcmp(type, "Replace") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(d, "pattern");
+        const char *from = NULL, *to = NULL;
+        if (cJSON_IsObject(pat)) MOQ_TRY(moq_json_str(pat, "String", &from, NULL, TOK_FILE, key, err));
+        MOQ_TRY(moq_json_str(d, "content", &to, NULL, TOK_FILE, key, err));
+        if (!from || !from[0] || !to)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s: moq supports a Replace decoder with a non-empty String pattern and a content", key);
+        dec_step s = { .kind = DK_REPLACE };
+        MOQ_TRY(dup_text(from, &s.from, &s.from_len, err));
+        moq_status st = dup_text(to, &s.to, &s.to_len, err);
+        if (st != MOQ_OK) { free(s.from); return st; }
+        return add_dec(t, s, err);
+    }
+    if (strcmp(type, "Metaspace") == 0) {
+        char rep[8];
+        int prepend;
+        dec_step s = { .kind = DK_METASPACE };
+        MOQ_TRY(read_replacement(d, key, rep, sizeof rep, &s.from_len, err));
+        MOQ_TRY(read_prepend(d, key, &prepend, err));
+        MOQ_TRY(dup_text(rep, &s.from, &s.from_len, err));
+        t->dec_drop_first_meta = prepend != 0;
+        return add_dec(t, s, err);
+    }
+    if (strcmp(type, "Strip") == 0) {
+        const char *content = NULL;
+        double a = 0, b = 0;
+        MOQ_TRY(moq_json_str(d, "content", &content, NULL, TOK_FILE, key, err));
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(d, "start"), *je = cJSON_GetObjectItemCaseSensitive(d, "stop");
+        if (!moq_json_is_int(js, 0, 64) || !moq_json_is_int(je, 0, 64))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.start / stop are not counts in [0, 64]", key);
+        a = js->valuedouble; b = je->valuedouble;
+        uint32_t cp = ' ';
+        if (content && (!content[0] || moq_utf8_next((const uint8_t *)content, strlen(content), 0, &cp) != strlen(content)))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.content \"%.20s\" is not one character", key, content);
+        if (*fused) { t->dec_strip_cp = cp; t->dec_strip_start = (int)a; t->dec_strip_stop = (int)b; return MOQ_OK; }
+        return add_dec(t, (dec_step){ .kind = DK_STRIP, .strip_cp = cp, .strip_start = (int)a, .strip_stop = (int)b }, err);
+    }
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE,
+                    "%s.type \"%.64s\" is not one of ByteLevel, ByteFallback, Fuse, Replace, Metaspace, Strip, Sequence", key, type);
+}
+
+static moq_status parse_decoder(moq_tokenizer *t, const cJSON *root, moq_error *err) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    if (is_absent(d)) return MOQ_OK;
+    bool fused = false;
+    return parse_decoder_one(t, d, "decoder", 0, &fused, err);
 }
 
 static int32_t find_token(const moq_tokenizer *t, const char *text);
@@ -575,6 +900,107 @@ static moq_status parse_post(moq_tokenizer *t, const cJSON *pp, const char *key,
                     key, type ? type : "(absent)");
 }
 
+/* Replaces every `from` in s[0..n) by `to` into b. */
+static void replace_all(tbuf *b, const uint8_t *s, size_t n, const char *from, size_t fl, const char *to, size_t tl) {
+    size_t last = 0;
+    for (size_t i = 0; fl && i + fl <= n;) {
+        if (memcmp(s + i, from, fl) == 0) {
+            tb_put(b, s + last, i - last);
+            tb_put(b, to, tl);
+            i += fl;
+            last = i;
+        } else {
+            i++;
+        }
+    }
+    tb_put(b, s + last, n - last);
+}
+
+/* A token's text through the decoder rows (each token alone, as in the middle of a sequence); with
+ * first, the Metaspace decoder's rule for the first token (its replacement chars dropped). Sets
+ * *is_byte for a ByteFallback <0xNN> token. */
+static bool token_decode(const moq_tokenizer *t, const char *raw, size_t n, bool first, tbuf *out, bool *is_byte) {
+    tbuf cur = {0}, nxt = {0};
+    tb_put(&cur, raw, n);
+    *is_byte = false;
+    for (int k = 0; k < t->n_dec && !cur.oom; k++) {
+        const dec_step *d = &t->dec[k];
+        nxt.n = 0;
+        switch (d->kind) {
+        case DK_BYTE_LEVEL: {
+            uint8_t *tmp = malloc(cur.n ? cur.n : 1);
+            if (!tmp) { cur.oom = true; break; }
+            size_t dn = byte_level_decode((const char *)cur.p, cur.n, tmp);
+            tb_put(&nxt, tmp, dn);
+            free(tmp);
+            break;
+        }
+        case DK_BYTE_FALLBACK: {
+            unsigned v;
+            char hex[3] = {0};
+            if (cur.n == 6 && memcmp(cur.p, "<0x", 3) == 0 && cur.p[5] == '>' && isxdigit(cur.p[3]) && isxdigit(cur.p[4])) {
+                memcpy(hex, cur.p + 3, 2);
+                v = (unsigned)strtoul(hex, NULL, 16);
+                uint8_t byte = (uint8_t)v;
+                tb_put(&nxt, &byte, 1);
+                *is_byte = true;
+            } else {
+                tb_put(&nxt, cur.p, cur.n);
+            }
+            break;
+        }
+        case DK_REPLACE: replace_all(&nxt, cur.p, cur.n, d->from, d->from_len, d->to, d->to_len); break;
+        case DK_METASPACE: replace_all(&nxt, cur.p, cur.n, d->from, d->from_len, first && t->dec_drop_first_meta ? "" : " ", first && t->dec_drop_first_meta ? 0 : 1); break;
+        case DK_STRIP: {
+            size_t a = 0, e = cur.n;
+            for (int i = 0; i < d->strip_start && a < e; i++) {
+                uint32_t cp;
+                size_t l = moq_utf8_next(cur.p, cur.n, a, &cp);
+                if (cp != d->strip_cp) break;
+                a += l;
+            }
+            char u[4];
+            size_t ul = utf8_put(d->strip_cp, u);
+            for (int i = 0; i < d->strip_stop && e >= a + ul && memcmp(cur.p + e - ul, u, ul) == 0; i++) e -= ul;
+            tb_put(&nxt, cur.p + a, e - a);
+            break;
+        }
+        }
+        tbuf sw = cur; cur = nxt; nxt = sw;
+    }
+    free(nxt.p);
+    if (cur.oom) { free(cur.p); return false; }
+    tb_put(out, cur.p, cur.n);
+    free(cur.p);
+    return !out->oom;
+}
+
+/* Sets token id's key (its bytes for byte-level models, else its text) and decoded bytes. */
+static moq_status set_token(moq_tokenizer *t, int32_t id, const char *raw, bool byte_level, moq_error *err) {
+    size_t n = strlen(raw);
+    tbuf d = {0};
+    bool is_byte;
+    if (byte_level) {
+        uint8_t *k = malloc(n ? n : 1);
+        if (!k) return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+        size_t kn = byte_level_decode(raw, n, k);
+        moq_status st = pool_add(t, k, kn, &t->tok_off[id], err);
+        free(k);
+        MOQ_TRY(st);
+        t->tok_len[id] = (uint32_t)kn;
+    } else {
+        MOQ_TRY(pool_add(t, raw, n, &t->tok_off[id], err));
+        t->tok_len[id] = (uint32_t)n;
+    }
+    if (!token_decode(t, raw, n, false, &d, &is_byte)) { free(d.p); return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory"); }
+    moq_status st = pool_add(t, d.p, d.n, &t->dec_off[id], err);
+    free(d.p);
+    MOQ_TRY(st);
+    t->dec_len[id] = (uint32_t)d.n;
+    if (is_byte) t->tok_flags[id] |= TF_BYTE;
+    return MOQ_OK;
+}
+
 /* One merge: "a b" or ["a", "b"]; a, b and a+b must be vocabulary tokens. */
 static moq_status parse_merge(moq_tokenizer *t, const moq_strmap *vmap, const cJSON *m, int idx, char **buf,
                               size_t *buf_cap, moq_error *err) {
@@ -612,20 +1038,13 @@ static moq_status parse_merge(moq_tokenizer *t, const moq_strmap *vmap, const cJ
     return MOQ_OK;
 }
 
-static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *vmap, moq_error *err) {
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!cJSON_IsObject(model)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model is %s, expected an object", moq_json_type(model));
-    const char *type = NULL;
-    MOQ_TRY(moq_json_str(model, "type", &type, NULL, TOK_FILE, "model", err));
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    if (type && strcmp(type, "BPE") != 0)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is \"%.64s\"; moq supports \"BPE\"", type);
-    if (!type && !(cJSON_IsObject(vocab) && merges)) /* the library infers BPE from vocab + merges */
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is absent and model is not vocab + merges; moq supports BPE");
+/* A BPE model (vocab {token: id} + merges); a Unigram model comes here as its vocabulary with ids
+ * by position and no merges. */
+static moq_status parse_model_vocab(moq_tokenizer *t, const cJSON *root, const cJSON *model, const cJSON *vocab,
+                                    const cJSON *merges, moq_strmap *vmap, moq_error *err) {
     if (!cJSON_IsObject(vocab)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab is %s, expected an object of token: id", moq_json_type(vocab));
     if (!cJSON_IsArray(merges)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.merges is %s, expected an array", moq_json_type(merges));
-    MOQ_TRY(check_bpe_options(model, err));
+    MOQ_TRY(check_bpe_options(t, model, err));
     MOQ_TRY(moq_json_bool(model, "ignore_merges", &t->ignore_merges, NULL, TOK_FILE, "model", err));
 
     /* ids: the largest of vocab and added_tokens decides n_vocab */
@@ -657,43 +1076,35 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
     if (!t->tok_off || !t->tok_len || !t->tok_flags || !moq_strmap_init(vmap, n_tok))
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory for %d tokens", t->n_vocab);
 
-    /* vocab */
-    uint8_t *dec = NULL;
-    size_t dec_cap = 0;
+    t->dec_off = calloc(nv, sizeof *t->dec_off);
+    t->dec_len = calloc(nv, sizeof *t->dec_len);
+    if (!t->dec_off || !t->dec_len) return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory for %d tokens", t->n_vocab);
+    /* vocab: the key (bytes for byte-level models, else the text) and the decoded bytes */
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id = (int32_t)e->valuedouble;
-        size_t old, n = strlen(e->string);
-        if (!moq_strmap_put(vmap, e->string, (size_t)id, &old)) {
-            free(dec);
+        size_t old;
+        if (!moq_strmap_put(vmap, e->string, (size_t)id, &old))
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab has token \"%.100s\" twice (ids %zu and %d)", e->string, old, id);
-        }
-        if (t->tok_flags[id] & TF_PRESENT) {
-            free(dec);
+        if (t->tok_flags[id] & TF_PRESENT)
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab gives id %d to two tokens (\"%.100s\" and another)", id, e->string);
-        }
-        if (n > dec_cap) {
-            uint8_t *nd = realloc(dec, n * 2);
-            if (!nd) { free(dec); return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory"); }
-            dec = nd; dec_cap = n * 2;
-        }
-        size_t dn = byte_level_decode(e->string, n, dec);
-        moq_status st = pool_add(t, dec, dn, &t->tok_off[id], err);
-        if (st != MOQ_OK) { free(dec); return st; }
-        t->tok_len[id] = (uint32_t)dn;
-        t->tok_flags[id] = TF_PRESENT;
+        MOQ_TRY(set_token(t, id, e->string, t->byte_level, err));
+        t->tok_flags[id] |= TF_PRESENT;
     }
-    free(dec);
 
-    /* the 256 byte symbols (a vocabulary may lack some) */
+    /* byte-level: the 256 byte symbols (a vocabulary may lack some); else ByteFallback's <0xNN> */
     for (unsigned b = 0; b < 256; b++) {
-        char s[5];
-        uint32_t cp = byte_to_cp(b);
-        s[utf8_put(cp, s)] = '\0';
+        char s[8];
+        if (t->byte_level) s[utf8_put(byte_to_cp(b), s)] = '\0';
+        else snprintf(s, sizeof s, "<0x%02X>", b);
         size_t id;
-        t->byte_id[b] = moq_strmap_get(vmap, s, &id) ? (int32_t)id : -1; /* missing: dropped (bpe) */
+        t->byte_id[b] = (t->byte_level || t->byte_fallback) && moq_strmap_get(vmap, s, &id) ? (int32_t)id : -1;
     }
+    const char *unk = NULL;
+    size_t uid;
+    MOQ_TRY(moq_json_str(model, "unk_token", &unk, NULL, TOK_FILE, "model", err));
+    t->unk = unk && moq_strmap_get(vmap, unk, &uid) ? (int32_t)uid : -1; /* absent from vocab: as null */
 
-    /* byte-level vocab by bytes (for ignore_merges and moq_tokenizer_token_id) */
+    /* vocab by key (for ignore_merges and moq_tokenizer_token_id) */
     t->v_cap = pow2_at_least(n_tok * 2);
     t->v_slot = malloc(t->v_cap * sizeof *t->v_slot);
     if (!t->v_slot) return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
@@ -732,12 +1143,11 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
         MOQ_TRY(moq_json_bool(e, "special", &special, NULL, TOK_FILE, key, err));
         MOQ_TRY(moq_json_bool(e, "normalized", &normalized, NULL, TOK_FILE, key, err));
         if (!content || !content[0]) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "%s.content is %s, expected a non-empty string", key, content ? "empty" : "absent");
-        static const char *const unsupported[] = { "single_word", "lstrip", "rstrip" };
-        for (size_t k = 0; k < 3; k++) {
-            flag = false;
-            MOQ_TRY(moq_json_bool(e, unsupported[k], &flag, NULL, TOK_FILE, key, err));
-            if (flag) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "%s.%s is true (token \"%.100s\"); moq supports false", key, unsupported[k], content);
-        }
+        bool lstrip = false, rstrip = false, single_word = false;
+        MOQ_TRY(moq_json_bool(e, "lstrip", &lstrip, NULL, TOK_FILE, key, err));
+        MOQ_TRY(moq_json_bool(e, "rstrip", &rstrip, NULL, TOK_FILE, key, err));
+        MOQ_TRY(moq_json_bool(e, "single_word", &single_word, NULL, TOK_FILE, key, err));
+        (void)flag;
         int32_t id = (int32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
         size_t cl = strlen(content);
         for (size_t k = 0; k < t->n_added; k++) {
@@ -748,24 +1158,90 @@ static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *v
         }
         added_tok *a = &t->added[t->n_added++];
         a->id = id; a->special = special; a->normalized = normalized; a->len = (uint32_t)cl;
+        a->lstrip = lstrip; a->rstrip = rstrip; a->single_word = single_word;
         MOQ_TRY(pool_add(t, content, cl, &a->off, err));
-        /* decoding an added token: its text through the ByteLevel decoder, as for vocab tokens */
-        uint8_t *d = malloc(cl);
-        if (!d) return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
-        size_t dn = byte_level_decode(content, cl, d);
-        moq_status st = pool_add(t, d, dn, &t->tok_off[id], err);
-        free(d);
+        a->moff = a->off; a->mlen = a->len;
+        /* `tokenizers` matches, and decodes, a normalized=true token by the normalized form of its content */
+        tbuf nb = {0};
+        if (normalized && t->n_norm) {
+            pcre2_match_data *md = pcre2_match_data_create(16, NULL);
+            bool ok = md && normalize_all(t, md, (const uint8_t *)content, cl, &nb);
+            pcre2_match_data_free(md);
+            if (ok) tb_put(&nb, "", 1);
+            moq_status st = ok && !nb.oom ? pool_add(t, nb.p, nb.n - 1, &a->moff, err) : MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+            if (st != MOQ_OK) { free(nb.p); return st; }
+            a->mlen = (uint32_t)(nb.n - 1);
+        }
+        moq_status st = set_token(t, id, nb.p ? (const char *)nb.p : content, t->byte_level, err);
+        free(nb.p);
         MOQ_TRY(st);
-        t->tok_len[id] = (uint32_t)dn;
-        t->tok_flags[id] = (uint8_t)(TF_PRESENT | TF_ADDED | (special ? TF_SPECIAL : 0));
+        t->tok_flags[id] = (uint8_t)(t->tok_flags[id] | TF_PRESENT | TF_ADDED | (special ? TF_SPECIAL : 0));
     }
     /* index added tokens by first byte */
     uint32_t cnt[257] = {0};
-    for (size_t k = 0; k < t->n_added; k++) cnt[t->pool[t->added[k].off] + 1]++;
+    for (size_t k = 0; k < t->n_added; k++) /* an empty match text (normalized away) never matches */
+        if (t->added[k].mlen) cnt[t->pool[t->added[k].moff] + 1]++;
     for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
     memcpy(t->added_first, cnt, sizeof cnt);
-    for (size_t k = 0; k < t->n_added; k++) t->added_by_first[cnt[t->pool[t->added[k].off]]++] = (uint32_t)k;
+    for (size_t k = 0; k < t->n_added; k++)
+        if (t->added[k].mlen) t->added_by_first[cnt[t->pool[t->added[k].moff]]++] = (uint32_t)k;
     return MOQ_OK;
+}
+
+/* Unigram: vocab [[piece, score], ...] (ids by position), unk_id, byte_fallback. */
+static moq_status parse_unigram(moq_tokenizer *t, const cJSON *root, const cJSON *model, const cJSON *vocab, moq_strmap *vmap,
+                                moq_error *err) {
+    if (t->byte_level) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type Unigram with a ByteLevel pre-tokenizer");
+    if (!cJSON_IsArray(vocab)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab is %s, expected [[piece, score], ...]", moq_json_type(vocab));
+    size_t n = (size_t)cJSON_GetArraySize(vocab);
+    if (!n || n > TOK_MAX_ID) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab has %zu pieces, expected 1 to %d", n, TOK_MAX_ID);
+    t->u_score = malloc(n * sizeof *t->u_score);
+    cJSON *obj = cJSON_CreateObject(), *none = cJSON_CreateArray();
+    if (!t->u_score || !obj || !none) { cJSON_Delete(obj); cJSON_Delete(none); return MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory"); }
+    t->n_pieces = n;
+    t->u_min = 0;
+    size_t i = 0;
+    moq_status st = MOQ_OK;
+    for (const cJSON *e = vocab->child; e && st == MOQ_OK; e = e->next, i++) {
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsString(e->child) || !cJSON_IsNumber(e->child->next)) {
+            st = MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.vocab[%zu] is not [piece, score]", i);
+            break;
+        }
+        t->u_score[i] = e->child->next->valuedouble;
+        if (i == 0 || t->u_score[i] < t->u_min) t->u_min = t->u_score[i];
+        if (!cJSON_AddItemToObject(obj, e->child->valuestring, cJSON_CreateNumber((double)i)))
+            st = MOQ_FAIL(err, MOQ_ERR_NOMEM, TOK_FILE, "out of memory");
+    }
+    if (st == MOQ_OK) st = parse_model_vocab(t, root, model, obj, none, vmap, err);
+    cJSON_Delete(obj);
+    cJSON_Delete(none);
+    MOQ_TRY(st);
+    t->unigram = true;
+    for (size_t k = 0; k < n; k++)
+        if (t->tok_len[k] > t->u_maxlen) t->u_maxlen = t->tok_len[k];
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(model, "unk_id");
+    t->unk = -1;
+    if (!is_absent(uid)) {
+        if (!moq_json_is_int(uid, 0, (double)n - 1))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model.unk_id is %s, expected a piece index below %zu", moq_json_type(uid), n);
+        t->unk = (int32_t)uid->valuedouble;
+    }
+    return MOQ_OK;
+}
+
+static moq_status parse_model(moq_tokenizer *t, const cJSON *root, moq_strmap *vmap, moq_error *err) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(model)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "model is %s, expected an object", moq_json_type(model));
+    const char *type = NULL;
+    MOQ_TRY(moq_json_str(model, "type", &type, NULL, TOK_FILE, "model", err));
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (type && strcmp(type, "Unigram") == 0) return parse_unigram(t, root, model, vocab, vmap, err);
+    if (type && strcmp(type, "BPE") != 0)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is \"%.64s\"; moq supports \"BPE\" and \"Unigram\"", type);
+    if (!type && !(cJSON_IsObject(vocab) && merges)) /* the library infers BPE from vocab + merges */
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "model.type is absent and model is not vocab + merges; moq supports BPE");
+    return parse_model_vocab(t, root, model, vocab, merges, vmap, err);
 }
 
 static int32_t find_token(const moq_tokenizer *t, const char *text) {
@@ -819,8 +1295,15 @@ static moq_status parse_tokenizer_config(moq_tokenizer *t, const char *text, siz
     MOQ_TRY(st);
     if (t->bos < 0) t->bos = bos;
     add_eos(t, eos);
-    st = moq_chat_template_from_config(&t->chat, text, len, err);
-    if (st == MOQ_ERR_UNSUPPORTED) { memset(&t->chat, 0, sizeof t->chat); st = MOQ_OK; } /* plain prompts still work */
+    moq_error ce = {0};
+    st = moq_chat_template_from_config(&t->chat, text, len, &ce);
+    if (st == MOQ_ERR_UNSUPPORTED) { /* plain prompts still work; rendering a chat says why not */
+        memset(&t->chat, 0, sizeof t->chat);
+        moq_error_format(&ce, t->chat.why_none, sizeof t->chat.why_none);
+        st = MOQ_OK;
+    } else if (st != MOQ_OK && err) {
+        *err = ce;
+    }
     return st;
 }
 
@@ -840,10 +1323,10 @@ static moq_status open_json(moq_tokenizer **out, const char *json, size_t len, m
     t->bos = -1;
     moq_status st = MOQ_OK;
     if (!cJSON_IsObject(root)) st = MOQ_FAIL(err, MOQ_ERR_CONFIG, TOK_FILE, "top level is %s, expected an object", moq_json_type(root));
-    if (st == MOQ_OK) st = parse_model(t, root, &vmap, err);
     if (st == MOQ_OK) st = parse_normalizer(t, root, err);
     if (st == MOQ_OK) st = parse_pretok(t, root, err);
-    if (st == MOQ_OK) st = parse_decoder(root, err);
+    if (st == MOQ_OK) st = parse_decoder(t, root, err);
+    if (st == MOQ_OK) st = parse_model(t, root, &vmap, err);
     if (st == MOQ_OK) st = parse_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), "post_processor", 0, err);
     moq_strmap_free(&vmap);
     cJSON_Delete(root);
@@ -925,8 +1408,11 @@ moq_status moq_tokenizer_open(moq_tokenizer **out, const char *path, moq_error *
             memcpy(bos_text, b, bl);
             bos = bos_text;
         }
-        if (moq_chat_template_detect(&t->chat, text, bos, "chat_template.jinja", err) != MOQ_OK)
-            memset(&t->chat, 0, sizeof t->chat); /* plain prompts still work */
+        moq_error ce = {0};
+        if (moq_chat_template_detect(&t->chat, text, bos, "chat_template.jinja", &ce) != MOQ_OK) {
+            memset(&t->chat, 0, sizeof t->chat); /* plain prompts still work; rendering a chat says why not */
+            moq_error_format(&ce, t->chat.why_none, sizeof t->chat.why_none);
+        }
         free(text);
     }
     if (st != MOQ_OK) { moq_tokenizer_free(t); return st; }
@@ -938,7 +1424,10 @@ void moq_tokenizer_free(moq_tokenizer *t) {
     if (!t) return;
     free(t->pool); free(t->tok_off); free(t->tok_len); free(t->tok_flags);
     free(t->m_key); free(t->m_rank); free(t->m_out); free(t->v_slot);
-    free(t->added); free(t->added_by_first);
+    free(t->added); free(t->added_by_first); free(t->dec_off); free(t->dec_len); free(t->u_score);
+    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
+    for (int i = 0; i < t->n_norm; i++) { pcre2_code_free(t->norm[i].re); free(t->norm[i].text); }
+    for (int i = 0; i < t->n_dec; i++) { free(t->dec[i].from); free(t->dec[i].to); }
     free(t);
 }
 
@@ -959,141 +1448,6 @@ bool moq_tokenizer_is_special(const moq_tokenizer *t, int32_t id) {
 int32_t moq_tokenizer_token_id(const moq_tokenizer *t, const char *text) { return t && text ? find_token(t, text) : -1; }
 const moq_chat_template *moq_tokenizer_chat_template(const moq_tokenizer *t) { return t ? &t->chat : NULL; }
 
-/* ---- pre-tokenizer matchers --------------------------------------------------------------------- */
-/* Each returns the length (> 0) of the match at s[i..n); the patterns match every character, so
- * pieces tile the input. Regex semantics: alternatives tried in order, quantifiers greedy. */
-
-typedef struct uch { uint32_t cp; size_t len; moq_ucls cls; } uch;
-
-static uch char_at(const uint8_t *s, size_t n, size_t i) {
-    uch c = { MOQ_UTF8_INVALID, 0, MOQ_UCLS_OTHER };
-    if (i >= n) return c; /* len 0 = end */
-    c.len = moq_utf8_next(s, n, i, &c.cp);
-    c.cls = moq_ucls_of(c.cp);
-    return c;
-}
-
-/* End of the run of chars of class cls starting at i. */
-static size_t run_of(const uint8_t *s, size_t n, size_t i, moq_ucls cls) {
-    for (;;) {
-        uch c = char_at(s, n, i);
-        if (!c.len || c.cls != cls) return i;
-        i += c.len;
-    }
-}
-
-static size_t run_crlf(const uint8_t *s, size_t n, size_t i) {
-    while (i < n && (s[i] == '\r' || s[i] == '\n')) i++;
-    return i;
-}
-
-/* 's|'t|'re|'ve|'m|'ll|'d at s[i] == '\'': length or 0. Case-insensitive as (?i:) does:
- * ASCII letters of either case, and U+017F LATIN SMALL LETTER LONG S folds to 's'. */
-static size_t contraction(const uint8_t *s, size_t n, size_t i, bool icase) {
-    static const char *const sfx[] = { "s", "t", "re", "ve", "m", "ll", "d" };
-    for (size_t k = 0; k < sizeof sfx / sizeof sfx[0]; k++) {
-        size_t j = i + 1;
-        const char *p = sfx[k];
-        for (; *p; p++) {
-            if (j < n && (s[j] == (uint8_t)*p || (icase && s[j] == (uint8_t)(*p - 32)))) { j++; continue; }
-            if (icase && *p == 's' && j + 1 < n && s[j] == 0xC5 && s[j + 1] == 0xBF) { j += 2; continue; }
-            break;
-        }
-        if (!*p) return j - i;
-    }
-    return 0;
-}
-
-/* \s+(?!\S)|\s+ at a whitespace char: the run, less its last char when a non-space follows. */
-static size_t ws_tail(const uint8_t *s, size_t n, size_t i) {
-    size_t j = i, last = i;
-    for (;;) {
-        uch c = char_at(s, n, j);
-        if (!c.len || c.cls != MOQ_UCLS_WS) break;
-        last = j;
-        j += c.len;
-    }
-    if (j < n && last > i) return last - i;
-    return j - i;
-}
-
-static size_t match_gpt2(const uint8_t *s, size_t n, size_t i) {
-    if (s[i] == '\'') {
-        size_t k = contraction(s, n, i, false);
-        if (k) return k;
-    }
-    uch c0 = char_at(s, n, i);
-    size_t start = i;
-    if (c0.cp == ' ') {
-        uch c1 = char_at(s, n, i + 1);
-        if (c1.len && c1.cls != MOQ_UCLS_WS) return run_of(s, n, i + 1, c1.cls) - start;
-    }
-    if (c0.cls != MOQ_UCLS_WS) return run_of(s, n, i, c0.cls) - start;
-    return ws_tail(s, n, i);
-}
-
-static size_t match_llama3(const uint8_t *s, size_t n, size_t i, size_t max_digits) {
-    if (s[i] == '\'') {
-        size_t k = contraction(s, n, i, true);
-        if (k) return k;
-    }
-    uch c0 = char_at(s, n, i);
-    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if (c0.cls == MOQ_UCLS_L) return run_of(s, n, i, MOQ_UCLS_L) - i;
-    if (c0.cls != MOQ_UCLS_N && c0.cp != '\r' && c0.cp != '\n') {
-        uch c1 = char_at(s, n, i + c0.len);
-        if (c1.len && c1.cls == MOQ_UCLS_L) return run_of(s, n, i + c0.len, MOQ_UCLS_L) - i;
-    }
-    /* \p{N}{1,max} */
-    if (c0.cls == MOQ_UCLS_N) {
-        size_t j = i;
-        for (size_t k = 0; k < max_digits; k++) {
-            uch c = char_at(s, n, j);
-            if (!c.len || c.cls != MOQ_UCLS_N) break;
-            j += c.len;
-        }
-        return j - i;
-    }
-    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-    if (c0.cls == MOQ_UCLS_OTHER) return run_crlf(s, n, run_of(s, n, i, MOQ_UCLS_OTHER)) - i;
-    if (c0.cp == ' ') {
-        uch c1 = char_at(s, n, i + 1);
-        if (c1.len && c1.cls == MOQ_UCLS_OTHER) return run_crlf(s, n, run_of(s, n, i + 1, MOQ_UCLS_OTHER)) - i;
-    }
-    /* \s*[\r\n]+ : the whitespace run up to and including its last \r or \n */
-    size_t j = i, last_nl = SIZE_MAX;
-    for (;;) {
-        uch c = char_at(s, n, j);
-        if (!c.len || c.cls != MOQ_UCLS_WS) break;
-        if (c.cp == '\r' || c.cp == '\n') last_nl = j;
-        j += c.len;
-    }
-    if (last_nl != SIZE_MAX) return last_nl + 1 - i;
-    return ws_tail(s, n, i);
-}
-
-static size_t match_digits(const uint8_t *s, size_t n, size_t i, bool isolated) {
-    uch c0 = char_at(s, n, i);
-    if (c0.cls == MOQ_UCLS_N) return isolated ? c0.len : run_of(s, n, i, MOQ_UCLS_N) - i;
-    size_t j = i;
-    for (;;) {
-        uch c = char_at(s, n, j);
-        if (!c.len || c.cls == MOQ_UCLS_N) return j - i;
-        j += c.len;
-    }
-}
-
-static size_t step_match(pretok_step st, const uint8_t *s, size_t n, size_t i) {
-    switch (st) {
-    case STEP_SPLIT_GPT2: return match_gpt2(s, n, i);
-    case STEP_SPLIT_LLAMA3: return match_llama3(s, n, i, 3);
-    case STEP_SPLIT_QWEN2: return match_llama3(s, n, i, 1);
-    case STEP_DIGITS_ISOLATED: return match_digits(s, n, i, true);
-    case STEP_DIGITS_CONTIGUOUS: return match_digits(s, n, i, false);
-    }
-    return n - i;
-}
-
 /* ---- encoding ----------------------------------------------------------------------------------- */
 
 typedef struct enc_ctx {
@@ -1105,12 +1459,18 @@ typedef struct enc_ctx {
     size_t   mem_len;
     int32_t *sym, *prev, *next; /* [len] BPE symbols of the current piece */
     uint64_t *heap;             /* [3 len] (rank << 32 | pos), min-heap    */
+    pcre2_match_data *md;
+    moq_status st;              /* the first failure (out of memory, regex resource limit) */
     moq_error *err;
 } enc_ctx;
 
 static void emit(enc_ctx *c, int32_t id) {
     if (c->n < c->cap) c->ids[c->n] = id;
     c->n++;
+}
+
+static void fail_oom(enc_ctx *c, const char *what) {
+    if (c->st == MOQ_OK) c->st = MOQ_FAIL(c->err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "out of memory (%s)", what);
 }
 
 static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
@@ -1148,27 +1508,145 @@ static void push_pair(enc_ctx *c, size_t *hn, int32_t pos) {
         heap_push(c->heap, hn, ((uint64_t)rank << 32) | (uint32_t)pos);
 }
 
+/* Makes the BPE scratch hold pieces of n bytes. */
+static bool scratch_reserve(enc_ctx *c, size_t n) {
+    if (n <= c->mem_len) return true;
+    void *mem = malloc(n * (3 * sizeof(int32_t) + 3 * sizeof(uint64_t)));
+    if (!mem) { fail_oom(c, "BPE scratch"); return false; }
+    free(c->mem);
+    c->mem = mem;
+    c->mem_len = n;
+    c->heap = mem;
+    c->sym = (int32_t *)(c->heap + 3 * n);
+    c->prev = c->sym + n;
+    c->next = c->prev + n;
+    return true;
+}
+
+/* The symbols of a piece before any merge, as the `tokenizers` BPE model makes them: one per byte
+ * (byte-level) or per character; a character not in the vocabulary becomes its <0xNN> byte tokens
+ * (byte_fallback, when all exist), else unk (consecutive ones fused with fuse_unk), else nothing. */
+static size_t initial_symbols(enc_ctx *c, const uint8_t *s, size_t n) {
+    const moq_tokenizer *t = c->t;
+    size_t k = 0;
+    int32_t pending_unk = -1;
+    for (size_t i = 0; i < n;) {
+        size_t l = 1;
+        int32_t id;
+        if (t->byte_level) {
+            id = t->byte_id[s[i]];
+        } else {
+            uint32_t cp;
+            l = moq_utf8_next(s, n, i, &cp);
+            id = vocab_get(t, s + i, l);
+            if (id < 0 && t->byte_fallback) {
+                bool all = true;
+                for (size_t j = i; j < i + l; j++) all = all && t->byte_id[s[j]] >= 0;
+                if (all) {
+                    for (size_t j = i; j < i + l; j++) c->sym[k++] = t->byte_id[s[j]];
+                    i += l;
+                    continue;
+                }
+            }
+        }
+        if (id >= 0) {
+            if (pending_unk >= 0) { c->sym[k++] = pending_unk; pending_unk = -1; }
+            c->sym[k++] = id;
+        } else if (t->unk >= 0) {
+            if (pending_unk >= 0 && !t->fuse_unk) c->sym[k++] = pending_unk;
+            pending_unk = t->unk;
+        }
+        i += l;
+    }
+    if (pending_unk >= 0) c->sym[k++] = pending_unk;
+    return k;
+}
+
+/* Emits a Unigram segment: its piece id, else its <0xNN> tokens (byte_fallback, when all exist),
+ * else unk. */
+static void unigram_emit(enc_ctx *c, const uint8_t *s, size_t n) {
+    const moq_tokenizer *t = c->t;
+    int32_t id = vocab_get(t, s, n);
+    if (id >= 0 && (size_t)id < t->n_pieces) { emit(c, id); return; }
+    if (t->byte_fallback) {
+        bool all = true;
+        for (size_t j = 0; j < n; j++) all = all && t->byte_id[s[j]] >= 0;
+        if (all) {
+            for (size_t j = 0; j < n; j++) emit(c, t->byte_id[s[j]]);
+            return;
+        }
+    }
+    if (t->unk < 0) {
+        if (c->st == MOQ_OK) c->st = MOQ_FAIL(c->err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "a character is in no Unigram piece and model.unk_id is null");
+        return;
+    }
+    emit(c, t->unk);
+}
+
+/* Unigram (the `tokenizers` library's encode_optimized): the segmentation of highest total score by
+ * Viterbi over byte positions, pieces tried shortest first and replaced only by a strictly better
+ * score; a character no piece starts with costs u_min - 10 as unk. Walking back, consecutive unk
+ * segments fuse into one. */
+static void unigram(enc_ctx *c, const uint8_t *s, size_t n) {
+    const moq_tokenizer *t = c->t;
+    if (!scratch_reserve(c, n + 1)) return;
+    double *score = (double *)c->heap;   /* [n + 1] best score of a path ending here           */
+    int32_t *from = c->sym, *id = c->prev; /* [n + 1] where that path's last piece starts; its id */
+    for (size_t i = 0; i <= n; i++) { from[i] = -1; id[i] = -1; score[i] = 0; }
+    const double unk_score = t->u_min - 10.0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t ml = moq_utf8_next(s, n, i, &cp);
+        bool single = false;
+        for (size_t l = 1; l <= t->u_maxlen && i + l <= n; l++) {
+            int32_t k = vocab_get(t, s + i, l);
+            if (k < 0 || (size_t)k >= t->n_pieces) continue;
+            double cand = score[i] + t->u_score[k];
+            if (from[i + l] < 0 || cand > score[i + l]) { score[i + l] = cand; from[i + l] = (int32_t)i; id[i + l] = k; }
+            if (l == ml) single = true;
+        }
+        if (!single) {
+            double cand = score[i] + unk_score;
+            if (from[i + ml] < 0 || cand > score[i + ml]) { score[i + ml] = cand; from[i + ml] = (int32_t)i; id[i + ml] = -2; /* unk */ }
+        }
+        i += ml;
+    }
+    /* back from the end: (end, start) pairs, reversed, unk runs fused (start stored as -start - 1);
+     * at most 2n values, in the heap scratch after score[] (3 (n + 1) u64 in all) */
+    int32_t *ends = (int32_t *)(score + n + 1);
+    size_t m = 0;
+    for (size_t e = n; e > 0;) {
+        size_t a = (size_t)from[e];
+        bool is_unk = id[e] == -2 || (t->unk >= 0 && id[e] == t->unk);
+        if (is_unk && m && ends[m - 1] < 0) { ends[m - 1] = -(int32_t)a - 1; } /* extend the unk run down to a */
+        else if (is_unk) { ends[m++] = (int32_t)e; ends[m++] = -(int32_t)a - 1; }
+        else { ends[m++] = (int32_t)e; ends[m++] = (int32_t)a; }
+        e = a;
+    }
+    for (size_t k = m; k >= 2; k -= 2) {
+        int32_t a = ends[k - 1], e = ends[k - 2];
+        size_t start = (size_t)(a < 0 ? -a - 1 : a);
+        unigram_emit(c, s + start, (size_t)e - start);
+    }
+}
+
 /* BPE of one piece: merges lowest rank first, leftmost first among equal ranks. */
 static void bpe(enc_ctx *c, const uint8_t *s, size_t n) {
     const moq_tokenizer *t = c->t;
+    if (t->unigram) { unigram(c, s, n); return; }
     if (t->ignore_merges) {
         int32_t id = vocab_get(t, s, n);
         if (id >= 0) { emit(c, id); return; }
     }
-    /* A byte whose symbol the vocabulary lacks is dropped, and its neighbours become adjacent:
-     * `tokenizers` does so when unk_token is null (SmolLM2's vocabulary lacks 21 byte symbols). */
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (t->byte_id[s[i]] < 0) continue;
-        c->sym[k] = t->byte_id[s[i]];
-        c->prev[k] = (int32_t)k - 1;
-        k++;
-    }
+    if (!scratch_reserve(c, n)) return;
+    size_t k = initial_symbols(c, s, n);
     if (k == 0) return;
-    for (size_t i = 0; i < k; i++) c->next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
-    n = k;
+    for (size_t i = 0; i < k; i++) {
+        c->prev[i] = (int32_t)i - 1;
+        c->next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
+    }
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++) push_pair(c, &hn, (int32_t)i);
+    for (size_t i = 0; i + 1 < k; i++) push_pair(c, &hn, (int32_t)i);
     while (hn) {
         uint64_t top = heap_pop(c->heap, &hn);
         int32_t pos = (int32_t)(uint32_t)top, q = c->next[pos];
@@ -1186,72 +1664,208 @@ static void bpe(enc_ctx *c, const uint8_t *s, size_t n) {
     for (int32_t i = 0; i >= 0; i = c->next[i]) emit(c, c->sym[i]);
 }
 
-static void pretok(enc_ctx *c, int step, const uint8_t *s, size_t n) {
-    if (step == c->t->n_steps) { bpe(c, s, n); return; }
-    for (size_t i = 0; i < n;) {
-        size_t m = step_match(c->t->steps[step], s, n, i);
-        pretok(c, step + 1, s + i, m);
-        i += m;
+/* ---- pre-tokenizers ----------------------------------------------------------------------------- */
+
+typedef struct span { size_t a, e; bool match; } span;
+typedef struct span_list { span *v; size_t n, cap; bool oom; } span_list;
+
+static void span_push(span_list *l, size_t a, size_t e, bool match) {
+    if (l->oom) return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        span *nv = realloc(l->v, cap * sizeof *nv);
+        if (!nv) { l->oom = true; return; }
+        l->v = nv; l->cap = cap;
+    }
+    l->v[l->n++] = (span){ a, e, match };
+}
+
+typedef struct split_ctx { span_list *l; size_t last; } split_ctx;
+static bool split_on_match(void *vc, size_t a, size_t e) {
+    split_ctx *c = vc;
+    if (a > c->last) span_push(c->l, c->last, a, false);
+    span_push(c->l, a, e, true);
+    c->last = e;
+    return !c->l->oom;
+}
+
+/* Pieces of s[0..n) by a Split step, as NormalizedString::split does: the text cut into matches and
+ * the gaps between them (flags flipped with invert), then the behaviour. */
+static bool split_pieces(enc_ctx *c, const pretok_step *ps, const uint8_t *s, size_t n, span_list *out) {
+    span_list m = {0};
+    split_ctx sc = { &m, 0 };
+    if (!regex_each(ps->re, c->md, s, n, split_on_match, &sc)) {
+        free(m.v);
+        if (m.oom) fail_oom(c, "split pieces");
+        else if (c->st == MOQ_OK) c->st = MOQ_FAIL(c->err, MOQ_ERR_UNSUPPORTED, TOK_FILE, "a pre-tokenizer regex hit a PCRE2 resource limit on %zu bytes", n);
+        return false;
+    }
+    if (sc.last < n) span_push(&m, sc.last, n, false);
+    for (size_t i = 0; i < m.n; i++) m.v[i].match ^= ps->invert;
+    bool prev = false;
+    switch (ps->behavior) {
+    case SB_ISOLATED:
+        for (size_t i = 0; i < m.n; i++) span_push(out, m.v[i].a, m.v[i].e, false);
+        break;
+    case SB_REMOVED:
+        for (size_t i = 0; i < m.n; i++) if (!m.v[i].match) span_push(out, m.v[i].a, m.v[i].e, false);
+        break;
+    case SB_MERGED_PREV:
+        for (size_t i = 0; i < m.n; i++) {
+            if (m.v[i].match && !prev && out->n) out->v[out->n - 1].e = m.v[i].e;
+            else span_push(out, m.v[i].a, m.v[i].e, false);
+            prev = m.v[i].match;
+        }
+        break;
+    case SB_MERGED_NEXT: /* right to left, then reversed */
+        for (size_t i = m.n; i-- > 0;) {
+            if (m.v[i].match && !prev && out->n) out->v[out->n - 1].a = m.v[i].a;
+            else span_push(out, m.v[i].a, m.v[i].e, false);
+            prev = m.v[i].match;
+        }
+        for (size_t i = 0; i < out->n / 2; i++) { span tmp = out->v[i]; out->v[i] = out->v[out->n - 1 - i]; out->v[out->n - 1 - i] = tmp; }
+        break;
+    case SB_CONTIGUOUS:
+        for (size_t i = 0; i < m.n; i++) {
+            if (m.v[i].match == prev && out->n) out->v[out->n - 1].e = m.v[i].e;
+            else span_push(out, m.v[i].a, m.v[i].e, false);
+            prev = m.v[i].match;
+        }
+        break;
+    }
+    free(m.v);
+    if (out->oom) { fail_oom(c, "split pieces"); return false; }
+    return true;
+}
+
+/* Pre-tokenizer step `step` on a piece, then the rest of the steps, then BPE. origin: the piece
+ * starts at offset 0 of the input (Metaspace's prepend_scheme "first"). */
+static void pretok(enc_ctx *c, int step, const uint8_t *s, size_t n, bool origin) {
+    const moq_tokenizer *t = c->t;
+    if (c->st != MOQ_OK || n == 0) return;
+    if (step == t->n_steps) { bpe(c, s, n); return; }
+    const pretok_step *ps = &t->steps[step];
+    if (ps->kind == PT_PREFIX) {
+        if (s[0] == ' ') { pretok(c, step + 1, s, n, origin); return; }
+        tbuf b = {0};
+        tb_put(&b, " ", 1);
+        tb_put(&b, s, n);
+        if (b.oom) fail_oom(c, "prefix space");
+        else pretok(c, step + 1, b.p, b.n, origin);
+        free(b.p);
+        return;
+    }
+    if (ps->kind == PT_METASPACE) {
+        tbuf b = {0};
+        bool starts = n >= ps->rep_len && memcmp(s, ps->rep, ps->rep_len) == 0;
+        if (!starts && (ps->prepend == 2 || (ps->prepend == 1 && origin)) && s[0] != ' ') tb_put(&b, ps->rep, ps->rep_len);
+        replace_all(&b, s, n, " ", 1, ps->rep, ps->rep_len);
+        if (b.oom) { fail_oom(c, "Metaspace"); free(b.p); return; }
+        size_t a = 0;
+        if (ps->split) /* MergedWithNext on the replacement: a piece starts at each one */
+            for (size_t i = 1; i + ps->rep_len <= b.n; i++)
+                if (memcmp(b.p + i, ps->rep, ps->rep_len) == 0) {
+                    pretok(c, step + 1, b.p + a, i - a, origin && a == 0);
+                    a = i;
+                    i += ps->rep_len - 1;
+                }
+        pretok(c, step + 1, b.p + a, b.n - a, origin && a == 0);
+        free(b.p);
+        return;
+    }
+    span_list l = {0};
+    if (split_pieces(c, ps, s, n, &l))
+        for (size_t i = 0; i < l.n; i++) pretok(c, step + 1, s + l.v[i].a, l.v[i].e - l.v[i].a, origin && l.v[i].a == 0);
+    free(l.v);
+}
+
+/* ---- added tokens and normalization ------------------------------------------------------------- */
+
+/* single_word's word characters: the Rust regex crate's \w (UTS #18 Word: Alphabetic, marks, decimal
+ * digits, connector punctuation, joiners), which `tokenizers` uses there. */
+static bool is_word_char(uint32_t cp) {
+    if (cp == MOQ_UTF8_INVALID) return false;
+    if (cp == '_' || cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) ||
+        (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189))
+        return true;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+        return true;
+    default:
+        return false;
     }
 }
 
-/* Makes the BPE scratch hold pieces of n bytes. */
-static moq_status scratch_reserve(enc_ctx *c, size_t n) {
-    if (n <= c->mem_len) return MOQ_OK;
-    void *mem = malloc(n * (3 * sizeof(int32_t) + 3 * sizeof(uint64_t)));
-    if (!mem) return MOQ_FAIL(c->err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "out of memory for encoding %zu bytes", n);
-    free(c->mem);
-    c->mem = mem;
-    c->mem_len = n;
-    c->heap = mem;
-    c->sym = (int32_t *)(c->heap + 3 * n);
-    c->prev = c->sym + n;
-    c->next = c->prev + n;
-    return MOQ_OK;
+/* The character ending at s[e) (e > 0): its start. */
+static size_t char_before(const uint8_t *s, size_t e) {
+    size_t k = e - 1;
+    while (k > 0 && (s[k] & 0xC0) == 0x80 && e - k < 4) k--;
+    uint32_t cp;
+    if (k + moq_utf8_next(s, e, k, &cp) != e) return e - 1;
+    return k;
 }
 
-static moq_status split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n);
+static void split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n, bool origin);
 
-/* NFC of a segment (when the quick check cannot prove it unchanged), then pass 1 on the result. */
-static moq_status split_normalized(enc_ctx *c, const uint8_t *s, size_t n) {
-    uint8_t *norm;
-    size_t nl;
-    MOQ_TRY(nfc_normalize(s, n, &norm, &nl, c->err));
-    moq_status st = scratch_reserve(c, nl);
-    if (st == MOQ_OK) st = split_added(c, 2, norm, nl);
-    free(norm);
-    return st;
-}
-
-/* Cuts added tokens out of s (pass 0: normalized=false ones; pass 1: normalized=true ones, after
- * NFC when the tokenizer declares it; pass 2: pass 1 on text already normalized), leftmost-longest,
- * and passes the text between them on. */
-static moq_status split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n) {
+/* The normalizers on a segment between non-normalized added tokens, then the normalized ones. */
+static void normalize_segment(enc_ctx *c, const uint8_t *s, size_t n, bool origin) {
     const moq_tokenizer *t = c->t;
-    if (pass == 1 && t->nfc && nfc_quick_check(s, n)) return split_normalized(c, s, n);
+    if (!t->n_norm) { split_added(c, 1, s, n, origin); return; }
+    tbuf b;
+    if (!normalize_all(t, c->md, s, n, &b)) fail_oom(c, "normalizer");
+    else split_added(c, 1, b.p, b.n, origin);
+    free(b.p);
+}
+
+/* Cuts added tokens out of s (pass 0: normalized=false ones, on the input; pass 1: normalized=true
+ * ones, on the normalized text), leftmost-longest, with their single_word / lstrip / rstrip rules,
+ * and passes the text between them on. */
+static void split_added(enc_ctx *c, int pass, const uint8_t *s, size_t n, bool origin) {
+    const moq_tokenizer *t = c->t;
     size_t start = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && c->st == MOQ_OK; i++) {
         const added_tok *best = NULL;
         for (uint32_t k = t->added_first[s[i]]; k < t->added_first[s[i] + 1]; k++) {
             const added_tok *a = &t->added[t->added_by_first[k]];
-            if (a->normalized != (pass >= 1)) continue;
+            if (a->normalized != (pass == 1)) continue;
             if (a->special && (c->flags & MOQ_ENCODE_SPECIAL_AS_TEXT)) continue;
-            if (a->len <= n - i && (!best || a->len > best->len) && memcmp(t->pool + a->off, s + i, a->len) == 0) best = a;
+            if (a->mlen <= n - i && (!best || a->mlen > best->mlen) && memcmp(t->pool + a->moff, s + i, a->mlen) == 0) best = a;
         }
         if (!best) continue;
-        if (i > start) {
-            if (pass == 0) MOQ_TRY(split_added(c, 1, s + start, i - start));
-            else pretok(c, 0, s + start, i - start);
+        size_t a = i, e = i + best->mlen;
+        uint32_t cp;
+        if (best->single_word) {
+            bool before = i > 0 && (moq_utf8_next(s, i, char_before(s, i), &cp), is_word_char(cp));
+            bool after = e < n && (moq_utf8_next(s, n, e, &cp), is_word_char(cp));
+            if (before || after) { i = e - 1; continue; } /* the match stays text */
+        }
+        if (best->lstrip)
+            while (a > start) {
+                size_t k = char_before(s, a);
+                moq_utf8_next(s, a, k, &cp);
+                if (!moq_unicode_is_white_space(cp)) break;
+                a = k;
+            }
+        if (best->rstrip)
+            while (e < n) {
+                size_t l = moq_utf8_next(s, n, e, &cp);
+                if (!moq_unicode_is_white_space(cp)) break;
+                e += l;
+            }
+        if (a > start) {
+            if (pass == 0) normalize_segment(c, s + start, a - start, origin && start == 0);
+            else pretok(c, 0, s + start, a - start, origin && start == 0);
         }
         emit(c, best->id);
-        i += best->len - 1;
-        start = i + 1;
+        start = e;
+        i = e - 1;
     }
     if (start < n) {
-        if (pass == 0) return split_added(c, 1, s + start, n - start);
-        pretok(c, 0, s + start, n - start);
+        if (pass == 0) normalize_segment(c, s + start, n - start, origin && start == 0);
+        else pretok(c, 0, s + start, n - start, origin && start == 0);
     }
-    return MOQ_OK;
 }
 
 moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t len, uint32_t flags, int32_t *ids,
@@ -1264,19 +1878,22 @@ moq_status moq_tokenizer_encode(const moq_tokenizer *t, const char *text, size_t
     enc_ctx c = { .t = t, .flags = flags, .ids = ids, .cap = cap, .err = err };
     if (flags & MOQ_ENCODE_ADD_SPECIAL)
         for (int i = 0; i < t->n_prefix; i++) emit(&c, t->prefix[i]);
-    moq_status st = MOQ_OK;
     if (len) {
-        st = scratch_reserve(&c, len);
-        if (st == MOQ_OK) st = split_added(&c, 0, (const uint8_t *)text, len);
+        c.md = pcre2_match_data_create(16, NULL);
+        if (!c.md) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "out of memory (regex match data)");
+        split_added(&c, 0, (const uint8_t *)text, len, true);
+        pcre2_match_data_free(c.md);
         free(c.mem);
     }
-    if (st != MOQ_OK) return st;
+    if (c.st != MOQ_OK) return c.st;
     if (flags & MOQ_ENCODE_ADD_SPECIAL)
         for (int i = 0; i < t->n_suffix; i++) emit(&c, t->suffix[i]);
     *n_ids = c.n;
     if (c.n > cap) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_encode", "output holds %zu ids, the text needs %zu", cap, c.n);
     return MOQ_OK;
 }
+
+static const char k_fffd[3] = { (char)0xEF, (char)0xBF, (char)0xBD };
 
 /* ---- decoding ----------------------------------------------------------------------------------- */
 
@@ -1285,14 +1902,81 @@ moq_status moq_tokenizer_decode_token(const moq_tokenizer *t, int32_t id, const 
     if (!t || !bytes || !len) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_decode_token", "NULL argument");
     if (id < 0 || id >= t->n_vocab || !(t->tok_flags[id] & TF_PRESENT))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, TOK_FILE, "token id %d is not in the vocabulary (size %d)", (int)id, (int)t->n_vocab);
-    *bytes = t->pool + t->tok_off[id];
-    *len = t->tok_len[id];
+    *bytes = t->pool + t->dec_off[id];
+    *len = t->dec_len[id];
     return MOQ_OK;
+}
+
+/* The text `tokenizers` decode() gives: each token through the decoder (the first one with the
+ * Metaspace first-token rule), a run of ByteFallback tokens that is not valid UTF-8 as one U+FFFD
+ * per byte, Strip after Fuse on the whole text, no decoder: tokens joined by " "; then lossy UTF-8. */
+moq_status moq_tokenizer_decode(const moq_tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,
+                                size_t *out_len, moq_error *err) {
+    if (out_len) *out_len = 0;
+    if (!t || (!ids && n) || !out_len || (!out && cap))
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_tokenizer_decode", "t, ids and out_len must not be NULL");
+    tbuf raw = {0};
+    size_t run = 0; /* start in raw of the current run of byte tokens */
+    bool in_run = false;
+    for (size_t i = 0; i <= n; i++) {
+        bool is_byte = i < n && ids[i] >= 0 && ids[i] < t->n_vocab && (t->tok_flags[ids[i]] & TF_BYTE);
+        if (in_run && !is_byte) { /* close the run */
+            uint32_t cp;
+            bool ok = true;
+            for (size_t k = run; k < raw.n && ok;) {
+                size_t l = moq_utf8_next(raw.p, raw.n, k, &cp);
+                ok = cp != MOQ_UTF8_INVALID;
+                k += l;
+            }
+            if (!ok) {
+                size_t nb = raw.n - run;
+                raw.n = run;
+                for (size_t k = 0; k < nb; k++) tb_put(&raw, k_fffd, 3);
+            }
+            in_run = false;
+        }
+        if (i == n) break;
+        const uint8_t *b;
+        size_t bl;
+        moq_status st = moq_tokenizer_decode_token(t, ids[i], &b, &bl, err);
+        if (st != MOQ_OK) { free(raw.p); return st; }
+        if (is_byte && !in_run) { in_run = true; run = raw.n; }
+        if (!t->n_dec && i > 0) tb_put(&raw, " ", 1);
+        if (i == 0 && t->dec_drop_first_meta) {
+            bool dummy;
+            if (!token_decode(t, (const char *)t->pool + t->tok_off[ids[i]], t->tok_len[ids[i]], true, &raw, &dummy)) raw.oom = true;
+        } else {
+            tb_put(&raw, b, bl);
+        }
+    }
+    if (raw.oom) { free(raw.p); return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_decode", "out of memory for %zu ids", n); }
+    size_t a = 0, e = raw.n;
+    if (t->dec_strip_start || t->dec_strip_stop) {
+        char u[4];
+        size_t ul = utf8_put(t->dec_strip_cp, u);
+        for (int k = 0; k < t->dec_strip_start && a + ul <= e && memcmp(raw.p + a, u, ul) == 0; k++) a += ul;
+        for (int k = 0; k < t->dec_strip_stop && e >= a + ul && memcmp(raw.p + e - ul, u, ul) == 0; k++) e -= ul;
+    }
+    /* lossy UTF-8 of raw[a..e) */
+    moq_utf8_stream us = {0};
+    size_t need = MOQ_UTF8_STREAM_OUT_MAX(e - a);
+    char *tmp = malloc(need);
+    if (!tmp) { free(raw.p); return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_decode", "out of memory"); }
+    size_t ol = 0;
+    moq_status st = moq_utf8_stream_push(&us, raw.p ? raw.p + a : (const uint8_t *)"", e - a, tmp, need, &ol, err);
+    free(raw.p);
+    if (st == MOQ_OK) ol += moq_utf8_stream_flush(&us, tmp + ol, need - ol);
+    if (st == MOQ_OK) {
+        *out_len = ol;
+        if (ol > cap) st = MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_tokenizer_decode", "output holds %zu bytes, the text needs %zu", cap, ol);
+        else if (ol) memcpy(out, tmp, ol);
+    }
+    free(tmp);
+    return st;
 }
 
 void moq_utf8_stream_reset(moq_utf8_stream *s) { memset(s, 0, sizeof *s); }
 
-static const char k_fffd[3] = { (char)0xEF, (char)0xBF, (char)0xBD };
 
 moq_status moq_utf8_stream_push(moq_utf8_stream *s, const uint8_t *in, size_t n, char *out, size_t cap,
                                 size_t *out_len, moq_error *err) {

@@ -5,10 +5,10 @@
 #ifndef MOQ_MODEL_TOKENIZER_H
 #define MOQ_MODEL_TOKENIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/unicode_tables.h"
 #include "moq.h"
 
 /* Sentinel code point for a byte that does not start a valid UTF-8 sequence. */
@@ -19,7 +19,7 @@
  * (overlong forms, surrogates and values above U+10FFFF are invalid). */
 size_t moq_utf8_next(const uint8_t *s, size_t n, size_t i, uint32_t *cp);
 
-/* Class of a code point (MOQ_UCLS_OTHER for MOQ_UTF8_INVALID). */
-moq_ucls moq_ucls_of(uint32_t cp);
+/* The Unicode White_Space property (25 code points; Rust's char::is_whitespace). */
+bool moq_unicode_is_white_space(uint32_t cp);
 
 #endif

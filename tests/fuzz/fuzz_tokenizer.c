@@ -1,5 +1,6 @@
 /* fuzz_tokenizer.c — libFuzzer target: encode arbitrary bytes with each generated tokenizer in
- * tests/golden/tokenizer (GPT-2, Llama-3, Qwen2, SmolLM2 and tiny styles) and decode them back.
+ * tests/golden/tokenizer (GPT-2, Llama-3, Qwen2, SmolLM2 and tiny styles; families/ DeepSeek-V3, o200k and
+ * Qwen3.5 shapes, whose Split regexes run through PCRE2) and decode them back.
  * Input: byte 0 picks the tokenizer and the flags, the rest is the text (an input starting with '{'
  * is instead loaded as a tokenizer.json, which must fail with a message or load). Checks: the byte-level
  * round trip is exact (decode(encode(x)) == x; with the NFC tokenizer y = decode(encode(x)) may differ
@@ -15,7 +16,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const k_styles[] = { "gpt2", "llama3", "qwen2", "smollm2", "tiny", "tiny_llama3", "tiny_qwen2", "tiny_digits" };
+static const char *const k_styles[] = { "gpt2", "llama3", "qwen2", "smollm2", "tiny", "tiny_llama3", "tiny_qwen2", "tiny_digits",
+                                        "families/deepseek", "families/o200k", "families/qwen35" };
 #define N_STYLES (sizeof k_styles / sizeof k_styles[0])
 static moq_tokenizer *g_tok[N_STYLES];
 
@@ -100,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *dec = decode(t, ids, n, &dl);
     if (dl != len || memcmp(dec, text, len) != 0) {
         /* only NFC may change the text, and NFC(x) must then come back exactly */
-        if (strcmp(k_styles[data[0] % N_STYLES], "qwen2") != 0) __builtin_trap();
+        const char *style = k_styles[data[0] % N_STYLES];
+        if (strcmp(style, "qwen2") != 0 && strcmp(style, "families/qwen35") != 0) __builtin_trap();
         int32_t *ids2 = malloc((dl + 1) * sizeof *ids2);
         size_t n2 = 0, dl2 = 0;
         if (moq_tokenizer_encode(t, (const char *)dec, dl, flags, ids2, dl + 1, &n2, &err) != MOQ_OK) __builtin_trap();

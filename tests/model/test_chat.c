@@ -120,10 +120,15 @@ static void test_config_forms(void **state) {
     /* no template: NONE, not an error */
     TU_OK(moq_chat_template_from_config(&ct, "{\"bos_token\": \"<s>\"}", 20, err_));
     assert_int_equal(ct.format, MOQ_CHAT_NONE);
-    /* another family (Mistral's [INST]) is refused, quoting the template */
+    /* a known family beyond the table (Mistral's [INST]) is refused by name */
     const char *mistral = "{\"chat_template\": \"{{ bos_token }}{% for message in messages %}[INST] {{ message['content'] }} [/INST]{% endfor %}\"}";
     TU_ERR(&e, moq_chat_template_from_config(&ct, mistral, strlen(mistral), &e), MOQ_ERR_UNSUPPORTED, "tokenizer_config.json",
-           "chat_template \"{{ bos_token }}");
+           "chat_template is a Mistral [INST] format");
+    assert_int_equal(ct.format, MOQ_CHAT_NONE);
+    /* an unknown one is refused quoting the template */
+    const char *other = "{\"chat_template\": \"{% for m in messages %}<<{{ m['role'] }}>> {{ m['content'] }}{% endfor %}\"}";
+    TU_ERR(&e, moq_chat_template_from_config(&ct, other, strlen(other), &e), MOQ_ERR_UNSUPPORTED, "tokenizer_config.json",
+           "chat_template \"{% for m in messages %}<<");
     assert_int_equal(ct.format, MOQ_CHAT_NONE);
     TU_ERR(&e, moq_chat_template_from_config(&ct, "{\"chat_template\": 7}", 20, &e), MOQ_ERR_CONFIG, "tokenizer_config.json", "chat_template is a number");
     /* Llama-3 template without a bos_token string */
