@@ -3,7 +3,7 @@
 Hugging Face transformers' own config and model classes, and transformers' logits for them.
 
 Run where torch + transformers (5.17 was used) are installed:
-    python3 scripts/gen_arch_fixtures.py OUTDIR
+    python3 scripts/gen_arch_fixtures.py OUTDIR [NAME ...]
 and, anywhere (no torch needed), the CLI side files of every fixture folder under DIR:
     python3 scripts/gen_arch_fixtures.py --cli-files DIR
 which writes DIR/<model>/tokenizer.json (byte-level BPE, id = byte value, no merges: the prompt
@@ -175,6 +175,24 @@ def gemma3():
     return cfg, Gemma3ForCausalLM
 
 
+def llama4():
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+    cfg = Llama4TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+        no_rope_layers=[1, 1, 0, 1], attention_chunk_size=5, attn_temperature_tuning=True,
+        floor_scale=4, attn_scale=0.1, use_qk_norm=True, max_position_embeddings=256,
+        tie_word_embeddings=False, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    return cfg, Llama4ForCausalLM
+
+
+MODELS = [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
+          ("qwen3_5", qwen3_5), ("gemma3_text", gemma3), ("llama4_a", llama4)]
+
+
 def byte_level_alphabet():
     """tokenizers' ByteLevel byte -> unicode table (GPT-2's bytes_to_unicode)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
@@ -210,12 +228,14 @@ def main():
         cli_files(sys.argv[2])
         return
     out = sys.argv[1]
+    only = set(sys.argv[2:])  # model names to make (default: all)
     os.makedirs(out, exist_ok=True)
     import torch
     import transformers
     print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
-    for name, fn in [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
-                     ("qwen3_5", qwen3_5), ("gemma3_text", gemma3)]:
+    for name, fn in MODELS:
+        if only and name not in only:
+            continue
         try:
             torch.manual_seed(SEED)
             cfg, cls = fn()

@@ -43,6 +43,7 @@
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
@@ -83,15 +84,18 @@ typedef enum moe_rule {
     MOE_SPARSE_STEP,    /* Qwen3-MoE: outside mlp_only_layers with (l + 1) % decoder_sparse_step == 0
                            (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size   */
     MOE_FIRST_K_DENSE,  /* DeepSeek-V3: l >= first_k_dense_replace and l % moe_layer_freq == 0     */
+    MOE_LAYER_LIST,     /* Llama 4: moe_layers, else every interleave_moe_layer_step-th (arch/llama4.c) */
 } moe_rule;
 typedef enum router_kind {
     ROUTER_SOFTMAX,        /* softmax top-k (+ renormalize when norm_topk_prob)                     */
-    ROUTER_SIGMOID_GROUPED /* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
+    ROUTER_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
                               topk_group grouped top-k, renormalize, routed_scaling_factor            */
+    ROUTER_SIGMOID_ON_INPUT /* Llama 4 (Llama4Router): top-k logits, sigmoid, the expert's input scaled
+                              by it (not its output); no renormalization                             */
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -124,36 +128,44 @@ typedef struct arch_row {
     bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
     bool        embed_scale;         /* embeddings × sqrt(hidden_size), rounded to bf16 as
                                         Gemma3TextScaledWordEmbedding does for bf16 weights          */
+    bool        rope_pairs;          /* RoPE rotates pairs (2i, 2i + 1) (Llama 4's complex form),
+                                        else (i, i + D/2) (rotate_half)                              */
+    const char *mlp;                 /* the MLP module of a layer: <prefix>.layers.N.<mlp>            */
+    const char *router_name;         /* the router under moe_block: <moe_block>.<router>.weight       */
 } arch_row;
 
 /* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
  * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
-    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb    pairs  mlp             router */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate"},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate"},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "gate"},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
-    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
-    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
-    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate"},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate"},
+    /* Llama 4 text: top-1 sigmoid routing on the experts' input + a shared expert, NoPE layers with
+     * attention temperature, chunked attention on RoPE layers, L2 q/k norm (model/arch/llama4.c) */
+    {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router"},
+    {"Llama4ForConditionalGeneration",      "feed_forward",     "language_model.model", "language_model.lm_head", "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router"},
 };
 
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
@@ -198,6 +210,11 @@ typedef struct layer {
     moq_moe_format   moe_fmt;
     bool             is_moe;             /* routed experts in place of the dense MLP          */
     int64_t          window;             /* sliding window in positions, 0 = full causal      */
+    int64_t          chunk;              /* Llama 4 chunked attention: keys of the query's chunk of
+                                            this many positions only (0 = none)                  */
+    bool             nope;               /* Llama 4 NoPE layer: no RoPE                           */
+    bool             l2_qk;              /* Llama 4: q, k / rms(q, k) after RoPE (no weight)       */
+    bool             temp;               /* Llama 4: q × the attention temperature of its position */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
@@ -225,6 +242,8 @@ struct moq_model {
     int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
     moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
+    bool             *moe_list;          /* MOE_LAYER_LIST: which layers hold experts        */
     float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
     float             mscale_local;
     float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */
@@ -385,6 +404,7 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
     const bool experts = r->moe_block && (r->moe_layers != MOE_SPARSE_STEP || m->E > 0);
     for (int64_t l = 0; l < m->L; l++) {
         m->layers[l].is_moe = experts && (l + 1) % step == 0;
+        if (r->moe_layers == MOE_LAYER_LIST) m->layers[l].is_moe = experts && m->moe_list[l];
         if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: mlp_layer_types, else first_k_dense_replace, moe_layer_freq */
             m->layers[l].is_moe = experts && (m->ds.has_mlp_types ? m->ds.mlp_sparse[l]
                                                                   : l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0);
@@ -447,8 +467,13 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
         mo.routing.use_correction_bias = true;
         mo.routing.routed_scaling_factor = (float)m->ds.routed_scaling_factor;
     }
+    if (m->arch->router == ROUTER_SIGMOID_ON_INPUT) { /* Llama4Router + Llama4TextMoe */
+        mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
+        mo.routing.renormalize = false;
+        mo.routing.weight_on_input = true;
+    }
     mo.num_experts = m->E;
-    mo.router = "gate";
+    mo.router = m->arch->router_name;
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
@@ -512,9 +537,9 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
-            snprintf(p, sizeof p, "%s.layers.%lld.mlp.gate_up_proj", m->arch->prefix, (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->mlp);
             MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-            snprintf(p, sizeof p, "%s.layers.%lld.mlp.down_proj", m->arch->prefix, (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.%s.down_proj", m->arch->prefix, (long long)l, m->arch->mlp);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
@@ -673,6 +698,21 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
                                 .dv = m->qc.linear_value_head_dim, .K = m->qc.linear_conv_kernel_dim, .eps = m->eps};
         if (m->arch->shared_expert) m->Is = m->qc.shared_expert_intermediate_size;
     }
+    if (m->arch->family == FAM_LLAMA4) { /* RoPE / NoPE, chunked, MoE layers; shared expert = expert size */
+        bool *chunked = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+        m->moe_list = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+        if (!chunked || !m->moe_list) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+        MOQ_TRY(moq_llama4_read(m->ckpt, m->L, &m->l4, per_layer, chunked, m->moe_list, err));
+        for (int64_t l = 0; l < m->L; l++) {
+            layer *ly = &m->layers[l];
+            ly->nope = !per_layer[l];
+            ly->chunk = chunked[l] ? m->l4.attention_chunk_size : 0;
+            ly->l2_qk = m->l4.use_qk_norm && per_layer[l];
+            ly->temp = m->l4.attn_temperature_tuning && !per_layer[l];
+        }
+        m->I = m->l4.intermediate_size_mlp;
+        m->Is = m->Ie;
+    }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
     for (int64_t l = 0; m->arch->family == FAM_GEMMA3 && l < m->L; l++) m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
@@ -830,11 +870,19 @@ void moq_model_free(moq_model *m) {
     free(m);
 }
 
+/* w NULL: no weight (Llama 4's L2 q/k norm, Llama4TextL2Norm: x · rsqrt(mean(x²) + eps)) */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, double eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+/* RoPE of one head's first R values with the layer's frequencies: rotate_half pairs, or (2i, 2i + 1)
+ * (arch_row.rope_pairs) */
+static void rope(const moq_model *m, float *x, int64_t R, int64_t pos, const layer *ly) {
+    if (m->arch->rope_pairs) moq_rope_apply_pairs(x, R, pos, ly->inv_freq, ly->mscale);
+    else moq_rope_apply(x, R, pos, ly->inv_freq, ly->mscale);
 }
 
 static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const float *x, int64_t M, float *y, moq_error *err) {
@@ -846,11 +894,12 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
-    const int64_t kl = m->layers[l].kvl;
+    const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
-        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
+        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1;
+        const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
         const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
@@ -937,13 +986,19 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
     CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
+        /* Llama 4 temperature: log1p(floor((pos + 1) / floor_scale)) · attn_scale + 1 (NoPE layers) */
+        const float temp = ly->temp ? (float)(log1p(floor((double)(p0 + i + 1) / (double)m->l4.floor_scale)) * m->l4.attn_scale + 1.0) : 1.0f;
         for (int64_t hd = 0; hd < A; hd++) {
-            if (ly->q_norm) rmsnorm(q + hd * qh, q + hd * qh, ly->q_norm, D, m->eps);
-            moq_rope_apply(q + hd * qh, R, p0 + i, ly->inv_freq, ly->mscale);
+            float *qh_ = q + hd * qh;
+            if (ly->q_norm) rmsnorm(qh_, qh_, ly->q_norm, D, m->eps);
+            if (!ly->nope) rope(m, qh_, R, p0 + i, ly);
+            if (ly->l2_qk) rmsnorm(qh_, qh_, NULL, D, m->eps);
+            for (int64_t e = 0; ly->temp && e < D; e++) qh_[e] *= temp;
         }
         for (int64_t hd = 0; hd < KV; hd++) {
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-            moq_rope_apply(k + hd * D, R, p0 + i, ly->inv_freq, ly->mscale);
+            if (!ly->nope) rope(m, k + hd * D, R, p0 + i, ly);
+            if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
         }
         TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
         TAP(m, l, MOQ_TAP_V, v, 1, KV * D);

@@ -116,3 +116,13 @@ void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, flo
         x[i + h] = x1 * cs + x0 * sn;
     }
 }
+
+void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale) {
+    for (int64_t i = 0; i < D / 2; i++) {
+        const double a = (double)pos * (double)inv_freq[i];
+        const float cs = (float)cos(a) * mscale, sn = (float)sin(a) * mscale;
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * cs - x1 * sn;
+        x[2 * i + 1] = x1 * cs + x0 * sn;
+    }
+}

@@ -31,5 +31,8 @@ typedef struct moq_rope_params {
 moq_status moq_rope_inv_freq(const moq_rope_params *p, int64_t D, float *inv_freq, float *mscale, moq_error *err);
 /* Rotates x f32 [D] in place for position pos. */
 void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
+/* The same rotation over the pairs (2i, 2i + 1) (Llama 4's view_as_complex form; HF Llama 4
+ * checkpoints keep Meta's row order, so q and k rows are not permuted to rotate_half's). */
+void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
 
 #endif

@@ -98,6 +98,8 @@ struct moq_moe {
     moq_moe_routing     routing;     /* correction_bias points at bias when read from the file */
     float              *bias;        /* f32 [E] owned, or NULL                                  */
     int64_t             E, H, I, Ip, N13, n_local;
+    bool                stacked;     /* unquantized experts as transformers' stacked parameters  */
+    bool                interleaved; /* stacked gate_up_proj: gate and up in alternating columns */
     int32_t            *local_of;    /* i32 [E]: local id or -1                                 */
     moe_expert         *ex;          /* [n_local]                                               */
     moe_expert          shared;
@@ -324,11 +326,59 @@ static int find_layout(const moq_checkpoint *ck, const char *ebase, bool gated) 
 
 typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
 
+/* Stacked unquantized experts, as transformers' Llama4TextExperts / GptOssExperts hold them and
+ * save_pretrained writes them: <prefix>.experts.gate_up_proj [E, H, 2I] and .down_proj [E, I, H],
+ * both applied as x · W (so transposed here into the canonical [N, K] rows). gate_up's columns are
+ * [gate | up] (Llama 4: chunk(2)) or alternate gate, up (gpt-oss: [..., ::2], [..., 1::2]). */
+static moq_status stacked_tensor(const moq_moe *m, const moq_checkpoint *ck, const char *what, int64_t d1, int64_t d2,
+                                 const moq_tensor **out, moq_error *err) {
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.experts.%s", m->name, what);
+    MOQ_TRY(get_tensor(ck, nm, "stacked expert weight", out, err));
+    if (elem_of_dtype((*out)->dtype) == MOQ_ELEM_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (stacked experts are unquantized)",
+                        moq_dtype_name((*out)->dtype));
+    return want_shape(*out, 3, (int64_t[]){m->E, d1, d2}, what[0] == 'g' ? "[E, H, 2I] (x · W)" : "[E, I, H] (x · W)", err);
+}
+
+static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const moq_moe_opts *o, moq_error *err) {
+    const int64_t g = ex - m->ex, gl = m->global_of[g], H = m->H, I = m->I;
+    const moq_tensor *gu, *dn;
+    MOQ_TRY(stacked_tensor(m, ck, "gate_up_proj", H, 2 * I, &gu, err));
+    MOQ_TRY(stacked_tensor(m, ck, "down_proj", I, H, &dn, err));
+    if (gu->dtype != dn->dtype)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->name, "stacked experts: gate_up_proj %s, down_proj %s; expected one dtype",
+                        moq_dtype_name(gu->dtype), moq_dtype_name(dn->dtype));
+    const moq_pair_id p = pair_of_elem(elem_of_dtype(gu->dtype));
+    MOQ_TRY(alloc_weight(m->fmt, p, m->N13, H, &ex->q13, &ex->s13, m->name, err));
+    MOQ_TRY(alloc_weight(m->fmt, p, H, m->Ip, &ex->q2, &ex->s2, m->name, err));
+    weight_init(&ex->w13, p, m->N13, H, ex->q13, ex->s13);
+    weight_init(&ex->w2, p, H, m->Ip, ex->q2, ex->s2);
+    const size_t b = (size_t)moq_dtype_bits(gu->dtype) / 8;
+    const uint8_t *s13 = (const uint8_t *)gu->data + (size_t)gl * (size_t)(H * 2 * I) * b, *s2 = (const uint8_t *)dn->data + (size_t)gl * (size_t)(I * H) * b;
+    uint8_t *d13 = ex->q13, *d2 = ex->q2;
+    for (int s = 0; s < 2; s++) /* row s·Ip + n of w13 = column (interleaved ? 2n + s : s·I + n) */
+        for (int64_t n = 0; n < I; n++) {
+            const int64_t col = m->interleaved ? 2 * n + s : s * I + n;
+            for (int64_t k = 0; k < H; k++) memcpy(d13 + ((size_t)(s * m->Ip + n) * (size_t)H + (size_t)k) * b, s13 + ((size_t)k * (size_t)(2 * I) + (size_t)col) * b, b);
+        }
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < I; i++) memcpy(d2 + ((size_t)h * (size_t)m->Ip + (size_t)i) * b, s2 + ((size_t)i * (size_t)H + (size_t)h) * b, b);
+    ex->w13.n_shards = 2, ex->w13.row0[1] = m->Ip, ex->w13.row0[2] = m->N13;
+    ex->w13.shard_scale[1] = ex->w13.shard_in_scale[1] = 1.0f;
+    moq_linear_opts lo = moq_linear_opts_default();
+    lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
+    lo.name = m->name;
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, &lo, err));
+    return moq_linear_create_from_weight(&ex->l2, &ex->w2, &lo, err);
+}
+
 /* Loads one expert (or the shared expert) at ebase into ex. a: the input scales to use. */
 static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *ebase, moe_expert *ex, const in_scales *a,
                               const moq_moe_opts *o, int *n_diff, float diff_ex[2], moq_dtype *dt, moq_error *err) {
     const moe_fmt *f = m->fmt;
     const bool gated = moq_moe_act_table[m->act].gated;
+    if (m->stacked && ex != &m->shared) return load_stacked(m, ck, ex, o, err);
     const int lay = find_layout(ck, ebase, gated);
     char nm[320];
     if (lay < 0) {
@@ -492,14 +542,23 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         const int lay = find_layout(ck, eb, gated);
         snprintf(nm, sizeof nm, "%s.%s.weight", eb, lay < 0 ? (gated ? "gate_proj" : "up_proj") : proj_name(lay, gated ? 0 : 1, gated));
         const moq_tensor *t = moq_checkpoint_tensor(ck, nm);
-        if (!t || t->ndim != 2) {
+        char snm[300];
+        snprintf(snm, sizeof snm, "%s.experts.gate_up_proj", prefix);
+        const moq_tensor *st3 = lay < 0 && gated ? moq_checkpoint_tensor(ck, snm) : NULL;
+        if (st3) { /* stacked experts (transformers' own layout, unquantized only) */
+            if (f->pair != MOQ_PAIR_COUNT) { st = MOQ_FAIL(err, MOQ_ERR_TENSOR, snm, "stacked experts [E, H, 2I] under format %s, expected per-expert %s.experts.N.* tensors (ModelOpt writes those)", f->name, prefix); goto fail; }
+            if (st3->ndim != 3 || st3->shape[2] % 2) { st = MOQ_FAIL(err, MOQ_ERR_TENSOR, snm, "%d dimensions, expected [E, H, 2I]", st3->ndim); goto fail; }
+            m->stacked = true, m->interleaved = o.interleaved_gate_up;
+            m->I = st3->shape[2] / 2, m->H = st3->shape[1];
+        } else if (!t || t->ndim != 2) {
             st = t ? MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%d dimensions, expected 2 [I, H]", t->ndim)
-                   : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})", eb, eb);
+                   : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj}, %s.{w1,w3,w2} or stacked %s.experts.{gate_up_proj,down_proj})", eb, eb, prefix);
             goto fail;
+        } else {
+            if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
+            m->I = t->shape[0];
+            m->H = t->shape[1] * f->per_byte;
         }
-        if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
-        m->I = t->shape[0];
-        m->H = t->shape[1] * f->per_byte;
     }
     const int kmul = f->pair == MOQ_PAIR_COUNT ? 1 : moq_pairs[f->pair].k_multiple;
     if ((m->I < 1 || m->H < 1 || m->H % kmul)) {

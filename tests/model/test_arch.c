@@ -157,6 +157,16 @@ static void test_gemma3(void **st) {
     check_model("gemma3_text", "Gemma3ForCausalLM", 2);
 }
 
+/* Llama 4: RoPE layers 0, 1, 3 in chunks of 5 positions with the L2 q/k norm, NoPE layer 2 attending to
+ * every position with the attention temperature (floor_scale 4, attn_scale 0.1), interleaved-pair
+ * llama3 RoPE, dense layers 0, 2 (intermediate_size_mlp 96) and MoE layers 1, 3: 4 stacked experts,
+ * top-1 sigmoid routing applied to the expert's input, a shared expert. 20 positions: chunks and
+ * temperature matter. */
+static void test_llama4(void **st) {
+    (void)st;
+    check_model("llama4_a", "Llama4ForCausalLM", 2);
+}
+
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
@@ -212,6 +222,7 @@ static void test_multimodal_layouts(void **st) {
     check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head", "");
     check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
     check_rekeyed("gemma3_text", "Gemma3ForConditionalGeneration", "model.language_model", "lm_head", "");
+    check_rekeyed("llama4_a", "Llama4ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
 }
 
 /* DeepSeek-V3.2 is DeepSeek-V3 plus a DSA indexer keeping index_topk keys per query
@@ -966,6 +977,7 @@ int main(void) {
         cmocka_unit_test(test_deepseek_v32),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
