@@ -63,6 +63,8 @@
 typedef enum window_rule {
     WINDOW_NONE,         /* config has no sliding window (Llama)                                     */
     WINDOW_ALL_LAYERS,   /* Mistral, Mixtral: `sliding_window` (null = none) applies to every layer  */
+    WINDOW_LAYER_TYPES,  /* gpt-oss: `layer_types` "sliding_attention" layers (default: even layers)
+                            use `sliding_window`, "full_attention" ones none                         */
     WINDOW_QWEN2,        /* Qwen2/Qwen3(-MoE): only when `use_sliding_window` is true, and only for
                             layers l >= `max_window_layers` (Qwen2Config.layer_types:
                             "sliding_attention" if sliding_window is not None and i >= max_window_layers;
@@ -131,41 +133,49 @@ typedef struct arch_row {
     bool        rope_pairs;          /* RoPE rotates pairs (2i, 2i + 1) (Llama 4's complex form),
                                         else (i, i + D/2) (rotate_half)                              */
     const char *mlp;                 /* the MLP module of a layer: <prefix>.layers.N.<mlp>            */
-    const char *router_name;         /* the router under moe_block: <moe_block>.<router>.weight       */
+    const char *router_name;         /* the router under moe_block: <moe_block>.<router>.weight (and
+                                        .bias when present: gpt-oss)                                 */
+    moq_moe_act moe_act;             /* the experts' activation (gpt-oss: the clamped SwiGLU)         */
+    bool        gu_interleaved;      /* stacked experts' gate_up_proj alternates gate, up columns     */
+    bool        sinks;               /* self_attn.sinks [A]: a per-head logit in every softmax's
+                                        denominator (gpt-oss)                                        */
 } arch_row;
 
 /* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
  * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb    pairs  mlp             router */
-    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
-    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
-    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate"},
-    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate"},
-    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate"},
-    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "gate"},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb    pairs  mlp             router  moe act                 gu_il  sinks */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
-    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
-    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
-    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate"},
-    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate"},
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
-    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate"},
-    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate"},
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Llama 4 text: top-1 sigmoid routing on the experts' input + a shared expert, NoPE layers with
      * attention temperature, chunked attention on RoPE layers, L2 q/k norm (model/arch/llama4.c) */
-    {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router"},
-    {"Llama4ForConditionalGeneration",      "feed_forward",     "language_model.model", "language_model.lm_head", "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router"},
+    {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
+    {"Llama4ForConditionalGeneration",      "feed_forward",     "language_model.model", "language_model.lm_head", "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
+    /* gpt-oss: attention sinks, q/k/v/o bias, alternating sliding window (layer_types), softmax top-k with
+     * a router bias, stacked experts with interleaved gate/up and biases, the clamped SwiGLU */
+    {"GptOssForCausalLM",                   "mlp",              "model",                "lm_head",                NULL,             NULL,                 "GptOssConfig",         128,  0,  150000.0,  MOE_EVERY_LAYER,   WINDOW_LAYER_TYPES,ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "router", MOQ_MOE_ACT_SWIGLU_LIMIT, true,  true},
 };
 
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
@@ -220,6 +230,7 @@ typedef struct layer {
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
     float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
+    float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
 } layer;
 
 struct moq_model {
@@ -358,6 +369,9 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
         {"mscale_all_dim", offsetof(moq_rope_params, mscale_all_dim)},
     };
     moq_status st = MOQ_OK;
+    bool trunc = true, tp = false; /* yarn truncate (gpt-oss: false) */
+    if (rs && cJSON_IsObject(rs)) st = moq_json_bool(rs, "truncate", &trunc, &tp, "config.json", a->rope_params_key, err);
+    p->no_truncate = !trunc;
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
         bool present = false;
         double v = 0;
@@ -392,6 +406,10 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
         MOQ_TRY(moq_json_bool(j, "use_sliding_window", &use, &present, "config.json", NULL, err));
         MOQ_TRY(moq_json_int(j, "max_window_layers", &from, &present, "config.json", NULL, err));
     }
+    const cJSON *lt = r->window == WINDOW_LAYER_TYPES ? cJSON_GetObjectItemCaseSensitive(j, "layer_types") : NULL;
+    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)m->L))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer_types is %s of %d entries, expected an array of %lld (num_hidden_layers)",
+                        moq_json_type(lt), cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : 0, (long long)m->L);
     const cJSON *only = NULL;
     if (r->moe_layers == MOE_SPARSE_STEP) {
         MOQ_TRY(moq_json_int(j, "decoder_sparse_step", &step, &present, "config.json", NULL, err));
@@ -409,6 +427,13 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
             m->layers[l].is_moe = experts && (m->ds.has_mlp_types ? m->ds.mlp_sparse[l]
                                                                   : l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0);
         m->layers[l].window = use && l >= from ? win : 0;
+        if (r->window == WINDOW_LAYER_TYPES) { /* GptOssConfig: layer_types, else (l + 1) % 2 -> sliding */
+            const cJSON *t = cJSON_IsArray(lt) ? cJSON_GetArrayItem(lt, (int)l) : NULL;
+            const bool sl = t ? cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0 : (l + 1) % 2 != 0;
+            if (t && !sl && !(cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0))
+                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "layer_types[%lld] is not \"sliding_attention\" or \"full_attention\"", (long long)l);
+            m->layers[l].window = sl ? win : 0;
+        }
     }
     const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
     int i = 0;
@@ -456,7 +481,8 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     moq_moe_opts mo = moq_moe_opts_default();
     if (moq_moe_format_from_method(res.method, &mo.format, err) != MOQ_OK)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, e, "resolved to %s (rule %s), which is not an expert method", res.method, res.rule);
-    mo.act = MOQ_MOE_ACT_SILU;
+    mo.act = m->arch->moe_act;
+    mo.interleaved_gate_up = m->arch->gu_interleaved;
     mo.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
     mo.routing.top_k = (int)m->topk;
     mo.routing.renormalize = m->norm_topk;
@@ -564,6 +590,10 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(load_norm(m, &ly->pre_ffn_norm, n, m->H, err));
             snprintf(n, sizeof n, "%s.layers.%lld.post_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->post_ffn_norm, n, m->H, err));
+        }
+        if (m->arch->sinks && gqa) {
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.sinks", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->A, &m->blobs, err));
         }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
@@ -911,7 +941,9 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
             if (cap > 0) s[p] = cap * tanhf(s[p] / cap); /* attn_logit_softcapping */
             if (s[p] > mx) mx = s[p];
         }
-        float sum = 0;
+        const float *sk = m->layers[l].sinks; /* gpt-oss: softmax over [scores, sink], the sink's weight dropped */
+        if (sk && sk[hd] > mx) mx = sk[hd];
+        float sum = sk ? expf(sk[hd] - mx) : 0.0f;
         for (int64_t p = p_lo; p < npos; p++) {
             s[p] = expf(s[p] - mx);
             sum += s[p];

@@ -68,8 +68,9 @@ static moq_status rope_yarn(const moq_rope_params *p, int64_t D, double *inv, do
     if (!(p->original_max_pos > 0))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "rope_scaling yarn: original_max_position_embeddings %g, expected > 0", p->original_max_pos);
     base_freqs(p, D, inv);
-    double low = floor(yarn_dim(p->beta_fast, D, p->theta, p->original_max_pos));
-    double high = ceil(yarn_dim(p->beta_slow, D, p->theta, p->original_max_pos));
+    double low = yarn_dim(p->beta_fast, D, p->theta, p->original_max_pos);
+    double high = yarn_dim(p->beta_slow, D, p->theta, p->original_max_pos);
+    if (!p->no_truncate) low = floor(low), high = ceil(high);
     low = fmax(low, 0.0);
     high = fmin(high, (double)(D - 1));
     if (low == high) high += 0.001;

@@ -24,6 +24,8 @@ typedef struct moq_rope_params {
     double mscale, mscale_all_dim; /* yarn (DeepSeek): when both are set and attention_factor
                                      is not, the factor is m(mscale) / m(mscale_all_dim) with
                                      m(s) = 0.1 s ln(factor) + 1; else m(1)                  */
+    bool   no_truncate;           /* yarn truncate: false (gpt-oss): the correction range is not
+                                     rounded to whole dimensions                             */
 } moq_rope_params;
 
 /* inv_freq f32 [D/2] and the cos/sin multiplier (yarn attention factor, else 1). Errors name

@@ -85,6 +85,7 @@ typedef struct moe_expert {
     moq_weight  w13, w2;
     void       *q13, *s13, *q2, *s2; /* owned canonical buffers the weights point into */
     float      *p13, *p2;            /* AWQ pre_quant_scale f32 [2H] (gate, up) / [Ip], or NULL */
+    float      *b13, *b2;            /* bias f32 [N13] (gate, up rows as w13) / [H], or NULL    */
     moq_linear *l13, *l2;
 } moe_expert;
 
@@ -106,6 +107,7 @@ struct moq_moe {
     bool                has_shared;
     moq_linear         *router;
     void               *router_q;    /* owned copy of the router weight                         */
+    float              *router_b;    /* f32 [E] router bias (gpt-oss), or NULL                    */
     int                 n_threads;
     moq_moe_observer    obs;         /* calibration hook (moe.h), NULL when unset                */
     void               *obs_user;
@@ -341,6 +343,19 @@ static moq_status stacked_tensor(const moq_moe *m, const moq_checkpoint *ck, con
     return want_shape(*out, 3, (int64_t[]){m->E, d1, d2}, what[0] == 'g' ? "[E, H, 2I] (x · W)" : "[E, I, H] (x · W)", err);
 }
 
+/* Row r of a [rows, n] F32 / BF16 / F16 tensor into f32 out. */
+static moq_status bias_row(const moq_tensor *t, int64_t r, int64_t n, float *out, moq_error *err) {
+    if (elem_of_dtype(t->dtype) == MOQ_ELEM_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected F32, BF16 or F16 (bias)", moq_dtype_name(t->dtype));
+    for (int64_t i = 0; i < n; i++) {
+        const size_t at = (size_t)(r * n + i);
+        uint16_t h;
+        if (t->dtype == MOQ_DT_F32) memcpy(&out[i], (const uint8_t *)t->data + 4 * at, 4);
+        else memcpy(&h, (const uint8_t *)t->data + 2 * at, 2), out[i] = t->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+    }
+    return MOQ_OK;
+}
+
 static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const moq_moe_opts *o, moq_error *err) {
     const int64_t g = ex - m->ex, gl = m->global_of[g], H = m->H, I = m->I;
     const moq_tensor *gu, *dn;
@@ -366,6 +381,32 @@ static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert 
         for (int64_t i = 0; i < I; i++) memcpy(d2 + ((size_t)h * (size_t)m->Ip + (size_t)i) * b, s2 + ((size_t)i * (size_t)H + (size_t)h) * b, b);
     ex->w13.n_shards = 2, ex->w13.row0[1] = m->Ip, ex->w13.row0[2] = m->N13;
     ex->w13.shard_scale[1] = ex->w13.shard_in_scale[1] = 1.0f;
+    /* gpt-oss: gate_up_proj_bias [E, 2I] (columns as gate_up_proj) and down_proj_bias [E, H] */
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_bias", m->name);
+    const moq_tensor *bgu = moq_checkpoint_tensor(ck, nm);
+    snprintf(nm, sizeof nm, "%s.experts.down_proj_bias", m->name);
+    const moq_tensor *bdn = moq_checkpoint_tensor(ck, nm);
+    if (!bgu != !bdn)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, bgu ? nm : m->name, "%s; expected both stacked expert biases (gate_up_proj_bias, down_proj_bias) or neither",
+                        bgu ? "tensor missing" : "down_proj_bias without gate_up_proj_bias");
+    if (bgu) {
+        ex->b13 = calloc((size_t)m->N13, sizeof(float));
+        ex->b2 = calloc((size_t)H, sizeof(float));
+        if (!ex->b13 || !ex->b2) return MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory");
+        float *tmp = malloc((size_t)(2 * I + H) * sizeof(float));
+        if (!tmp) return MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory");
+        moq_status st = want_shape(bgu, 2, (int64_t[]){m->E, 2 * I}, "stacked expert bias [E, 2I]", err);
+        if (st == MOQ_OK) st = want_shape(bdn, 2, (int64_t[]){m->E, H}, "stacked expert bias [E, H]", err);
+        if (st == MOQ_OK) st = bias_row(bgu, gl, 2 * I, tmp, err);
+        if (st == MOQ_OK) st = bias_row(bdn, gl, H, tmp + 2 * I, err);
+        for (int s = 0; st == MOQ_OK && s < 2; s++)
+            for (int64_t n = 0; n < I; n++) ex->b13[s * m->Ip + n] = tmp[m->interleaved ? 2 * n + s : s * I + n];
+        if (st == MOQ_OK) memcpy(ex->b2, tmp + 2 * I, (size_t)H * sizeof(float));
+        free(tmp);
+        MOQ_TRY(st);
+        ex->w13.bias = ex->b13, ex->w2.bias = ex->b2;
+    }
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
     lo.name = m->name;
@@ -461,7 +502,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
 
 static void expert_free(moe_expert *ex) {
     moq_linear_free(ex->l13), moq_linear_free(ex->l2);
-    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2), free(ex->p13), free(ex->p2);
+    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2), free(ex->p13), free(ex->p2), free(ex->b13), free(ex->b2);
 }
 
 void moq_moe_free(moq_moe *m) {
@@ -469,6 +510,7 @@ void moq_moe_free(moq_moe *m) {
     for (int64_t i = 0; m->ex && i < m->n_local; i++) expert_free(&m->ex[i]);
     if (m->has_shared) expert_free(&m->shared);
     moq_linear_free(m->router);
+    free(m->router_b);
     free(m->router_q), free(m->bias), free(m->local_of), free(m->global_of), free(m->ex), free(m);
 }
 
@@ -649,6 +691,16 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             memcpy(m->router_q, t->data, t->nbytes);
             moq_weight rw;
             weight_init(&rw, pair_of_elem(e), m->E, m->H, m->router_q, NULL);
+            snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router);
+            const moq_tensor *rb = moq_checkpoint_tensor(ck, nm);
+            if (rb) { /* gpt-oss: logits = W x + b */
+                m->router_b = malloc((size_t)m->E * sizeof(float));
+                if (!m->router_b) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
+                if ((st = want_shape(rb, 1, (int64_t[]){m->E}, "router bias [E]", err)) != MOQ_OK) goto fail;
+                if ((st = bias_row(rb, 0, m->E, m->router_b, err)) != MOQ_OK) goto fail;
+                rw.bias = m->router_b;
+            }
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, o.router);
             moq_linear_opts lo = moq_linear_opts_default();
             lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
             if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;
