@@ -328,19 +328,26 @@ static int find_layout(const moq_checkpoint *ck, const char *ebase, bool gated) 
 
 typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
 
-/* Stacked unquantized experts, as transformers' Llama4TextExperts / GptOssExperts hold them and
- * save_pretrained writes them: <prefix>.experts.gate_up_proj [E, H, 2I] and .down_proj [E, I, H],
- * both applied as x · W (so transposed here into the canonical [N, K] rows). gate_up's columns are
- * [gate | up] (Llama 4: chunk(2)) or alternate gate, up (gpt-oss: [..., ::2], [..., 1::2]). */
+/* Stacked experts, as transformers' Llama4TextExperts / GptOssExperts hold them and save_pretrained and
+ * ModelOpt 0.47's export_hf_checkpoint write them: <prefix>.experts.gate_up_proj [E, H/b, 2I] and
+ * .down_proj [E, I/b, H], both applied as x · W (so the codes are transposed here into the canonical
+ * [N, K] rows; b = 2 for packed e2m1, whose byte (k/2, n) holds k even in the low nibble, as a row of
+ * the canonical layout does). Quantized, ModelOpt writes beside each <proj>: <proj>_weight_scale
+ * (FP8: one scalar for all experts; NVFP4: e4m3 [E, K/16, N]), <proj>_weight_scale_2 and
+ * <proj>_input_scale (one scalar each for all experts), and gpt-oss's <proj>_bias [E, N].
+ * gate_up's columns are [gate | up] (Llama 4: chunk(2)) or alternate gate, up (gpt-oss: [..., ::2],
+ * [..., 1::2]). Formats whose stacked scales no export has shown (block, per-channel) are refused. */
 static moq_status stacked_tensor(const moq_moe *m, const moq_checkpoint *ck, const char *what, int64_t d1, int64_t d2,
                                  const moq_tensor **out, moq_error *err) {
-    char nm[300];
+    char nm[300], shp[64];
+    const moe_fmt *f = m->fmt;
     snprintf(nm, sizeof nm, "%s.experts.%s", m->name, what);
     MOQ_TRY(get_tensor(ck, nm, "stacked expert weight", out, err));
-    if (elem_of_dtype((*out)->dtype) == MOQ_ELEM_NONE)
-        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (stacked experts are unquantized)",
-                        moq_dtype_name((*out)->dtype));
-    return want_shape(*out, 3, (int64_t[]){m->E, d1, d2}, what[0] == 'g' ? "[E, H, 2I] (x · W)" : "[E, I, H] (x · W)", err);
+    if (f->wdt == MOQ_DT_COUNT && elem_of_dtype((*out)->dtype) == MOQ_ELEM_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name((*out)->dtype));
+    if (f->wdt != MOQ_DT_COUNT) MOQ_TRY(want_dtype(*out, f->wdt, MOQ_DT_COUNT, f->name, err));
+    snprintf(shp, sizeof shp, "%s (x · W)%s", strncmp(what, "gate", 4) == 0 ? "[E, H, 2I]" : "[E, I, H]", f->per_byte == 2 ? ", K packed in halves" : "");
+    return want_shape(*out, 3, (int64_t[]){m->E, d1 / f->per_byte, d2}, shp, err);
 }
 
 /* Row r of a [rows, n] F32 / BF16 / F16 tensor into f32 out. */
@@ -356,33 +363,84 @@ static moq_status bias_row(const moq_tensor *t, int64_t r, int64_t n, float *out
     return MOQ_OK;
 }
 
-static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const moq_moe_opts *o, moq_error *err) {
-    const int64_t g = ex - m->ex, gl = m->global_of[g], H = m->H, I = m->I;
+/* <prefix>.experts.<proj><suffix>: an f32 scalar for all experts, or f32 [E] (expert gl's). */
+static moq_status stacked_scalar(const moq_moe *m, const moq_checkpoint *ck, const char *proj, const char *suffix, int64_t gl, float *v,
+                                 moq_error *err) {
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.experts.%s%s", m->name, proj, suffix);
+    const moq_tensor *t;
+    MOQ_TRY(get_tensor(ck, nm, "stacked experts' scale", &t, err));
+    MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, "stacked experts' scale", err));
+    if (t->nelem != 1 && !(t->ndim == 1 && t->shape[0] == m->E))
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%llu elements, expected a scalar (all experts) or [%lld] (one per expert)",
+                        (unsigned long long)t->nelem, (long long)m->E);
+    memcpy(v, (const uint8_t *)t->data + (t->nelem == 1 ? 0 : 4 * (size_t)gl), 4);
+    if (!(*v > 0.0f) || !isfinite(*v)) return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "value %g, expected a finite value > 0", (double)*v);
+    return MOQ_OK;
+}
+
+/* dst row (row0 + n) of a canonical buffer (rowb bytes per row) = column col(n) of the [rows, cols]
+ * matrix of eb-byte elements at src. */
+static void transpose_cols(uint8_t *dst, size_t rowb, int64_t row0, int64_t n_rows, const uint8_t *src, int64_t rows, int64_t cols,
+                           size_t eb, bool interleaved, int s, int64_t half) {
+    for (int64_t n = 0; n < n_rows; n++) {
+        const int64_t col = interleaved ? 2 * n + s : s * half + n;
+        for (int64_t k = 0; k < rows; k++) memcpy(dst + (size_t)(row0 + n) * rowb + (size_t)k * eb, src + ((size_t)k * (size_t)cols + (size_t)col) * eb, eb);
+    }
+}
+
+static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const in_scales *a, const moq_moe_opts *o, moq_error *err) {
+    const moe_fmt *f = m->fmt;
+    const int64_t gl = m->global_of[ex - m->ex], H = m->H, I = m->I, pb = f->per_byte;
+    if (f->scale != SC_NONE && f->scale != SC_TENSOR && f->scale != SC_GROUP)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, m->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) in format %s: no ModelOpt export of this "
+                        "layout has been seen, expected FP8, NVFP4, W4A16_NVFP4, MXFP8 or unquantized", f->name);
     const moq_tensor *gu, *dn;
     MOQ_TRY(stacked_tensor(m, ck, "gate_up_proj", H, 2 * I, &gu, err));
     MOQ_TRY(stacked_tensor(m, ck, "down_proj", I, H, &dn, err));
     if (gu->dtype != dn->dtype)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->name, "stacked experts: gate_up_proj %s, down_proj %s; expected one dtype",
                         moq_dtype_name(gu->dtype), moq_dtype_name(dn->dtype));
-    const moq_pair_id p = pair_of_elem(elem_of_dtype(gu->dtype));
-    MOQ_TRY(alloc_weight(m->fmt, p, m->N13, H, &ex->q13, &ex->s13, m->name, err));
-    MOQ_TRY(alloc_weight(m->fmt, p, H, m->Ip, &ex->q2, &ex->s2, m->name, err));
+    const moq_pair_id p = f->pair != MOQ_PAIR_COUNT ? f->pair : pair_of_elem(elem_of_dtype(gu->dtype));
+    MOQ_TRY(alloc_weight(f, p, m->N13, H, &ex->q13, &ex->s13, m->name, err));
+    MOQ_TRY(alloc_weight(f, p, H, m->Ip, &ex->q2, &ex->s2, m->name, err));
     weight_init(&ex->w13, p, m->N13, H, ex->q13, ex->s13);
     weight_init(&ex->w2, p, H, m->Ip, ex->q2, ex->s2);
-    const size_t b = (size_t)moq_dtype_bits(gu->dtype) / 8;
-    const uint8_t *s13 = (const uint8_t *)gu->data + (size_t)gl * (size_t)(H * 2 * I) * b, *s2 = (const uint8_t *)dn->data + (size_t)gl * (size_t)(I * H) * b;
-    uint8_t *d13 = ex->q13, *d2 = ex->q2;
-    for (int s = 0; s < 2; s++) /* row s·Ip + n of w13 = column (interleaved ? 2n + s : s·I + n) */
-        for (int64_t n = 0; n < I; n++) {
-            const int64_t col = m->interleaved ? 2 * n + s : s * I + n;
-            for (int64_t k = 0; k < H; k++) memcpy(d13 + ((size_t)(s * m->Ip + n) * (size_t)H + (size_t)k) * b, s13 + ((size_t)k * (size_t)(2 * I) + (size_t)col) * b, b);
-        }
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t i = 0; i < I; i++) memcpy(d2 + ((size_t)h * (size_t)m->Ip + (size_t)i) * b, s2 + ((size_t)i * (size_t)H + (size_t)h) * b, b);
+    const size_t eb = (size_t)moq_dtype_bits(gu->dtype) / 8;
+    const size_t row13 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)H), row2 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->Ip);
+    const int64_t K13 = H / pb, K2 = I / pb; /* stored elements along K */
+    const uint8_t *s13 = (const uint8_t *)gu->data + (size_t)gl * (size_t)(K13 * 2 * I) * eb, *s2 = (const uint8_t *)dn->data + (size_t)gl * (size_t)(K2 * H) * eb;
+    for (int s = 0; s < 2; s++) transpose_cols(ex->q13, row13, s * m->Ip, I, s13, K13, 2 * I, eb, m->interleaved, s, I);
+    transpose_cols(ex->q2, row2, 0, H, s2, K2, H, eb, false, 0, 0);
     ex->w13.n_shards = 2, ex->w13.row0[1] = m->Ip, ex->w13.row0[2] = m->N13;
     ex->w13.shard_scale[1] = ex->w13.shard_in_scale[1] = 1.0f;
-    /* gpt-oss: gate_up_proj_bias [E, 2I] (columns as gate_up_proj) and down_proj_bias [E, H] */
     char nm[300];
+    if (f->scale == SC_GROUP) { /* <proj>_weight_scale [E, K/group, N], one byte each (e4m3 / e8m0) */
+        const moq_tensor *t;
+        const int64_t G13 = H / f->group, G2 = cdiv(I, f->group), Gp2 = m->Ip / f->group;
+        snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_weight_scale", m->name);
+        MOQ_TRY(get_tensor(ck, nm, "stacked block scales", &t, err));
+        MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, "stacked block scales", err));
+        MOQ_TRY(want_shape(t, 3, (int64_t[]){m->E, G13, 2 * I}, "[E, H/group, 2I]", err));
+        for (int s = 0; s < 2; s++) transpose_cols(ex->s13, (size_t)G13, s * m->Ip, I, (const uint8_t *)t->data + (size_t)(gl * G13 * 2 * I), G13, 2 * I, 1, m->interleaved, s, I);
+        snprintf(nm, sizeof nm, "%s.experts.down_proj_weight_scale", m->name);
+        MOQ_TRY(get_tensor(ck, nm, "stacked block scales", &t, err));
+        MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, "stacked block scales", err));
+        MOQ_TRY(want_shape(t, 3, (int64_t[]){m->E, G2, H}, "[E, I/group, H]", err));
+        transpose_cols(ex->s2, (size_t)Gp2, 0, H, (const uint8_t *)t->data + (size_t)(gl * G2 * H), G2, H, 1, false, 0, 0);
+    }
+    float w13s = 1.0f, w2s = 1.0f;
+    if (f->scale == SC_TENSOR) {
+        MOQ_TRY(stacked_scalar(m, ck, "gate_up_proj", "_weight_scale", gl, &w13s, err));
+        MOQ_TRY(stacked_scalar(m, ck, "down_proj", "_weight_scale", gl, &w2s, err));
+    }
+    if (f->ws2) {
+        MOQ_TRY(stacked_scalar(m, ck, "gate_up_proj", "_weight_scale_2", gl, &w13s, err));
+        MOQ_TRY(stacked_scalar(m, ck, "down_proj", "_weight_scale_2", gl, &w2s, err));
+    }
+    for (int s = 0; s < 2; s++) ex->w13.shard_scale[s] = w13s, ex->w13.shard_in_scale[s] = a->have ? a->a13[s] : 1.0f;
+    ex->w2.shard_scale[0] = w2s, ex->w2.shard_in_scale[0] = a->have ? a->a2 : 1.0f;
+    /* gpt-oss: gate_up_proj_bias [E, 2I] (columns as gate_up_proj) and down_proj_bias [E, H] */
     snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_bias", m->name);
     const moq_tensor *bgu = moq_checkpoint_tensor(ck, nm);
     snprintf(nm, sizeof nm, "%s.experts.down_proj_bias", m->name);
@@ -393,10 +451,9 @@ static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert 
     if (bgu) {
         ex->b13 = calloc((size_t)m->N13, sizeof(float));
         ex->b2 = calloc((size_t)H, sizeof(float));
-        if (!ex->b13 || !ex->b2) return MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory");
         float *tmp = malloc((size_t)(2 * I + H) * sizeof(float));
-        if (!tmp) return MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory");
-        moq_status st = want_shape(bgu, 2, (int64_t[]){m->E, 2 * I}, "stacked expert bias [E, 2I]", err);
+        moq_status st = !ex->b13 || !ex->b2 || !tmp ? MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory") : MOQ_OK;
+        if (st == MOQ_OK) st = want_shape(bgu, 2, (int64_t[]){m->E, 2 * I}, "stacked expert bias [E, 2I]", err);
         if (st == MOQ_OK) st = want_shape(bdn, 2, (int64_t[]){m->E, H}, "stacked expert bias [E, H]", err);
         if (st == MOQ_OK) st = bias_row(bgu, gl, 2 * I, tmp, err);
         if (st == MOQ_OK) st = bias_row(bdn, gl, H, tmp + 2 * I, err);
@@ -419,7 +476,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
                               const moq_moe_opts *o, int *n_diff, float diff_ex[2], moq_dtype *dt, moq_error *err) {
     const moe_fmt *f = m->fmt;
     const bool gated = moq_moe_act_table[m->act].gated;
-    if (m->stacked && ex != &m->shared) return load_stacked(m, ck, ex, o, err);
+    if (m->stacked && ex != &m->shared) return load_stacked(m, ck, ex, a, o, err);
     const int lay = find_layout(ck, ebase, gated);
     char nm[320];
     if (lay < 0) {
@@ -588,10 +645,9 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         snprintf(snm, sizeof snm, "%s.experts.gate_up_proj", prefix);
         const moq_tensor *st3 = lay < 0 && gated ? moq_checkpoint_tensor(ck, snm) : NULL;
         if (st3) { /* stacked experts (transformers' own layout, unquantized only) */
-            if (f->pair != MOQ_PAIR_COUNT) { st = MOQ_FAIL(err, MOQ_ERR_TENSOR, snm, "stacked experts [E, H, 2I] under format %s, expected per-expert %s.experts.N.* tensors (ModelOpt writes those)", f->name, prefix); goto fail; }
             if (st3->ndim != 3 || st3->shape[2] % 2) { st = MOQ_FAIL(err, MOQ_ERR_TENSOR, snm, "%d dimensions, expected [E, H, 2I]", st3->ndim); goto fail; }
             m->stacked = true, m->interleaved = o.interleaved_gate_up;
-            m->I = st3->shape[2] / 2, m->H = st3->shape[1];
+            m->I = st3->shape[2] / 2, m->H = st3->shape[1] * f->per_byte;
         } else if (!t || t->ndim != 2) {
             st = t ? MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%d dimensions, expected 2 [I, H]", t->ndim)
                    : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj}, %s.{w1,w3,w2} or stacked %s.experts.{gate_up_proj,down_proj})", eb, eb, prefix);
@@ -617,8 +673,13 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         per = calloc((size_t)m->E * 3, sizeof(float));
         if (!per) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
         for (int64_t g = 0; g < m->E && st == MOQ_OK; g++) {
-            bool present;
-            st = read_in_scales(ck, prefix, g, gated, m->local_of[g] >= 0, per + 3 * g, &present, err);
+            bool present = true;
+            if (m->stacked) { /* <proj>_input_scale: one for all experts, or one each */
+                st = stacked_scalar(m, ck, "gate_up_proj", "_input_scale", g, per + 3 * g, err);
+                if (st == MOQ_OK) st = stacked_scalar(m, ck, "down_proj", "_input_scale", g, per + 3 * g + 2, err);
+                per[3 * g + 1] = per[3 * g];
+            } else
+                st = read_in_scales(ck, prefix, g, gated, m->local_of[g] >= 0, per + 3 * g, &present, err);
             if (st == MOQ_OK && present) {
                 const float a13 = fmaxf(per[3 * g], per[3 * g + 1]);
                 amax.a13[0] = amax.a13[1] = fmaxf(amax.a13[0], a13);
