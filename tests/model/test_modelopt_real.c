@@ -39,7 +39,11 @@ static const char *const k_fixtures[] = {
     "llama_fp8",   "llama_fp8_pc_pt", "llama_fp8_pb_wo", "llama_nvfp4",        "llama_w4a16_nvfp4",
     "llama_nvfp4_awq", "llama_mxfp8", "llama_fp8_kv",    "llama_fp8_kv_cast",  "qwen3moe_fp8",
     "qwen3moe_fp8_pc_pt", "qwen3moe_fp8_pb_wo", "qwen3moe_nvfp4",
+    /* issue 17's architectures, exported on a CPU by scripts/modelopt_arch_fixtures.py from tests/data/hf_tiny */
+    "llama4_a_fp8", "llama4_a_nvfp4", "gpt_oss_fp8", "gpt_oss_nvfp4",
 };
+/* Exported on a CPU: ModelOpt's NVFP4 fake-quant forward needs CUDA, so these hold no "fakequant". */
+static bool no_fakequant(const char *name) { return strstr(name, "_a_nvfp4") || !strcmp(name, "gpt_oss_nvfp4"); }
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 
 /* ---- expected_logits.safetensors, read here (not with moq's parser) ----------------------------- */
@@ -124,7 +128,7 @@ static const char *run_fixture(const char *name, double *max_abs, double *max_re
         if (e.fakequant) fq = fmax(fq, fabs((double)e.logits[i] - e.fakequant[i]));
     }
     const bool have_fq = e.fakequant != NULL;
-    if (!have_fq || !(fq < 0.5 * ref)) {
+    if (have_fq == no_fakequant(name) || (have_fq && !(fq < 0.5 * ref))) {
         free(e.logits), free(e.fakequant), free(dir);
         fail_msg("%s: oracle vs ModelOpt fake-quant max abs %g (max |logit| %g, fakequant %s): broken fixture", name, fq, ref,
                  have_fq ? "present" : "missing");
