@@ -197,6 +197,10 @@ def oracle_logits(d, tokens):
             experts[name] = llama4_experts_forward(q13, q2, gu, dn)
         else:
             raise RuntimeError(f"{name}: stacked experts of {cls}: no restatement here")
+    emb = model.get_input_embeddings()
+    for n in msd:  # tied lm_head (Gemma 3): the embedding, as exported
+        if n not in new and n == "lm_head.weight" and cfg.get_text_config().tie_word_embeddings:
+            new[n] = next(new[k] for k in new if k.endswith("embed_tokens.weight") and new[k].shape == emb.weight.shape)
     missing = [n for n in msd if n not in new]
     if missing:
         raise RuntimeError(f"{d}: no exported tensor for {missing[:5]}")
