@@ -281,10 +281,56 @@ static void test_gpt_oss_formats_vs_fp64(void **st) {
     for (size_t i = 0; i < sizeof go_cases / sizeof go_cases[0]; i++) go_check(&go_cases[i]);
 }
 
+/* The hf_tiny gpt_oss checkpoint rewritten with tensor `name` dropped (shape NULL) or given another
+ * shape of no more bytes; opening it must fail with `code` naming `where`. */
+static void bad_stacked(const char *name, const int64_t *shape, int nd, moq_status code, const char *where, const char *msg) {
+    char *src = tu_src_data_path("hf_tiny/gpt_oss"), *dst = tu_tmpdir("go_bad");
+    moq_checkpoint *ck = NULL;
+    TU_OK(moq_checkpoint_open(&ck, src, NULL, err_));
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(ck); i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(ck, i);
+        if (strcmp(t->name, name)) {
+            TU_OK(moq_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err_));
+        } else if (shape) {
+            size_t n = 2;
+            for (int d = 0; d < nd; d++) n *= (size_t)shape[d];
+            TU_OK(moq_writer_add(w, t->name, t->dtype, nd, shape, t->data, n, err_));
+        }
+    }
+    TU_OK(moq_writer_file(w, "config.json", moq_checkpoint_json_text(ck, "config.json"), err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_model *m = NULL;
+    moq_error e = {0};
+    const moq_status st = moq_model_open(&m, dst, NULL, &e);
+    TU_ERR(&e, st, code, where, msg);
+    assert_null(m);
+    moq_checkpoint_free(ck);
+    tu_rmtree(dst);
+    free(dst);
+    free(src);
+}
+
+/* Malformed stacked experts: clear errors naming the tensor, nothing leaked (ASan). */
+static void test_stacked_errors(void **st) {
+    (void)st;
+    bad_stacked("model.layers.1.mlp.experts.down_proj", (const int64_t[]){4, 32, 32}, 3, MOQ_ERR_TENSOR, "model.layers.1.mlp.experts.down_proj", "[E, I, H]");
+    bad_stacked("model.layers.0.mlp.experts.gate_up_proj", (const int64_t[]){4, 64, 64, 1}, 4, MOQ_ERR_TENSOR, "model.layers.0.mlp.experts.gate_up_proj",
+                "expected [E, H, 2I]");
+    bad_stacked("model.layers.1.mlp.experts.gate_up_proj_bias", NULL, 0, MOQ_ERR_TENSOR, "model.layers.1.mlp", "stacked expert biases");
+    bad_stacked("model.layers.0.mlp.experts.down_proj_bias", (const int64_t[]){4, 32}, 2, MOQ_ERR_TENSOR, "model.layers.0.mlp.experts.down_proj_bias",
+                "[E, H]");
+    bad_stacked("model.layers.0.mlp.router.bias", (const int64_t[]){2}, 1, MOQ_ERR_TENSOR, "model.layers.0.mlp.router.bias", "router bias");
+    bad_stacked("model.layers.1.self_attn.sinks", NULL, 0, MOQ_ERR_TENSOR, "model.layers.1.self_attn.sinks", "missing");
+}
+
 int main(void) {
     for (int i = 0; i < GNT; i++) go_prompt[i] = (int32_t)((i * 37 + 5) % GV);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_oss_formats_vs_fp64),
+        cmocka_unit_test(test_stacked_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
