@@ -120,8 +120,8 @@ static void l4_make(const l4_spec *s, const char *dir, l4_oracle *o, uint64_t se
              "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": %g}, \"num_local_experts\": %d, \"num_experts_per_tok\": 1, "
              "\"moe_layers\": [1, 2], \"no_rope_layers\": [1, 1, 0], \"attention_chunk_size\": %d, "
              "\"layer_types\": [\"chunked_attention\", \"chunked_attention\", \"full_attention\"], \"use_qk_norm\": true, "
-             "\"attn_temperature_tuning\": true, \"floor_scale\": %d, \"attn_scale\": %g",
-             LH, LIE, LI, LL, LA, LKV, LD, LV, LTHETA, LE, LCHUNK, LFLOOR, LATTN_SCALE);
+             "\"attn_temperature_tuning\": %s, \"floor_scale\": %d, \"attn_scale\": %g",
+             LH, LIE, LI, LL, LA, LKV, LD, LV, LTHETA, LE, LCHUNK, s->cg ? "4" : "true", LFLOOR, LATTN_SCALE); /* Meta's configs: 4 */
     if (s->cg)
         snprintf(cfg, 4096, "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"model_type\": \"llama4\", \"tie_word_embeddings\": false, "
                  "\"text_config\": {%s}}", text);
@@ -314,6 +314,7 @@ static void test_llama4_config_errors(void **st) {
     open_cfg_err(BASE ", \"attention_chunk_size\": 0}", MOQ_ERR_CONFIG, "attention_chunk_size");
     open_cfg_err(BASE ", \"floor_scale\": 0}", MOQ_ERR_CONFIG, "floor_scale");
     open_cfg_err(BASE ", \"text_config\": {\"interleave_moe_layer_step\": 0}}", MOQ_ERR_CONFIG, "interleave_moe_layer_step");
+    open_cfg_err(BASE ", \"use_qk_norm\": \"yes\"}", MOQ_ERR_CONFIG, "use_qk_norm is");
 }
 #undef BASE
 

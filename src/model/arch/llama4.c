@@ -50,9 +50,13 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_llama4_cfg *d, bool *r
     MOQ_TRY(moq_json_num(j, "attn_scale", &d->attn_scale, &p, "config.json", NULL, err));
     if (!p && text) MOQ_TRY(moq_json_num(text, "attn_scale", &d->attn_scale, &p, "config.json", "text_config", err));
     struct { const char *key; bool *v; } bools[] = {{"use_qk_norm", &d->use_qk_norm}, {"attn_temperature_tuning", &d->attn_temperature_tuning}};
-    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
-        MOQ_TRY(moq_json_bool(j, bools[i].key, bools[i].v, &p, "config.json", NULL, err));
-        if (!p && text) MOQ_TRY(moq_json_bool(text, bools[i].key, bools[i].v, &p, "config.json", "text_config", err));
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) { /* Meta's configs write attn_temperature_tuning: 4 (truthy) */
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, bools[i].key);
+        if (!b && text) b = cJSON_GetObjectItemCaseSensitive(text, bools[i].key);
+        if (cJSON_IsNumber(b)) *bools[i].v = b->valuedouble != 0;
+        else if (b && !cJSON_IsNull(b) && !cJSON_IsBool(b))
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "%s is %s, expected a boolean (or a number, nonzero = true)", bools[i].key, moq_json_type(b));
+        else if (cJSON_IsBool(b)) *bools[i].v = cJSON_IsTrue(b);
     }
     /* no_rope_layers: 1 = the layer uses RoPE (Llama4TextAttention.use_rope); default interval rule */
     const cJSON *a = NULL, *e = NULL;
