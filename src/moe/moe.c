@@ -336,7 +336,8 @@ typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
  * (FP8: one scalar for all experts; NVFP4: e4m3 [E, K/16, N]), <proj>_weight_scale_2 and
  * <proj>_input_scale (one scalar each for all experts), and gpt-oss's <proj>_bias [E, N].
  * gate_up's columns are [gate | up] (Llama 4: chunk(2)) or alternate gate, up (gpt-oss: [..., ::2],
- * [..., 1::2]). Formats whose stacked scales no export has shown (block, per-channel) are refused. */
+ * [..., 1::2]). MXFP8 (whose stacked scales ModelOpt writes per 32 output columns, measured) and formats
+ * whose stacked scales no export has shown (block, per-channel) are refused. */
 static moq_status stacked_tensor(const moq_moe *m, const moq_checkpoint *ck, const char *what, int64_t d1, int64_t d2,
                                  const moq_tensor **out, moq_error *err) {
     char nm[300], shp[64];
@@ -392,9 +393,13 @@ static void transpose_cols(uint8_t *dst, size_t rowb, int64_t row0, int64_t n_ro
 static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const in_scales *a, const moq_moe_opts *o, moq_error *err) {
     const moe_fmt *f = m->fmt;
     const int64_t gl = m->global_of[ex - m->ex], H = m->H, I = m->I, pb = f->per_byte;
+    if (f->pair == MOQ_PAIR_MXFP8) /* measured: gate_up_proj_weight_scale U8 [E, H, 2I/32] */
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, m->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) in format MXFP8: ModelOpt 0.47 "
+                        "writes their e8m0 scales in blocks of 32 along the output dimension, and MXFP8 kernels scale blocks of 32 along K; "
+                        "expected FP8, NVFP4, W4A16_NVFP4 or unquantized stacked experts");
     if (f->scale != SC_NONE && f->scale != SC_TENSOR && f->scale != SC_GROUP)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, m->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) in format %s: no ModelOpt export of this "
-                        "layout has been seen, expected FP8, NVFP4, W4A16_NVFP4, MXFP8 or unquantized", f->name);
+                        "layout has been seen, expected FP8, NVFP4, W4A16_NVFP4 or unquantized", f->name);
     const moq_tensor *gu, *dn;
     MOQ_TRY(stacked_tensor(m, ck, "gate_up_proj", H, 2 * I, &gu, err));
     MOQ_TRY(stacked_tensor(m, ck, "down_proj", I, H, &dn, err));

@@ -37,7 +37,7 @@ enum { MAX_T = 64 };
 
 /* fq: what ModelOpt's own fake-quant logits must satisfy (a loose sanity bound, see the top):
  *   FQ_BOUND  present and within half of max |logit|;
- *   FQ_NONE   absent: exported on a CPU, where ModelOpt's NVFP4 fake-quant forward refuses to run
+ *   FQ_NONE   absent: exported on a CPU, where ModelOpt's NVFP4 (and W4A16) fake-quant forward refuses to run
  *             ("amax must be a CUDA tensor");
  *   FQ_KEPT   present, not bounded: DeepSeek-V3 and Qwen3.5-MoE (CPU exports), where ModelOpt's bf16
  *             forward is far from any float32 one (Qwen3.5-MoE unquantized: bf16 vs f32 3.4 of max
@@ -52,7 +52,7 @@ static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
     /* issue 17's architectures, exported on a CPU by scripts/modelopt_arch_fixtures.py from tests/data/hf_tiny */
     {"llama4_a_fp8", FQ_BOUND}, {"llama4_a_nvfp4", FQ_NONE}, {"gpt_oss_fp8", FQ_BOUND}, {"gpt_oss_nvfp4", FQ_NONE},
     {"deepseek_v3_a_fp8", FQ_KEPT}, {"deepseek_v3_a_nvfp4", FQ_NONE}, {"qwen3_5_moe_fp8", FQ_KEPT}, {"qwen3_5_moe_nvfp4", FQ_NONE},
-    {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE},
+    {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE}, {"llama4_a_w4a16_nvfp4", FQ_NONE},
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 
