@@ -655,6 +655,10 @@ typedef struct moq_moe_opts {
     int                 n_threads;    /* <= 0: OpenMP's default                                */
     uint32_t            cpu_mask;     /* as moq_linear_opts                                     */
     const uint8_t      *rcpa_corr;    /* as moq_linear_opts                                     */
+    bool                interleaved_gate_up; /* stacked experts (<prefix>.experts.gate_up_proj [E, H, 2I],
+                                         transformers' layout, as saved or as ModelOpt 0.47 exports
+                                         it): gate and up in alternating columns (gpt-oss), else
+                                         [gate | up] (Llama 4) */
 } moq_moe_opts;
 /* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
  * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
@@ -665,7 +669,9 @@ MOQ_API moq_moe_opts moq_moe_opts_default(void);
 
 /* Loads the experts under `prefix` ("model.layers.3.mlp"): per expert either
  * experts.N.{gate_proj,up_proj,down_proj} or experts.N.{w1,w3,w2} (non-gated: up_proj or w1, and
- * down_proj / w2), each with the tensors of opts->format. Fuses w13 = [gate; up] (rows [0, I) gate,
+ * down_proj / w2), each with the tensors of opts->format, or (gated) transformers' stacked
+ * experts.{gate_up_proj [E, H, 2I], down_proj [E, I, H]} (Llama 4, gpt-oss; unquantized, or FP8 /
+ * NVFP4 / W4A16 with ModelOpt's <proj>_weight_scale etc. beside). Fuses w13 = [gate; up] (rows [0, I) gate,
  * [I', I'+I) up, I' = I padded to the kernels' multiple with zero rows). Only local experts' weights
  * are read; input scales are read for all E. Copies what it needs: the checkpoint may be freed
  * after. Errors name the missing or malformed tensor. */

@@ -3,7 +3,7 @@
 Hugging Face transformers' own config and model classes, and transformers' logits for them.
 
 Run where torch + transformers (5.17 was used) are installed:
-    python3 scripts/gen_arch_fixtures.py OUTDIR
+    python3 scripts/gen_arch_fixtures.py OUTDIR [NAME ...]
 and, anywhere (no torch needed), the CLI side files of every fixture folder under DIR:
     python3 scripts/gen_arch_fixtures.py --cli-files DIR
 which writes DIR/<model>/tokenizer.json (byte-level BPE, id = byte value, no merges: the prompt
@@ -72,13 +72,15 @@ def legacy_rope_keys(cfg_path):
         json.dump(c, f, indent=2, sort_keys=True)
 
 
-def make(out, name, cfg, model_cls):
+def make(out, name, cfg, model_cls, post=None):
     import torch
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     cfg._attn_implementation = "eager"
     model = model_cls(cfg)
     init_weights(model)
+    if post:
+        post(model)
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(d, safe_serialization=True)
     legacy_rope_keys(os.path.join(d, "config.json"))
@@ -175,6 +177,48 @@ def gemma3():
     return cfg, Gemma3ForCausalLM
 
 
+def llama4():
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+    cfg = Llama4TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+        no_rope_layers=[1, 1, 0, 1], attention_chunk_size=5, attn_temperature_tuning=True,
+        floor_scale=4, attn_scale=0.1, use_qk_norm=True, max_position_embeddings=256,
+        tie_word_embeddings=False, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    return cfg, Llama4ForCausalLM
+
+
+def gpt_oss():
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+        max_position_embeddings=256, tie_word_embeddings=False, rms_norm_eps=1e-5, attention_bias=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64})
+    return cfg, GptOssForCausalLM
+
+
+def gpt_oss_post(model):
+    """Expert gate/up weights x3 and sinks ~ N(0, 1): some gates pass the clamp limit 7, sinks matter."""
+    import torch
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("experts.gate_up_proj"):
+                p.mul_(3.0)
+            elif name.endswith("sinks"):
+                p.copy_(torch.randn(p.shape, generator=g))
+
+
+MODELS = [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
+          ("qwen3_5", qwen3_5), ("gemma3_text", gemma3), ("llama4_a", llama4),
+          ("gpt_oss", gpt_oss, gpt_oss_post)]
+
+
 def byte_level_alphabet():
     """tokenizers' ByteLevel byte -> unicode table (GPT-2's bytes_to_unicode)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
@@ -210,16 +254,18 @@ def main():
         cli_files(sys.argv[2])
         return
     out = sys.argv[1]
+    only = set(sys.argv[2:])  # model names to make (default: all)
     os.makedirs(out, exist_ok=True)
     import torch
     import transformers
     print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
-    for name, fn in [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
-                     ("qwen3_5", qwen3_5), ("gemma3_text", gemma3)]:
+    for name, fn, *post in MODELS:
+        if only and name not in only:
+            continue
         try:
             torch.manual_seed(SEED)
             cfg, cls = fn()
-            make(WORK, name, cfg, cls)
+            make(WORK, name, cfg, cls, *post)
             os.replace(os.path.join(WORK, name + ".tar.gz"), os.path.join(out, name + ".tar.gz"))
         except Exception:
             print("FAILED", name, flush=True)

@@ -44,6 +44,7 @@
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
@@ -62,6 +63,8 @@
 typedef enum window_rule {
     WINDOW_NONE,         /* config has no sliding window (Llama)                                     */
     WINDOW_ALL_LAYERS,   /* Mistral, Mixtral: `sliding_window` (null = none) applies to every layer  */
+    WINDOW_LAYER_TYPES,  /* gpt-oss: `layer_types` "sliding_attention" layers (default: even layers)
+                            use `sliding_window`, "full_attention" ones none                         */
     WINDOW_QWEN2,        /* Qwen2/Qwen3(-MoE): only when `use_sliding_window` is true, and only for
                             layers l >= `max_window_layers` (Qwen2Config.layer_types:
                             "sliding_attention" if sliding_window is not None and i >= max_window_layers;
@@ -83,15 +86,18 @@ typedef enum moe_rule {
     MOE_SPARSE_STEP,    /* Qwen3-MoE: outside mlp_only_layers with (l + 1) % decoder_sparse_step == 0
                            (Qwen3MoeDecoderLayer); the others are dense MLPs of intermediate_size   */
     MOE_FIRST_K_DENSE,  /* DeepSeek-V3: l >= first_k_dense_replace and l % moe_layer_freq == 0     */
+    MOE_LAYER_LIST,     /* Llama 4: moe_layers, else every interleave_moe_layer_step-th (arch/llama4.c) */
 } moe_rule;
 typedef enum router_kind {
     ROUTER_SOFTMAX,        /* softmax top-k (+ renormalize when norm_topk_prob)                     */
-    ROUTER_SIGMOID_GROUPED /* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
+    ROUTER_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
                               topk_group grouped top-k, renormalize, routed_scaling_factor            */
+    ROUTER_SIGMOID_ON_INPUT /* Llama 4 (Llama4Router): top-k logits, sigmoid, the expert's input scaled
+                              by it (not its output); no renormalization                             */
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -124,36 +130,52 @@ struct arch_row {
     bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
     bool        embed_scale;         /* embeddings × sqrt(hidden_size), rounded to bf16 as
                                         Gemma3TextScaledWordEmbedding does for bf16 weights          */
+    bool        rope_pairs;          /* RoPE rotates pairs (2i, 2i + 1) (Llama 4's complex form),
+                                        else (i, i + D/2) (rotate_half)                              */
+    const char *mlp;                 /* the MLP module of a layer: <prefix>.layers.N.<mlp>            */
+    const char *router_name;         /* the router under moe_block: <moe_block>.<router>.weight (and
+                                        .bias when present: gpt-oss)                                 */
+    moq_moe_act moe_act;             /* the experts' activation (gpt-oss: the clamped SwiGLU)         */
+    bool        gu_interleaved;      /* stacked experts' gate_up_proj alternates gate, up columns     */
+    bool        sinks;               /* self_attn.sinks [A]: a per-head logit in every softmax's
+                                        denominator (gpt-oss)                                        */
 };
 
 /* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
  * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
 static const arch_row arch_rows[] = {
-    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb */
-    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false},
-    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false},
-    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false},
+    /* name                                 moe block           prefix                  head                      shared expert     shared gate           config class            win   max theta      moe layers         window             attn             router                  family           qk_nm  topk   nrm+1  sandw  gelu   emb    pairs  mlp             router  moe act                 gu_il  sinks */
+    {"LlamaForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "LlamaConfig",          0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"MistralForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "MistralConfig",        4096, 0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen2ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen2Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3ForCausalLM",                    NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3Config",          4096, 28, 10000.0,   MOE_EVERY_LAYER,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3MoeForCausalLM",                 "mlp",              "model",                "lm_head",                NULL,             NULL,                 "Qwen3MoeConfig",       4096, 28, 10000.0,   MOE_SPARSE_STEP,   WINDOW_QWEN2,      ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       true,  false, false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"MixtralForCausalLM",                  "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MixtralConfig",        0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_ALL_LAYERS, ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* DeepSeek-V3 / R1 / V3.1 and Kimi-K2 (text): MLA, grouped sigmoid routing, shared experts,
      * first_k_dense_replace dense layers (config fields: model/arch/deepseek_v3.c) */
-    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV3ForCausalLM",               "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
-    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
-    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
+    {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3_5MoeForCausalLM",               "mlp",              "model",                "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* the text stack of the multimodal checkpoints NVIDIA ships (vision tower and MTP weights unused) */
-    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false},
-    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false},
+    {"Qwen3_5ForConditionalGeneration",     NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Qwen3_5MoeForConditionalGeneration",  "mlp",              "model.language_model", "lm_head",                "shared_expert",  "shared_expert_gate", "Qwen3_5MoeTextConfig", 0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"KimiK25ForConditionalGeneration",     "mlp",              "language_model.model", "language_model.lm_head", "shared_experts", NULL,                 "DeepseekV3Config",     0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Gemma 3 text: sandwich norms, GeGLU, sqrt(H) embeddings, per-layer-type windows and RoPE,
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
-    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
-    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true},
+    {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    /* Llama 4 text: top-1 sigmoid routing on the experts' input + a shared expert, NoPE layers with
+     * attention temperature, chunked attention on RoPE layers, L2 q/k norm (model/arch/llama4.c) */
+    {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
+    {"Llama4ForConditionalGeneration",      "feed_forward",     "language_model.model", "language_model.lm_head", "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
+    /* gpt-oss: attention sinks, q/k/v/o bias, alternating sliding window (layer_types), softmax top-k with
+     * a router bias, stacked experts with interleaved gate/up and biases, the clamped SwiGLU */
+    {"GptOssForCausalLM",                   "mlp",              "model",                "lm_head",                NULL,             NULL,                 "GptOssConfig",         128,  0,  150000.0,  MOE_EVERY_LAYER,   WINDOW_LAYER_TYPES,ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "router", MOQ_MOE_ACT_SWIGLU_LIMIT, true,  true},
 };
 
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
@@ -272,6 +294,9 @@ static moq_status read_rope(const moq_checkpoint *c, const moq_arch *a, moq_rope
         {"mscale_all_dim", offsetof(moq_rope_params, mscale_all_dim)},
     };
     moq_status st = MOQ_OK;
+    bool trunc = true, tp = false; /* yarn truncate (gpt-oss: false) */
+    if (rs && cJSON_IsObject(rs)) st = moq_json_bool(rs, "truncate", &trunc, &tp, "config.json", a->rope_params_key, err);
+    p->no_truncate = !trunc;
     for (size_t i = 0; rs && cJSON_IsObject(rs) && i < sizeof keys / sizeof keys[0] && st == MOQ_OK; i++) {
         bool present = false;
         double v = 0;
@@ -306,6 +331,10 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
         MOQ_TRY(moq_json_bool(j, "use_sliding_window", &use, &present, "config.json", NULL, err));
         MOQ_TRY(moq_json_int(j, "max_window_layers", &from, &present, "config.json", NULL, err));
     }
+    const cJSON *lt = r->window == WINDOW_LAYER_TYPES ? cJSON_GetObjectItemCaseSensitive(j, "layer_types") : NULL;
+    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)m->L))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer_types is %s of %d entries, expected an array of %lld (num_hidden_layers)",
+                        moq_json_type(lt), cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : 0, (long long)m->L);
     const cJSON *only = NULL;
     if (r->moe_layers == MOE_SPARSE_STEP) {
         MOQ_TRY(moq_json_int(j, "decoder_sparse_step", &step, &present, "config.json", NULL, err));
@@ -318,10 +347,18 @@ static moq_status plan_layers(moq_model *m, const cJSON *j, int64_t *n_moe, moq_
     const bool experts = r->moe_block && (r->moe_layers != MOE_SPARSE_STEP || m->E > 0);
     for (int64_t l = 0; l < m->L; l++) {
         m->layers[l].is_moe = experts && (l + 1) % step == 0;
+        if (r->moe_layers == MOE_LAYER_LIST) m->layers[l].is_moe = experts && m->moe_list[l];
         if (r->moe_layers == MOE_FIRST_K_DENSE) /* DeepSeek: mlp_layer_types, else first_k_dense_replace, moe_layer_freq */
             m->layers[l].is_moe = experts && (m->ds.has_mlp_types ? m->ds.mlp_sparse[l]
                                                                   : l >= m->ds.first_k_dense_replace && l % m->ds.moe_layer_freq == 0);
         m->layers[l].window = use && l >= from ? win : 0;
+        if (r->window == WINDOW_LAYER_TYPES) { /* GptOssConfig: layer_types, else (l + 1) % 2 -> sliding */
+            const cJSON *t = cJSON_IsArray(lt) ? cJSON_GetArrayItem(lt, (int)l) : NULL;
+            const bool sl = t ? cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0 : (l + 1) % 2 != 0;
+            if (t && !sl && !(cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0))
+                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "layer_types[%lld] is not \"sliding_attention\" or \"full_attention\"", (long long)l);
+            m->layers[l].window = sl ? win : 0;
+        }
     }
     const cJSON *e = NULL, *arr = cJSON_IsArray(only) ? only : NULL;
     int i = 0;
@@ -369,7 +406,8 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     moq_moe_opts mo = moq_moe_opts_default();
     if (moq_moe_format_from_method(res.method, &mo.format, err) != MOQ_OK)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, e, "resolved to %s (rule %s), which is not an expert method", res.method, res.rule);
-    mo.act = MOQ_MOE_ACT_SILU;
+    mo.act = m->arch->moe_act;
+    mo.interleaved_gate_up = m->arch->gu_interleaved;
     mo.routing.scoring = MOQ_MOE_SCORE_SOFTMAX;
     mo.routing.top_k = (int)m->topk;
     mo.routing.renormalize = m->norm_topk;
@@ -380,8 +418,13 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
         mo.routing.use_correction_bias = true;
         mo.routing.routed_scaling_factor = (float)m->ds.routed_scaling_factor;
     }
+    if (m->arch->router == ROUTER_SIGMOID_ON_INPUT) { /* Llama4Router + Llama4TextMoe */
+        mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
+        mo.routing.renormalize = false;
+        mo.routing.weight_on_input = true;
+    }
     mo.num_experts = m->E;
-    mo.router = "gate";
+    mo.router = m->arch->router_name;
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
@@ -445,9 +488,9 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
-            snprintf(p, sizeof p, "%s.layers.%lld.mlp.gate_up_proj", m->arch->prefix, (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->mlp);
             MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-            snprintf(p, sizeof p, "%s.layers.%lld.mlp.down_proj", m->arch->prefix, (long long)l);
+            snprintf(p, sizeof p, "%s.layers.%lld.%s.down_proj", m->arch->prefix, (long long)l, m->arch->mlp);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
         const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
@@ -472,6 +515,10 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(load_norm(m, &ly->pre_ffn_norm, n, m->H, err));
             snprintf(n, sizeof n, "%s.layers.%lld.post_feedforward_layernorm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->post_ffn_norm, n, m->H, err));
+        }
+        if (m->arch->sinks && gqa) {
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.sinks", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->A, &m->blobs, err));
         }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
@@ -620,6 +667,21 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->gdn = (moq_gdn_dims){.H = m->H, .Hk = m->qc.linear_num_key_heads, .dk = m->qc.linear_key_head_dim, .Hv = m->qc.linear_num_value_heads,
                                 .dv = m->qc.linear_value_head_dim, .K = m->qc.linear_conv_kernel_dim, .eps = m->eps};
         if (m->arch->shared_expert) m->Is = m->qc.shared_expert_intermediate_size;
+    }
+    if (m->arch->family == FAM_LLAMA4) { /* RoPE / NoPE, chunked, MoE layers; shared expert = expert size */
+        bool *chunked = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+        m->moe_list = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
+        if (!chunked || !m->moe_list) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+        MOQ_TRY(moq_llama4_read(m->ckpt, m->L, &m->l4, per_layer, chunked, m->moe_list, err));
+        for (int64_t l = 0; l < m->L; l++) {
+            layer *ly = &m->layers[l];
+            ly->nope = !per_layer[l];
+            ly->chunk = chunked[l] ? m->l4.attention_chunk_size : 0;
+            ly->l2_qk = m->l4.use_qk_norm && per_layer[l];
+            ly->temp = m->l4.attn_temperature_tuning && !per_layer[l];
+        }
+        m->I = m->l4.intermediate_size_mlp;
+        m->Is = m->Ie;
     }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
@@ -792,11 +854,19 @@ void moq_model_free(moq_model *m) {
     free(m);
 }
 
+/* w NULL: no weight (Llama 4's L2 q/k norm, Llama4TextL2Norm: x · rsqrt(mean(x²) + eps)) */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, double eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+/* RoPE of one head's first R values with the layer's frequencies: rotate_half pairs, or (2i, 2i + 1)
+ * (arch_row.rope_pairs) */
+static void rope(const moq_model *m, float *x, int64_t R, int64_t pos, const layer *ly) {
+    if (m->arch->rope_pairs) moq_rope_apply_pairs(x, R, pos, ly->inv_freq, ly->mscale);
+    else moq_rope_apply(x, R, pos, ly->inv_freq, ly->mscale);
 }
 
 static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const float *x, int64_t M, float *y, moq_error *err) {
@@ -808,11 +878,12 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
  * the current one included; arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
     const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
-    const int64_t kl = m->layers[l].kvl;
+    const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
-        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1, p_lo = W > 0 && npos > W ? npos - W : 0;
+        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1;
+        const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
         const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
@@ -824,7 +895,9 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
             if (cap > 0) s[p] = cap * tanhf(s[p] / cap); /* attn_logit_softcapping */
             if (s[p] > mx) mx = s[p];
         }
-        float sum = 0;
+        const float *sk = m->layers[l].sinks; /* gpt-oss: softmax over [scores, sink], the sink's weight dropped */
+        if (sk && sk[hd] > mx) mx = sk[hd];
+        float sum = sk ? expf(sk[hd] - mx) : 0.0f;
         for (int64_t p = p_lo; p < npos; p++) {
             s[p] = expf(s[p] - mx);
             sum += s[p];
@@ -899,13 +972,19 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
     CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
+        /* Llama 4 temperature: log1p(floor((pos + 1) / floor_scale)) · attn_scale + 1 (NoPE layers) */
+        const float temp = ly->temp ? (float)(log1p(floor((double)(p0 + i + 1) / (double)m->l4.floor_scale)) * m->l4.attn_scale + 1.0) : 1.0f;
         for (int64_t hd = 0; hd < A; hd++) {
-            if (ly->q_norm) rmsnorm(q + hd * qh, q + hd * qh, ly->q_norm, D, m->eps);
-            moq_rope_apply(q + hd * qh, R, p0 + i, ly->inv_freq, ly->mscale);
+            float *qh_ = q + hd * qh;
+            if (ly->q_norm) rmsnorm(qh_, qh_, ly->q_norm, D, m->eps);
+            if (!ly->nope) rope(m, qh_, R, p0 + i, ly);
+            if (ly->l2_qk) rmsnorm(qh_, qh_, NULL, D, m->eps);
+            for (int64_t e = 0; ly->temp && e < D; e++) qh_[e] *= temp;
         }
         for (int64_t hd = 0; hd < KV; hd++) {
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-            moq_rope_apply(k + hd * D, R, p0 + i, ly->inv_freq, ly->mscale);
+            if (!ly->nope) rope(m, k + hd * D, R, p0 + i, ly);
+            if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
         }
         TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
         TAP(m, l, MOQ_TAP_V, v, 1, KV * D);

@@ -5,6 +5,7 @@
 
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
@@ -31,11 +32,17 @@ typedef struct layer {
     moq_moe_format   moe_fmt;
     bool             is_moe;             /* routed experts in place of the dense MLP          */
     int64_t          window;             /* sliding window in positions, 0 = full causal      */
+    int64_t          chunk;              /* Llama 4 chunked attention: keys of the query's chunk of
+                                            this many positions only (0 = none)                  */
+    bool             nope;               /* Llama 4 NoPE layer: no RoPE                           */
+    bool             l2_qk;              /* Llama 4: q, k / rms(q, k) after RoPE (no weight)       */
+    bool             temp;               /* Llama 4: q × the attention temperature of its position */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
     float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
+    float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
 } layer;
 
 struct moq_model {
@@ -58,6 +65,8 @@ struct moq_model {
     int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
     moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
+    bool             *moe_list;          /* MOE_LAYER_LIST: which layers hold experts        */
     float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
     float             mscale_local;
     float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */

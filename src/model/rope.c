@@ -68,8 +68,9 @@ static moq_status rope_yarn(const moq_rope_params *p, int64_t D, double *inv, do
     if (!(p->original_max_pos > 0))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "rope_scaling yarn: original_max_position_embeddings %g, expected > 0", p->original_max_pos);
     base_freqs(p, D, inv);
-    double low = floor(yarn_dim(p->beta_fast, D, p->theta, p->original_max_pos));
-    double high = ceil(yarn_dim(p->beta_slow, D, p->theta, p->original_max_pos));
+    double low = yarn_dim(p->beta_fast, D, p->theta, p->original_max_pos);
+    double high = yarn_dim(p->beta_slow, D, p->theta, p->original_max_pos);
+    if (!p->no_truncate) low = floor(low), high = ceil(high);
     low = fmax(low, 0.0);
     high = fmin(high, (double)(D - 1));
     if (low == high) high += 0.001;
@@ -114,5 +115,15 @@ void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, flo
         const float x0 = x[i], x1 = x[i + h];
         x[i] = x0 * cs - x1 * sn;
         x[i + h] = x1 * cs + x0 * sn;
+    }
+}
+
+void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale) {
+    for (int64_t i = 0; i < D / 2; i++) {
+        const double a = (double)pos * (double)inv_freq[i];
+        const float cs = (float)cos(a) * mscale, sn = (float)sin(a) * mscale;
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * cs - x1 * sn;
+        x[2 * i + 1] = x1 * cs + x0 * sn;
     }
 }

@@ -24,6 +24,8 @@ typedef struct moq_rope_params {
     double mscale, mscale_all_dim; /* yarn (DeepSeek): when both are set and attention_factor
                                      is not, the factor is m(mscale) / m(mscale_all_dim) with
                                      m(s) = 0.1 s ln(factor) + 1; else m(1)                  */
+    bool   no_truncate;           /* yarn truncate: false (gpt-oss): the correction range is not
+                                     rounded to whole dimensions                             */
 } moq_rope_params;
 
 /* inv_freq f32 [D/2] and the cos/sin multiplier (yarn attention factor, else 1). Errors name
@@ -31,5 +33,8 @@ typedef struct moq_rope_params {
 moq_status moq_rope_inv_freq(const moq_rope_params *p, int64_t D, float *inv_freq, float *mscale, moq_error *err);
 /* Rotates x f32 [D] in place for position pos. */
 void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
+/* The same rotation over the pairs (2i, 2i + 1) (Llama 4's view_as_complex form; HF Llama 4
+ * checkpoints keep Meta's row order, so q and k rows are not permuted to rotate_half's). */
+void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
 
 #endif

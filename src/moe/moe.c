@@ -85,6 +85,7 @@ typedef struct moe_expert {
     moq_weight  w13, w2;
     void       *q13, *s13, *q2, *s2; /* owned canonical buffers the weights point into */
     float      *p13, *p2;            /* AWQ pre_quant_scale f32 [2H] (gate, up) / [Ip], or NULL */
+    float      *b13, *b2;            /* bias f32 [N13] (gate, up rows as w13) / [H], or NULL    */
     moq_linear *l13, *l2;
 } moe_expert;
 
@@ -98,12 +99,15 @@ struct moq_moe {
     moq_moe_routing     routing;     /* correction_bias points at bias when read from the file */
     float              *bias;        /* f32 [E] owned, or NULL                                  */
     int64_t             E, H, I, Ip, N13, n_local;
+    bool                stacked;     /* unquantized experts as transformers' stacked parameters  */
+    bool                interleaved; /* stacked gate_up_proj: gate and up in alternating columns */
     int32_t            *local_of;    /* i32 [E]: local id or -1                                 */
     moe_expert         *ex;          /* [n_local]                                               */
     moe_expert          shared;
     bool                has_shared;
     moq_linear         *router;
     void               *router_q;    /* owned copy of the router weight                         */
+    float              *router_b;    /* f32 [E] router bias (gpt-oss), or NULL                    */
     int                 n_threads;
     moq_moe_observer    obs;         /* calibration hook (moe.h), NULL when unset                */
     void               *obs_user;
@@ -324,11 +328,160 @@ static int find_layout(const moq_checkpoint *ck, const char *ebase, bool gated) 
 
 typedef struct in_scales { float a13[2], a2; bool have; } in_scales;
 
+/* Stacked experts, as transformers' Llama4TextExperts / GptOssExperts hold them and save_pretrained and
+ * ModelOpt 0.47's export_hf_checkpoint write them: <prefix>.experts.gate_up_proj [E, H/b, 2I] and
+ * .down_proj [E, I/b, H], both applied as x · W (so the codes are transposed here into the canonical
+ * [N, K] rows; b = 2 for packed e2m1, whose byte (k/2, n) holds k even in the low nibble, as a row of
+ * the canonical layout does). Quantized, ModelOpt writes beside each <proj>: <proj>_weight_scale
+ * (FP8: one scalar for all experts; NVFP4: e4m3 [E, K/16, N]), <proj>_weight_scale_2 and
+ * <proj>_input_scale (one scalar each for all experts), and gpt-oss's <proj>_bias [E, N].
+ * gate_up's columns are [gate | up] (Llama 4: chunk(2)) or alternate gate, up (gpt-oss: [..., ::2],
+ * [..., 1::2]). MXFP8 (whose stacked scales ModelOpt writes per 32 output columns, measured) and formats
+ * whose stacked scales no export has shown (block, per-channel) are refused. */
+static moq_status stacked_tensor(const moq_moe *m, const moq_checkpoint *ck, const char *what, int64_t d1, int64_t d2,
+                                 const moq_tensor **out, moq_error *err) {
+    char nm[300], shp[64];
+    const moe_fmt *f = m->fmt;
+    snprintf(nm, sizeof nm, "%s.experts.%s", m->name, what);
+    MOQ_TRY(get_tensor(ck, nm, "stacked expert weight", out, err));
+    if (f->wdt == MOQ_DT_COUNT && elem_of_dtype((*out)->dtype) == MOQ_ELEM_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name((*out)->dtype));
+    if (f->wdt != MOQ_DT_COUNT) MOQ_TRY(want_dtype(*out, f->wdt, MOQ_DT_COUNT, f->name, err));
+    snprintf(shp, sizeof shp, "%s (x · W)%s", strncmp(what, "gate", 4) == 0 ? "[E, H, 2I]" : "[E, I, H]", f->per_byte == 2 ? ", K packed in halves" : "");
+    return want_shape(*out, 3, (int64_t[]){m->E, d1 / f->per_byte, d2}, shp, err);
+}
+
+/* Row r of a [rows, n] F32 / BF16 / F16 tensor into f32 out. */
+static moq_status bias_row(const moq_tensor *t, int64_t r, int64_t n, float *out, moq_error *err) {
+    if (elem_of_dtype(t->dtype) == MOQ_ELEM_NONE)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected F32, BF16 or F16 (bias)", moq_dtype_name(t->dtype));
+    for (int64_t i = 0; i < n; i++) {
+        const size_t at = (size_t)(r * n + i);
+        uint16_t h;
+        if (t->dtype == MOQ_DT_F32) memcpy(&out[i], (const uint8_t *)t->data + 4 * at, 4);
+        else memcpy(&h, (const uint8_t *)t->data + 2 * at, 2), out[i] = t->dtype == MOQ_DT_BF16 ? moq_bf16_decode(h) : moq_f16_decode(h);
+    }
+    return MOQ_OK;
+}
+
+/* <prefix>.experts.<proj><suffix>: an f32 scalar for all experts, or f32 [E] (expert gl's). */
+static moq_status stacked_scalar(const moq_moe *m, const moq_checkpoint *ck, const char *proj, const char *suffix, int64_t gl, float *v,
+                                 moq_error *err) {
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.experts.%s%s", m->name, proj, suffix);
+    const moq_tensor *t;
+    MOQ_TRY(get_tensor(ck, nm, "stacked experts' scale", &t, err));
+    MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, "stacked experts' scale", err));
+    if (t->nelem != 1 && !(t->ndim == 1 && t->shape[0] == m->E))
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%llu elements, expected a scalar (all experts) or [%lld] (one per expert)",
+                        (unsigned long long)t->nelem, (long long)m->E);
+    memcpy(v, (const uint8_t *)t->data + (t->nelem == 1 ? 0 : 4 * (size_t)gl), 4);
+    if (!(*v > 0.0f) || !isfinite(*v)) return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "value %g, expected a finite value > 0", (double)*v);
+    return MOQ_OK;
+}
+
+/* dst row (row0 + n) of a canonical buffer (rowb bytes per row) = column col(n) of the [rows, cols]
+ * matrix of eb-byte elements at src. */
+static void transpose_cols(uint8_t *dst, size_t rowb, int64_t row0, int64_t n_rows, const uint8_t *src, int64_t rows, int64_t cols,
+                           size_t eb, bool interleaved, int s, int64_t half) {
+    for (int64_t n = 0; n < n_rows; n++) {
+        const int64_t col = interleaved ? 2 * n + s : s * half + n;
+        for (int64_t k = 0; k < rows; k++) memcpy(dst + (size_t)(row0 + n) * rowb + (size_t)k * eb, src + ((size_t)k * (size_t)cols + (size_t)col) * eb, eb);
+    }
+}
+
+static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert *ex, const in_scales *a, const moq_moe_opts *o, moq_error *err) {
+    const moe_fmt *f = m->fmt;
+    const int64_t gl = m->global_of[ex - m->ex], H = m->H, I = m->I, pb = f->per_byte;
+    if (f->pair == MOQ_PAIR_MXFP8) /* measured: gate_up_proj_weight_scale U8 [E, H, 2I/32] */
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, m->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) in format MXFP8: ModelOpt 0.47 "
+                        "writes their e8m0 scales in blocks of 32 along the output dimension, and MXFP8 kernels scale blocks of 32 along K; "
+                        "expected FP8, NVFP4, W4A16_NVFP4 or unquantized stacked experts");
+    if (f->scale != SC_NONE && f->scale != SC_TENSOR && f->scale != SC_GROUP)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, m->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) in format %s: no ModelOpt export of this "
+                        "layout has been seen, expected FP8, NVFP4, W4A16_NVFP4 or unquantized", f->name);
+    const moq_tensor *gu, *dn;
+    MOQ_TRY(stacked_tensor(m, ck, "gate_up_proj", H, 2 * I, &gu, err));
+    MOQ_TRY(stacked_tensor(m, ck, "down_proj", I, H, &dn, err));
+    if (gu->dtype != dn->dtype)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->name, "stacked experts: gate_up_proj %s, down_proj %s; expected one dtype",
+                        moq_dtype_name(gu->dtype), moq_dtype_name(dn->dtype));
+    const moq_pair_id p = f->pair != MOQ_PAIR_COUNT ? f->pair : pair_of_elem(elem_of_dtype(gu->dtype));
+    MOQ_TRY(alloc_weight(f, p, m->N13, H, &ex->q13, &ex->s13, m->name, err));
+    MOQ_TRY(alloc_weight(f, p, H, m->Ip, &ex->q2, &ex->s2, m->name, err));
+    weight_init(&ex->w13, p, m->N13, H, ex->q13, ex->s13);
+    weight_init(&ex->w2, p, H, m->Ip, ex->q2, ex->s2);
+    const size_t eb = (size_t)moq_dtype_bits(gu->dtype) / 8;
+    const size_t row13 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)H), row2 = moq_elem_bytes(moq_pairs[p].w->elem, (size_t)m->Ip);
+    const int64_t K13 = H / pb, K2 = I / pb; /* stored elements along K */
+    const uint8_t *s13 = (const uint8_t *)gu->data + (size_t)gl * (size_t)(K13 * 2 * I) * eb, *s2 = (const uint8_t *)dn->data + (size_t)gl * (size_t)(K2 * H) * eb;
+    for (int s = 0; s < 2; s++) transpose_cols(ex->q13, row13, s * m->Ip, I, s13, K13, 2 * I, eb, m->interleaved, s, I);
+    transpose_cols(ex->q2, row2, 0, H, s2, K2, H, eb, false, 0, 0);
+    ex->w13.n_shards = 2, ex->w13.row0[1] = m->Ip, ex->w13.row0[2] = m->N13;
+    ex->w13.shard_scale[1] = ex->w13.shard_in_scale[1] = 1.0f;
+    char nm[300];
+    if (f->scale == SC_GROUP) { /* <proj>_weight_scale [E, K/group, N], one byte each (e4m3 / e8m0) */
+        const moq_tensor *t;
+        const int64_t G13 = H / f->group, G2 = cdiv(I, f->group), Gp2 = m->Ip / f->group;
+        snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_weight_scale", m->name);
+        MOQ_TRY(get_tensor(ck, nm, "stacked block scales", &t, err));
+        MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, "stacked block scales", err));
+        MOQ_TRY(want_shape(t, 3, (int64_t[]){m->E, G13, 2 * I}, "[E, H/group, 2I]", err));
+        for (int s = 0; s < 2; s++) transpose_cols(ex->s13, (size_t)G13, s * m->Ip, I, (const uint8_t *)t->data + (size_t)(gl * G13 * 2 * I), G13, 2 * I, 1, m->interleaved, s, I);
+        snprintf(nm, sizeof nm, "%s.experts.down_proj_weight_scale", m->name);
+        MOQ_TRY(get_tensor(ck, nm, "stacked block scales", &t, err));
+        MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, "stacked block scales", err));
+        MOQ_TRY(want_shape(t, 3, (int64_t[]){m->E, G2, H}, "[E, I/group, H]", err));
+        transpose_cols(ex->s2, (size_t)Gp2, 0, H, (const uint8_t *)t->data + (size_t)(gl * G2 * H), G2, H, 1, false, 0, 0);
+    }
+    float w13s = 1.0f, w2s = 1.0f;
+    if (f->scale == SC_TENSOR) {
+        MOQ_TRY(stacked_scalar(m, ck, "gate_up_proj", "_weight_scale", gl, &w13s, err));
+        MOQ_TRY(stacked_scalar(m, ck, "down_proj", "_weight_scale", gl, &w2s, err));
+    }
+    if (f->ws2) {
+        MOQ_TRY(stacked_scalar(m, ck, "gate_up_proj", "_weight_scale_2", gl, &w13s, err));
+        MOQ_TRY(stacked_scalar(m, ck, "down_proj", "_weight_scale_2", gl, &w2s, err));
+    }
+    for (int s = 0; s < 2; s++) ex->w13.shard_scale[s] = w13s, ex->w13.shard_in_scale[s] = a->have ? a->a13[s] : 1.0f;
+    ex->w2.shard_scale[0] = w2s, ex->w2.shard_in_scale[0] = a->have ? a->a2 : 1.0f;
+    /* gpt-oss: gate_up_proj_bias [E, 2I] (columns as gate_up_proj) and down_proj_bias [E, H] */
+    snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_bias", m->name);
+    const moq_tensor *bgu = moq_checkpoint_tensor(ck, nm);
+    snprintf(nm, sizeof nm, "%s.experts.down_proj_bias", m->name);
+    const moq_tensor *bdn = moq_checkpoint_tensor(ck, nm);
+    if (!bgu != !bdn)
+        return MOQ_FAIL(err, MOQ_ERR_TENSOR, bgu ? nm : m->name, "%s; expected both stacked expert biases (gate_up_proj_bias, down_proj_bias) or neither",
+                        bgu ? "tensor missing" : "down_proj_bias without gate_up_proj_bias");
+    if (bgu) {
+        ex->b13 = calloc((size_t)m->N13, sizeof(float));
+        ex->b2 = calloc((size_t)H, sizeof(float));
+        float *tmp = malloc((size_t)(2 * I + H) * sizeof(float));
+        moq_status st = !ex->b13 || !ex->b2 || !tmp ? MOQ_FAIL(err, MOQ_ERR_NOMEM, m->name, "out of memory") : MOQ_OK;
+        if (st == MOQ_OK) st = want_shape(bgu, 2, (int64_t[]){m->E, 2 * I}, "stacked expert bias [E, 2I]", err);
+        if (st == MOQ_OK) st = want_shape(bdn, 2, (int64_t[]){m->E, H}, "stacked expert bias [E, H]", err);
+        if (st == MOQ_OK) st = bias_row(bgu, gl, 2 * I, tmp, err);
+        if (st == MOQ_OK) st = bias_row(bdn, gl, H, tmp + 2 * I, err);
+        for (int s = 0; st == MOQ_OK && s < 2; s++)
+            for (int64_t n = 0; n < I; n++) ex->b13[s * m->Ip + n] = tmp[m->interleaved ? 2 * n + s : s * I + n];
+        if (st == MOQ_OK) memcpy(ex->b2, tmp + 2 * I, (size_t)H * sizeof(float));
+        free(tmp);
+        MOQ_TRY(st);
+        ex->w13.bias = ex->b13, ex->w2.bias = ex->b2;
+    }
+    moq_linear_opts lo = moq_linear_opts_default();
+    lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
+    lo.name = m->name;
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, &lo, err));
+    return moq_linear_create_from_weight(&ex->l2, &ex->w2, &lo, err);
+}
+
 /* Loads one expert (or the shared expert) at ebase into ex. a: the input scales to use. */
 static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *ebase, moe_expert *ex, const in_scales *a,
                               const moq_moe_opts *o, int *n_diff, float diff_ex[2], moq_dtype *dt, moq_error *err) {
     const moe_fmt *f = m->fmt;
     const bool gated = moq_moe_act_table[m->act].gated;
+    if (m->stacked && ex != &m->shared) return load_stacked(m, ck, ex, a, o, err);
     const int lay = find_layout(ck, ebase, gated);
     char nm[320];
     if (lay < 0) {
@@ -411,7 +564,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
 
 static void expert_free(moe_expert *ex) {
     moq_linear_free(ex->l13), moq_linear_free(ex->l2);
-    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2), free(ex->p13), free(ex->p2);
+    free(ex->q13), free(ex->s13), free(ex->q2), free(ex->s2), free(ex->p13), free(ex->p2), free(ex->b13), free(ex->b2);
 }
 
 void moq_moe_free(moq_moe *m) {
@@ -419,6 +572,7 @@ void moq_moe_free(moq_moe *m) {
     for (int64_t i = 0; m->ex && i < m->n_local; i++) expert_free(&m->ex[i]);
     if (m->has_shared) expert_free(&m->shared);
     moq_linear_free(m->router);
+    free(m->router_b);
     free(m->router_q), free(m->bias), free(m->local_of), free(m->global_of), free(m->ex), free(m);
 }
 
@@ -492,14 +646,22 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         const int lay = find_layout(ck, eb, gated);
         snprintf(nm, sizeof nm, "%s.%s.weight", eb, lay < 0 ? (gated ? "gate_proj" : "up_proj") : proj_name(lay, gated ? 0 : 1, gated));
         const moq_tensor *t = moq_checkpoint_tensor(ck, nm);
-        if (!t || t->ndim != 2) {
+        char snm[300];
+        snprintf(snm, sizeof snm, "%s.experts.gate_up_proj", prefix);
+        const moq_tensor *st3 = lay < 0 && gated ? moq_checkpoint_tensor(ck, snm) : NULL;
+        if (st3) { /* stacked experts (transformers' own layout, unquantized only) */
+            if (st3->ndim != 3 || st3->shape[2] % 2) { st = MOQ_FAIL(err, MOQ_ERR_TENSOR, snm, "%d dimensions, expected [E, H, 2I]", st3->ndim); goto fail; }
+            m->stacked = true, m->interleaved = o.interleaved_gate_up;
+            m->I = st3->shape[2] / 2, m->H = st3->shape[1] * f->per_byte;
+        } else if (!t || t->ndim != 2) {
             st = t ? MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "%d dimensions, expected 2 [I, H]", t->ndim)
-                   : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj} or %s.{w1,w3,w2})", eb, eb);
+                   : MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "tensor missing (expert layout %s.{gate_proj,up_proj,down_proj}, %s.{w1,w3,w2} or stacked %s.experts.{gate_up_proj,down_proj})", eb, eb, prefix);
             goto fail;
+        } else {
+            if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
+            m->I = t->shape[0];
+            m->H = t->shape[1] * f->per_byte;
         }
-        if (f->wdt != MOQ_DT_COUNT && (st = want_dtype(t, f->wdt, MOQ_DT_COUNT, f->name, err)) != MOQ_OK) goto fail;
-        m->I = t->shape[0];
-        m->H = t->shape[1] * f->per_byte;
     }
     const int kmul = f->pair == MOQ_PAIR_COUNT ? 1 : moq_pairs[f->pair].k_multiple;
     if ((m->I < 1 || m->H < 1 || m->H % kmul)) {
@@ -516,8 +678,13 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         per = calloc((size_t)m->E * 3, sizeof(float));
         if (!per) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
         for (int64_t g = 0; g < m->E && st == MOQ_OK; g++) {
-            bool present;
-            st = read_in_scales(ck, prefix, g, gated, m->local_of[g] >= 0, per + 3 * g, &present, err);
+            bool present = true;
+            if (m->stacked) { /* <proj>_input_scale: one for all experts, or one each */
+                st = stacked_scalar(m, ck, "gate_up_proj", "_input_scale", g, per + 3 * g, err);
+                if (st == MOQ_OK) st = stacked_scalar(m, ck, "down_proj", "_input_scale", g, per + 3 * g + 2, err);
+                per[3 * g + 1] = per[3 * g];
+            } else
+                st = read_in_scales(ck, prefix, g, gated, m->local_of[g] >= 0, per + 3 * g, &present, err);
             if (st == MOQ_OK && present) {
                 const float a13 = fmaxf(per[3 * g], per[3 * g + 1]);
                 amax.a13[0] = amax.a13[1] = fmaxf(amax.a13[0], a13);
@@ -590,6 +757,16 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             memcpy(m->router_q, t->data, t->nbytes);
             moq_weight rw;
             weight_init(&rw, pair_of_elem(e), m->E, m->H, m->router_q, NULL);
+            snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router);
+            const moq_tensor *rb = moq_checkpoint_tensor(ck, nm);
+            if (rb) { /* gpt-oss: logits = W x + b */
+                m->router_b = malloc((size_t)m->E * sizeof(float));
+                if (!m->router_b) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
+                if ((st = want_shape(rb, 1, (int64_t[]){m->E}, "router bias [E]", err)) != MOQ_OK) goto fail;
+                if ((st = bias_row(rb, 0, m->E, m->router_b, err)) != MOQ_OK) goto fail;
+                rw.bias = m->router_b;
+            }
+            snprintf(nm, sizeof nm, "%s.%s.weight", prefix, o.router);
             moq_linear_opts lo = moq_linear_opts_default();
             lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
             if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;

@@ -22,8 +22,9 @@
  *
  * Tolerance (max |d| / max |ref|): the generator cast the model to bf16 and back to f32, which also
  * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured:
- * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5; with moq's inv_freq
- * rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6 (the DeltaNet recurrence in f32 vs
+ * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4
+ * (YaRN); with moq's inv_freq rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6, 4.0e-7,
+ * 1.5e-6 (the DeltaNet recurrence in f32 vs
  * transformers' chunked form), so the rest is f32 summation order. Limit 1e-3 vs transformers (a
  * wrong softmax scale or routed_scaling_factor gave 0.74 and a wrong greedy id); decode vs prefill
  * (same inv_freq, same weights) measured <= 2.7e-6, limit 1e-5. Greedy ids must be equal.
@@ -157,6 +158,24 @@ static void test_gemma3(void **st) {
     check_model("gemma3_text", "Gemma3ForCausalLM", 2);
 }
 
+/* Llama 4: RoPE layers 0, 1, 3 in chunks of 5 positions with the L2 q/k norm, NoPE layer 2 attending to
+ * every position with the attention temperature (floor_scale 4, attn_scale 0.1), interleaved-pair
+ * llama3 RoPE, dense layers 0, 2 (intermediate_size_mlp 96) and MoE layers 1, 3: 4 stacked experts,
+ * top-1 sigmoid routing applied to the expert's input, a shared expert. 20 positions: chunks and
+ * temperature matter. */
+static void test_llama4(void **st) {
+    (void)st;
+    check_model("llama4_a", "Llama4ForCausalLM", 2);
+}
+
+/* gpt-oss: sliding (W 4) layers 0, 2 and full layers 1, 3 with attention sinks, q/k/v/o bias, YaRN
+ * (factor 4, truncate false), 4 stacked experts top-2 with interleaved gate/up and biases, router bias,
+ * the clamped SwiGLU (expert gate/up weights x4 so that gates pass the limit 7). */
+static void test_gpt_oss(void **st) {
+    (void)st;
+    check_model("gpt_oss", "GptOssForCausalLM", 2);
+}
+
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
@@ -212,6 +231,7 @@ static void test_multimodal_layouts(void **st) {
     check_rekeyed("qwen3_5", "Qwen3_5ForConditionalGeneration", "model.language_model", "lm_head", "");
     check_rekeyed("deepseek_v3_a", "KimiK25ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
     check_rekeyed("gemma3_text", "Gemma3ForConditionalGeneration", "model.language_model", "lm_head", "");
+    check_rekeyed("llama4_a", "Llama4ForConditionalGeneration", "language_model.model", "language_model.lm_head", "");
 }
 
 /* DeepSeek-V3.2 is DeepSeek-V3 plus a DSA indexer keeping index_topk keys per query
@@ -966,6 +986,8 @@ int main(void) {
         cmocka_unit_test(test_deepseek_v32),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_gpt_oss),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,10 +35,24 @@
 
 enum { MAX_T = 64 };
 
-static const char *const k_fixtures[] = {
-    "llama_fp8",   "llama_fp8_pc_pt", "llama_fp8_pb_wo", "llama_nvfp4",        "llama_w4a16_nvfp4",
-    "llama_nvfp4_awq", "llama_mxfp8", "llama_fp8_kv",    "llama_fp8_kv_cast",  "qwen3moe_fp8",
-    "qwen3moe_fp8_pc_pt", "qwen3moe_fp8_pb_wo", "qwen3moe_nvfp4",
+/* fq: what ModelOpt's own fake-quant logits must satisfy (a loose sanity bound, see the top):
+ *   FQ_BOUND  present and within half of max |logit|;
+ *   FQ_NONE   absent: exported on a CPU, where ModelOpt's NVFP4 (and W4A16) fake-quant forward refuses to run
+ *             ("amax must be a CUDA tensor");
+ *   FQ_KEPT   present, not bounded: DeepSeek-V3 and Qwen3.5-MoE (CPU exports), where ModelOpt's bf16
+ *             forward is far from any float32 one (Qwen3.5-MoE unquantized: bf16 vs f32 3.4 of max
+ *             |logit| 7.5; DeepSeek-V3 FP8: 2.6 of 3.8, the grouped routing with routed_scaling_factor
+ *             2.5 picking other experts); moq agrees with the oracle to 1e-6 there as everywhere. */
+typedef enum fq_rule { FQ_BOUND, FQ_NONE, FQ_KEPT } fq_rule;
+static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
+    {"llama_fp8", FQ_BOUND}, {"llama_fp8_pc_pt", FQ_BOUND}, {"llama_fp8_pb_wo", FQ_BOUND}, {"llama_nvfp4", FQ_BOUND},
+    {"llama_w4a16_nvfp4", FQ_BOUND}, {"llama_nvfp4_awq", FQ_BOUND}, {"llama_mxfp8", FQ_BOUND}, {"llama_fp8_kv", FQ_BOUND},
+    {"llama_fp8_kv_cast", FQ_BOUND}, {"qwen3moe_fp8", FQ_BOUND}, {"qwen3moe_fp8_pc_pt", FQ_BOUND}, {"qwen3moe_fp8_pb_wo", FQ_BOUND},
+    {"qwen3moe_nvfp4", FQ_BOUND},
+    /* issue 17's architectures, exported on a CPU by scripts/modelopt_arch_fixtures.py from tests/data/hf_tiny */
+    {"llama4_a_fp8", FQ_BOUND}, {"llama4_a_nvfp4", FQ_NONE}, {"gpt_oss_fp8", FQ_BOUND}, {"gpt_oss_nvfp4", FQ_NONE},
+    {"deepseek_v3_a_fp8", FQ_KEPT}, {"deepseek_v3_a_nvfp4", FQ_NONE}, {"qwen3_5_moe_fp8", FQ_KEPT}, {"qwen3_5_moe_nvfp4", FQ_NONE},
+    {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE}, {"llama4_a_w4a16_nvfp4", FQ_NONE},
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 
@@ -111,7 +125,8 @@ static const char *cli(const char *verb, const char *dir, const char *extra, con
     return NULL;
 }
 
-static const char *run_fixture(const char *name, double *max_abs, double *max_ref) {
+static const char *run_fixture(const struct fixture *f, double *max_abs, double *max_ref) {
+    const char *name = f->name;
     char rel[256];
     snprintf(rel, sizeof rel, "modelopt_real/%s", name);
     char *dir = tu_src_data_path(rel);
@@ -124,7 +139,7 @@ static const char *run_fixture(const char *name, double *max_abs, double *max_re
         if (e.fakequant) fq = fmax(fq, fabs((double)e.logits[i] - e.fakequant[i]));
     }
     const bool have_fq = e.fakequant != NULL;
-    if (!have_fq || !(fq < 0.5 * ref)) {
+    if (have_fq != (f->fq != FQ_NONE) || (f->fq == FQ_BOUND && !(fq < 0.5 * ref))) {
         free(e.logits), free(e.fakequant), free(dir);
         fail_msg("%s: oracle vs ModelOpt fake-quant max abs %g (max |logit| %g, fakequant %s): broken fixture", name, fq, ref,
                  have_fq ? "present" : "missing");
@@ -172,9 +187,10 @@ static const char *run_fixture(const char *name, double *max_abs, double *max_re
 }
 
 static void test_fixture(void **state) {
-    const char *name = *state;
+    const struct fixture *f = *state;
+    const char *name = f->name;
     double max_abs, max_ref;
-    const char *why = run_fixture(name, &max_abs, &max_ref);
+    const char *why = run_fixture(f, &max_abs, &max_ref);
     if (why) fail_msg("%s: %s", name, why);
     print_message("%-20s ok: logits max abs err %.3g, relative %.3g (max |logit| %.3f)\n", name, max_abs, max_abs / max_ref, max_ref);
 }
@@ -186,7 +202,7 @@ static void test_table(void **state) {
     for (size_t j = 0; j < N_FIXTURES; j++)
         for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
             char rel[256];
-            snprintf(rel, sizeof rel, "modelopt_real/%s/%s", k_fixtures[j], files[f]);
+            snprintf(rel, sizeof rel, "modelopt_real/%s/%s", k_fixtures[j].name, files[f]);
             char *p = tu_src_data_path(rel);
             size_t len = 0;
             free(tu_read_file(p, &len));
@@ -198,8 +214,8 @@ int main(void) {
     struct CMUnitTest t[N_FIXTURES + 1];
     t[0] = (struct CMUnitTest)cmocka_unit_test(test_table);
     for (size_t i = 0; i < N_FIXTURES; i++) {
-        t[i + 1] = (struct CMUnitTest)cmocka_unit_test_prestate(test_fixture, (void *)k_fixtures[i]);
-        t[i + 1].name = k_fixtures[i];
+        t[i + 1] = (struct CMUnitTest)cmocka_unit_test_prestate(test_fixture, (void *)&k_fixtures[i]);
+        t[i + 1].name = k_fixtures[i].name;
     }
     return _cmocka_run_group_tests("modelopt_real", t, N_FIXTURES + 1, NULL, NULL);
 }
