@@ -495,16 +495,22 @@ static void end_req(server *s, req *r, const char *finish, int status, const cha
     pthread_cond_broadcast(&r->cv);
 }
 
-/* log-softmax entry for a token and the top k (OpenAI chat shape, or completions' legacy one). */
-static void token_text(server *s, int32_t id, char *out, size_t cap) {
+/* A token's text as valid UTF-8 (a token may hold part of a character: U+FFFD for it, as
+ * OpenAI's API does; the raw bytes go to "bytes"). */
+static void token_text(server *s, int32_t id, char *out, size_t cap, cJSON *bytes) {
     const uint8_t *b = NULL;
-    size_t n = 0;
+    size_t n = 0, len = 0;
     moq_error e;
     out[0] = '\0';
     if (id < moq_tokenizer_vocab_size(s->tok) && moq_tokenizer_decode_token(s->tok, id, &b, &n, &e) == MOQ_OK) {
-        if (n >= cap) n = cap - 1;
-        memcpy(out, b, n);
-        out[n] = '\0';
+        if (n > 64) n = 64;
+        if (cap < MOQ_UTF8_STREAM_OUT_MAX(64) + 1) return;
+        moq_utf8_stream us;
+        moq_utf8_stream_reset(&us);
+        if (moq_utf8_stream_push(&us, b, n, out, cap - 1, &len, &e) != MOQ_OK) len = 0;
+        len += moq_utf8_stream_flush(&us, out + len, cap - 1 - len);
+        out[len] = '\0';
+        for (size_t i = 0; bytes && i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(b[i]));
     }
 }
 
@@ -514,9 +520,10 @@ static cJSON *logprob_entry(server *s, const req *r, const float *lg, int32_t id
     for (int64_t i = 0; i < s->V; i++) sum += exp((double)lg[i] - mx);
     const double lse = mx + log(sum);
     char t[256];
-    cJSON *e = cJSON_CreateObject(), *top = cJSON_CreateArray();
-    token_text(s, id, t, sizeof t);
+    cJSON *e = cJSON_CreateObject(), *top = cJSON_CreateArray(), *by = cJSON_CreateArray();
+    token_text(s, id, t, sizeof t, by);
     cJSON_AddStringToObject(e, "token", t);
+    cJSON_AddItemToObject(e, "bytes", by);
     cJSON_AddNumberToObject(e, "logprob", (double)lg[id] - lse);
     int32_t best[MAX_TOP_LOGPROBS];
     int nb = 0;
@@ -528,9 +535,10 @@ static cJSON *logprob_entry(server *s, const req *r, const float *lg, int32_t id
             if (!used && (bi < 0 || lg[i] > lg[bi])) bi = (int32_t)i;
         }
         best[nb++] = bi;
-        cJSON *x = cJSON_CreateObject();
-        token_text(s, bi, t, sizeof t);
+        cJSON *x = cJSON_CreateObject(), *xb = cJSON_CreateArray();
+        token_text(s, bi, t, sizeof t, xb);
         cJSON_AddStringToObject(x, "token", t);
+        cJSON_AddItemToObject(x, "bytes", xb);
         cJSON_AddNumberToObject(x, "logprob", (double)lg[bi] - lse);
         cJSON_AddItemToArray(top, x);
     }

@@ -141,7 +141,7 @@ grep -vq '^#\|^[a-z_]*\({[^}]*}\)\? [0-9.e+-]*$' "$TMP/metrics" && { echo "FAIL:
 # ---- soak: mixed requests, a third cut off mid-stream; then nothing may be left held
 for i in $(seq 1 48); do
     case $((i % 3)) in
-    0) curl -sN --max-time 0.$((RANDOM % 9 + 1)) "$URL/v1/completions" -d "{\"prompt\":\"Soak $i\",\"max_tokens\":40,\"stream\":true}" >/dev/null 2>&1 & ;;
+    0) curl -sN --max-time 0.$((RANDOM % 4))$((RANDOM % 9 + 1)) "$URL/v1/completions" -d "{\"prompt\":\"Soak $i\",\"max_tokens\":240,\"stream\":true}" >/dev/null 2>&1 & ;;
     1) curl -s "$URL/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Soak $i\"}],\"max_tokens\":6}" >/dev/null 2>&1 & ;;
     2) curl -sN "$URL/v1/completions" -d "{\"prompt\":\"Soak $i\",\"max_tokens\":5,\"stream\":true,\"temperature\":0.7}" >/dev/null 2>&1 & ;;
     esac
