@@ -443,12 +443,14 @@ static cJSON *usage_obj(const req *r) {
     return u;
 }
 
-/* Sends (stream) the text not yet sent that no stop string can still claim; all of it when final. */
+/* Sends (stream) the text not yet sent that no stop string can still claim; all of it when final.
+ * Every token gets a chunk, also one whose text is held back (part of a character, or perhaps the
+ * start of a stop string): its delta is then empty, so clients see each token when it is made. */
 static void stream_text(server *s, req *r, bool final, cJSON *lp) {
     size_t upto = r->text.n;
     if (!final && r->stop_max > 1) upto = r->text.n > r->stop_max - 1 ? r->text.n - (r->stop_max - 1) : 0;
     while (upto > r->emitted && upto < r->text.n && ((unsigned char)r->text.p[upto] & 0xC0) == 0x80) upto--; /* whole characters */
-    if (upto > r->emitted || lp) add_chunk(s, r, r->text.p ? r->text.p + r->emitted : "", upto > r->emitted ? upto - r->emitted : 0, NULL, lp);
+    if (upto > r->emitted || lp || !final) add_chunk(s, r, r->text.p ? r->text.p + r->emitted : "", upto > r->emitted ? upto - r->emitted : 0, NULL, lp);
     if (upto > r->emitted) r->emitted = upto;
 }
 
