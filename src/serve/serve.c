@@ -173,14 +173,15 @@ static char *err_json(const char *msg, const char *type, const char *param, cons
 }
 
 /* A request rejected before it runs: HTTP status, message, the parameter at fault. */
-typedef struct reject { int status; char msg[400]; const char *param, *code; } reject;
+typedef struct reject { int status; char msg[400], param[64]; const char *code; } reject; /* param copied: it may be a key of the parsed body */
 static bool rej(reject *j, int status, const char *param, const char *code, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static bool rej(reject *j, int status, const char *param, const char *code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(j->msg, sizeof j->msg, fmt, ap);
     va_end(ap);
-    j->status = status, j->param = param, j->code = code;
+    j->status = status, j->code = code;
+    snprintf(j->param, sizeof j->param, "%s", param ? param : "");
     return false;
 }
 
@@ -969,7 +970,7 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, conn
     reject j = {0};
     if (!parse_request(s, cn->body.p ? cn->body.p : "", cn->body.n, chat, r, &j)) {
         req_release(r);
-        return send_error(s, c, (unsigned)j.status, j.msg, j.param, j.code);
+        return send_error(s, c, (unsigned)j.status, j.msg, j.param[0] ? j.param : NULL, j.code);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
