@@ -761,6 +761,9 @@ MOQ_API int64_t    moq_batch_pages_total(const moq_batch *b);
 MOQ_API int64_t    moq_batch_pages_free(const moq_batch *b);     /* not held by any sequence    */
 MOQ_API uint64_t   moq_batch_page_bytes(const moq_batch *b);     /* K + V of one page, all layers */
 MOQ_API int64_t    moq_batch_seq_count(const moq_batch *b);      /* sequences alive              */
+/* Rows one forward takes at once (CPU: the model's 32-row workspace; larger runs are split): a
+ * scheduler that keeps decode rows + prefill rows within it keeps every step one forward. */
+MOQ_API int64_t    moq_batch_rows_per_forward(const moq_batch *b);
 /* Pages a sequence of n positions holds: ceil(n / page_tokens). */
 MOQ_API int64_t    moq_batch_pages_for(const moq_batch *b, int64_t positions);
 

@@ -114,6 +114,7 @@ int64_t moq_batch_page_tokens(const moq_batch *b) { return b ? b->P : 0; }
 int64_t moq_batch_pages_total(const moq_batch *b) { return b ? b->n_pages : 0; }
 int64_t moq_batch_pages_free(const moq_batch *b) { return b ? b->n_free : 0; }
 int64_t moq_batch_seq_count(const moq_batch *b) { return b ? b->n_seqs : 0; }
+int64_t moq_batch_rows_per_forward(const moq_batch *b) { return b ? b->chunk : 0; }
 uint64_t moq_batch_page_bytes(const moq_batch *b) {
     return b ? 2ull * (uint64_t)b->pool.n_layers * (uint64_t)b->P * (uint64_t)b->pool.row * b->pool.elem_bytes : 0;
 }

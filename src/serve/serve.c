@@ -11,8 +11,9 @@
  *                2. admit queued requests in arrival order while fewer than max_batch run and
  *                   the pool can reserve prompt + max_tokens positions (else they wait)
  *                3. one moq_batch_run: one token for every decoding request, plus up to
- *                   prefill_chunk prompt tokens of the requests still prefilling (chunked
- *                   prefill: a long prompt never holds the others for more than one chunk)
+ *                   prefill_chunk prompt tokens of the requests still prefilling, no more than
+ *                   fill the rows of one forward (chunked prefill: a long prompt never holds
+ *                   the others for more than one chunk)
  *                4. sample, detokenize, check stop strings / eos / max_tokens, publish output
  *
  * A request is shared by its connection thread and the scheduler (refs = 2); whichever lets go
@@ -754,9 +755,14 @@ static void *scheduler(void *arg) {
         if (!active) continue;
         /* 3. one run: every decoding request's token, then prompt chunks */
         int n = 0, n_dec = 0;
-        int64_t budget = s->o.prefill_chunk, rows = 0;
+        int64_t rows = 0;
         for (req *r = active; r; r = r->next)
             if (r->state == ST_DECODE) items[n] = (moq_batch_item){r->seq, &r->feed, 1, logits + (size_t)n * (size_t)s->V}, owner[n++] = r, n_dec++;
+        /* prompt tokens: up to --prefill-chunk, and no more than fill the rows one forward takes
+           (so a step with a prefill costs one forward, not two), at least one */
+        const int64_t room = moq_batch_rows_per_forward(s->b) - n_dec;
+        int64_t budget = s->o.prefill_chunk < room ? s->o.prefill_chunk : room;
+        if (budget < 1) budget = 1;
         for (req *r = active; r && budget > 0; r = r->next)
             if (r->state == ST_PREFILL) {
                 const int64_t c = r->n_prompt - r->prefilled < budget ? r->n_prompt - r->prefilled : budget;
