@@ -71,9 +71,9 @@ int cmd_serve(int argc, char **argv) {
             o.port = (int)v;
             break;
         case 'd':
-            if (!strcmp(optarg, "cuda"))
+            if (strcmp(optarg, "cuda") == 0)
                 return cli_report(&(moq_error){.code = MOQ_ERR_UNSUPPORTED, .where = "--device cuda", .msg = "the GPU model runner is not built yet; use --device cpu"});
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "auto")) return cli_usage_error("serve", "--device %s, expected cpu, cuda or auto", optarg);
+            if ((strcmp(optarg, "cpu") != 0) && (strcmp(optarg, "auto") != 0)) return cli_usage_error("serve", "--device %s, expected cpu, cuda or auto", optarg);
             break;
         case 'b':
             v = strtol(optarg, &end, 10);

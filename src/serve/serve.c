@@ -92,37 +92,37 @@ typedef struct req {
     struct req *next;              /* queue link (scheduler lists)                       */
     /* set by the connection thread before queueing, read-only after */
     uint64_t id;
-    bool     chat, stream, include_usage, echo;
     int64_t  max_tokens;
     moq_sampler_opts so;
     char    *stop[MAX_STOP];
-    int      n_stop;
     size_t   stop_max;             /* longest stop string                                */
-    int      logprobs;             /* -1 none; else top-k count (0..20)                  */
     int32_t *prompt;
     int64_t  n_prompt;
-    int      fd;                   /* client socket, polled for hang-up                  */
     double   t_arrive;
+    int      n_stop;
+    int      logprobs;             /* -1 none; else top-k count (0..20)                  */
+    int      fd;                   /* client socket, polled for hang-up                  */
     /* scheduler only */
     int      state;
     moq_seq *seq;
     moq_sampler *smp;
     int64_t  prefilled, n_gen;
+    double   t_last;
     int32_t  feed;                 /* token to run next                                  */
     moq_utf8_stream us;
-    double   t_last;
     /* shared, under mu */
+    bool     cancelled, done;
+    bool     chat, stream, include_usage, echo;  /* set before queueing, read-only after */
+    int      refs;
+    int      err_status;           /* != 0: failed (message in errmsg)                   */
     pthread_mutex_t mu;
     pthread_cond_t  cv;
-    int      refs;
-    bool     cancelled, done;
     sbuf     text;                 /* completion text so far (stop strings cut it)       */
     size_t   emitted;              /* text bytes already sent as stream deltas           */
     sbuf     sse;                  /* stream bytes not yet handed to MHD                 */
     size_t   sse_off;
     cJSON   *lp;                   /* logprob entries, array                             */
     const char *finish;            /* "stop", "length", or NULL                          */
-    int      err_status;           /* != 0: failed (message in errmsg)                   */
     char     errmsg[512];
 } req;
 
@@ -252,23 +252,23 @@ static bool chat_prompt(server *s, const cJSON *msgs, req *r, reject *j) {
                     *content = cJSON_GetObjectItemCaseSensitive(mm, "content");
         if (!cJSON_IsObject(mm)) { ok = rej(j, 400, "messages", NULL, "messages[%d] must be an object", i); break; }
         for (const cJSON *k = mm->child; k; k = k->next)
-            if (strcmp(k->string, "role") && strcmp(k->string, "content") && strcmp(k->string, "name")) {
+            if ((strcmp(k->string, "role") != 0) && (strcmp(k->string, "content") != 0) && (strcmp(k->string, "name") != 0)) {
                 ok = rej(j, 400, "messages", NULL, "messages[%d]: unknown field '%s'", i, k->string);
                 break;
             }
         if (!ok) break;
-        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
-                                      strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "developer"))) {
+        if (!cJSON_IsString(role) || ((strcmp(role->valuestring, "system") != 0) && (strcmp(role->valuestring, "user") != 0) &&
+                                      (strcmp(role->valuestring, "assistant") != 0) && (strcmp(role->valuestring, "developer") != 0))) {
             ok = rej(j, 400, "messages", NULL, "messages[%d].role must be one of system, developer, user, assistant", i);
             break;
         }
-        cm[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
+        cm[i].role = (strcmp(role->valuestring, "developer") != 0) ? role->valuestring : "system";
         if (cJSON_IsString(content)) cm[i].content = content->valuestring;
         else if (cJSON_IsArray(content)) { /* [{type: "text", text}] parts, joined */
             sbuf t = {0};
             for (const cJSON *p = content->child; p; p = p->next) {
                 const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type"), *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
-                if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx)) {
+                if (!cJSON_IsString(ty) || (strcmp(ty->valuestring, "text") != 0) || !cJSON_IsString(tx)) {
                     ok = rej(j, 400, "messages", NULL, "messages[%d].content: only {\"type\": \"text\", \"text\": ...} parts are supported", i);
                     break;
                 }
@@ -312,7 +312,7 @@ static bool parse_request(server *s, const char *body, size_t len, bool chat, re
     for (const cJSON *k = ok ? root->child : NULL; k && ok; k = k->next) {
         const struct field *f = NULL;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-            if (fields[i].ep & ep && !strcmp(fields[i].name, k->string)) f = &fields[i];
+            if (fields[i].ep & ep && (strcmp(fields[i].name, k->string) == 0)) f = &fields[i];
         if (!f) ok = rej(j, 400, k->string, NULL, "unknown field '%s' (moq serve takes %s)", k->string,
                          chat ? "model, messages, max_tokens, max_completion_tokens, temperature, top_p, top_k, seed, stop, n, stream, stream_options, logprobs, top_logprobs, user"
                               : "model, prompt, max_tokens, temperature, top_p, top_k, seed, stop, n, stream, stream_options, logprobs, echo, user");
@@ -335,12 +335,12 @@ static bool parse_request(server *s, const char *body, size_t len, bool chat, re
     if (ok && NUM("seed")) r->so.seed = (uint64_t)(int64_t)GET("seed")->valuedouble;
     r->max_tokens = -1;
     const char *mt = chat && NUM("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (ok && NUM(mt) && (v = GET(mt))->valuedouble < 1) ok = rej(j, 400, mt, NULL, "'%s' must be >= 1", mt);
+    if (ok && NUM(mt) && GET(mt)->valuedouble < 1) ok = rej(j, 400, mt, NULL, "'%s' must be >= 1", mt);
     if (ok && NUM(mt)) r->max_tokens = GET(mt)->valuedouble > 1e9 ? 1000000000 : (int64_t)GET(mt)->valuedouble;
     if (ok && (v = GET("stream")) && cJSON_IsTrue(v)) r->stream = true;
     if (ok && (v = GET("stream_options")) && cJSON_IsObject(v)) {
         for (const cJSON *k = v->child; k && ok; k = k->next)
-            if (strcmp(k->string, "include_usage") || !cJSON_IsBool(k)) ok = rej(j, 400, "stream_options", NULL, "stream_options takes only include_usage (a boolean)");
+            if ((strcmp(k->string, "include_usage") != 0) || !cJSON_IsBool(k)) ok = rej(j, 400, "stream_options", NULL, "stream_options takes only include_usage (a boolean)");
         if (ok && !r->stream) ok = rej(j, 400, "stream_options", NULL, "stream_options needs \"stream\": true");
         r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "include_usage"));
     }
@@ -387,11 +387,11 @@ static bool parse_request(server *s, const char *body, size_t len, bool chat, re
     if (ok && (r->max_tokens < 1 || r->n_prompt + r->max_tokens > s->ctx))
         ok = rej(j, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                  "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the prompt, %lld for the completion).",
-                 (long long)s->ctx, (long long)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1)), (long long)r->n_prompt,
-                 (long long)(r->max_tokens > 0 ? r->max_tokens : 1));
+                 (long long)s->ctx, (long long)r->n_prompt + (r->max_tokens > 0 ? (long long)r->max_tokens : 1LL), (long long)r->n_prompt,
+                 r->max_tokens > 0 ? (long long)r->max_tokens : 1LL);
     if (ok && moq_batch_pages_for(s->b, r->n_prompt + r->max_tokens) > moq_batch_pages_total(s->b))
         ok = rej(j, 400, "max_tokens", "kv_cache_exceeded", "%lld positions need %lld KV pages; --kv-cache-mem holds %lld",
-                 (long long)(r->n_prompt + r->max_tokens), (long long)moq_batch_pages_for(s->b, r->n_prompt + r->max_tokens),
+                 (long long)r->n_prompt + (long long)r->max_tokens, (long long)moq_batch_pages_for(s->b, r->n_prompt + r->max_tokens),
                  (long long)moq_batch_pages_total(s->b));
 #undef GET
 #undef NUM
@@ -451,7 +451,7 @@ static cJSON *usage_obj(const req *r) {
 static void stream_text(server *s, req *r, bool final, cJSON *lp) {
     size_t upto = r->text.n;
     if (!final && r->stop_max > 1) upto = r->text.n > r->stop_max - 1 ? r->text.n - (r->stop_max - 1) : 0;
-    while (upto > r->emitted && upto < r->text.n && ((unsigned char)r->text.p[upto] & 0xC0) == 0x80) upto--; /* whole characters */
+    while (r->text.p && upto > r->emitted && upto < r->text.n && ((unsigned char)r->text.p[upto] & 0xC0) == 0x80) upto--; /* whole characters */
     if (upto > r->emitted || lp || !final) add_chunk(s, r, r->text.p ? r->text.p + r->emitted : "", upto > r->emitted ? upto - r->emitted : 0, NULL, lp);
     if (upto > r->emitted) r->emitted = upto;
 }
@@ -519,10 +519,11 @@ static void token_text(server *s, int32_t id, char *out, size_t cap, cJSON *byte
 }
 
 static cJSON *logprob_entry(server *s, const req *r, const float *lg, int32_t id) {
+    if (!lg || s->V < 1) return cJSON_CreateObject();
     double mx = -INFINITY, sum = 0;
     for (int64_t i = 0; i < s->V; i++) mx = lg[i] > mx ? lg[i] : mx;
     for (int64_t i = 0; i < s->V; i++) sum += exp((double)lg[i] - mx);
-    const double lse = mx + log(sum);
+    const double lse = mx + log(sum > 0 ? sum : 1); /* sum >= 1: the largest term is exp(0) */
     char t[256];
     cJSON *e = cJSON_CreateObject(), *top = cJSON_CreateArray(), *by = cJSON_CreateArray();
     token_text(s, id, t, sizeof t, by);
@@ -655,7 +656,7 @@ static void *scheduler(void *arg) {
     int n_active = 0;
     float *logits = malloc((size_t)(B + 1) * (size_t)s->V * sizeof(float));
     moq_batch_item *items = malloc((size_t)(B + 1) * sizeof *items);
-    req **owner = malloc((size_t)(B + 1) * sizeof *owner);
+    req **owner = malloc((size_t)(B + 1) * sizeof(req *));
     const size_t ss = moq_sampler_scratch_size((size_t)s->V);
     void *scratch = malloc(ss ? ss : 1);
     if (!logits || !items || !owner || !scratch) {
@@ -1044,18 +1045,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
-    const bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    const bool gen = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/v1/completions");
-    const bool known = gen || !strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strcmp(url, "/metrics");
+    const bool post = (strcmp(method, "POST") == 0), get = (strcmp(method, "GET") == 0);
+    const bool gen = (strcmp(url, "/v1/chat/completions") == 0) || (strcmp(url, "/v1/completions") == 0);
+    const bool known = gen || (strcmp(url, "/v1/models") == 0) || (strcmp(url, "/health") == 0) || (strcmp(url, "/metrics") == 0);
     if (!known) return send_error(s, c, 404, "no such endpoint", NULL, NULL);
     if ((gen && !post) || (!gen && !get)) return send_error(s, c, 405, gen ? "use POST" : "use GET", NULL, NULL);
     if (s->o.api_key && strncmp(url, "/v1/", 4) == 0) {
         const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!a || strncmp(a, "Bearer ", 7) || strcmp(a + 7, s->o.api_key))
+        if (!a || (strncmp(a, "Bearer ", 7) != 0) || (strcmp(a + 7, s->o.api_key) != 0))
             return send_error(s, c, 401, "missing or wrong API key (Authorization: Bearer KEY)", NULL, "invalid_api_key");
     }
-    if (!strcmp(url, "/health")) return send_json(c, 200, dup_str("{\"status\":\"ok\"}"));
-    if (!strcmp(url, "/metrics")) {
+    if (strcmp(url, "/health") == 0) return send_json(c, 200, dup_str("{\"status\":\"ok\"}"));
+    if (strcmp(url, "/metrics") == 0) {
         sbuf b = {0};
         metrics_text(s, &b);
         struct MHD_Response *resp = MHD_create_response_from_buffer(b.n, b.p ? b.p : "", b.p ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -1064,7 +1065,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         MHD_destroy_response(resp);
         return ret;
     }
-    if (!strcmp(url, "/v1/models")) {
+    if (strcmp(url, "/v1/models") == 0) {
         cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data"), *mm = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "list");
         cJSON_AddStringToObject(mm, "id", s->model_id);
@@ -1082,7 +1083,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(m, sizeof m, "the body exceeds the limit of %zu bytes (--max-body)", s->o.max_body);
         return send_error(s, c, 413, m, NULL, NULL);
     }
-    return handle_generate(s, c, cn, !strcmp(url, "/v1/chat/completions"));
+    return handle_generate(s, c, cn, (strcmp(url, "/v1/chat/completions") == 0));
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
