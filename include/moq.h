@@ -678,7 +678,12 @@ typedef struct moq_model_opts {
     uint32_t        cpu_mask;           /* MOQ_CPU_* bits allowed for kernels (~0u)                  */
     moq_progress_fn progress;           /* NULL: none                                                */
     void           *progress_user;
-    int             reserved[8];
+    moq_device      device;             /* MOQ_DEVICE_CPU (default), or MOQ_DEVICE_CUDA: weights, KV cache
+                                           and the whole forward on the GPU (GQA dense architectures:
+                                           Llama, Mistral, Qwen2, Qwen3; others MOQ_ERR_UNSUPPORTED);
+                                           the cache is bf16 there (kv_elem f32 gets bf16), or FP8 as
+                                           the config declares                                       */
+    int             reserved[7];
 } moq_model_opts;
 MOQ_API moq_model_opts moq_model_opts_default(void);
 

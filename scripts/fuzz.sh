@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}; shift || true
 scripts/setup.sh clang libclang-rt-14-dev libomp-dev
-CC=clang cmake -S . -B build-fuzz -DMOQ_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+CC=clang cmake -S . -B build-fuzz -DMOQ_FUZZ=ON -DMOQ_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=($(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//'))
 cmake --build build-fuzz -j "$(nproc)" --target moq "${targets[@]}" >/dev/null

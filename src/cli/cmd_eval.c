@@ -15,11 +15,13 @@
 void cmd_eval_help(FILE *out) {
     fprintf(out,
             "usage: moq eval DIR --text FILE [--ctx N] [--ref REF_DIR] [--tokenizer PATH] [--threads N] [--json]\n"
-            "                [--kv-scales-default S] [--compat moq|vllm|sglang]\n\n"
+            "                [--kv-scales-default S] [--compat moq|vllm|sglang] [--device cpu|cuda|auto]\n\n"
             "Perplexity of DIR's model over FILE's text (tokenized with DIR's tokenizer.json, or PATH), in\n"
             "windows of N tokens (default 256). With --ref, the reference model runs the same windows and the\n"
             "report adds the mean and maximum per-token KL divergence KL(P_ref || P_model) in nats, and the\n"
-            "top-1 agreement (share of positions where both models' most likely next token is the same).\n");
+            "top-1 agreement (share of positions where both models' most likely next token is the same).\n"
+            "--device runs DIR's model there; the reference always runs on the CPU (--device cuda --ref DIR:\n"
+            "the GPU forward against the CPU one).\n");
 }
 
 /* log-softmax of x [n] into lp (double) */
@@ -43,7 +45,7 @@ static int64_t argmax_f(const float *x, int64_t n) {
 int cmd_eval(int argc, char **argv) {
     static const struct option lo[] = {{"text", 1, 0, 'x'}, {"ref", 1, 0, 'r'}, {"tokenizer", 1, 0, 'z'}, {"json", 0, 0, 'j'},
                                        {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'}, {"kv-scales-default", 1, 0, 'K'},
-                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {0, 0, 0, 0}};
+                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {0, 0, 0, 0}};
     const char *file = NULL, *ref_dir = NULL, *tok_path = NULL;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();
@@ -80,7 +82,9 @@ int cmd_eval(int argc, char **argv) {
     if (moq_tokenizer_encode(tok, text, len, MOQ_ENCODE_ADD_SPECIAL, ids, len + 8, &n, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     if (n < 2) { rc = cli_usage_error("eval", "%s encodes to %zu tokens, expected at least 2", file, n); goto done; }
     if ((rc = cli_model_open(&m, dir, &mo, json))) goto done;
-    if (ref_dir && (rc = cli_model_open(&r, ref_dir, &mo, json))) goto done;
+    moq_model_opts ro = mo;
+    ro.device = MOQ_DEVICE_CPU; /* the reference runs on the CPU: `--device cuda --ref DIR` is GPU vs CPU */
+    if (ref_dir && (rc = cli_model_open(&r, ref_dir, &ro, json))) goto done;
     const int64_t V = moq_model_vocab_size(m), T = moq_model_ctx(m);
     if (r && moq_model_vocab_size(r) != V) {
         rc = cli_usage_error("eval", "%s has vocab_size %lld, %s has %lld; expected the same", ref_dir, (long long)moq_model_vocab_size(r), dir, (long long)V);

@@ -17,7 +17,8 @@ void cmd_run_help(FILE *out) {
     fprintf(out,
             "usage: moq run DIR [-p PROMPT | -f FILE] [-n MAX_TOKENS] [--chat] [--system TEXT] [--temp T]\n"
             "               [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--json]\n"
-            "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n\n"
+            "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n"
+            "               [--device cpu|cuda|auto]\n\n"
             "Generates up to MAX_TOKENS (default 64) tokens after PROMPT (or FILE's text, or standard input)\n"
             "and streams them to stdout; stops early at an end-of-sequence token. --chat wraps the prompt as a\n"
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
@@ -27,6 +28,8 @@ void cmd_run_help(FILE *out) {
             "runs with scale 1.0 (ModelOpt's default export means that) and says so; scales in some layers\n"
             "only is an error. --kv-scales-default 1.0 is accepted for old scripts and changes nothing.\n"
             "--kv-cache picks the cache encoding when the checkpoint declares no KV quantization (default f32).\n"
+            "--device cuda runs the whole forward on the GPU (Llama, Mistral, Qwen2, Qwen3 dense; bf16 KV\n"
+            "cache, or FP8 as the checkpoint declares); auto picks the GPU when one is usable.\n"
             "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
             "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
@@ -93,6 +96,13 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
         if (moq_compat_parse(arg, &o->compat, &err) != MOQ_OK) return cli_report(&err);
         return 0;
     }
+    case 'G': /* --device cpu|cuda|auto (auto: the GPU when moq_device_check accepts one) */
+        if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0 && strcmp(arg, "auto") != 0)
+            return cli_usage_error(cmd, "--device %s, expected cpu, cuda or auto", arg);
+        o->device = strcmp(arg, "cuda") == 0 || (strcmp(arg, "auto") == 0 && moq_device_check(MOQ_DEVICE_CUDA, NULL, 0, NULL) == MOQ_OK)
+                        ? MOQ_DEVICE_CUDA
+                        : MOQ_DEVICE_CPU;
+        return 0;
     default: return cli_usage_error(cmd, "unknown option");
     }
 }
@@ -159,7 +169,7 @@ int cmd_run(int argc, char **argv) {
     static const struct option lo[] = {
         {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"max-tokens", 1, 0, 'n'}, {"chat", 0, 0, 'c'}, {"system", 1, 0, 's'},
         {"temp", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"top-p", 1, 0, 'q'}, {"seed", 1, 0, 'S'}, {"threads", 1, 0, 'T'},
-        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {0, 0, 0, 0}};
+        {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {0, 0, 0, 0}};
     const char *prompt = NULL, *file = NULL, *system = NULL;
     long max_tokens = 64;
     bool chat = false, json = false;
@@ -198,7 +208,7 @@ int cmd_run(int argc, char **argv) {
             so.seed = strtoull(optarg, &end, 10);
             if (*end || errno) return cli_usage_error("run", "--seed %s, expected an unsigned integer", optarg);
             break;
-        case 'T': case 'C': case 'K': case 'P': case 'V': {
+        case 'T': case 'C': case 'K': case 'P': case 'V': case 'G': {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "run");
             if (rc) return rc;
             break;

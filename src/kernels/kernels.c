@@ -28,11 +28,15 @@
 const moq_kernel moq_kernel_table[] = {
 #ifdef MOQ_HAVE_CUDA
     /* CUDA (opts.device = MOQ_DEVICE_CUDA only): activation quantizer on the GPU, then a weight-
-     * streaming decode kernel for M <= 16 and a GEMM above. FP8: cuBLASLt above M = 16. */
-    CUDA_LT("cuda_sm90_fp8_tensor_cublaslt", MOQ_PAIR_FP8_TENSOR),
-    CUDA_LT("cuda_sm90_fp8_row_cublaslt",    MOQ_PAIR_FP8_ROW),
+     * streaming decode kernel for M <= 16 and a GEMM above. FP8 per-tensor / per-token: the mma
+     * rows first (exact products, f32 sums: the CPU's result up to summation order); the cuBLASLt
+     * rows (FP8 tensor cores, whose accumulation is truncated: 2e-4..4e-4 relative to the exact sum
+     * at K = 256, measured on the H200, enough to flip downstream activation codes, so a model's
+     * logits move by 4 % against the CPU's) only when asked for by name (opts.kernel, --kernel). */
     CUDA_MMA("cuda_sm90_fp8_tensor_dequant_mma",  MOQ_PAIR_FP8_TENSOR),
     CUDA_MMA("cuda_sm90_fp8_row_dequant_mma",     MOQ_PAIR_FP8_ROW),
+    CUDA_LT("cuda_sm90_fp8_tensor_cublaslt", MOQ_PAIR_FP8_TENSOR),
+    CUDA_LT("cuda_sm90_fp8_row_cublaslt",    MOQ_PAIR_FP8_ROW),
     CUDA_MMA("cuda_sm90_fp8_blk128_dequant_mma",  MOQ_PAIR_FP8_BLK128),
     CUDA_MMA("cuda_sm90_nvfp4_w4a4_dequant_mma",  MOQ_PAIR_NVFP4),
     CUDA_MMA("cuda_sm90_nvfp4_w4a16_dequant_mma", MOQ_PAIR_NVFP4_W4A16),

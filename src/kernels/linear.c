@@ -175,6 +175,8 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
             if (err) snprintf(err->where, sizeof err->where, "%s", name);
             return st;
         }
+        if (w->pre_scale) /* run applies it on the host, over x: x is device memory here */
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, name, "an AWQ pre_quant_scale (NVFP4_AWQ) has no CUDA path yet, expected a layer without one on --device cuda");
     } else if (o.device != MOQ_DEVICE_CPU) {
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, name, "device %d, expected MOQ_DEVICE_CPU or MOQ_DEVICE_CUDA", (int)o.device);
     }

@@ -28,6 +28,7 @@
  * Tested by tests/model/test_model.c and tests/model/test_arch.c.
  */
 #include "model/model.h"
+#include "model/model_priv.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -52,7 +53,6 @@
 #include "moe/moe.h"
 
 #define MOQ_MODEL_CHUNK 32
-#define MOQ_MODEL_MAX_WARN 16
 
 /* Which layers use sliding-window attention, as transformers' config classes decide it. The window
  * covers `sliding_window` key positions counting the current one: a query at position i attends to
@@ -97,7 +97,7 @@ typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3 } 
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
  * config classes' defaults when config.json lacks the key (MistralConfig 4096, MixtralConfig None,
  * Qwen2Config sliding_window 4096, max_window_layers 28). */
-typedef struct arch_row {
+struct arch_row {
     const char *name;
     const char *moe_block;     /* module holding the router ("gate") and experts (src/moe finds
                                   experts.N.{gate,up,down}_proj or experts.N.{w1,w3,w2}); NULL = dense */
@@ -124,7 +124,7 @@ typedef struct arch_row {
     bool        gelu;                /* MLP activation gelu_pytorch_tanh(gate) · up, else silu       */
     bool        embed_scale;         /* embeddings × sqrt(hidden_size), rounded to bf16 as
                                         Gemma3TextScaledWordEmbedding does for bf16 weights          */
-} arch_row;
+};
 
 /* theta default: transformers' config class (default_theta in transformers 5, the rope_theta
  * argument default in 4.x): 10000 for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE; 1e6 for Mixtral. */
@@ -184,79 +184,6 @@ const char *moq_model_supported_list(char *buf, size_t n) {
     }
     return buf;
 }
-
-typedef struct layer {
-    moq_layer_linear qkv, o, gate_up, down;
-    moq_mla          mla;                /* ATTN_MLA layers (then qkv and o are unused)       */
-    moq_layer_linear sh_gate_up, sh_down;/* shared expert of an MoE layer (arch_row.shared_expert) */
-    moq_layer_linear sh_gate;            /* its sigmoid gate [1, H] (arch_row.shared_gate)       */
-    bool             has_shared;
-    bool             linear;             /* ATTN_HYBRID_GDN: a Gated DeltaNet layer              */
-    int64_t          kvl;                /* its layer in the KV cache (linear layers have none)  */
-    moq_gdn          gdn;
-    moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
-    moq_moe_format   moe_fmt;
-    bool             is_moe;             /* routed experts in place of the dense MLP          */
-    int64_t          window;             /* sliding window in positions, 0 = full causal      */
-    float *in_norm, *post_norm;      /* f32 [H]          */
-    float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
-    const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
-    float  mscale;
-    float *q_norm, *k_norm;          /* f32 [D] or NULL  */
-} layer;
-
-struct moq_model {
-    moq_checkpoint   *ckpt;
-    moq_qconfig      *q;
-    const arch_row   *arch;
-    moq_model_opts    opts;
-    int               n_threads;
-    int64_t           H, A, KV, D, I, V, L, T, chunk;
-    int64_t           E, topk, Ie;       /* experts, experts per token, expert intermediate  */
-    int64_t           Is;                /* shared expert intermediate (0 = none)            */
-    int64_t           kv_row;            /* cache values per position and layer              */
-    bool              norm_topk;
-    moq_deepseek_cfg  ds;                /* ATTN_MLA / ROUTER_SIGMOID_GROUPED rows            */
-    moq_mla_dims      mla;
-    moq_mla_ws        mws;
-    moq_qwen3_5_cfg   qc;                /* ATTN_HYBRID_GDN rows                             */
-    moq_gdn_dims      gdn;
-    moq_gdn_ws        gws;
-    int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
-    int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
-    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
-    float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
-    float             mscale_local;
-    float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */
-    float             embed_mult;        /* 1, or bf16(sqrt(H))                              */
-    double            eps;
-    layer            *layers;
-    moq_layer_linear  embed, lm_head_own;
-    const moq_layer_linear *lm_head;   /* &lm_head_own, or &embed when tied       */
-    float            *final_norm;      /* f32 [H]                                  */
-    float            *inv_freq;        /* f32 [D/2]                                */
-    float             mscale;
-    moq_kv_cache      kv;
-    moq_blobs         blobs;
-    int64_t           pos;
-    /* the rows of the step being run (row plan, set by moq_model_forward_rows): each row's position
-       in its sequence and its sequence's block table into `rkv` (NULL: slot = position) */
-    moq_kv_cache     *rkv;
-    int64_t          *rpos;            /* [chunk] */
-    const int32_t   **rtab;            /* [chunk] */
-    int64_t           rpage;           /* positions per page of the block tables */
-    /* workspace, allocated at open for `chunk` tokens */
-    float  *x, *h, *qkv, *att, *tmp, *gu, *act, *logits_ws, *logits;
-    float  *scratch;                   /* per thread: [T] scores + [D] row          */
-    double *erow;                      /* f64 [H] embedding row                     */
-    void   *lws;
-    size_t  lws_size;
-    moq_model_timings tm;
-    const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
-    int         n_warn;
-    moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
-    void              *obs_user;
-};
 
 /* Routed experts report through the MoE layer's hook (moe.h), tagged with the layer. */
 static void moe_tap(void *user, int64_t l, int64_t expert, int which, const float *x, int64_t rows, int64_t cols) {
@@ -626,6 +553,21 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     return MOQ_OK;
 }
 
+/* What the GPU forward (model_gpu.c) lacks, checked before any weight is loaded: MOQ_ERR_UNSUPPORTED
+ * naming it. */
+static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err) {
+    const arch_row *r = m->arch;
+    const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
+                      : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
+                      : n_moe > 0 ? "routed experts (the experts run on the CPU only)"
+                      : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
+                      : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
+                      : NULL;
+    if (!why) return MOQ_OK;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "
+                    "(Llama, Mistral, Qwen2, Qwen3) and this checkpoint has %s; use --device cpu", r->name, why);
+}
+
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     const double t0 = now_s();
     MOQ_TRY(moq_checkpoint_open(&m->ckpt, dir, NULL, err));
@@ -692,6 +634,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->I < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
                         (long long)m->I, (long long)(m->L - n_moe));
+    if (m->opts.device == MOQ_DEVICE_CUDA) MOQ_TRY(gpu_refusal(m, n_moe, err));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
     if (m->ds.index_topk > 0 && m->T > m->ds.index_topk) { /* DeepSeek-V3.2 DSA */
         if (m->opts.ctx > 0)
@@ -763,17 +706,21 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads;
     lo.cpu_mask = m->opts.cpu_mask;
+    moq_linear_opts lo_embed = lo; /* the embedding is a GPU layer only when it is also the head */
+    lo.device = m->opts.device;
     char nm[256];
+    snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
+    const bool tied = !moq_checkpoint_tensor(m->ckpt, nm) && a->tie_word_embeddings;
+    if (tied) lo_embed.device = m->opts.device;
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
-    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo, &m->blobs, err));
+    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, &m->blobs, err));
     if (m->embed.w.N != m->V || m->embed.w.K != m->H)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->embed.name, "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
     snprintf(nm, sizeof nm, "%s.norm.weight", m->arch->prefix);
     MOQ_TRY(load_norm(m, &m->final_norm, nm, m->H, err));
-    snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
-    if (moq_checkpoint_tensor(m->ckpt, nm) || !a->tie_word_embeddings) {
+    if (!tied) {
         MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
         if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head_own.name, "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
@@ -791,9 +738,10 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     int64_t n_kv = 0; /* attention layers, numbered in the cache (Gated DeltaNet layers keep their own state) */
     for (int64_t l = 0; l < m->L; l++) m->layers[l].kvl = m->layers[l].linear ? -1 : n_kv++;
     if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, n_kv, m->T, m->kv_row, err)); /* latent + rope key */
-    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, n_kv, m->T, m->kv_row, err));
+    else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, n_kv, m->opts.device == MOQ_DEVICE_CUDA ? 1 : m->T, m->kv_row, err)); /* GPU: scales only */
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
-    return alloc_ws(m, err);
+    MOQ_TRY(alloc_ws(m, err));
+    return m->opts.device == MOQ_DEVICE_CUDA ? moq_gpu_open(m, err) : MOQ_OK;
 }
 
 moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err) {
@@ -807,7 +755,8 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "kv_elem %s, expected f32 or bf16", moq_elem_name(opts->kv_elem));
     }
     m->n_threads = m->opts.n_threads > 0 ? m->opts.n_threads : omp_get_max_threads();
-    moq_status st = open_model(m, dir, err);
+    moq_status st = m->opts.device == MOQ_DEVICE_CPU ? MOQ_OK : moq_device_check(m->opts.device, NULL, 0, err);
+    if (st == MOQ_OK) st = open_model(m, dir, err);
     if (st != MOQ_OK) {
         moq_model_free(m);
         return st;
@@ -818,6 +767,7 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
 
 void moq_model_free(moq_model *m) {
     if (!m) return;
+    moq_gpu_free(m);
     for (int64_t l = 0; m->layers && l < m->L; l++) {
         moq_layers_close_linear(&m->layers[l].qkv);
         moq_layers_close_linear(&m->layers[l].o);
@@ -1080,7 +1030,7 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
-bool moq_model_batchable(const moq_model *m) { return m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
+bool moq_model_batchable(const moq_model *m) { return !m->gpu && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 
@@ -1093,6 +1043,14 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
         if (tokens[i] < 0 || tokens[i] >= m->V)
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, moq_checkpoint_path(m->ckpt), "token %d at index %lld, expected [0, %lld)", tokens[i],
                             (long long)i, (long long)m->V);
+    if (m->gpu) { /* the GPU forward (model_gpu.c) keeps its own cache and positions */
+        const int64_t chunk = moq_gpu_chunk(m);
+        for (int64_t i = 0; i < n; i += chunk) {
+            const int64_t M = n - i < chunk ? n - i : chunk;
+            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+        }
+        return MOQ_OK;
+    }
     int64_t lrows[MOQ_MODEL_CHUNK];
     m->rkv = &m->kv, m->rpage = 1;
     for (int64_t i = 0; i < n; i += m->chunk) {

@@ -151,15 +151,15 @@ static void export_bf16(const float *W, size_t N, size_t K, const moq_export_arg
  * §12: FP8, NVFP4 and W4A16 only), as in the nvidia NVFP4 checkpoints, and per algo of a mix
  * (_quant_algo_to_group_config), as in nvidia/Qwen3.6-27B-NVFP4's config.json. */
 static const moq_export_linear_row k_rows[] = {
-    /* algo                        written                      quantized group k_mult group_amax static_input act_zero_ok exporter config group, mixed group, synthetic */
-    {"NVFP4",                      "NVFP4",                     true,  16, 16,  true,  true, false,  export_nvfp4,       NVFP4_GROUP, NVFP4_GROUP, false},
-    {"FP8",                        "FP8",                       true,  0,  1,   false, true, true,  export_fp8,         FP8_GROUP,   FP8_GROUP, false},
-    {"BF16",                       "BF16",                      false, 0,  1,   false, false, false, export_bf16,        NULL,        NULL, false},
-    {"FP8_PER_CHANNEL_PER_TOKEN",  "FP8_PER_CHANNEL_PER_TOKEN", true,  0,  1,   false, false, false, export_fp8_row,     NULL,        PCPT_GROUP, false},
-    {"FP8_PB_WO",                  "fp8_pb_wo",                 true,  0,  128, true,  false, false, export_fp8_block,   NULL,        PBWO_GROUP, false},
-    {"W4A16_NVFP4",                "W4A16_NVFP4",               true,  16, 16,  true,  false, false, export_w4a16_nvfp4, W4A16_GROUP, W4A16_GROUP, false},
-    {"MXFP8",                      "MXFP8",                     true,  32, 32,  false, false, false, export_mxfp8,       NULL,        MXFP8_GROUP, false},
-    {"NVFP4_AWQ",                  "NVFP4_AWQ",                 true,  16, 16,  true,  true, false,  export_nvfp4_awq,   NULL,        NULL,        true},
+    /* algo                         written                      quantized  group  k_mult  group_amax  static_input  act_zero_ok  synthetic  exporter            config group  mixed group */
+    {"NVFP4",                     "NVFP4",                     true,      16,    16,     true,       true,         false,       false,     export_nvfp4,       NVFP4_GROUP,  NVFP4_GROUP},
+    {"FP8",                       "FP8",                       true,      0,     1,      false,      true,         true,        false,     export_fp8,         FP8_GROUP,    FP8_GROUP},
+    {"BF16",                      "BF16",                      false,     0,     1,      false,      false,        false,       false,     export_bf16,        NULL,         NULL},
+    {"FP8_PER_CHANNEL_PER_TOKEN", "FP8_PER_CHANNEL_PER_TOKEN", true,      0,     1,      false,      false,        false,       false,     export_fp8_row,     NULL,         PCPT_GROUP},
+    {"FP8_PB_WO",                 "fp8_pb_wo",                 true,      0,     128,    true,       false,        false,       false,     export_fp8_block,   NULL,         PBWO_GROUP},
+    {"W4A16_NVFP4",               "W4A16_NVFP4",               true,      16,    16,     true,       false,        false,       false,     export_w4a16_nvfp4, W4A16_GROUP,  W4A16_GROUP},
+    {"MXFP8",                     "MXFP8",                     true,      32,    32,     false,      false,        false,       false,     export_mxfp8,       NULL,         MXFP8_GROUP},
+    {"NVFP4_AWQ",                 "NVFP4_AWQ",                 true,      16,    16,     true,       true,         false,       true,      export_nvfp4_awq,   NULL,         NULL},
 };
 
 moq_export_args moq_export_args_default(void) {

@@ -54,15 +54,15 @@ typedef struct moq_export_linear_row {
     bool                  act_zero_ok; /* static input amax 0 is fixed up to the max bound (FP8's
                                           export_amax); false: an error, as ModelOpt's dynamic-block
                                           NVFP4 input quantizer (NUMERICS.md §9.2)                */
+    bool                  synthetic;   /* a fixed pattern for `moq synth` and tests, not what a
+                                          quantizer computes (NVFP4_AWQ's pre_quant_scale):
+                                          `moq quantize` does not offer it                      */
     moq_export_linear_fn *export_fn;
     const char           *config_group;/* config.json quantization_config config_groups entry
                                           (without "targets") of a single-algo checkpoint, NULL
                                           when ModelOpt writes none                              */
     const char           *mixed_group; /* the same in a MIXED_PRECISION checkpoint (ModelOpt's
                                           _quant_algo_to_group_config), NULL: unquantized       */
-    bool                  synthetic;   /* a fixed pattern for `moq synth` and tests, not what a
-                                          quantizer computes (NVFP4_AWQ's pre_quant_scale):
-                                          `moq quantize` does not offer it                      */
 } moq_export_linear_row;
 
 /* The table, in the order `moq synth --help` lists the algos. */

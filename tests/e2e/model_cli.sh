@@ -97,6 +97,16 @@ check 0 "run fp8 kv --kv-scales-default 1.0 (no-op alias)" "$MOQ" run "$TMP/FP8"
 check 1 "run fp8 kv --kv-scales-default 0.5" "$MOQ" run "$TMP/FP8" -p "Hi" -n 2 --kv-scales-default 0.5
 grep -q "only 1.0 is accepted" "$TMP/err" || { echo "FAIL: --kv-scales-default 0.5 error"; cat "$TMP/err"; fail=1; }
 
+# --device: usage errors, auto (CPU here unless a GPU is usable), cuda (refused cleanly without a GPU)
+check 1 "run --device bogus" "$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device bogus
+grep -q "expected cpu, cuda or auto" "$TMP/err" || { echo "FAIL: --device bogus error"; cat "$TMP/err"; fail=1; }
+check 0 "run --device auto" "$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device auto
+check 1 "bench model --batch without --device cuda" "$MOQ" bench model "$TMP/NVFP4" --prompt 4 --decode 2 --batch 4
+"$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device cuda >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc = 6 ]; then grep -qi "cuda\|gpu" "$TMP/err" || { echo "FAIL: --device cuda refusal does not say why"; cat "$TMP/err"; fail=1; }
+elif [ $rc != 0 ]; then echo "FAIL: run --device cuda: exit $rc, expected 0 (a GPU) or 6 (none)"; cat "$TMP/err"; fail=1; fi
+
 sed -i 's/LlamaForCausalLM/GPT2LMHeadModel/' "$TMP/BF16/config.json"
 check 6 "run unsupported architecture" "$MOQ" run "$TMP/BF16" -p "Hi" -n 2
 grep -q "Qwen3ForCausalLM" "$TMP/err" || { echo "FAIL: the error does not list the supported architectures"; cat "$TMP/err"; fail=1; }

@@ -79,6 +79,36 @@ const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created on
 /* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
 
+
+/* ---- decoder steps (model_ops.cu; src/model/model_gpu.c) ---- */
+enum { MOQ_CUDA_KV_BF16 = 0, MOQ_CUDA_KV_E4M3 = 1 };
+/* One layer's paged KV cache: k, v [n_pages · page, KV, D] elements; position pos of sequence s
+ * lives in page block_table[s · max_pages + pos / page], row pos % page of it. */
+typedef struct moq_cuda_kv {
+    void          *k, *v;
+    const int32_t *block_table;   /* device [n_seqs, max_pages] */
+    int64_t        max_pages, page;
+    int            elem;          /* MOQ_CUDA_KV_*               */
+    float          k_scale, v_scale; /* e4m3: per-layer static scales (1 for bf16) */
+} moq_cuda_kv;
+/* x [M, H] = table[tok] (bf16 or f32 rows) · mult. */
+const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d);
+/* x += t (t may be NULL); h = rmsnorm(x) · w, per row of H. */
+const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d);
+/* qkv [M, (A + 2 KV) D]: q, k per-head RMSNorm (norm pointers may be NULL), RoPE at pos[i] for q and
+ * k (q in place), k and v stored at (seq[i], pos[i]) of kv. D: 64, 128 or 256. */
+const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, const float *q_norm_d,
+                                   const float *k_norm_d, double eps, const float *inv_freq_d, float mscale, const int32_t *seq_d,
+                                   const int32_t *pos_d, const moq_cuda_kv *kv);
+/* att [M, A D] = softmax(q kᵀ · scale) v over keys lo..pos[i] of seq[i] (lo = pos - window + 1 when
+ * window > 0), GQA; keys split in n_split ranges of split_keys (n_split · split_keys must cover the
+ * longest span); part_d f32 [M, A, n_split, D + 2]. */
+const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
+                               const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
+                               int64_t split_keys, float *part_d, float *att_d);
+/* act [M, I] = silu(gu[:, :I]) · gu[:, I:]. */
+const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d);
+
 /* verify.cu: hardware cvt.rn.satfinite.e4m3 vs the software encoder over all 2^32 inputs:
  * mismatches on non-NaN inputs (first one's bits), and on NaN inputs (sign handling). */
 const char *moq_cuda_verify_e4m3(unsigned long long *mismatch, unsigned long long *nan_mismatch, unsigned int *first);

@@ -1,0 +1,117 @@
+/* model_priv.h — the runner's state shared by model.c (CPU forward, open) and model_gpu.c (the
+ * GPU forward, --device cuda). Not installed; nothing outside src/model includes it. */
+#ifndef MOQ_MODEL_MODEL_PRIV_H
+#define MOQ_MODEL_MODEL_PRIV_H
+
+#include "model/arch/deepseek_v3.h"
+#include "model/arch/gemma3.h"
+#include "model/arch/qwen3_5.h"
+#include "model/attn/gdn.h"
+#include "model/attn/mla.h"
+#include "model/kv_cache.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "moe/moe.h"
+
+#define MOQ_MODEL_MAX_WARN 16
+
+typedef struct arch_row arch_row;   /* model.c */
+typedef struct moq_gpu moq_gpu;     /* model_gpu.c */
+
+typedef struct layer {
+    moq_layer_linear qkv, o, gate_up, down;
+    moq_mla          mla;                /* ATTN_MLA layers (then qkv and o are unused)       */
+    moq_layer_linear sh_gate_up, sh_down;/* shared expert of an MoE layer (arch_row.shared_expert) */
+    moq_layer_linear sh_gate;            /* its sigmoid gate [1, H] (arch_row.shared_gate)       */
+    bool             has_shared;
+    bool             linear;             /* ATTN_HYBRID_GDN: a Gated DeltaNet layer              */
+    int64_t          kvl;                /* its layer in the KV cache (linear layers have none)  */
+    moq_gdn          gdn;
+    moq_moe         *moe;                /* MoE: router + experts (src/moe), NULL when dense  */
+    moq_moe_format   moe_fmt;
+    bool             is_moe;             /* routed experts in place of the dense MLP          */
+    int64_t          window;             /* sliding window in positions, 0 = full causal      */
+    float *in_norm, *post_norm;      /* f32 [H]          */
+    float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
+    const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
+    float  mscale;
+    float *q_norm, *k_norm;          /* f32 [D] or NULL  */
+} layer;
+
+struct moq_model {
+    moq_checkpoint   *ckpt;
+    moq_qconfig      *q;
+    const arch_row   *arch;
+    moq_model_opts    opts;
+    int               n_threads;
+    int64_t           H, A, KV, D, I, V, L, T, chunk;
+    int64_t           E, topk, Ie;       /* experts, experts per token, expert intermediate  */
+    int64_t           Is;                /* shared expert intermediate (0 = none)            */
+    int64_t           kv_row;            /* cache values per position and layer              */
+    bool              norm_topk;
+    moq_deepseek_cfg  ds;                /* ATTN_MLA / ROUTER_SIGMOID_GROUPED rows            */
+    moq_mla_dims      mla;
+    moq_mla_ws        mws;
+    moq_qwen3_5_cfg   qc;                /* ATTN_HYBRID_GDN rows                             */
+    moq_gdn_dims      gdn;
+    moq_gdn_ws        gws;
+    int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
+    int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
+    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
+    float             mscale_local;
+    float             attn_scale;        /* softmax scale (1/sqrt(D); Gemma query_pre_attn_scalar) */
+    float             embed_mult;        /* 1, or bf16(sqrt(H))                              */
+    double            eps;
+    layer            *layers;
+    moq_layer_linear  embed, lm_head_own;
+    const moq_layer_linear *lm_head;   /* &lm_head_own, or &embed when tied       */
+    float            *final_norm;      /* f32 [H]                                  */
+    float            *inv_freq;        /* f32 [D/2]                                */
+    float             mscale;
+    moq_kv_cache      kv;
+    moq_blobs         blobs;
+    int64_t           pos;
+    /* the rows of the step being run (row plan, set by moq_model_forward_rows): each row's position
+       in its sequence and its sequence's block table into `rkv` (NULL: slot = position) */
+    moq_kv_cache     *rkv;
+    int64_t          *rpos;            /* [chunk] */
+    const int32_t   **rtab;            /* [chunk] */
+    int64_t           rpage;           /* positions per page of the block tables */
+    /* workspace, allocated at open for `chunk` tokens */
+    float  *x, *h, *qkv, *att, *tmp, *gu, *act, *logits_ws, *logits;
+    float  *scratch;                   /* per thread: [T] scores + [D] row          */
+    double *erow;                      /* f64 [H] embedding row                     */
+    void   *lws;
+    size_t  lws_size;
+    moq_model_timings tm;
+    const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
+    int         n_warn;
+    moq_gpu           *gpu;              /* the GPU forward (opts.device CUDA), else NULL */
+    moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
+    void              *obs_user;
+};
+
+
+/* model_gpu.c. Open after every layer is loaded with device CUDA: refuses (MOQ_ERR_UNSUPPORTED,
+ * naming what) what the GPU forward lacks, uploads norms, RoPE, the embedding table, allocates the
+ * paged KV cache and the workspaces. Forward: M tokens of sequence slot 0 at m->pos, as
+ * forward_chunk (logits_rows NULL: the last row only, into m->logits). */
+moq_status moq_gpu_open(moq_model *m, moq_error *err);
+void       moq_gpu_free(moq_model *m);
+int64_t    moq_gpu_chunk(const moq_model *m); /* tokens per GPU step */
+moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err);
+/* Batched decode on the GPU (the server's step; the public API is the lead's to settle): the KV
+ * cache holds n sequence slots of ctx positions each (reserving frees what the slots held; slot 0
+ * is the public API's sequence). prefill_slot runs tok[0..n) at positions pos0.. of `slot` (logits
+ * of the last into logits_last [V]); decode_batch advances B distinct slots by one token each
+ * (tokens[b] at pos[b] of slots[b], attending to that slot's positions 0..pos[b]) in one forward,
+ * logits [B, V]. The caller tracks each slot's length. */
+moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err);
+moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err);
+moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
+                                moq_error *err);
+/* Whether this build has the GPU forward (false without CUDA in the build). */
+bool       moq_gpu_built(void);
+
+#endif
