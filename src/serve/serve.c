@@ -122,6 +122,7 @@ typedef struct req {
     sbuf     sse;                  /* stream bytes not yet handed to MHD                 */
     size_t   sse_off;
     cJSON   *lp;                   /* logprob entries, array                             */
+    cJSON   *lp_last;              /* the ending token's entry, for the last stream chunk */
     const char *finish;            /* "stop", "length", or NULL                          */
     char     errmsg[512];
 } req;
@@ -153,6 +154,7 @@ static void req_release(req *r) {
     free(r->text.p);
     free(r->sse.p);
     cJSON_Delete(r->lp);
+    cJSON_Delete(r->lp_last);
     moq_sampler_free(r->smp);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -445,6 +447,8 @@ static cJSON *usage_obj(const req *r) {
     return u;
 }
 
+static cJSON *legacy_logprobs(cJSON *entries);
+
 /* Sends (stream) the text not yet sent that no stop string can still claim; all of it when final.
  * Every token gets a chunk, also one whose text is held back (part of a character, or perhaps the
  * start of a stop string): its delta is then empty, so clients see each token when it is made. */
@@ -457,7 +461,14 @@ static void stream_text(server *s, req *r, bool final, cJSON *lp) {
 }
 
 static void finish_stream(server *s, req *r) {
-    stream_text(s, r, true, NULL);
+    cJSON *one = NULL;
+    if (r->lp_last) one = cJSON_CreateArray(), cJSON_AddItemToArray(one, r->lp_last), r->lp_last = NULL;
+    if (one && !r->chat) {
+        cJSON *legacy = legacy_logprobs(one);
+        cJSON_Delete(one);
+        one = legacy;
+    }
+    stream_text(s, r, true, one);
     add_chunk(s, r, "", 0, r->finish, NULL);
     if (r->include_usage) {
         cJSON *o = cJSON_CreateObject();
@@ -590,6 +601,7 @@ static bool on_token(server *s, req *r, const float *lg, int32_t id, double t) {
     }
     bool end = false;
     const size_t before = r->text.n;
+    if (r->stream && lp) r->lp_last = cJSON_Duplicate(lp, true); /* sent by finish_stream if this token ends it */
     if (moq_tokenizer_is_eos(s->tok, id)) {
         r->n_gen--; /* as `moq run`: the eos is not part of the completion */
         char tail[16];
@@ -625,6 +637,8 @@ static bool on_token(server *s, req *r, const float *lg, int32_t id, double t) {
         }
     }
     if (!end && r->stream) {
+        cJSON_Delete(r->lp_last);
+        r->lp_last = NULL;
         cJSON *one = NULL;
         if (lp) one = cJSON_CreateArray(), cJSON_AddItemToArray(one, lp), lp = NULL;
         stream_text(s, r, false, r->chat ? one : (one ? legacy_logprobs(one) : NULL));

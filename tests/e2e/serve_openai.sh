@@ -55,6 +55,13 @@ r = c.chat.completions.create(model="m", messages=[{"role": "system", "content":
 lp = r.choices[0].logprobs.content
 check(len(lp) >= 1 and len(lp[0].top_logprobs) == 3 and lp[0].logprob <= 0, f"logprobs: {lp}")
 check(abs(lp[0].logprob - lp[0].top_logprobs[0].logprob) < 1e-6, "greedy token is not the top logprob")
+n_lp, n_tok = 0, None
+for ch in c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=5, temperature=0,
+                                    logprobs=True, top_logprobs=1, stream=True, stream_options={"include_usage": True}):
+    if ch.usage: n_tok = ch.usage.completion_tokens
+    for cc in ch.choices:
+        if cc.logprobs and cc.logprobs.content: n_lp += len(cc.logprobs.content)
+check(n_tok is not None and n_lp == n_tok, f"streamed logprobs: {n_lp} entries for {n_tok} tokens")
 r1 = c.completions.create(model="m", prompt="Once", max_tokens=8, temperature=0.8, top_p=0.9, seed=11)
 r2 = c.completions.create(model="m", prompt="Once", max_tokens=8, temperature=0.8, top_p=0.9, seed=11)
 check(r1.choices[0].text == r2.choices[0].text, "same seed, different text")
