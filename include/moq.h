@@ -768,6 +768,86 @@ MOQ_API const char *moq_model_warning(const moq_model *m, int i);
  * packing). */
 typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
 MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
+
+/* ---- batched decode: many sequences on one model (continuous batching) ---------------------- */
+/* A moq_batch holds a paged KV pool for one model: the pool is cut into pages of page_tokens
+ * positions, and each sequence (moq_seq) owns a block table of pages taken from it, so sequences
+ * of any lengths share one memory budget. moq_batch_run advances any set of sequences in one
+ * forward: every row (token) of every item goes through each linear together (M = all rows), and
+ * attention reads each row's own sequence through its block table. A decode step is one item of
+ * one token per sequence (moq_batch_step); a prefill, or a chunk of one, is one item of many
+ * tokens (moq_seq_prefill); mixed runs are allowed. A sequence's logits do not depend on which
+ * other sequences share its runs (the kernels compute rows independently; tests/model/
+ * test_batch.c checks equality with moq_model_prefill bit for bit).
+ * The contract is the device-independent one a GPU implementation keeps (docs/ARCHITECTURE.md
+ * "Batched decode"). A batch uses the model's workspace: do not call moq_model_prefill/decode
+ * while a batch exists on it; the batch and its sequences are not thread-safe (one caller thread).
+ * GQA architectures only (Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, Gemma 3): MLA and Gated
+ * DeltaNet models are MOQ_ERR_UNSUPPORTED at create. */
+typedef struct moq_batch moq_batch;  /* opaque: paged KV pool + rows plan on one model            */
+typedef struct moq_seq   moq_seq;    /* opaque: one sequence: its position and block table        */
+
+typedef struct moq_batch_opts {
+    int64_t  page_tokens;  /* positions per KV page (default 16)                                 */
+    uint64_t kv_bytes;     /* pool budget, bytes (K and V of every attention layer); 0: room for
+                              4 sequences of the model's full context                             */
+    int64_t  max_rows;     /* most rows one moq_batch_run is given (a GPU implementation sizes
+                              its workspace and graphs by it; the CPU runs larger runs in chunks
+                              of 32 rows); default 64                                             */
+    int      reserved[8];
+} moq_batch_opts;
+MOQ_API moq_batch_opts moq_batch_opts_default(void);
+/* Creates the pool on m (which must outlive the batch). The KV encoding and scales are the
+ * model's (f32/bf16, or e4m3 with the checkpoint's k/v scales). A budget smaller than one full
+ * context of one sequence is MOQ_ERR_INVALID_ARG naming the bytes needed; an allocation failure
+ * is MOQ_ERR_NOMEM. */
+MOQ_API moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts *opts, moq_error *err);
+/* Frees the pool; every sequence must have been freed before (else they dangle). NULL: no-op. */
+MOQ_API void       moq_batch_free(moq_batch *b);
+MOQ_API int64_t    moq_batch_page_tokens(const moq_batch *b);
+MOQ_API int64_t    moq_batch_pages_total(const moq_batch *b);
+MOQ_API int64_t    moq_batch_pages_free(const moq_batch *b);     /* not held by any sequence    */
+MOQ_API uint64_t   moq_batch_page_bytes(const moq_batch *b);     /* K + V of one page, all layers */
+MOQ_API int64_t    moq_batch_seq_count(const moq_batch *b);      /* sequences alive              */
+/* Rows one forward takes at once (CPU: the model's 32-row workspace; larger runs are split): a
+ * scheduler that keeps decode rows + prefill rows within it keeps every step one forward. */
+MOQ_API int64_t    moq_batch_rows_per_forward(const moq_batch *b);
+/* Pages a sequence of n positions holds: ceil(n / page_tokens). */
+MOQ_API int64_t    moq_batch_pages_for(const moq_batch *b, int64_t positions);
+
+/* A new empty sequence (position 0, no pages). Free with moq_seq_free, which returns its pages to
+ * the pool at once. */
+MOQ_API moq_status moq_seq_create(moq_seq **out, moq_batch *b, moq_error *err);
+MOQ_API void       moq_seq_free(moq_seq *s);
+/* Makes the sequence hold pages for `positions` positions in all (never gives pages back): a
+ * scheduler reserves prompt + max_tokens at admission so no later run can run out. Not enough free
+ * pages: MOQ_ERR_NOMEM and nothing taken (try again after other sequences are freed);
+ * positions > moq_model_ctx: MOQ_ERR_INVALID_ARG. */
+MOQ_API moq_status moq_seq_reserve(moq_seq *s, int64_t positions, moq_error *err);
+MOQ_API int64_t    moq_seq_pos(const moq_seq *s);                /* tokens in its cache          */
+MOQ_API int64_t    moq_seq_pages(const moq_seq *s);              /* pages held                   */
+
+/* One item of a run: n >= 1 tokens appended to seq (positions pos..pos+n-1); logits: NULL, or
+ * caller-owned f32 [vocab] receiving the logits of the item's last token. */
+typedef struct moq_batch_item {
+    moq_seq       *seq;
+    const int32_t *tokens;
+    int64_t        n;
+    float         *logits;
+} moq_batch_item;
+/* Runs all items in one forward (rows in item order; above the CPU's 32-row workspace, in chunks
+ * of 32 rows). Pages a sequence lacks are taken from the pool first; every check (a sequence in
+ * two items, a token outside [0, vocab), a sequence past the context, too few free pages) is made
+ * before anything runs, and a failure leaves every sequence as it was. On a failure inside the
+ * forward (non-finite output: MOQ_ERR_TENSOR naming the module) the sequences' positions do not
+ * advance. Never allocates. */
+MOQ_API moq_status moq_batch_run(moq_batch *b, const moq_batch_item *items, int64_t n_items, moq_error *err);
+/* Prefill (or one chunk of it): moq_batch_run of one item. */
+MOQ_API moq_status moq_seq_prefill(moq_batch *b, moq_seq *s, const int32_t *tokens, int64_t n, float *logits,
+                                   moq_error *err);
+/* Decode step: seqs[i] advances by tokens[i]; logits f32 [B, vocab] (row i for seqs[i]) or NULL. */
+MOQ_API moq_status moq_batch_step(moq_batch *b, moq_seq *const *seqs, const int32_t *tokens, int64_t B, float *logits,
+                                  moq_error *err);
 #ifdef __cplusplus
 }
 #endif

@@ -59,6 +59,8 @@ const char *cli_bench_algo_list(char *buf, size_t n, int moe_only);
 /* models: run, eval, bench model (src/cli/cmd_run.c, cmd_eval.c, cmd_bench_model.c) */
 int  cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
+int  cmd_serve(int argc, char **argv);
+void cmd_serve_help(FILE *out);
 int  cmd_eval(int argc, char **argv);
 void cmd_eval_help(FILE *out);
 int  cmd_bench_model(int argc, char **argv);   /* `moq bench model DIR`, dispatched by cmd_bench */

@@ -576,6 +576,9 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
     }
     m->erow = moq_blobs_alloc(&m->blobs, (size_t)m->H * sizeof(double));
+    m->rpos = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rpos);
+    m->rtab = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rtab);
+    if (!m->rpos || !m->rtab) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for the row plan");
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -873,22 +876,29 @@ static moq_status run_linear(moq_model *m, const moq_layer_linear *l, const floa
     return moq_linear_run(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, m->lws, m->lws_size, err);
 }
 
-/* Causal attention of M new tokens (positions p0..p0+M-1) over the cache, one (token, head) per
- * task; a sliding-window layer (window W > 0) sees positions npos - W .. npos - 1 (the last W,
- * the current one included; arch_row.window). out f32 [M, A D]. */
-static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
+/* Cache slot of position p of row i's sequence: its block table's page, or p itself. */
+static inline int64_t row_slot(const moq_model *m, int64_t i, int64_t p) {
+    const int32_t *tab = m->rtab[i];
+    return tab ? (int64_t)tab[p / m->rpage] * m->rpage + p % m->rpage : p;
+}
+
+/* Causal attention of the step's M rows over their sequences' caches (row i at position rpos[i]
+ * sees its sequence's positions up to rpos[i]), one (token, head) per task; a sliding-window layer
+ * (window W > 0) sees positions npos - W .. npos - 1 (the last W, the current one included;
+ * arch_row.window). out f32 [M, A D]. */
+static void attention(moq_model *m, int64_t l, int64_t M) {
     const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
     const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
-        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = p0 + i + 1;
+        const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = m->rpos[i] + 1;
         const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */
         float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
         const float *q = m->qkv + i * qkvN + hd * m->qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 0, kl, p, kvh * D, D, row);
+            moq_kv_cache_read(m->rkv, 0, kl, row_slot(m, i, p), kvh * D, D, row);
             float d = 0;
             for (int64_t e = 0; e < D; e++) d += q[e] * row[e];
             s[p] = d * sc;
@@ -905,7 +915,7 @@ static void attention(moq_model *m, int64_t l, int64_t p0, int64_t M) {
         float *o = m->att + i * A * D + hd * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(&m->kv, 1, kl, p, kvh * D, D, row);
+            moq_kv_cache_read(m->rkv, 1, kl, row_slot(m, i, p), kvh * D, D, row);
             const float wgt = s[p] / sum;
             for (int64_t e = 0; e < D; e++) o[e] += wgt * row[e];
         }
@@ -946,7 +956,7 @@ static moq_status check_out(const moq_model *m, const float *p, int64_t rows, in
     return MOQ_FAIL(err, MOQ_ERR_TENSOR, where,
                     "output is not finite (%s at token %lld of the step, position %lld, column %lld) while its input was; "
                     "its weights or scales hold NaN/Inf (`moq check --values` names them)",
-                    isnan(p[i]) ? "NaN" : "Inf", (long long)(i / cols), (long long)(m->pos + i / cols), (long long)(i % cols));
+                    isnan(p[i]) ? "NaN" : "Inf", (long long)(i / cols), (long long)m->rpos[i / cols], (long long)(i % cols));
 }
 
 /* check_out when locating, the module named by fmt. */
@@ -964,7 +974,7 @@ static moq_status check_at(const moq_model *m, bool locate, const float *p, int6
 #define CHECK(p, rows, cols, ...) MOQ_TRY(check_at(m, locate, p, rows, cols, err, __VA_ARGS__))
 
 /* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
-static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0, int64_t M, bool locate, moq_error *err) {
+static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M, bool locate, moq_error *err) {
     const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
     const char *pfx = m->arch->prefix;
     TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, m->H);
@@ -973,25 +983,25 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t p0
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
         /* Llama 4 temperature: log1p(floor((pos + 1) / floor_scale)) · attn_scale + 1 (NoPE layers) */
-        const float temp = ly->temp ? (float)(log1p(floor((double)(p0 + i + 1) / (double)m->l4.floor_scale)) * m->l4.attn_scale + 1.0) : 1.0f;
+        const float temp = ly->temp ? (float)(log1p(floor((double)(m->rpos[i] + 1) / (double)m->l4.floor_scale)) * m->l4.attn_scale + 1.0) : 1.0f;
         for (int64_t hd = 0; hd < A; hd++) {
             float *qh_ = q + hd * qh;
             if (ly->q_norm) rmsnorm(qh_, qh_, ly->q_norm, D, m->eps);
-            if (!ly->nope) rope(m, qh_, R, p0 + i, ly);
+            if (!ly->nope) rope(m, qh_, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(qh_, qh_, NULL, D, m->eps);
             for (int64_t e = 0; ly->temp && e < D; e++) qh_[e] *= temp;
         }
         for (int64_t hd = 0; hd < KV; hd++) {
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
-            if (!ly->nope) rope(m, k + hd * D, R, p0 + i, ly);
+            if (!ly->nope) rope(m, k + hd * D, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
         }
         TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
         TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
-        moq_kv_cache_write(&m->kv, ly->kvl, p0 + i, k, v);
+        moq_kv_cache_write(m->rkv, ly->kvl, row_slot(m, i, m->rpos[i]), k, v);
     }
     CHECK(m->qkv, M, qkvN, "%s.layers.%lld.self_attn (q/k norm and rope)", pfx, (long long)l);
-    attention(m, l, p0, M);
+    attention(m, l, M);
     if (qh > D) /* output gate (Qwen3.5): att *= sigmoid(gate), the second half of each head's q rows */
         for (int64_t i = 0; i < M; i++)
             for (int64_t hd = 0; hd < A; hd++)
@@ -1022,11 +1032,12 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_err
     return MOQ_OK;
 }
 
-/* One chunk of M <= chunk tokens at position m->pos. logits_rows: f32 [M, V] or NULL (last only).
+/* One chunk of M <= chunk rows under the row plan (m->rkv, rpos, rtab, rpage); the logits of rows
+ * lrows[0..nl) go to m->logits_ws [nl, V]. MLA and DeltaNet layers take one sequence at consecutive
+ * positions from rpos[0] (moq_model_forward_rows refuses other plans for them).
  * locate: check every module's output (after a step whose logits were not finite). */
-static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, bool locate, moq_error *err) {
-    if (m->gpu) return moq_gpu_forward(m, tok, M, logits_rows, err);
-    const int64_t H = m->H, I = m->I, p0 = m->pos;
+static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, const int64_t *lrows, int64_t nl, bool locate, moq_error *err) {
+    const int64_t H = m->H, I = m->I, p0 = m->rpos[0];
     const char *pfx = m->arch->prefix;
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
@@ -1044,7 +1055,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
             MOQ_TRY(moq_gdn_forward(&m->layers[l].gdn, &m->gws, m->h, M, m->tmp, err));
             CHECK(m->tmp, M, H, "%s.layers.%lld.linear_attn", pfx, (long long)l);
         } else {
-            MOQ_TRY(gqa_block(m, ly, l, p0, M, locate, err));
+            MOQ_TRY(gqa_block(m, ly, l, M, locate, err));
         }
         if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
@@ -1074,25 +1085,39 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, flo
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
         CHECK(m->x, M, H, "%s.layers.%lld (residual after the MLP)", pfx, (long long)l);
     }
-    /* logits: every row when asked, else only the last */
-    const int64_t r0 = logits_rows ? 0 : M - 1, nr = M - r0;
-    for (int64_t i = r0; i < M; i++) rmsnorm(m->h + (i - r0) * H, m->x + i * H, m->final_norm, H, m->eps);
+    /* logits of the rows asked for (none: a prefill chunk that is not a prompt's last) */
+    if (nl == 0) return MOQ_OK;
+    const int64_t nr = nl;
+    for (int64_t j = 0; j < nl; j++) rmsnorm(m->h + j * H, m->x + lrows[j] * H, m->final_norm, H, m->eps);
     CHECK(m->h, nr, H, "%s.norm", pfx);
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
     const float cap = (float)m->gc.final_logit_softcapping;
     for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
     const int64_t bad = first_nonfinite(m->logits_ws, nr * m->V);
-    if (bad >= 0 && !locate) return forward_chunk(m, tok, M, logits_rows, true, err);
+    if (bad >= 0 && !locate) return forward_chunk(m, tok, M, lrows, nl, true, err);
     if (bad >= 0) /* not reached: the located run stops at the module, at the latest at lm_head */
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, m->lm_head->name, "logits are not finite at column %lld, and no module output was on the second run",
                         (long long)(bad % m->V));
-    if (logits_rows) memcpy(logits_rows, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
-    memcpy(m->logits, m->logits_ws + (nr - 1) * m->V, (size_t)m->V * sizeof(float));
-    m->pos += M;
     return MOQ_OK;
 }
 #undef CHECK
+
+moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, const int32_t *tok, const int64_t *pos,
+                                  const int32_t *const *tabs, int64_t M, const int64_t *lrows, int64_t nl, moq_error *err) {
+    if (M < 1 || M > m->chunk || nl < 0 || nl > M)
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "moq_model_forward_rows", "%lld rows with %lld logits rows, expected 1..%lld", (long long)M,
+                        (long long)nl, (long long)m->chunk);
+    m->rkv = kv ? kv : &m->kv, m->rpage = page > 0 ? page : 1;
+    for (int64_t i = 0; i < M; i++) m->rpos[i] = pos[i], m->rtab[i] = tabs ? tabs[i] : NULL;
+    return forward_chunk(m, tok, M, lrows, nl, false, err);
+}
+
+int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
+const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
+bool moq_model_batchable(const moq_model *m) { return !m->gpu && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
+const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
+const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
     if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
@@ -1103,10 +1128,23 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
         if (tokens[i] < 0 || tokens[i] >= m->V)
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, moq_checkpoint_path(m->ckpt), "token %d at index %lld, expected [0, %lld)", tokens[i],
                             (long long)i, (long long)m->V);
-    const int64_t chunk = m->gpu ? moq_gpu_chunk(m) : m->chunk;
-    for (int64_t i = 0; i < n; i += chunk) {
-        const int64_t M = n - i < chunk ? n - i : chunk;
-        MOQ_TRY(forward_chunk(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, false, err));
+    if (m->gpu) { /* the GPU forward (model_gpu.c) keeps its own cache and positions */
+        const int64_t chunk = moq_gpu_chunk(m);
+        for (int64_t i = 0; i < n; i += chunk) {
+            const int64_t M = n - i < chunk ? n - i : chunk;
+            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+        }
+        return MOQ_OK;
+    }
+    int64_t lrows[MOQ_MODEL_CHUNK];
+    m->rkv = &m->kv, m->rpage = 1;
+    for (int64_t i = 0; i < n; i += m->chunk) {
+        const int64_t M = n - i < m->chunk ? n - i : m->chunk, nl = logits_all ? M : 1;
+        for (int64_t r = 0; r < M; r++) m->rpos[r] = m->pos + r, m->rtab[r] = NULL, lrows[r] = logits_all ? r : M - 1;
+        MOQ_TRY(forward_chunk(m, tokens + i, M, lrows, nl, false, err));
+        if (logits_all) memcpy(logits_all + i * m->V, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
+        memcpy(m->logits, m->logits_ws + (nl - 1) * m->V, (size_t)m->V * sizeof(float));
+        m->pos += M;
     }
     return MOQ_OK;
 }

@@ -9,6 +9,7 @@
 
 #include "moq.h"
 #include "quant/calib.h"
+#include "model/kv_cache.h"
 
 /* "LlamaForCausalLM, MistralForCausalLM, ..." (for messages). */
 const char *moq_model_supported_list(char *buf, size_t n);
@@ -38,5 +39,20 @@ moq_status moq_calibrate(moq_calib *out, const char *src_dir, const int32_t *ids
  * token is tokenized) and calls moq_calibrate. */
 moq_status moq_calibrate_text(moq_calib *out, const char *src_dir, const char *text, size_t len, int64_t max_tokens,
                               int n_threads, moq_error *err);
+
+/* The row-plan forward behind moq_model_prefill and the batch API (batch.c): M <= moq_model_chunk
+ * rows, row i the token tok[i] at position pos[i] of a sequence whose cache slots are given by its
+ * block table tabs[i] (page ids, `page` positions each: slot = tabs[i][p / page] * page + p % page;
+ * tabs NULL or tabs[i] NULL: slot = p) in kv (NULL: the model's own cache). Rows of one sequence
+ * come in position order; every position a row attends to is written before (earlier step) or in
+ * this step. The logits of rows lrows[0..nl) are left in order in moq_model_step_logits. GQA
+ * architectures only (moq_model_batchable) when rows belong to more than one sequence. */
+moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, const int32_t *tok, const int64_t *pos,
+                                  const int32_t *const *tabs, int64_t M, const int64_t *lrows, int64_t nl, moq_error *err);
+const float *moq_model_step_logits(const moq_model *m);  /* f32 [nl, V] of the last forward_rows */
+int64_t moq_model_chunk(const moq_model *m);              /* rows per forward (workspace)        */
+bool moq_model_batchable(const moq_model *m);             /* CPU, no MLA, no recurrent (DeltaNet) layers */
+const moq_kv_cache *moq_model_kv(const moq_model *m);     /* the single-sequence cache: encoding, scales */
+const char *moq_model_path(const moq_model *m);           /* the checkpoint directory (messages)  */
 
 #endif

@@ -81,6 +81,12 @@ struct moq_model {
     moq_kv_cache      kv;
     moq_blobs         blobs;
     int64_t           pos;
+    /* the rows of the step being run (row plan, set by moq_model_forward_rows): each row's position
+       in its sequence and its sequence's block table into `rkv` (NULL: slot = position) */
+    moq_kv_cache     *rkv;
+    int64_t          *rpos;            /* [chunk] */
+    const int32_t   **rtab;            /* [chunk] */
+    int64_t           rpage;           /* positions per page of the block tables */
     /* workspace, allocated at open for `chunk` tokens */
     float  *x, *h, *qkv, *att, *tmp, *gu, *act, *logits_ws, *logits;
     float  *scratch;                   /* per thread: [T] scores + [D] row          */
