@@ -50,3 +50,23 @@ void moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, ui
                 src[n * (K / 2) + k1 / 2] |= (uint8_t)((b >> 4) << (4 * (k1 & 1)));
             }
 }
+
+size_t moq_layout_rows16k4_size(int64_t R, int64_t C) { return (size_t)((R + 15) / 16) * (size_t)((C + 3) / 4) * 64; }
+
+void moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst) {
+    const int64_t G = (C + 3) / 4;
+    memset(dst, 0, moq_layout_rows16k4_size(R, C));
+    for (int64_t r = 0; r < R; r++) {
+        uint8_t *d = dst + (size_t)(((r / 16) * G) * 16 + r % 16) * 4;
+        const uint8_t *s = src + (size_t)(r * C);
+        for (int64_t c = 0; c < C; c++) d[(c / 4) * 64 + c % 4] = s[c];
+    }
+}
+
+void moq_layout_rows16k4_unpack(const uint8_t *dst, int64_t R, int64_t C, uint8_t *src) {
+    const int64_t G = (C + 3) / 4;
+    for (int64_t r = 0; r < R; r++) {
+        const uint8_t *d = dst + (size_t)(((r / 16) * G) * 16 + r % 16) * 4;
+        for (int64_t c = 0; c < C; c++) src[r * C + c] = d[(c / 4) * 64 + c % 4];
+    }
+}
