@@ -38,6 +38,7 @@ void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
     const uint8_t *q = w->q;
     uint8_t *nan = (uint8_t *)dst + codes_bytes(w);
     moq_layout_rows16k4_pack(q, w->N, w->K, dst);
+#pragma omp parallel for schedule(static) if (w->N * w->K > ((int64_t)1 << 20))
     for (int64_t n = 0; n < w->N; n++) {
         uint8_t f = 0;
         for (int64_t k = 0; k < w->K; k++) f |= (q[n * w->K + k] & 0x7F) == 0x7F;
