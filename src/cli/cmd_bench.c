@@ -461,7 +461,7 @@ int cmd_bench(int argc, char **argv) {
         printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv hot" : "openblas sgemm hot", bh * 1e6, (double)N * (double)K * 4 / bh / 1e9, flop / bh / 1e9);
         printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv cold" : "openblas sgemm cold", bc * 1e6, (double)N * (double)K * 4 / bc / 1e9, flop / bc / 1e9);
         printf("moq hot, CPU time per thread %.1f us (wall above includes time descheduled)\n", hot_cpu * 1e6);
-        printf("openblas hot, CPU time per thread %.1f us; moq %.2fx OpenBLAS by CPU time\n", bh_cpu * 1e6, bh_cpu / hot_cpu);
+        if (!isnan(bh_cpu)) printf("openblas hot, CPU time per thread %.1f us; moq %.2fx OpenBLAS by CPU time\n", bh_cpu * 1e6, bh_cpu / hot_cpu);
         printf("DRAM read %.2f GB/s; moq cold streams weights at %.0f %% of it\n", bw, 100.0 * (double)wb / cold / 1e9 / bw);
     }
 done:

@@ -32,5 +32,6 @@ size_t     moq_linear_fp8_k4_packed_size(const moq_weight *w);
 void       moq_linear_fp8_k4_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err);
+moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *err); /* linear_fp8_avx512.c */
 
 #endif
