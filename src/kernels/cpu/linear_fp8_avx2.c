@@ -7,8 +7,8 @@
  *           0x87F00000 leave sign at bit 31 and e4m3's exponent+mantissa at bits 26..20: the f32
  *           whose value is D(code)·2^-120, exact for every finite code, subnormals included (the
  *           f32 is then subnormal with mantissa m·2^20: m·2^-129 = m·2^-9·2^-120).
- *   x       the pair's quantizer (moq_act_dequant_row: e4m3 values, per-token scale apart) times
- *           2^112 (exact: |x| <= 448 stays below 2^121), f32 [M, K rounded up to 4, zero-padded]
+ *   x       the pair's reference quantizer (e4m3 codes; per-token scale apart), decoded by a table
+ *           to the value times 2^112 (exact: |x| <= 448 stays below 2^121), f32 [M, K rounded up to 4, zero-padded]
  *   y       Σ_k f32 products (each exact: 4 × 4 significant bits) = y·2^-8; ×256 (exact), then
  *           × per-token scale × row_scale (+ bias), as moq_y_store_tile16.
  * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
@@ -26,7 +26,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
 
-#define MT 4
+#define MT 6
 #define X_SCALE 0x1p112f
 
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16k4_size(w->N, w->K) + 63) & ~(size_t)63; }
@@ -54,11 +54,15 @@ size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads
     return shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w);
 }
 
-static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, uint8_t *tmp) {
+/* The pair's reference quantizer, then codes -> D(code)·2^112 from a 256-entry table (tab). */
+static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, const float *tab, uint8_t *tmp) {
     const int64_t K = l->w->K, K4 = k4(l->w);
     float *xr = X + m * K4;
-    moq_act_dequant_row(l, m, xr, &sm[m], tmp);
-    for (int64_t k = 0; k < K; k++) xr[k] *= X_SCALE;
+    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
+    sm[m] = 1.0f;
+    if (l->pair == MOQ_PAIR_FP8_TENSOR) moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); /* s_in lives in row_scale */
+    else moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]);
+    for (int64_t k = 0; k < K; k++) xr[k] = tab[tmp[k]];
     for (int64_t k = K; k < K4; k++) xr[k] = 0.0f;
 }
 
@@ -119,15 +123,17 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
     const int64_t M = l->M, tiles = (w->N + 15) / 16;
     float *X = l->ws, *sm = X + M * k4(w);
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    float tab[256];
+    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
     /* Decode (M <= 4): rows prepared before the team starts, so the join is the only sync point. */
     if (M <= 4)
-        for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, thr0);
+        for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, tab, thr0);
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(w);
         if (M > 4) {
 #pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, tmp);
+            for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, tab, tmp);
         }
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++)
@@ -136,7 +142,9 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
                 case 1: tile_tokens(l, X, sm, t, m0, 1); break;
                 case 2: tile_tokens(l, X, sm, t, m0, 2); break;
                 case 3: tile_tokens(l, X, sm, t, m0, 3); break;
-                default: tile_tokens(l, X, sm, t, m0, 4); break;
+                case 4: tile_tokens(l, X, sm, t, m0, 4); break;
+                case 5: tile_tokens(l, X, sm, t, m0, 5); break;
+                default: tile_tokens(l, X, sm, t, m0, 6); break;
                 }
             }
     }
