@@ -11,9 +11,9 @@
  * Every operation after the integer sum is the one linear_nvfp4_avx512.c does, in the same order,
  * so the two rows give the same bits (tests/kernels/test_linear.c checks it where both run).
  *
- * Tokens: MT per pass over a tile (8 f32 accumulators: 2 halves × 4 tokens), the tile's codes
- * (K/2 + K/16 bytes per 16 rows) stay in L2 between passes. Activations: the reference quantizer
- * (moq_act_nvfp4_ref), then 2·D2(code) and block sums from a 16-entry table.
+ * Tokens: MT per pass over a tile, one 8-row half at a time (MT accumulators); the tile's codes
+ * (K/2 + K/16 bytes per 16 rows) stay in L1/L2 between passes. Activations: moq_act_nvfp4_avx2
+ * (bit-exact twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
  * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
@@ -24,7 +24,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
 
-#define MT 4
+#define MT 6
 
 /* Must match linear_nvfp4_avx512.c (shared packed layout and workspace). */
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_nvfp4_vnni16_size(w->N, w->K) + 63) & ~(size_t)63; }
@@ -41,23 +41,16 @@ static inline __m256 e4m3x8_div256(__m128i c8) {
 }
 
 static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
-    static const int8_t twice_d2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const int64_t K = l->w->K;
     float *xf = (float *)tmp;
-    uint8_t *q = tmp + 4 * K, *sf = q + K / 2;
+    uint8_t *sf = tmp + 4 * K + K / 2;
     int8_t *a8 = (int8_t *)tok;
     int32_t *aof = (int32_t *)(tok + K);
     float *sfa = (float *)(aof + K / 16);
     moq_x_row_f32(l->x, l->x_elem, K, m, xf);
-    moq_act_nvfp4_ref(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, q, sf);
+    moq_act_nvfp4_avx2(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, NULL, sf, a8, aof);
     for (int64_t b = 0; b < K / 16; b++) {
-        int32_t s = 0;
-        for (int i = 0; i < 16; i++) {
-            const int8_t v = twice_d2[(q[8 * b + i / 2] >> (4 * (i & 1))) & 0xF];
-            a8[16 * b + i] = v;
-            s += v;
-        }
-        aof[b] = -12 * s;
+        aof[b] *= -12;
         sfa[b] = moq_e4m3_decode(sf[b]) * 64.0f;
     }
 }
@@ -72,12 +65,13 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    /* One half (8 rows) at a time over all of K: mt accumulators + 4 planes + constants fit the 16
+     * ymm registers (both halves at once spill); the second pass reads the tile from L1/L2. */
     __m256 acc[MT][2];
-    for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
-        const __m256 sw[2] = {e4m3x8_div256(sc), e4m3x8_div256(_mm_srli_si128(sc, 8))};
-        for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < mt; i++) acc[i][h] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256 sw = e4m3x8_div256(_mm_loadl_epi64((const __m128i *)(SF + 16 * b + 8 * h)));
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 128 * b + 32 * h));
             const __m256i v1 = _mm256_load_si256((const __m256i *)(W + 128 * b + 64 + 32 * h));
             const __m256i lo0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v0, low4));
@@ -95,7 +89,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
                 const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
                 const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
                 const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
-                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw[h], _mm256_set1_ps(sfa[b])), acc[i][h]);
+                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), acc[i][h]);
             }
         }
     }
@@ -135,7 +129,9 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
                 case 1: tile_tokens(l, toks, tstride, t, m0, 1); break;
                 case 2: tile_tokens(l, toks, tstride, t, m0, 2); break;
                 case 3: tile_tokens(l, toks, tstride, t, m0, 3); break;
-                default: tile_tokens(l, toks, tstride, t, m0, 4); break;
+                case 4: tile_tokens(l, toks, tstride, t, m0, 4); break;
+                case 5: tile_tokens(l, toks, tstride, t, m0, 5); break;
+                default: tile_tokens(l, toks, tstride, t, m0, 6); break;
                 }
             }
     }
