@@ -71,6 +71,8 @@ const moq_kernel moq_kernel_table[] = {
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2},
     FP8K4("cpu_avx2_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4("cpu_avx2_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
+    FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
+    FP8K4("cpu_avx2_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
     PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
     PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),

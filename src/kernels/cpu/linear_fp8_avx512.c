@@ -22,8 +22,10 @@
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16k4_size(w->N, w->K) + 63) & ~(size_t)63; }
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 
-/* Must match linear_fp8_avx2.c. Shared: X f32 [M, K4], sm f32 [M]; per thread: quantizer scratch 2K + 64. */
-static size_t shared_bytes(const moq_weight *w, int64_t M) { return ((size_t)M * (size_t)k4(w) * 4 + (size_t)M * 4 + 63) & ~(size_t)63; }
+/* Must match linear_fp8_avx2.c (its pack and workspace hooks; this file runs the unblocked pairs):
+ * X f32 [M, K4], sm f32 [M], then the block-scale area; per thread: quantizer scratch 2K + 64. */
+static size_t x_bytes(const moq_weight *w, int64_t M) { return ((size_t)M * (size_t)k4(w) * 4 + (size_t)M * 4 + 63) & ~(size_t)63; }
+static size_t shared_bytes(const moq_weight *w, int64_t M) { return x_bytes(w, M) + (((size_t)M * (size_t)(w->K / 32 + 1) * 4 + 63) & ~(size_t)63); }
 static size_t thread_bytes(const moq_weight *w) { return ((size_t)w->K * 2 + 64 + 63) & ~(size_t)63; }
 
 static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, uint8_t *tmp) {
