@@ -49,6 +49,8 @@ const moq_kernel moq_kernel_table[] = {
     /* FP8 decoded in registers from rows16k4 (linear_fp8_avx512.c): 3 integer ops per 16 weights. */
     FP8K4_512("cpu_avx512_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4_512("cpu_avx512_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
+    FP8K4_512("cpu_avx512_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
+    FP8K4_512("cpu_avx512_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     /* Exact bf16 values on both sides: two products per lane per vdpbf16ps. */
     BF16DOT("cpu_avx512_nvfp4_w4a16_bf16dot", MOQ_PAIR_NVFP4_W4A16),
     BF16DOT("cpu_avx512_fp8_tensor_bf16dot",  MOQ_PAIR_FP8_TENSOR),
