@@ -42,7 +42,8 @@ static size_t nan_bytes(const moq_weight *w) { return ((size_t)w->N + 63) & ~(si
 static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
 
 size_t moq_linear_fp8_k4_packed_size(const moq_weight *w) {
-    return codes_bytes(w) + nan_bytes(w) + (row_scales(w) ? moq_layout_rows16_size(w->N, w->K / bk_of(w), 1) : 0);
+    const int64_t bk = bk_of(w);
+    return codes_bytes(w) + nan_bytes(w) + (row_scales(w) && bk > 0 ? moq_layout_rows16_size(w->N, w->K / bk, 1) : 0);
 }
 
 void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
@@ -55,7 +56,8 @@ void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
         for (int64_t k = 0; k < w->K; k++) f |= (q[n * w->K + k] & 0x7F) == 0x7F;
         nan[n] = f;
     }
-    if (row_scales(w)) moq_layout_rows16_pack(w->scale, w->N, w->K / bk_of(w), 1, nan + nan_bytes(w));
+    const int64_t bk = bk_of(w);
+    if (row_scales(w) && bk > 0) moq_layout_rows16_pack(w->scale, w->N, w->K / bk, 1, nan + nan_bytes(w));
 }
 
 /* Shared: X f32 [M, K4], sm f32 [M], sx f32 [M, K/32] (activation block scales of the
@@ -72,7 +74,7 @@ size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads
  * block-scaled pairs keep their activation block scales apart in sx [K/bk]. */
 static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, uint8_t *tmp) {
     const int64_t K = l->w->K, K4 = k4(l->w), bk = bk_of(l->w);
-    float *xr = X + m * K4, *sx = bk ? SX + m * (K / bk) : NULL;
+    float *xr = X + m * K4, *sx = SX + m * (K / (bk > 0 ? bk : 32));
     moq_x_row_f32(l->x, l->x_elem, K, m, xr);
     sm[m] = 1.0f;
     switch (l->pair) {
@@ -108,7 +110,7 @@ static inline __m256 dec(__m256i v, __m256i idx) {
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
                                                              int64_t t, int64_t m0, const int mt, const int blocked) {
     const moq_weight *w = l->w;
-    const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
+    const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
     const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
     const uint8_t *nan = (const uint8_t *)l->packed + codes_bytes(w), *SFW = nan + nan_bytes(w) + t * nblk * 16;
     const __m256i idx[4] = {

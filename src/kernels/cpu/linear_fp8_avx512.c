@@ -43,7 +43,7 @@ static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *
         moq_act_dequant_row_avx512(l, m, xr, &sm[m], tmp);
         for (int64_t k = 0; k < K; k++) xr[k] *= X_SCALE;
     } else {
-        float *sx = SX + m * (K / bk);
+        float *sx = SX + m * (K / (bk > 0 ? bk : 32));
         moq_x_row_f32(l->x, l->x_elem, K, m, xr);
         sm[m] = 1.0f;
         if (l->pair == MOQ_PAIR_FP8_BLK128) {
@@ -75,7 +75,7 @@ static inline __m512 dec(__m512i v, __m512i idx) {
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
                                                              int64_t t, int64_t m0, const int mt, const int blocked) {
     const moq_weight *w = l->w;
-    const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
+    const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
     const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
     const uint8_t *nan = (const uint8_t *)l->packed + codes_bytes(w), *SFW = nan + nan_bytes(w) + t * nblk * 16;
     const __m512i idx[4] = {
