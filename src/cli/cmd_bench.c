@@ -258,7 +258,9 @@ static void bench_linear_help(FILE *out) {
             "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--device cpu|cuda] [--json]\n\n"
             "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
-            "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32.\n\n"
+            "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32; process\n"
+            "CPU time per thread of moq and of OpenBLAS (hot, robust on a busy machine), and the time of the\n"
+            "first layer create (validation + packing into the row's layout), wall and CPU.\n\n"
             "  --algo A      a kernel pair or its ModelOpt quant_algo (in parentheses), any case:\n"
             "                %s\n"
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
@@ -367,8 +369,12 @@ int cmd_bench(int argc, char **argv) {
     const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
 
     const double bw = hot_only ? NAN : dram_read_gbs(threads);
-    for (int i = 0; i < copies; i++)
+    double tpack = 0, tpack_cpu = 0; /* the first create: validation, row scales, packing into the row's layout */
+    for (int i = 0; i < copies; i++) {
+        const double a = now_s(), ac = cpu_s();
         if (moq_linear_create_from_weight(&ls[i], &w, &o, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
+        if (i == 0) tpack = now_s() - a, tpack_cpu = cpu_s() - ac;
+    }
     const size_t wsz = moq_linear_workspace_size(ls[0], M);
     void *ws = malloc(wsz);
     enum { REPS = 64 };
@@ -394,7 +400,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < copies; i++) moq_linear_free(ls[i]), ls[i] = NULL;
 
     /* OpenBLAS on the dequantized weights. */
-    double bh = NAN, bc = NAN;
+    double bh = NAN, bc = NAN, bh_cpu = NAN;
     void *blas = hot_only ? NULL : dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     sgemm_fn sgemm = blas ? (sgemm_fn)dlsym(blas, "cblas_sgemm") : NULL;
     sgemv_fn sgemv = blas ? (sgemv_fn)dlsym(blas, "cblas_sgemv") : NULL;
@@ -415,14 +421,19 @@ int cmd_bench(int argc, char **argv) {
                          : sgemm(101, 111, 112, (int)M, (int)N, (int)K, 1.0f, x, (int)K, (Wp), (int)K, 0.0f, y, (int)N))
         for (int i = 0; i < 2; i++) BLAS(W[0]);
         int bn = 0, bcn = 0;
-        for (double t0 = now_s(); bn < REPS && (bn < 5 || now_s() - t0 < 1.0); bn++) { const double a = now_s(); BLAS(W[0]); th[bn] = now_s() - a; }
+        for (double t0 = now_s(); bn < REPS && (bn < 5 || now_s() - t0 < 1.0); bn++) {
+            const double a = now_s(), ac = cpu_s();
+            BLAS(W[0]);
+            th[bn] = now_s() - a;
+            tcpu[bn] = (cpu_s() - ac) / threads;
+        }
         for (double t0 = now_s(); bcn < REPS && bcn < fcop && (bcn < 5 || now_s() - t0 < 2.0); bcn++) {
             const double a = now_s();
             BLAS(W[1 + bcn % (fcop - 1)]);
             tc[bcn] = now_s() - a;
         }
 #undef BLAS
-        bh = median(th, bn), bc = median(tc, bcn);
+        bh = median(th, bn), bc = median(tc, bcn), bh_cpu = median(tcpu, bn);
         for (int i = 0; i < fcop; i++) free(W[i]);
         free(W), free(row);
     }
@@ -433,9 +444,11 @@ int cmd_bench(int argc, char **argv) {
         snprintf(jb, sizeof jb, "{\"algo\":\"%s\",\"x\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"threads\":%d,\"weight_bytes\":%zu,"
                "\"dram_read_gbs\":%.2f,\"hot_us\":%.1f,\"cold_us\":%.1f,\"cold_weight_gbs\":%.2f,\"cold_of_dram\":%.3f,"
                "\"hot_cpu_us\":%.1f,\"hot_gflops\":%.1f,\"cold_gflops\":%.1f,\"openblas_hot_us\":%.1f,\"openblas_cold_us\":%.1f,"
-               "\"speedup_vs_openblas_hot\":%.2f,\"speedup_vs_openblas_cold\":%.2f}\n",
+               "\"speedup_vs_openblas_hot\":%.2f,\"speedup_vs_openblas_cold\":%.2f,\"openblas_hot_cpu_us\":%.1f,"
+               "\"speedup_vs_openblas_hot_cpu\":%.2f,\"create_us\":%.1f,\"create_cpu_us\":%.1f}\n",
                algo, moq_elem_name(xe), kname, M, N, K, threads, wb, bw, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / bw,
-               hot_cpu * 1e6, flop / hot / 1e9, flop / cold / 1e9, bh * 1e6, bc * 1e6, bh / hot, bc / cold);
+               hot_cpu * 1e6, flop / hot / 1e9, flop / cold / 1e9, bh * 1e6, bc * 1e6, bh / hot, bc / cold, bh_cpu * 1e6,
+               bh_cpu / hot_cpu, tpack * 1e6, tpack_cpu * 1e6);
         /* JSON has no NaN: a measurement not made (--hot-only, no OpenBLAS) is null */
         for (char *t = jb; *t; t++) {
             const size_t n = strncmp(t, ":-nan", 5) == 0 ? 4 : strncmp(t, ":nan", 4) == 0 ? 3 : strncmp(t, ":inf", 4) == 0 ? 3 : 0;
@@ -446,12 +459,14 @@ int cmd_bench(int argc, char **argv) {
         char b1[32];
         printf("moq bench linear: %s [m=%lld, n=%lld, k=%lld], x %s, %d threads, cpu: %s\n", algo, M, N, K, moq_elem_name(xe), threads, moq_cpu_features_str());
         printf("kernel %s, weights %s (%d copies for the cold runs)\n", kname, cli_bytes(wb, b1, sizeof b1), copies);
+        printf("create + pack %.1f ms wall (%.2f s per GB), %.1f ms CPU (all threads)\n", tpack * 1e3, tpack / ((double)wb / 1e9), tpack_cpu * 1e3);
         printf("%-22s %12s %12s %12s %12s\n", "", "time (us)", "weight GB/s", "GFLOP/s", "vs OpenBLAS");
         printf("%-22s %12.1f %12.2f %12.1f %11.2fx\n", "moq hot", hot * 1e6, (double)wb / hot / 1e9, flop / hot / 1e9, bh / hot);
         printf("%-22s %12.1f %12.2f %12.1f %11.2fx\n", "moq cold", cold * 1e6, (double)wb / cold / 1e9, flop / cold / 1e9, bc / cold);
         printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv hot" : "openblas sgemm hot", bh * 1e6, (double)N * (double)K * 4 / bh / 1e9, flop / bh / 1e9);
         printf("%-22s %12.1f %12.2f %12.1f\n", M == 1 ? "openblas sgemv cold" : "openblas sgemm cold", bc * 1e6, (double)N * (double)K * 4 / bc / 1e9, flop / bc / 1e9);
         printf("moq hot, CPU time per thread %.1f us (wall above includes time descheduled)\n", hot_cpu * 1e6);
+        if (!isnan(bh_cpu)) printf("openblas hot, CPU time per thread %.1f us; moq %.2fx OpenBLAS by CPU time\n", bh_cpu * 1e6, bh_cpu / hot_cpu);
         printf("DRAM read %.2f GB/s; moq cold streams weights at %.0f %% of it\n", bw, 100.0 * (double)wb / cold / 1e9 / bw);
     }
 done:

@@ -23,7 +23,7 @@ float moq_e4m3_decode(uint8_t c) {
     const float sign = (c & 0x80) ? -1.0f : 1.0f;
     if (e == 0xF && m == 7) return moq_f32_from_bits((c & 0x80u) << 24 | 0x7FC00000u);
     if (e == 0) return sign * (float)m * 0x1p-9f;
-    return sign * ldexpf(1.0f + (float)m / 8.0f, (int)e - 7);
+    return moq_f32_from_bits((c & 0x80u) << 24 | (e + 120) << 23 | m << 20); /* 2^(e-7)·(1+m/8): same value as sign·ldexpf, no libm call */
 }
 
 /* |x| given as bits a (sign cleared), finite and < 480: RNE code without sign. */

@@ -19,6 +19,10 @@
                       moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
 #define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
                       moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2}
+#define FP8K4(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx2}
+#define FP8K4_512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx512}
 #define CUDA_MMA(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 0, NULL, moq_cuda_row_packed_size, moq_cuda_row_pack, \
                          moq_cuda_row_workspace, moq_cuda_row_run}
 #define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
@@ -46,6 +50,11 @@ const moq_kernel moq_kernel_table[] = {
     /* NVFP4 W4A4: integer dot products of e2m1 codes (×2 they are integers in [-12, 12]). */
     {"cpu_avx512_nvfp4_w4a4_vnni16", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX512, VNNI, 0, NULL,
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512},
+    /* FP8 decoded in registers from rows16k4 (linear_fp8_avx512.c): 3 integer ops per 16 weights. */
+    FP8K4_512("cpu_avx512_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
+    FP8K4_512("cpu_avx512_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
+    FP8K4_512("cpu_avx512_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
+    FP8K4_512("cpu_avx512_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     /* Exact bf16 values on both sides: two products per lane per vdpbf16ps. */
     BF16DOT("cpu_avx512_nvfp4_w4a16_bf16dot", MOQ_PAIR_NVFP4_W4A16),
     BF16DOT("cpu_avx512_fp8_tensor_bf16dot",  MOQ_PAIR_FP8_TENSOR),
@@ -62,6 +71,14 @@ const moq_kernel moq_kernel_table[] = {
     PANEL("cpu_avx512_bf16_dequant_fma",        MOQ_PAIR_BF16),
     PANEL("cpu_avx512_f16_dequant_fma",         MOQ_PAIR_F16),
     PANEL("cpu_avx512_f32_fma",                 MOQ_PAIR_F32),
+    /* AVX2 + FMA + F16C, decode-first rows: NVFP4 W4A4 as integer block dot products (vpmaddubsw:
+     * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
+    {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2},
+    FP8K4("cpu_avx2_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
+    FP8K4("cpu_avx2_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
+    FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
+    FP8K4("cpu_avx2_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
     PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
     PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),

@@ -141,9 +141,9 @@ static void test_fp8_mxfp8_avx512_twins(void **state) {
 
 /* The AVX-512 twin against the reference, both reciprocal forms, bit for bit; a8/asum against the
  * codes. Skipped (with a message) on a CPU without AVX-512. */
-static void test_nvfp4_avx512_twin(void **state) {
-    (void)state;
-    if (!(moq_cpu_features() & MOQ_CPU_AVX512)) { print_message("no avx512: twin not run\n"); skip(); }
+typedef void (*nvfp4_twin_fn)(const float *, size_t, float, const uint8_t *, uint8_t *, uint8_t *, int8_t *, int32_t *);
+
+static void check_nvfp4_twin(nvfp4_twin_fn twin) {
     enum { K = 2048 };
     static float x[K];
     uint8_t q[K / 2], sf[K / 16], q2[K / 2], sf2[K / 16];
@@ -157,7 +157,7 @@ static void test_nvfp4_avx512_twin(void **state) {
         x[100] = -0.0f;
         const uint8_t *corr = (rep & 1) ? g_corr : NULL;
         moq_act_nvfp4_ref(x, K, 1.0f / is, corr, q, sf);
-        moq_act_nvfp4_avx512(x, K, 1.0f / is, corr, q2, sf2, a8, asum);
+        twin(x, K, 1.0f / is, corr, q2, sf2, a8, asum);
         assert_memory_equal(sf, sf2, sizeof sf);
         assert_memory_equal(q, q2, sizeof q);
         for (int b = 0; b < K / 16; b++) {
@@ -170,6 +170,18 @@ static void test_nvfp4_avx512_twin(void **state) {
             assert_int_equal(asum[b], s);
         }
     }
+}
+
+static void test_nvfp4_avx512_twin(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX512)) { print_message("no avx512: twin not run\n"); skip(); }
+    check_nvfp4_twin(moq_act_nvfp4_avx512);
+}
+
+static void test_nvfp4_avx2_twin(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) { print_message("no avx2: twin not run\n"); skip(); }
+    check_nvfp4_twin(moq_act_nvfp4_avx2);
 }
 
 static void test_rcpa_table_facts(void **state) {
@@ -295,7 +307,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_g128),         cmocka_unit_test(test_nvfp4_worked_example),
         cmocka_unit_test(test_nvfp4_random_exact), cmocka_unit_test(test_rcpa_table_facts),
         cmocka_unit_test(test_nvfp4_rcpa_vs_exact), cmocka_unit_test(test_mxfp8),
-        cmocka_unit_test(test_nvfp4_avx512_twin),   cmocka_unit_test(test_fp8_mxfp8_avx512_twins),
+        cmocka_unit_test(test_nvfp4_avx512_twin),   cmocka_unit_test(test_nvfp4_avx2_twin),   cmocka_unit_test(test_fp8_mxfp8_avx512_twins),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
     if (r) fprintf(stderr, "seed %u\n", g_seed);

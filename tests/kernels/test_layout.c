@@ -57,9 +57,31 @@ static void test_nvfp4_vnni16(void **state) {
     }
 }
 
+/* rows16k4: byte (r, c) at (((r/16)·ceil(C/4) + c/4)·16 + r%16)·4 + c%4; padding rows and columns 0. */
+static void test_rows16k4(void **state) {
+    (void)state;
+    static const int64_t shapes[][2] = {{1, 1}, {15, 7}, {16, 16}, {17, 33}, {40, 300}, {130, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t R = shapes[s][0], C = shapes[s][1], Rp = (R + 15) / 16 * 16, Cp = (C + 3) / 4 * 4;
+        const size_t n = (size_t)(R * C), psz = moq_layout_rows16k4_size(R, C);
+        assert_int_equal(psz, (size_t)(Rp * Cp));
+        uint8_t *src = malloc(n), *dst = malloc(psz), *back = malloc(n);
+        for (size_t i = 0; i < n; i++) src[i] = (uint8_t)rnd();
+        memset(dst, 0xAB, psz);
+        moq_layout_rows16k4_pack(src, R, C, dst);
+        for (int64_t r = 0; r < Rp; r++)
+            for (int64_t c = 0; c < Cp; c++)
+                assert_int_equal(dst[(((r / 16) * (Cp / 4) + c / 4) * 16 + r % 16) * 4 + c % 4], r < R && c < C ? src[r * C + c] : 0);
+        moq_layout_rows16k4_unpack(dst, R, C, back);
+        assert_memory_equal(src, back, n);
+        free(src), free(dst), free(back);
+    }
+}
+
 int main(void) {
     g_seed = (unsigned)time(NULL);
     g_rng = g_seed;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows16), cmocka_unit_test(test_nvfp4_vnni16)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows16), cmocka_unit_test(test_nvfp4_vnni16),
+                                       cmocka_unit_test(test_rows16k4)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

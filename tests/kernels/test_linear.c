@@ -5,7 +5,8 @@
  * data each run, outputs poisoned with NaN first, relative Frobenius error <= 1e-5 (f32 out;
  * both sides quantize the activation bit-identically, so only accumulation order differs:
  * f32 sums of K <= 400 terms, ~sqrt(K)·2^-24 ≈ 1e-6), NaN never passes. bf16 outputs: within
- * 2^-8 (one bf16 rounding of nearly equal f32 values). Rows whose CPU features are missing are
+ * 2^-8 (one bf16 rounding of nearly equal f32 values). The AVX2 and AVX-512 NVFP4 W4A4 integer rows
+ * must also agree bit for bit (test_nvfp4_maddubs_equals_vnni). Rows whose CPU features are missing are
  * skipped with a message; the registry's choice under cpu masks is checked too.
  *
  * Test names read linear/<row>/x_<dtype>.y_<dtype>/m<M>_n<N>_k<K> (STYLE.md §10). */
@@ -160,6 +161,34 @@ static void test_e4m3_nan_codes(void **state) {
     assert_true(rows >= 4); /* the four e4m3 pairs' _ref rows at least */
 }
 
+/* The NVFP4 W4A4 block dot products are exact integers on both the AVX2 (vpmaddubsw) and the
+ * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
+ * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
+ * chunks of both). Runs where the CPU has both. */
+static void test_nvfp4_maddubs_equals_vnni(void **state) {
+    (void)state;
+    const uint32_t f = moq_cpu_features();
+    if (!(f & MOQ_CPU_AVX512VNNI) || !(f & MOQ_CPU_AVX512) || !(f & MOQ_CPU_AVX2)) {
+        print_message("skip: cpu (%s) lacks avx512vnni\n", moq_cpu_features_str());
+        return;
+    }
+    static const int64_t Ms[] = {1, 3, 4, 5, 13, 33};
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+        const int64_t M = Ms[mi], N = 40 + (int64_t)mi, K = 272;
+        tw t = tw_make(TP_NVFP4, N, K, 3, 1);
+        float *x = malloc((size_t)(M * K) * 4), *ya = malloc((size_t)(M * N) * 4), *yb = malloc((size_t)(M * N) * 4);
+        fill(x, (size_t)(M * K), urand(0.1f, 10.0f));
+        klin_run(&t, "cpu_avx2_nvfp4_w4a4_maddubs", x, MOQ_ELEM_F32, M, ya, MOQ_ELEM_F32, ~0u, g_corr, NULL);
+        klin_run(&t, "cpu_avx512_nvfp4_w4a4_vnni16", x, MOQ_ELEM_F32, M, yb, MOQ_ELEM_F32, ~0u, g_corr, NULL);
+        for (int64_t i = 0; i < M * N; i++)
+            if (memcmp(&ya[i], &yb[i], 4) != 0)
+                fail_msg("m=%lld: y[%lld, %lld] avx2 %a, avx512 vnni %a", (long long)M, (long long)(i / N), (long long)(i % N), (double)ya[i],
+                         (double)yb[i]);
+        free(x), free(ya), free(yb);
+        tw_free(&t);
+    }
+}
+
 /* The registry's choice follows the allowed features; _ref is always there. */
 static void test_choice_follows_cpu_mask(void **state) {
     (void)state;
@@ -176,7 +205,7 @@ static void test_choice_follows_cpu_mask(void **state) {
     }
     if (f & MOQ_CPU_AVX2) { /* MOQ_CPU_MASK=1 equivalent */
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, MOQ_CPU_AVX2, NULL, &name);
-        assert_string_equal(name, "cpu_avx2_nvfp4_w4a4_dequant_fma");
+        assert_string_equal(name, "cpu_avx2_nvfp4_w4a4_maddubs");
     }
     if ((f & MOQ_CPU_AVX512VNNI) && (f & MOQ_CPU_AVX512)) {
         klin_run(&t, NULL, x, MOQ_ELEM_F32, 2, y, MOQ_ELEM_F32, ~0u, NULL, &name);
@@ -211,6 +240,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
+        cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
     if (r) fprintf(stderr, "seed %u\n", g_seed);

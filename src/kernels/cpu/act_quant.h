@@ -37,6 +37,9 @@ void moq_act_mxfp8_ref(const float *x, size_t K, uint8_t *q, uint8_t *sf);
 void moq_act_nvfp4_avx512(const float *x, size_t K, float S, const uint8_t *corr, uint8_t *q, uint8_t *sf, int8_t *a8,
                           int32_t *asum);
 
+/* AVX2 twin of the same (act_quant_avx2.c), same contract; q may be NULL. */
+void moq_act_nvfp4_avx2(const float *x, size_t K, float S, const uint8_t *corr, uint8_t *q, uint8_t *sf, int8_t *a8, int32_t *asum);
+
 /* AVX-512 twins of the FP8 / MXFP8 quantizers (bit-exact for finite x). q may be NULL; deq, when
  * not NULL, receives the dequantized f32 values with the group scales of g128/MXFP8 applied and
  * without the per-token / static scale (as moq_act_dequant_row). */

@@ -1,5 +1,5 @@
 /* linear_cpu.h — CPU linear rows: the `_ref` kernel (linear_ref.c) and the ISA drivers
- * (linear_dequant_panel_avx512.c, linear_nvfp4_avx512.c), with their pack/workspace hooks.
+ * (linear_dequant_panel_avx512.c, linear_nvfp4_avx512.c, the *_avx2.c twins), with their pack/workspace hooks.
  * Included by kernels.c (the registry) and the ISA files; the ISA files include nothing else
  * of moq but this, kernels.h and the layout headers. */
 #ifndef MOQ_KERNELS_CPU_LINEAR_CPU_H
@@ -23,5 +23,15 @@ size_t     moq_linear_nvfp4_vnni_packed_size(const moq_weight *w);
 void       moq_linear_nvfp4_vnni_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_nvfp4_vnni_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_error *err);
+/* The same on AVX2 with vpmaddubsw + vpmaddwd (linear_nvfp4_avx2.c); same pack and workspace. */
+moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_error *err);
+
+/* FP8 e4m3 weights (per-tensor, per-channel) on AVX2: rows16k4 codes decoded in registers
+ * (linear_fp8_avx2.c). */
+size_t     moq_linear_fp8_k4_packed_size(const moq_weight *w);
+void       moq_linear_fp8_k4_pack(const moq_weight *w, void *dst);
+size_t     moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads);
+moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err);
+moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *err); /* linear_fp8_avx512.c */
 
 #endif

@@ -6,6 +6,7 @@
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
  *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
  *
+ * Decode (M <= 4) of BF16 / F16 / F32 weights skips the panel (gemv_tile, issue 14).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
  */
 #include <immintrin.h>
@@ -134,6 +135,41 @@ static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float
     }
 }
 
+/* Decode (M <= GEMV_M) of the 16-bit and f32 pairs: the rows16 column of 16 rows widened in
+ * registers (bf16 << 16, F16C, or loaded) and multiplied straight away, no panel; two accumulator
+ * chains per 8 rows so FMA latency does not bound M = 1. Same products, f32 sums in another order. */
+#define GEMV_M 4
+static inline __m256 w16(const moq_linear_launch *l, const uint8_t *p, int h) {
+    switch (l->pair) {
+    case MOQ_PAIR_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(p + 16 * h))), 16));
+    case MOQ_PAIR_F16: return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16 * h)));
+    default: return _mm256_load_ps((const float *)p + 8 * h);
+    }
+}
+
+static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, int64_t t, const float *X, float *C, const int mr) {
+    const int64_t K = l->w->K;
+    const size_t unit = l->pair == MOQ_PAIR_F32 ? 4 : 2;
+    const uint8_t *pk = (const uint8_t *)l->packed + (size_t)(t * K) * 16 * unit;
+    __m256 acc[GEMV_M][2][2];
+    for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const uint8_t *p = pk + (size_t)k * 16 * unit;
+        const __m256 a = w16(l, p, 0), b = w16(l, p, 1);
+        for (int i = 0; i < mr; i++) {
+            const __m256 x = _mm256_broadcast_ss(X + i * K + k);
+            acc[i][0][k & 1] = _mm256_fmadd_ps(a, x, acc[i][0][k & 1]);
+            acc[i][1][k & 1] = _mm256_fmadd_ps(b, x, acc[i][1][k & 1]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        _mm256_store_ps(C + 16 * i, _mm256_add_ps(acc[i][0][0], acc[i][0][1])), _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(acc[i][1][0], acc[i][1][1]));
+}
+
+static bool gemv_fits(const moq_linear_launch *l) {
+    return l->M <= GEMV_M && (l->pair == MOQ_PAIR_BF16 || l->pair == MOQ_PAIR_F16 || l->pair == MOQ_PAIR_F32);
+}
+
 moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
@@ -151,6 +187,16 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
+            if (gemv_fits(l)) {
+                switch (M) {
+                case 1: gemv_tile(l, t, X, C, 1); break;
+                case 2: gemv_tile(l, t, X, C, 2); break;
+                case 3: gemv_tile(l, t, X, C, 3); break;
+                default: gemv_tile(l, t, X, C, 4); break;
+                }
+                moq_y_store_tile16(l, C, sm, t);
+                continue;
+            }
             for (int64_t k0 = 0; k0 < K; k0 += KC) {
                 const int kc = (int)(K - k0 < KC ? K - k0 : KC);
                 const float *Pt = decode_panel(l, t, k0, kc, P);

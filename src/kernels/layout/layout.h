@@ -22,4 +22,12 @@ size_t moq_layout_nvfp4_vnni16_size(int64_t N, int64_t K);
 void   moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst);
 void   moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, uint8_t *src);
 
+/* rows16k4: bytes src [R, C] -> dst [ceil(R/16), ceil(C/4), 16, 4]: byte (r, c) at
+ * (((r/16)·ceil(C/4) + c/4)·16 + r%16)·4 + c%4. Rows past R and columns past C are zero. One
+ * 32-byte load at (tile, group, half) holds 4 consecutive columns of 8 rows, one dword per row
+ * (the AVX2 e4m3 kernel's operand: a byte shuffle puts column j of each row in a dword's top). */
+size_t moq_layout_rows16k4_size(int64_t R, int64_t C);
+void   moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
+void   moq_layout_rows16k4_unpack(const uint8_t *dst, int64_t R, int64_t C, uint8_t *src);
+
 #endif

@@ -1,0 +1,212 @@
+/* linear_fp8_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128 and MXFP8 pairs) on AVX2 +
+ * FMA, decoded in registers straight from the packed codes: no panel, three integer ops per 8
+ * weights. Block-scaled pairs (128x128, MXFP8) sum each block of k (128, 32) in f32, then add it
+ * times weight scale × the token's block scale (for MXFP8 the e8m0 weight scales are packed rows16
+ * after the NaN flags); 3 tokens per pass there (block + total accumulators).
+ *
+ *   packed  rows16k4 codes (layout/rows16.c): u8 [N/16, K/4, 16, 4]; a ymm at (tile, group, half)
+ *           holds k 4g..4g+3 of 8 rows, one dword per row. Then u8 [N] NaN-row flags.
+ *   decode  vpshufb puts code (r, 4g+j) in the top byte of dword r; vpsrad 4 and an AND with
+ *           0x87F00000 leave sign at bit 31 and e4m3's exponent+mantissa at bits 26..20: the f32
+ *           whose value is D(code)·2^-120, exact for every finite code, subnormals included (the
+ *           f32 is then subnormal with mantissa m·2^20: m·2^-129 = m·2^-9·2^-120).
+ *   x       the pair's reference quantizer (e4m3 codes; per-token scale apart), decoded by a table
+ *           to the value times 2^112 (exact: |x| <= 448 stays below 2^121), f32 [M, K rounded up to 4, zero-padded]
+ *   y       Σ_k f32 products (each exact: 4 × 4 significant bits) = y·2^-8; ×256 (exact), then
+ *           × per-token scale × row_scale (+ bias), as moq_y_store_tile16.
+ * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
+ * pack time and its outputs are NaN for every token, which is what the `_ref` twin gives.
+ * M = 1 keeps four accumulators per 8 rows (one per k of a group) so FMA latency does not bound
+ * it; MT = 4 tokens share each decoded vector. Threads: OpenMP over 16-row tiles.
+ * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MT 6
+#define X_SCALE 0x1p112f
+
+static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16k4_size(w->N, w->K) + 63) & ~(size_t)63; }
+static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
+
+/* Block-scaled pairs: k per block (128: FP8 128x128, 32: MXFP8), 0 for the others. */
+static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
+static size_t nan_bytes(const moq_weight *w) { return ((size_t)w->N + 63) & ~(size_t)63; }
+/* e8m0 block scales (MXFP8) in rows16 after the NaN flags: one 16-byte load per tile and block. */
+static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
+
+size_t moq_linear_fp8_k4_packed_size(const moq_weight *w) {
+    const int64_t bk = bk_of(w);
+    return codes_bytes(w) + nan_bytes(w) + (row_scales(w) && bk > 0 ? moq_layout_rows16_size(w->N, w->K / bk, 1) : 0);
+}
+
+void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
+    const uint8_t *q = w->q;
+    uint8_t *nan = (uint8_t *)dst + codes_bytes(w);
+    moq_layout_rows16k4_pack(q, w->N, w->K, dst);
+#pragma omp parallel for schedule(static) if (w->N * w->K > ((int64_t)1 << 20))
+    for (int64_t n = 0; n < w->N; n++) {
+        uint8_t f = 0;
+        for (int64_t k = 0; k < w->K; k++) f |= (q[n * w->K + k] & 0x7F) == 0x7F;
+        nan[n] = f;
+    }
+    const int64_t bk = bk_of(w);
+    if (row_scales(w) && bk > 0) moq_layout_rows16_pack(w->scale, w->N, w->K / bk, 1, nan + nan_bytes(w));
+}
+
+/* Shared: X f32 [M, K4], sm f32 [M], sx f32 [M, K/32] (activation block scales of the
+ * block-scaled pairs); per thread: quantizer scratch 2K + 64. Must match linear_fp8_avx512.c. */
+static size_t x_bytes(const moq_weight *w, int64_t M) { return ((size_t)M * (size_t)k4(w) * 4 + (size_t)M * 4 + 63) & ~(size_t)63; }
+static size_t shared_bytes(const moq_weight *w, int64_t M) { return x_bytes(w, M) + (((size_t)M * (size_t)(w->K / 32 + 1) * 4 + 63) & ~(size_t)63); }
+static size_t thread_bytes(const moq_weight *w) { return ((size_t)w->K * 2 + 64 + 63) & ~(size_t)63; }
+
+size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads) {
+    return shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w);
+}
+
+/* The pair's reference quantizer, then codes -> D(code)·2^112 from a 256-entry table (tab);
+ * block-scaled pairs keep their activation block scales apart in sx [K/bk]. */
+static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, uint8_t *tmp) {
+    const int64_t K = l->w->K, K4 = k4(l->w), bk = bk_of(l->w);
+    float *xr = X + m * K4, *sx = SX + m * (K / (bk > 0 ? bk : 32));
+    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
+    sm[m] = 1.0f;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break; /* s_in lives in row_scale */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
+    default: { /* MXFP8 */
+        uint8_t *sf = tmp + K;
+        moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+        for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
+        break;
+    }
+    }
+    for (int64_t k = 0; k < K; k++) xr[k] = tab[tmp[k]];
+    for (int64_t k = K; k < K4; k++) xr[k] = 0.0f;
+}
+
+/* e8m0 codes of 8 rows -> 2^(c-127) (c = 0 -> 2^-127, subnormal; 0xFF rejected at create). */
+static inline __m256 e8m0x8(__m128i c8) {
+    const __m256i v = _mm256_cvtepu8_epi32(c8);
+    const __m256i z = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
+}
+
+/* Code (r, 4g+j) of 8 rows -> f32 D(code)·2^-120. */
+static inline __m256 dec(__m256i v, __m256i idx) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, idx), 4), _mm256_set1_epi32((int)0x87F00000u)));
+}
+
+#define NA(mt) ((mt) == 1 ? 4 : (mt) == 2 ? 2 : 1) /* accumulators per (token, half) */
+
+/* blocked: a compile-time 0/1 after inlining. Unblocked pairs run all of K as one block. */
+static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
+                                                             int64_t t, int64_t m0, const int mt, const int blocked) {
+    const moq_weight *w = l->w;
+    const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
+    const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+    const uint8_t *nan = (const uint8_t *)l->packed + codes_bytes(w), *SFW = nan + nan_bytes(w) + t * nblk * 16;
+    const __m256i idx[4] = {
+        _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 4, -1, -1, -1, 8, -1, -1, -1, 12, -1, -1, -1, 0, -1, -1, -1, 4, -1, -1, -1, 8, -1, -1, -1, 12),
+        _mm256_setr_epi8(-1, -1, -1, 1, -1, -1, -1, 5, -1, -1, -1, 9, -1, -1, -1, 13, -1, -1, -1, 1, -1, -1, -1, 5, -1, -1, -1, 9, -1, -1, -1, 13),
+        _mm256_setr_epi8(-1, -1, -1, 2, -1, -1, -1, 6, -1, -1, -1, 10, -1, -1, -1, 14, -1, -1, -1, 2, -1, -1, -1, 6, -1, -1, -1, 10, -1, -1, -1, 14),
+        _mm256_setr_epi8(-1, -1, -1, 3, -1, -1, -1, 7, -1, -1, -1, 11, -1, -1, -1, 15, -1, -1, -1, 3, -1, -1, -1, 7, -1, -1, -1, 11, -1, -1, -1, 15)};
+    const int na = NA(mt);
+    __m256 acc[MT][2][4], tot[MT][2];
+    for (int i = 0; i < mt; i++) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < nblk; kb++) {
+        for (int i = 0; i < mt; i++)
+            for (int h = 0; h < 2; h++)
+                for (int a = 0; a < na; a++) acc[i][h][a] = _mm256_setzero_ps();
+        const int64_t g1 = blocked ? (kb + 1) * bk / 4 : G;
+        for (int64_t g = kb * bk / 4; g < g1; g++) {
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
+            for (int j = 0; j < 4; j++) {
+                const __m256 w0 = dec(v0, idx[j]), w1 = dec(v1, idx[j]);
+                for (int i = 0; i < mt; i++) {
+                    const __m256 x = _mm256_broadcast_ss(X + (m0 + i) * K4 + 4 * g + j);
+                    acc[i][0][j % na] = _mm256_fmadd_ps(w0, x, acc[i][0][j % na]);
+                    acc[i][1][j % na] = _mm256_fmadd_ps(w1, x, acc[i][1][j % na]);
+                }
+            }
+        }
+        for (int i = 0; i < mt; i++)
+            for (int h = 0; h < 2; h++) {
+                __m256 s = acc[i][h][0];
+                for (int a = 1; a < na; a++) s = _mm256_add_ps(s, acc[i][h][a]);
+                if (!blocked) {
+                    tot[i][h] = s;
+                } else {
+                    const float sx = SX[(m0 + i) * nblk + kb];
+                    __m256 sc;
+                    if (row_scales(w)) /* MXFP8: e8m0 per row and 32 k, times the token's block scale */
+                        sc = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h))), _mm256_set1_ps(sx));
+                    else /* FP8 128x128: one f32 per 128 rows and 128 k (a 16-row tile lies in one row block) */
+                        sc = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * sx);
+                    tot[i][h] = _mm256_fmadd_ps(s, sc, tot[i][h]);
+                }
+            }
+    }
+    for (int i = 0; i < mt; i++) {
+        float v[16];
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(v + 8 * h, _mm256_mul_ps(tot[i][h], _mm256_set1_ps(256.0f)));
+        const int64_t m = m0 + i;
+        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
+            const int64_t n = 16 * t + r;
+            float y = nan[n] ? NAN : v[r] * sm[m] * l->row_scale[n];
+            if (w->bias) y += w->bias[n];
+            moq_y_store(l->y, l->y_elem, N, m, n, y);
+        }
+    }
+}
+
+moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    (void)err;
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, tiles = (w->N + 15) / 16;
+    const int blocked = bk_of(w) != 0, mtmax = blocked ? 3 : MT; /* block + total accumulators: 3 tokens fit */
+    float *X = l->ws, *sm = X + M * k4(w), *SX = (float *)((uint8_t *)l->ws + x_bytes(w, M));
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    float tab[256];
+    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
+    /* Decode (M <= 4): rows prepared before the team starts, so the join is the only sync point. */
+    if (M <= 4)
+        for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, thr0);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(w);
+        if (M > 4) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
+        }
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
+        for (int64_t t = 0; t < tiles; t++)
+            for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
+                const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
+                if (blocked) {
+                    switch (mt) {
+                    case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1); break;
+                    case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1); break;
+                    default: tile_tokens(l, X, sm, SX, t, m0, 3, 1); break;
+                    }
+                } else {
+                    switch (mt) {
+                    case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 0); break;
+                    case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 0); break;
+                    case 3: tile_tokens(l, X, sm, SX, t, m0, 3, 0); break;
+                    case 4: tile_tokens(l, X, sm, SX, t, m0, 4, 0); break;
+                    case 5: tile_tokens(l, X, sm, SX, t, m0, 5, 0); break;
+                    default: tile_tokens(l, X, sm, SX, t, m0, 6, 0); break;
+                    }
+                }
+            }
+    }
+    return MOQ_OK;
+}

@@ -1,0 +1,139 @@
+/* linear_nvfp4_avx2.c — NVFP4 W4A4 on AVX2: the integer block dot products of
+ * linear_nvfp4_avx512.c with vpmaddubsw + vpmaddwd instead of vpdpbusd (NUMERICS §2.5).
+ *
+ * Same packed layout (nvfp4_vnni16 codes + rows16 e4m3 block scales; the VNNI row's pack hooks)
+ * and the same workspace. A 64-byte line of the layout is two ymm: rows 0-7 and rows 8-15, one
+ * dword per row holding k 8g..8g+3 (low nibbles) and 8g+4..8g+7 (high nibbles).
+ *   vpmaddubsw(u = 2w + 12 in [0, 24], s = 2a in [-12, 12]) -> i16 pairs, |pair| <= 576
+ *   four of them (the 16 k of one block) summed in i16: <= 2304, then vpmaddwd(·, 1) -> i32 per
+ *   row = Σ (2w + 12)(2a) over the block; + AOF = −12·Σ 2a gives Σ (2w)(2a) exactly.
+ *   y[m, n] = alpha[n] · Σ_b f32(int_b) · (D4(SFw)/256 · SFa)  (+ bias)
+ * Every operation after the integer sum is the one linear_nvfp4_avx512.c does, in the same order,
+ * so the two rows give the same bits (tests/kernels/test_linear.c checks it where both run).
+ *
+ * Tokens: MT per pass over a tile, one 8-row half at a time (MT accumulators); the tile's codes
+ * (K/2 + K/16 bytes per 16 rows) stay in L1/L2 between passes. Activations: moq_act_nvfp4_avx2
+ * (bit-exact twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
+ * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: test_linear.c.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MT 6
+
+/* Must match linear_nvfp4_avx512.c (shared packed layout and workspace). */
+static size_t codes_bytes(const moq_weight *w) { return (moq_layout_nvfp4_vnni16_size(w->N, w->K) + 63) & ~(size_t)63; }
+static size_t token_bytes(int64_t K) { return ((size_t)K + (size_t)K / 2 + 63) & ~(size_t)63; }
+static size_t thread_bytes(int64_t K) { return ((size_t)K * 4 + (size_t)K + (size_t)K / 16 + 127) & ~(size_t)63; }
+
+/* 8 e4m3 codes -> f32 / 256, exact (f16 shift; NaN codes -> f16 NaN). */
+static inline __m256 e4m3x8_div256(__m128i c8) {
+    const __m128i w = _mm_cvtepu8_epi16(c8);
+    __m128i t = _mm_slli_epi16(w, 7);
+    t = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7F));
+    return _mm256_cvtph_ps(_mm_or_si128(t, nan));
+}
+
+static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
+    const int64_t K = l->w->K;
+    float *xf = (float *)tmp;
+    uint8_t *sf = tmp + 4 * K + K / 2;
+    int8_t *a8 = (int8_t *)tok;
+    int32_t *aof = (int32_t *)(tok + K);
+    float *sfa = (float *)(aof + K / 16);
+    moq_x_row_f32(l->x, l->x_elem, K, m, xf);
+    moq_act_nvfp4_avx2(xf, (size_t)K, 1.0f / l->a_scale, l->rcpa_corr, NULL, sf, a8, aof);
+    for (int64_t b = 0; b < K / 16; b++) {
+        aof[b] *= -12;
+        sfa[b] = moq_e4m3_decode(sf[b]) * 64.0f;
+    }
+}
+
+static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
+static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
+                                                             int64_t t, int64_t m0, const int mt) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W = (const uint8_t *)l->packed + t * (K / 8) * 64;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    /* One half (8 rows) at a time over all of K: mt accumulators + 4 planes + constants fit the 16
+     * ymm registers (both halves at once spill); the second pass reads the tile from L1/L2. */
+    __m256 acc[MT][2];
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < mt; i++) acc[i][h] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256 sw = e4m3x8_div256(_mm_loadl_epi64((const __m128i *)(SF + 16 * b + 8 * h)));
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 128 * b + 32 * h));
+            const __m256i v1 = _mm256_load_si256((const __m256i *)(W + 128 * b + 64 + 32 * h));
+            const __m256i lo0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v0, low4));
+            const __m256i hi0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
+            const __m256i lo1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v1, low4));
+            const __m256i hi1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
+            for (int i = 0; i < mt; i++) {
+                const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
+                const int8_t *a = (const int8_t *)tok + 16 * b;
+                const int32_t *aof = (const int32_t *)(tok + K);
+                const float *sfa = (const float *)(aof + nb);
+                const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
+                const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
+                const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
+                const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
+                const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
+                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), acc[i][h]);
+            }
+        }
+    }
+    const int64_t N = l->w->N;
+    for (int i = 0; i < mt; i++) {
+        float v[16];
+        _mm256_storeu_ps(v, acc[i][0]);
+        _mm256_storeu_ps(v + 8, acc[i][1]);
+        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
+            const int64_t n = 16 * t + r;
+            float y = v[r] * l->row_scale[n];
+            if (l->w->bias) y += l->w->bias[n];
+            moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
+        }
+    }
+}
+
+moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    (void)err;
+    const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
+    const size_t tstride = token_bytes(K);
+    uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
+    /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
+    if (M <= 4)
+        for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(K);
+        if (M > 4) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
+        }
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
+        for (int64_t t = 0; t < tiles; t++)
+            for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                switch (M - m0 < MT ? M - m0 : MT) {
+                case 1: tile_tokens(l, toks, tstride, t, m0, 1); break;
+                case 2: tile_tokens(l, toks, tstride, t, m0, 2); break;
+                case 3: tile_tokens(l, toks, tstride, t, m0, 3); break;
+                case 4: tile_tokens(l, toks, tstride, t, m0, 4); break;
+                case 5: tile_tokens(l, toks, tstride, t, m0, 5); break;
+                default: tile_tokens(l, toks, tstride, t, m0, 6); break;
+                }
+            }
+    }
+    return MOQ_OK;
+}
