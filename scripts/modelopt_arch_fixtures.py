@@ -165,26 +165,7 @@ def oracle_logits(d, tokens):
         if not cls.endswith("Experts"):
             continue
         if name + ".0.gate_proj.weight" in sd or name + ".0.gate_proj.weight_scale" in sd:  # per expert (DeepSeek, Qwen3.5)
-            E = m.num_experts
-
-            def expert_weight(p):
-                f = mf.linear_format(algo, sd, p)
-                return f, (mf.dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
-
-            gu, dn, fmts = [], [], set()
-            for e in range(E):
-                (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{name}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
-                fmts |= {fg, fu, fd}
-                gu.append(torch.cat([wg, wu], 0))
-                dn.append(wd)
-            if len(fmts) != 1:
-                raise RuntimeError(f"{name}: experts in several formats {fmts}")
-            (fmt,) = fmts
-            new[name + ".gate_up_proj"] = torch.stack(gu).float()
-            new[name + ".down_proj"] = torch.stack(dn).float()
-            a13 = mf.group_input_scale(sd, [f"{name}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
-            a2 = mf.group_input_scale(sd, [f"{name}.{e}.down_proj" for e in range(E)])
-            experts[name] = mf.make_expert_forward(mf.act_fn_for(fmt, a13, None), mf.act_fn_for(fmt, a2, None), gu, dn)
+            experts[name] = mf.make_expert_forward(*mf.per_expert(algo, sd, name, m.num_experts, new))
             continue
         pg, pd = name + ".gate_up_proj", name + ".down_proj"
         fg, fd = stacked_format(sd, pg), stacked_format(sd, pd)

@@ -261,6 +261,30 @@ def group_input_scale(sd, prefixes):
 
 
 # ---- the oracle --------------------------------------------------------------------------------
+def per_expert(algo, sd, ep, E, new):
+    """Experts exported one module each (ep.N.{gate,up,down}_proj) in one format: their float64 weights
+    stacked as transformers 5 holds them (gate_up_proj [E, 2I, H], down_proj [E, H, I], put into new
+    rounded to f32) and the activation quantizers, as make_expert_forward's (q13, q2, gu, dn)."""
+    def expert_weight(p):
+        f = linear_format(algo, sd, p)
+        return f, (dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
+
+    gu, dn, fmts = [], [], set()
+    for e in range(E):
+        (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{ep}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
+        fmts |= {fg, fu, fd}
+        gu.append(torch.cat([wg, wu], 0))
+        dn.append(wd)
+    if len(fmts) != 1:
+        raise RuntimeError(f"{ep}: experts in several formats {fmts}")
+    (fmt,) = fmts
+    new[ep + ".gate_up_proj"] = torch.stack(gu).float()
+    new[ep + ".down_proj"] = torch.stack(dn).float()
+    a13 = group_input_scale(sd, [f"{ep}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
+    a2 = group_input_scale(sd, [f"{ep}.{e}.down_proj" for e in range(E)])
+    return act_fn_for(fmt, a13, None), act_fn_for(fmt, a2, None), gu, dn
+
+
 def oracle_logits(d, tokens):
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
@@ -327,26 +351,7 @@ def oracle_logits(d, tokens):
         ep = f"model.layers.{l}.mlp.experts"
         if ep + ".gate_up_proj" not in msd:
             continue
-        E = cfg.num_experts
-
-        def expert_weight(p):
-            f = linear_format(algo, sd, p)
-            return f, (dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
-
-        gu, dn, fmts = [], [], set()
-        for e in range(E):
-            (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{ep}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
-            fmts |= {fg, fu, fd}
-            gu.append(torch.cat([wg, wu], 0))
-            dn.append(wd)
-        if len(fmts) != 1:
-            raise RuntimeError(f"{ep}: experts in several formats {fmts}")
-        (fmt,) = fmts
-        new[ep + ".gate_up_proj"] = torch.stack(gu).float()
-        new[ep + ".down_proj"] = torch.stack(dn).float()
-        a13 = group_input_scale(sd, [f"{ep}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
-        a2 = group_input_scale(sd, [f"{ep}.{e}.down_proj" for e in range(E)])
-        moe[ep] = (act_fn_for(fmt, a13, None), act_fn_for(fmt, a2, None), gu, dn)
+        moe[ep] = per_expert(algo, sd, ep, cfg.num_experts, new)
     missing = [n for n in msd if n not in new]
     if missing:
         raise RuntimeError(f"{d}: no exported tensor for {missing[:5]}")
