@@ -28,7 +28,6 @@ Usage (CPU is enough; nvidia-modelopt 0.47 importable):
 """
 import argparse
 import copy
-import datetime
 import json
 import os
 import shutil
@@ -37,7 +36,7 @@ import types
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -144,9 +143,6 @@ def oracle_logits(d, tokens):
     msd = model.state_dict()
     new = {n: sd[n].to(torch.float32) for n in msd if n in sd and sd[n].dtype in (torch.bfloat16, torch.float16, torch.float32)}
     exact = {}
-    fused = {"q_proj": ("q_proj", "k_proj", "v_proj"), "k_proj": ("q_proj", "k_proj", "v_proj"),
-             "v_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj"),
-             "up_proj": ("gate_proj", "up_proj")}
     for name, m in model.named_modules():
         if not isinstance(m, torch.nn.Linear):
             continue
@@ -156,7 +152,7 @@ def oracle_logits(d, tokens):
         w = mf.dequant_weight(fmt, sd, name)
         new[name + ".weight"] = w.float()
         leaf = name.rsplit(".", 1)
-        group = [leaf[0] + "." + s for s in fused.get(leaf[1], (leaf[1],))]
+        group = [leaf[0] + "." + s for s in mf.FUSED.get(leaf[1], (leaf[1],))]
         pqs = sd.get(name + ".pre_quant_scale")
         act = mf.act_fn_for(fmt, mf.group_input_scale(sd, group), None if pqs is None else pqs.to(torch.float32))
         if leaf[1] == "kv_b_proj":
@@ -169,26 +165,7 @@ def oracle_logits(d, tokens):
         if not cls.endswith("Experts"):
             continue
         if name + ".0.gate_proj.weight" in sd or name + ".0.gate_proj.weight_scale" in sd:  # per expert (DeepSeek, Qwen3.5)
-            E = m.num_experts
-
-            def expert_weight(p):
-                f = mf.linear_format(algo, sd, p)
-                return f, (mf.dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
-
-            gu, dn, fmts = [], [], set()
-            for e in range(E):
-                (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{name}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
-                fmts |= {fg, fu, fd}
-                gu.append(torch.cat([wg, wu], 0))
-                dn.append(wd)
-            if len(fmts) != 1:
-                raise RuntimeError(f"{name}: experts in several formats {fmts}")
-            (fmt,) = fmts
-            new[name + ".gate_up_proj"] = torch.stack(gu).float()
-            new[name + ".down_proj"] = torch.stack(dn).float()
-            a13 = mf.group_input_scale(sd, [f"{name}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
-            a2 = mf.group_input_scale(sd, [f"{name}.{e}.down_proj" for e in range(E)])
-            experts[name] = mf.make_expert_forward(mf.act_fn_for(fmt, a13, None), mf.act_fn_for(fmt, a2, None), gu, dn)
+            experts[name] = mf.make_expert_forward(*mf.per_expert(algo, sd, name, m.num_experts, new))
             continue
         pg, pd = name + ".gate_up_proj", name + ".down_proj"
         fg, fd = stacked_format(sd, pg), stacked_format(sd, pd)
@@ -216,19 +193,7 @@ def oracle_logits(d, tokens):
             m.forward = make_linear_forward(*exact[name])
         if name in experts:
             m.forward = types.MethodType(experts[name], m)
-    f32_linear = F.linear
-
-    def f64_linear(x, w, b=None):
-        y = f32_linear(x.double(), w.double(), None if b is None else b.double())
-        return y.to(x.dtype)
-
-    F.linear = f64_linear
-    try:
-        with torch.no_grad():
-            out = model(torch.tensor([tokens]), use_cache=False)
-    finally:
-        F.linear = f32_linear
-    return out.logits[0].to(torch.float32).contiguous()
+    return mf.f64_logits(model, tokens)
 
 
 def make_fixture(name, out):
@@ -265,15 +230,7 @@ def make_fixture(name, out):
 
 
 def write_expected(d, fake=None):
-    t = {"tokens": torch.tensor(TOKENS, dtype=torch.int32), "logits": oracle_logits(d, TOKENS)}
-    if fake is not None:
-        t["fakequant"] = fake
-    save_file(t, os.path.join(d, "expected_logits.safetensors"))
-    lg = t["logits"]
-    line = f"{os.path.basename(d)}: logits max|.| {lg.abs().max():.4f}"
-    if fake is not None:
-        line += f", oracle vs ModelOpt fake-quant max abs diff {(lg - fake).abs().max():.4g}"
-    print(line, flush=True)
+    mf.write_expected(d, fake, TOKENS, oracle_logits)
 
 
 def main():
@@ -282,19 +239,13 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated fixture names")
     ap.add_argument("--oracle-only", action="store_true", help="recompute expected logits of existing exports")
     a = ap.parse_args()
-    names = [n for n in (a.only.split(",") if a.only else FIXTURES) if n]
-    for n in names:
-        if n not in FIXTURES:
-            sys.exit(f"unknown fixture {n}; known: {', '.join(FIXTURES)}")
+    names = mf.fixture_names(a.only, FIXTURES)
     os.makedirs(a.out, exist_ok=True)
     if a.oracle_only:
-        for n in names:
-            d = os.path.join(a.out, n)
-            old = os.path.join(d, "expected_logits.safetensors")
-            write_expected(d, load_file(old).get("fakequant") if os.path.exists(old) else None)
+        mf.rewrite_expected(a.out, names, write_expected)
         return
-    import modelopt
-    import transformers
+    import modelopt  # noqa: F401  (fail before any work when absent)
+    import transformers  # noqa: F401
     failed = []
     for n in names:
         try:
@@ -303,15 +254,7 @@ def main():
             import traceback
             traceback.print_exc()
             failed.append(f"{n}: {type(e).__name__}: {e}")
-    prov = {
-        "modelopt": modelopt.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-        "python": sys.version.split()[0], "device": "cpu",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(sys.argv), "fixtures": names, "failed": failed,
-    }
-    with open(os.path.join(a.out, "provenance_arch.json"), "w") as f:
-        json.dump(prov, f, indent=1)
-    print(json.dumps(prov, indent=1))
+    mf.write_provenance(os.path.join(a.out, "provenance_arch.json"), names, failed, "cpu")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,12 @@ FIXTURES = {
 
 
 # ---- bit formats (NUMERICS §1), float32 tensors in, float32 tensors out --------------------------
+# the shards a fused linear's activation scale is shared over (ModelOpt's requantize of q/k/v, gate/up)
+FUSED = {"q_proj": ("q_proj", "k_proj", "v_proj"), "k_proj": ("q_proj", "k_proj", "v_proj"),
+         "v_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj"),
+         "up_proj": ("gate_proj", "up_proj")}
+
+
 def e4m3_sat(x):
     """E4s: round to nearest even e4m3fn, saturating at ±448 (clamp first: the torch CPU cast
     gives NaN beyond 464, NUMERICS §10.1)."""
@@ -255,6 +261,30 @@ def group_input_scale(sd, prefixes):
 
 
 # ---- the oracle --------------------------------------------------------------------------------
+def per_expert(algo, sd, ep, E, new):
+    """Experts exported one module each (ep.N.{gate,up,down}_proj) in one format: their float64 weights
+    stacked as transformers 5 holds them (gate_up_proj [E, 2I, H], down_proj [E, H, I], put into new
+    rounded to f32) and the activation quantizers, as make_expert_forward's (q13, q2, gu, dn)."""
+    def expert_weight(p):
+        f = linear_format(algo, sd, p)
+        return f, (dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
+
+    gu, dn, fmts = [], [], set()
+    for e in range(E):
+        (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{ep}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
+        fmts |= {fg, fu, fd}
+        gu.append(torch.cat([wg, wu], 0))
+        dn.append(wd)
+    if len(fmts) != 1:
+        raise RuntimeError(f"{ep}: experts in several formats {fmts}")
+    (fmt,) = fmts
+    new[ep + ".gate_up_proj"] = torch.stack(gu).float()
+    new[ep + ".down_proj"] = torch.stack(dn).float()
+    a13 = group_input_scale(sd, [f"{ep}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
+    a2 = group_input_scale(sd, [f"{ep}.{e}.down_proj" for e in range(E)])
+    return act_fn_for(fmt, a13, None), act_fn_for(fmt, a2, None), gu, dn
+
+
 def oracle_logits(d, tokens):
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
@@ -303,9 +333,6 @@ def oracle_logits(d, tokens):
             new[name] = sd[name].to(torch.float32)
     # quantized linears: exact float64 weights; the f32 model holds them rounded (for load_state_dict)
     exact = {}
-    fused = {"q_proj": ("q_proj", "k_proj", "v_proj"), "k_proj": ("q_proj", "k_proj", "v_proj"),
-             "v_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj"),
-             "up_proj": ("gate_proj", "up_proj")}
     for name, m in model.named_modules():
         if not isinstance(m, torch.nn.Linear):
             continue
@@ -315,7 +342,7 @@ def oracle_logits(d, tokens):
         w = dequant_weight(fmt, sd, name)
         new[name + ".weight"] = w.float()
         leaf = name.rsplit(".", 1)
-        group = [leaf[0] + "." + s for s in fused.get(leaf[1], (leaf[1],))]
+        group = [leaf[0] + "." + s for s in FUSED.get(leaf[1], (leaf[1],))]
         pqs = sd.get(name + ".pre_quant_scale")
         exact[name] = (act_fn_for(fmt, group_input_scale(sd, group), None if pqs is None else pqs.to(torch.float32)), w)
     # routed experts (transformers 5: fused 3-D gate_up_proj [E, 2I, H], down_proj [E, H, I])
@@ -324,26 +351,7 @@ def oracle_logits(d, tokens):
         ep = f"model.layers.{l}.mlp.experts"
         if ep + ".gate_up_proj" not in msd:
             continue
-        E = cfg.num_experts
-
-        def expert_weight(p):
-            f = linear_format(algo, sd, p)
-            return f, (dequant_weight(f, sd, p) if f else sd[p + ".weight"].to(torch.float64))
-
-        gu, dn, fmts = [], [], set()
-        for e in range(E):
-            (fg, wg), (fu, wu), (fd, wd) = (expert_weight(f"{ep}.{e}.{pr}") for pr in ("gate_proj", "up_proj", "down_proj"))
-            fmts |= {fg, fu, fd}
-            gu.append(torch.cat([wg, wu], 0))
-            dn.append(wd)
-        if len(fmts) != 1:
-            raise RuntimeError(f"{ep}: experts in several formats {fmts}")
-        (fmt,) = fmts
-        new[ep + ".gate_up_proj"] = torch.stack(gu).float()
-        new[ep + ".down_proj"] = torch.stack(dn).float()
-        a13 = group_input_scale(sd, [f"{ep}.{e}.{pr}" for e in range(E) for pr in ("gate_proj", "up_proj")])
-        a2 = group_input_scale(sd, [f"{ep}.{e}.down_proj" for e in range(E)])
-        moe[ep] = (act_fn_for(fmt, a13, None), act_fn_for(fmt, a2, None), gu, dn)
+        moe[ep] = per_expert(algo, sd, ep, cfg.num_experts, new)
     missing = [n for n in msd if n not in new]
     if missing:
         raise RuntimeError(f"{d}: no exported tensor for {missing[:5]}")
@@ -355,8 +363,13 @@ def oracle_logits(d, tokens):
         if name in moe:
             m.forward = types.MethodType(make_expert_forward(*moe[name]), m)
 
-    # Every dot product in float64, rounded once to float32: the correctly rounded f32 linear,
-    # whatever BLAS's summation order (torch's f32 CPU sgemm flipped activation codes otherwise).
+    return f64_logits(model, tokens)
+
+
+def f64_logits(model, tokens):
+    """The model's logits [T, V] of tokens with every dot product in float64, rounded once to float32: the
+    correctly rounded f32 linear, whatever BLAS's summation order (torch's f32 CPU sgemm flipped
+    activation codes otherwise)."""
     f32_linear = F.linear
 
     def f64_linear(x, w, b=None):
@@ -459,8 +472,11 @@ def make_fixture(name, out, device, base_sd):
     return fake
 
 
-def write_expected(d, fake=None):
-    t = {"tokens": torch.tensor(TOKENS, dtype=torch.int32), "logits": oracle_logits(d, TOKENS)}
+def write_expected(d, fake=None, tokens=None, oracle=None):
+    """d/expected_logits.safetensors: tokens (default TOKENS), oracle(d, tokens) (default oracle_logits)
+    and ModelOpt's fake-quant logits when given."""
+    tokens = TOKENS if tokens is None else tokens
+    t = {"tokens": torch.tensor(tokens, dtype=torch.int32), "logits": (oracle or oracle_logits)(d, tokens)}
     if fake is not None:
         t["fakequant"] = fake
     save_file(t, os.path.join(d, "expected_logits.safetensors"))
@@ -471,6 +487,38 @@ def write_expected(d, fake=None):
     print(line, flush=True)
 
 
+def fixture_names(only, known):
+    """--only's comma-separated names (all of known when empty); exits naming an unknown one."""
+    names = [n for n in (only.split(",") if only else known) if n]
+    for n in names:
+        if n not in known:
+            sys.exit(f"unknown fixture {n}; known: {', '.join(known)}")
+    return names
+
+
+def rewrite_expected(out, names, write):
+    """--oracle-only: write(d, fake) again for each existing export; ModelOpt's fake-quant logits cannot be
+    remade without it: keep them."""
+    for n in names:
+        d = os.path.join(out, n)
+        old = os.path.join(d, "expected_logits.safetensors")
+        write(d, load_file(old).get("fakequant") if os.path.exists(old) else None)
+
+
+def write_provenance(path, names, failed, device):
+    import modelopt
+    import transformers
+    prov = {
+        "modelopt": modelopt.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+        "python": sys.version.split()[0], "device": device,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(sys.argv), "fixtures": names, "failed": failed,
+    }
+    with open(path, "w") as f:
+        json.dump(prov, f, indent=1)
+    print(json.dumps(prov, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -478,20 +526,14 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--oracle-only", action="store_true", help="recompute expected logits of existing exports")
     a = ap.parse_args()
-    names = [n for n in (a.only.split(",") if a.only else FIXTURES) if n]
-    for n in names:
-        if n not in FIXTURES:
-            sys.exit(f"unknown fixture {n}; known: {', '.join(FIXTURES)}")
+    names = fixture_names(a.only, FIXTURES)
     os.makedirs(a.out, exist_ok=True)
     failed = []
     if a.oracle_only:
-        for n in names:  # ModelOpt's fake-quant logits cannot be remade without it: keep them
-            d = os.path.join(a.out, n)
-            old = os.path.join(d, "expected_logits.safetensors")
-            write_expected(d, load_file(old).get("fakequant") if os.path.exists(old) else None)
+        rewrite_expected(a.out, names, write_expected)
         return
-    import modelopt
-    import transformers
+    import modelopt  # noqa: F401  (fail before any work when absent)
+    import transformers  # noqa: F401
     base_sd = {k: {n: t.clone() for n, t in base_model(k, a.device).state_dict().items()} for k in MODELS}
     for n in names:
         try:
@@ -501,15 +543,8 @@ def main():
             import traceback
             traceback.print_exc()
             failed.append(f"{n}: {type(e).__name__}: {e}")
-    prov = {
-        "modelopt": modelopt.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-        "python": sys.version.split()[0], "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(sys.argv), "fixtures": names, "failed": failed,
-    }
-    with open(os.path.join(a.out, "provenance.json"), "w") as f:
-        json.dump(prov, f, indent=1)
-    print(json.dumps(prov, indent=1))
+    write_provenance(os.path.join(a.out, "provenance.json"), names, failed,
+                     torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
 
 
 if __name__ == "__main__":

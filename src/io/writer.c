@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/mmap.h"
 #include "io/safetensors.h"
+#include "io/writer.h"
 
 typedef struct wtensor {
     char       *name;
@@ -150,29 +151,22 @@ moq_status moq_writer_file(moq_writer *w, const char *name, const char *text, mo
     return MOQ_OK;
 }
 
-/* Builds the padded header of tensors [lo, hi). */
-static char *shard_header(const moq_writer *w, size_t lo, size_t hi, uint64_t *len) {
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return NULL;
-    if (w->n_meta) {
-        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
-        for (int i = 0; m && i < w->n_meta; i++) cJSON_AddStringToObject(m, w->meta_k[i], w->meta_v[i]);
+bool moq_st_header_tensor(cJSON *root, const char *name, moq_dtype dtype, int ndim, const int64_t *shape, uint64_t off,
+                          uint64_t nbytes) {
+    cJSON *e = cJSON_AddObjectToObject(root, name);
+    if (!e) return false;
+    cJSON_AddStringToObject(e, "dtype", moq_dtype_name(dtype));
+    cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+    for (int d = 0; sh && d < ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+    cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+    if (o) {
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + nbytes)));
     }
-    uint64_t off = 0;
-    for (size_t i = lo; i < hi; i++) {
-        const wtensor *t = &w->t[i];
-        cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        if (!e) break;
-        cJSON_AddStringToObject(e, "dtype", moq_dtype_name(t->dtype));
-        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; sh && d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
-        if (o) {
-            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + t->nbytes)));
-        }
-        off += t->nbytes;
-    }
+    return true;
+}
+
+char *moq_st_header_finish(cJSON *root, uint64_t *len) {
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!s) return NULL;
@@ -186,6 +180,23 @@ static char *shard_header(const moq_writer *w, size_t lo, size_t hi, uint64_t *l
     p[padded] = '\0';
     *len = padded;
     return p;
+}
+
+/* Builds the padded header of tensors [lo, hi). */
+static char *shard_header(const moq_writer *w, size_t lo, size_t hi, uint64_t *len) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    if (w->n_meta) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; m && i < w->n_meta; i++) cJSON_AddStringToObject(m, w->meta_k[i], w->meta_v[i]);
+    }
+    uint64_t off = 0;
+    for (size_t i = lo; i < hi; i++) {
+        const wtensor *t = &w->t[i];
+        if (!moq_st_header_tensor(root, t->name, t->dtype, t->ndim, t->shape, off, t->nbytes)) break;
+        off += t->nbytes;
+    }
+    return moq_st_header_finish(root, len);
 }
 
 static moq_status write_all(FILE *f, const void *p, size_t n, const char *where, moq_error *err) {

@@ -22,6 +22,7 @@
 #include "format/format.h"
 #include "io/checkpoint.h"
 #include "io/mmap.h"
+#include "io/writer.h"
 #include "quant/export_linear.h"
 #include "quant/export_ref.h"
 
@@ -472,31 +473,10 @@ static char *shard_header(const qctx *q, size_t lo, size_t hi, uint64_t *len) {
     uint64_t off = 0;
     for (size_t i = lo; i < hi; i++) {
         const out_tensor *t = &q->ot[i];
-        cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        if (!e) break;
-        cJSON_AddStringToObject(e, "dtype", moq_dtype_name(t->dtype));
-        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; sh && d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
-        if (o) {
-            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-            cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + t->nbytes)));
-        }
+        if (!moq_st_header_tensor(root, t->name, t->dtype, t->ndim, t->shape, off, t->nbytes)) break;
         off += t->nbytes;
     }
-    char *s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!s) return NULL;
-    size_t n = strlen(s), padded = (n + 7) / 8 * 8;
-    char *p = realloc(s, padded + 1);
-    if (!p) {
-        free(s);
-        return NULL;
-    }
-    memset(p + n, ' ', padded - n);
-    p[padded] = 0;
-    *len = padded;
-    return p;
+    return moq_st_header_finish(root, len);
 }
 
 static moq_status put(FILE *f, const void *p, size_t n, const char *where, moq_error *err) {

@@ -32,7 +32,7 @@
 #include <math.h>
 
 #include "tu.h"
-#include "model_gen.h"
+#include "arch_oracle.h"
 
 enum { NT = 20, NP = 12, NG = 8 };
 
@@ -265,23 +265,7 @@ static void test_deepseek_v32(void **st) {
 }
 
 /* A config.json the family readers must refuse: the error is `code`, names config.json and says `msg`. */
-static void open_cfg_err(const char *cfg, moq_status code, const char *msg) {
-    char *dst = tu_tmpdir("arch_cfg_err");
-    moq_writer *w = NULL;
-    TU_OK(moq_writer_create(&w, dst, err_));
-    static const uint16_t one[1] = {0x3f80};
-    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
-    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
-    TU_OK(moq_writer_finish(w, 1, err_));
-    moq_writer_free(w);
-    moq_model *m = NULL;
-    moq_error e = {0};
-    const moq_status st = moq_model_open(&m, dst, NULL, &e);
-    TU_ERR(&e, st, code, "config.json", msg);
-    assert_null(m);
-    tu_rmtree(dst);
-    free(dst);
-}
+static void open_cfg_err(const char *cfg, moq_status code, const char *msg) { ao_open_cfg_err("arch_cfg_err", cfg, code, msg); }
 
 #define BASE "\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 128, \"intermediate_size\": 32"
 static void test_config_errors(void **st) {
@@ -336,23 +320,6 @@ typedef struct ds_oracle {
     double  inv_freq[DDR / 2], att_factor, scale, k_scale;
 } ds_oracle;
 
-static void ds_lin1(gen *g, const char *pre, const char *name, int64_t N, int64_t K, const char *algo, olin *out) {
-    const char *const names[1] = {name};
-    const int64_t ns[1] = {N};
-    memset(out, 0, sizeof *out);
-    tg_add_linears(g, pre, names, ns, 1, K, algo, false, out);
-}
-
-static void ds_mlp(gen *g, const char *pre, int64_t I, const char *algo, olin *gt, olin *up, olin *dn) {
-    static const char *const gu[2] = {"gate_proj", "up_proj"};
-    const int64_t ngu[2] = {I, I};
-    olin t[2];
-    memset(t, 0, sizeof t);
-    tg_add_linears(g, pre, gu, ngu, 2, DH, algo, false, t);
-    *gt = t[0], *up = t[1];
-    ds_lin1(g, pre, "down_proj", DH, I, algo, dn);
-}
-
 /* transformers' _compute_yarn_parameters and DeepseekV3Attention.scaling, restated */
 static void ds_rope(ds_oracle *o) {
     const int d = DDR;
@@ -387,18 +354,18 @@ static void ds_make(const ds_spec *s, const char *dir, ds_oracle *o, uint64_t se
         o->post_norm[l] = tg_add_f32(&g, nm, DH, 0, 0.1, 1.0);
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         if (s->q_lora) {
-            ds_lin1(&g, pre, "q_a_proj", DQL, DH, s->mla_algo, &o->q_a[l]);
-            ds_lin1(&g, pre, "q_b_proj", DA * (DDN + DDR), DQL, s->mla_algo, &o->q_b[l]);
+            ao_lin1(&g, pre, "q_a_proj", DQL, DH, s->mla_algo, false, &o->q_a[l]);
+            ao_lin1(&g, pre, "q_b_proj", DA * (DDN + DDR), DQL, s->mla_algo, false, &o->q_b[l]);
             snprintf(nm, sizeof nm, "%s.q_a_layernorm.weight", pre);
             o->q_a_norm[l] = tg_add_f32(&g, nm, DQL, 0, 0.1, 1.0);
         } else {
-            ds_lin1(&g, pre, "q_proj", DA * (DDN + DDR), DH, s->mla_algo, &o->q_b[l]);
+            ao_lin1(&g, pre, "q_proj", DA * (DDN + DDR), DH, s->mla_algo, false, &o->q_b[l]);
         }
-        ds_lin1(&g, pre, "kv_a_proj_with_mqa", DR + DDR, DH, s->mla_algo, &o->kv_a[l]);
+        ao_lin1(&g, pre, "kv_a_proj_with_mqa", DR + DDR, DH, s->mla_algo, false, &o->kv_a[l]);
         snprintf(nm, sizeof nm, "%s.kv_a_layernorm.weight", pre);
         o->kv_a_norm[l] = tg_add_f32(&g, nm, DR, 0, 0.1, 1.0);
-        ds_lin1(&g, pre, "kv_b_proj", DA * (DDN + DDV), DR, s->mla_algo, &o->kv_b[l]);
-        ds_lin1(&g, pre, "o_proj", DH, DA * DDV, s->o_algo, &o->o[l]);
+        ao_lin1(&g, pre, "kv_b_proj", DA * (DDN + DDV), DR, s->mla_algo, false, &o->kv_b[l]);
+        ao_lin1(&g, pre, "o_proj", DH, DA * DDV, s->o_algo, false, &o->o[l]);
         if (s->fp8_kv) {
             o->k_scale = tg_bf16r(6.0 / 448);
             snprintf(nm, sizeof nm, "%s.k_scale", pre);
@@ -408,10 +375,10 @@ static void ds_make(const ds_spec *s, const char *dir, ds_oracle *o, uint64_t se
         }
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
         if (l == 0) { /* first_k_dense_replace 1 */
-            ds_mlp(&g, pre, DI, s->mlp_algo, &o->gate[l], &o->up[l], &o->down[l]);
+            ao_mlp(&g, pre, DH, DI, s->mlp_algo, &o->gate[l], &o->up[l], &o->down[l]);
             continue;
         }
-        ds_lin1(&g, pre, "gate", DE, DH, "BF16", &o->router[l]);
+        ao_lin1(&g, pre, "gate", DE, DH, "BF16", false, &o->router[l]);
         snprintf(nm, sizeof nm, "%s.gate.e_score_correction_bias", pre);
         float *b = tg_keep(&g, DE * sizeof(float));
         o->bias[l] = malloc(DE * sizeof(double));
@@ -419,13 +386,13 @@ static void ds_make(const ds_spec *s, const char *dir, ds_oracle *o, uint64_t se
         tg_add(&g, nm, MOQ_DT_F32, 1, (const int64_t[]){DE}, b, DE * sizeof(float));
         for (int e = 0; e < DE; e++) {
             snprintf(nm, sizeof nm, "%s.experts.%d", pre, e);
-            ds_mlp(&g, nm, DIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
+            ao_mlp(&g, nm, DH, DIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
         }
         snprintf(nm, sizeof nm, "%s.shared_experts", pre);
-        ds_mlp(&g, nm, DIE, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
+        ao_mlp(&g, nm, DH, DIE, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
     }
     o->final_norm = tg_add_f32(&g, "model.norm.weight", DH, 0, 0.1, 1.0);
-    ds_lin1(&g, "", "lm_head", DV, DH, s->head_algo, &o->head);
+    ao_lin1(&g, "", "lm_head", DV, DH, s->head_algo, false, &o->head);
     const bool mixed = strcmp(s->mla_algo, s->mlp_algo) || strcmp(s->o_algo, s->mlp_algo) || strcmp(s->head_algo, "BF16");
     const char *algo = mixed ? "MIXED_PRECISION" : s->mlp_algo;
     char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
@@ -468,13 +435,6 @@ static void ds_free(ds_oracle *o) {
     tg_olin_free(&o->head);
 }
 
-static void ds_rms(double *x, const double *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    const double r = 1 / sqrt(ss / n + 1e-5);
-    for (int i = 0; i < n; i++) x[i] = x[i] * r * w[i];
-}
-
 /* apply_rotary_pos_emb_interleave (output de-interleaved: evens then odds) or apply_rotary_pos_emb */
 static void ds_rope_apply(const ds_oracle *o, double *x, int pos) {
     double y[DDR];
@@ -485,13 +445,6 @@ static void ds_rope_apply(const ds_oracle *o, double *x, int pos) {
         y[i + DDR / 2] = b * c + a * s;
     }
     memcpy(x, y, sizeof y);
-}
-
-static void ds_mlp_run(const olin *g, const olin *u, const olin *d, int I, const double *h, double *out) {
-    double a[DI], b[DI];
-    tg_lin(g, h, a), tg_lin(u, h, b);
-    for (int i = 0; i < I; i++) a[i] = a[i] / (1 + exp(-a[i])) * b[i];
-    tg_lin(d, a, out);
 }
 
 /* DeepseekV3TopkRouter: sigmoid; groups ranked by the sum of their 2 best biased scores; top-k over
@@ -535,16 +488,16 @@ static void ds_run(const ds_oracle *o, const int32_t *tok, int n, double *logits
         for (int e = 0; e < DH; e++) x[e] = o->emb[tok[p] * DH + e];
         for (int l = 0; l < DL; l++) {
             memcpy(h, x, sizeof h);
-            ds_rms(h, o->in_norm[l], DH);
+            ao_rms(h, o->in_norm[l], DH);
             if (o->s->q_lora) {
                 tg_lin(&o->q_a[l], h, qa);
-                ds_rms(qa, o->q_a_norm[l], DQL);
+                ao_rms(qa, o->q_a_norm[l], DQL);
                 tg_lin(&o->q_b[l], qa, q);
             } else {
                 tg_lin(&o->q_b[l], h, q);
             }
             tg_lin(&o->kv_a[l], h, ckv);
-            ds_rms(ckv, o->kv_a_norm[l], DR);
+            ao_rms(ckv, o->kv_a_norm[l], DR);
             ds_rope_apply(o, ckv + DR, p);
             for (int a = 0; a < DA; a++) ds_rope_apply(o, q + a * dq + DDN, p);
             for (int e = 0; o->s->fp8_kv && e < DR + DDR; e++) ckv[e] = tg_q_e4m3(ckv[e] / o->k_scale) * o->k_scale;
@@ -579,9 +532,9 @@ static void ds_run(const ds_oracle *o, const int32_t *tok, int n, double *logits
             tg_lin(&o->o[l], att, t);
             for (int e = 0; e < DH; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
-            ds_rms(h, o->post_norm[l], DH);
+            ao_rms(h, o->post_norm[l], DH);
             if (l == 0) {
-                ds_mlp_run(&o->gate[l], &o->up[l], &o->down[l], DI, h, t);
+                ao_mlp_run(&o->gate[l], &o->up[l], &o->down[l], DI, h, t);
                 for (int e = 0; e < DH; e++) x[e] += t[e];
                 continue;
             }
@@ -589,14 +542,14 @@ static void ds_run(const ds_oracle *o, const int32_t *tok, int n, double *logits
             double w[DTOPK];
             ds_route(o, l, h, sel, w);
             for (int j = 0; j < DTOPK; j++) {
-                ds_mlp_run(&o->eg[l][sel[j]], &o->eu[l][sel[j]], &o->ed[l][sel[j]], DIE, h, t);
+                ao_mlp_run(&o->eg[l][sel[j]], &o->eu[l][sel[j]], &o->ed[l][sel[j]], DIE, h, t);
                 for (int e = 0; e < DH; e++) x[e] += w[j] * t[e];
             }
-            ds_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], DIE, h, t);
+            ao_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], DIE, h, t);
             for (int e = 0; e < DH; e++) x[e] += t[e];
         }
         memcpy(h, x, sizeof h);
-        ds_rms(h, o->final_norm, DH);
+        ao_rms(h, o->final_norm, DH);
         tg_lin(&o->head, h, logits + (size_t)p * DV);
     }
     free(C);
@@ -639,26 +592,9 @@ static void ds_check(const ds_spec *s) {
     char *dir = tu_tmpdir(s->name);
     ds_oracle o;
     ds_make(s, dir, &o, 0xD5EEDull + (uint64_t)strlen(s->name) * 7919u);
-    const int nt = s->ntok, npre = nt - 4;
     double *want = malloc(sizeof(double) * DNT * DV);
-    ds_run(&o, ds_prompt, nt, want);
-    moq_model_opts mo = moq_model_opts_default();
-    mo.n_threads = 2;
-    mo.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &mo, err_));
-    float *got = malloc(sizeof(float) * DNT * DV);
-    TU_OK(moq_model_prefill(m, ds_prompt, npre, got, err_));
-    for (int p = npre; p < nt; p++) {
-        TU_OK(moq_model_decode(m, ds_prompt[p], err_));
-        memcpy(got + (size_t)p * DV, moq_model_logits(m), sizeof(float) * DV);
-    }
-    double md = 0, mr = 0;
-    for (int i = 0; i < nt * DV; i++) md = fmax(md, fabs(got[i] - want[i])), mr = fmax(mr, fabs(want[i]));
-    print_message("  %-20s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
-    if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
-    moq_model_free(m);
-    free(got);
+    ds_run(&o, ds_prompt, s->ntok, want);
+    ao_check_logits(s->name, dir, ds_prompt, s->ntok, DV, 64, want, s->tol);
     free(want);
     ds_free(&o);
     tu_rmtree(dir);
@@ -708,11 +644,11 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
         o->post_norm[l] = tg_add_f32(&g, nm, QH, 0, 0.1, 0);
         if (l == 0) {
             snprintf(pre, sizeof pre, "%s.layers.%d.linear_attn", P, l);
-            ds_lin1(&g, pre, "in_proj_qkv", QC, QH, s->attn_algo, &o->qkv[l]);
-            ds_lin1(&g, pre, "in_proj_z", QHV * QDV, QH, s->attn_algo, &o->z[l]);
-            ds_lin1(&g, pre, "in_proj_b", QHV, QH, "BF16", &o->b[l]); /* N = value heads: ModelOpt leaves them */
-            ds_lin1(&g, pre, "in_proj_a", QHV, QH, "BF16", &o->a[l]);
-            ds_lin1(&g, pre, "out_proj", QH, QHV * QDV, s->attn_algo, &o->out[l]);
+            ao_lin1(&g, pre, "in_proj_qkv", QC, QH, s->attn_algo, false, &o->qkv[l]);
+            ao_lin1(&g, pre, "in_proj_z", QHV * QDV, QH, s->attn_algo, false, &o->z[l]);
+            ao_lin1(&g, pre, "in_proj_b", QHV, QH, "BF16", false, &o->b[l]); /* N = value heads: ModelOpt leaves them */
+            ao_lin1(&g, pre, "in_proj_a", QHV, QH, "BF16", false, &o->a[l]);
+            ao_lin1(&g, pre, "out_proj", QH, QHV * QDV, s->attn_algo, false, &o->out[l]);
             snprintf(nm, sizeof nm, "%s.conv1d.weight", pre);
             o->conv[l] = tg_add_bf16(&g, nm, QC, QCK, 0.5, 0);
             snprintf(nm, sizeof nm, "%s.A_log", pre);
@@ -729,7 +665,7 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
             memset(t, 0, sizeof t);
             tg_add_linears(&g, pre, qkvn, nq, 3, QH, s->attn_algo, false, t);
             o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
-            ds_lin1(&g, pre, "o_proj", QH, QA * QD, s->attn_algo, &o->o[l]);
+            ao_lin1(&g, pre, "o_proj", QH, QA * QD, s->attn_algo, false, &o->o[l]);
             snprintf(nm, sizeof nm, "%s.q_norm.weight", pre);
             o->qn[l] = tg_add_f32(&g, nm, QD, 0, 0.1, 0);
             snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
@@ -743,18 +679,18 @@ static void q_make(const q_spec *s, const char *dir, q_oracle *o, uint64_t seed)
             }
         }
         snprintf(pre, sizeof pre, "%s.layers.%d.mlp", P, l);
-        ds_lin1(&g, pre, "gate", QE, QH, "BF16", &o->router[l]);
+        ao_lin1(&g, pre, "gate", QE, QH, "BF16", false, &o->router[l]);
         for (int e = 0; e < QE; e++) {
             snprintf(nm, sizeof nm, "%s.experts.%d", pre, e);
-            ds_mlp(&g, nm, QIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
+            ao_mlp(&g, nm, QH, QIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
         }
         snprintf(nm, sizeof nm, "%s.shared_expert", pre);
-        ds_mlp(&g, nm, QIS, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
-        ds_lin1(&g, pre, "shared_expert_gate", 1, QH, "BF16", &o->sgate[l]);
+        ao_mlp(&g, nm, QH, QIS, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
+        ao_lin1(&g, pre, "shared_expert_gate", 1, QH, "BF16", false, &o->sgate[l]);
     }
     snprintf(nm0, sizeof nm0, "%s.norm.weight", P);
     o->final_norm = tg_add_f32(&g, nm0, QH, 0, 0.1, 0);
-    ds_lin1(&g, "", "lm_head", QV, QH, "BF16", &o->head);
+    ao_lin1(&g, "", "lm_head", QV, QH, "BF16", false, &o->head);
     char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
     if (strcmp(s->attn_algo, "BF16") || strcmp(s->mlp_algo, "BF16")) { /* what is not listed stays BF16 */
         snprintf(hq, 16384,
@@ -905,10 +841,10 @@ static void q_run(const q_oracle *o, const int32_t *tok, int n, double *logits) 
                 sel[j] = b, wsel[j] = r[b] / sum, ws += wsel[j];
             }
             for (int j = 0; j < QTOPK; j++) {
-                ds_mlp_run(&o->eg[l][sel[j]], &o->eu[l][sel[j]], &o->ed[l][sel[j]], QIE, h, t);
+                ao_mlp_run(&o->eg[l][sel[j]], &o->eu[l][sel[j]], &o->ed[l][sel[j]], QIE, h, t);
                 for (int e = 0; e < QH; e++) x[e] += wsel[j] / ws * t[e];
             }
-            ds_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], QIS, h, t);
+            ao_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], QIS, h, t);
             tg_lin(&o->sgate[l], h, &sgl);
             for (int e = 0; e < QH; e++) x[e] += t[e] / (1 + exp(-sgl));
         }
@@ -940,25 +876,9 @@ static void test_qwen3_5_formats_vs_fp64(void **st) {
         char *dir = tu_tmpdir(s->name);
         q_oracle o;
         q_make(s, dir, &o, 0x35EEDull + (uint64_t)strlen(s->name) * 104729u);
-        const int nt = s->ntok, npre = nt - 4;
         double *want = malloc(sizeof(double) * DNT * QV);
-        q_run(&o, ds_prompt, nt, want);
-        moq_model_opts mo = moq_model_opts_default();
-        mo.n_threads = 2;
-        mo.ctx = 64;
-        moq_model *m = NULL;
-        TU_OK(moq_model_open(&m, dir, &mo, err_));
-        float *got = malloc(sizeof(float) * DNT * QV);
-        TU_OK(moq_model_prefill(m, ds_prompt, npre, got, err_));
-        for (int p = npre; p < nt; p++) {
-            TU_OK(moq_model_decode(m, ds_prompt[p], err_));
-            memcpy(got + (size_t)p * QV, moq_model_logits(m), sizeof(float) * QV);
-        }
-        double md = 0, mr = 0;
-        for (int i = 0; i < nt * QV; i++) md = fmax(md, fabs(got[i] - want[i])), mr = fmax(mr, fabs(want[i]));
-        print_message("  %-20s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
-        if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
-        moq_model_free(m);
+        q_run(&o, ds_prompt, s->ntok, want);
+        ao_check_logits(s->name, dir, ds_prompt, s->ntok, QV, 64, want, s->tol);
         if (s->fp8_kv) { /* `moq check` reads the scales as the runner does: under the prefix, attending layers only */
             char cmd[1024], out[8192];
             snprintf(cmd, sizeof cmd, "%s check %s", tu_moq_bin(), dir);
@@ -966,7 +886,6 @@ static void test_qwen3_5_formats_vs_fp64(void **st) {
             assert_null(strstr(out, "k_scale"));
             assert_null(strstr(out, "v_scale"));
         }
-        free(got);
         free(want);
         q_free(&o);
         tu_rmtree(dir);

@@ -18,7 +18,7 @@
 #include <math.h>
 
 #include "tu.h"
-#include "model_gen.h"
+#include "arch_oracle.h"
 
 enum { GH = 128, GA = 2, GKV = 1, GD = 128, GE = 4, GTOPK = 2, GI = 64, GV = 64, GL = 2, GNT = 20, GW = 3 };
 #define GTHETA 150000.0
@@ -39,13 +39,6 @@ typedef struct go_oracle {
     double *gu[GL], *gub[GL], *dn[GL], *dnb[GL]; /* [E, H, 2I], [E, 2I], [E, I, H], [E, H] */
     double  inv_freq[GD / 2], att_factor;
 } go_oracle;
-
-static void lin1(gen *g, const char *pre, const char *name, int64_t N, int64_t K, const char *algo, bool bias, olin *out) {
-    const char *const names[1] = {name};
-    const int64_t ns[1] = {N};
-    memset(out, 0, sizeof *out);
-    tg_add_linears(g, pre, names, ns, 1, K, algo, bias, out);
-}
 
 /* a BF16 tensor of any shape, values returned as double */
 static double *add_bf16_nd(gen *g, const char *name, int nd, const int64_t *shape, double std, double mean) {
@@ -96,11 +89,11 @@ static void go_make(const go_spec *s, const char *dir, go_oracle *o, uint64_t se
         memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, qkvn, nq, 3, GH, s->attn_algo, true, t);
         o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
-        lin1(&g, pre, "o_proj", GH, GA * GD, s->attn_algo, true, &o->o[l]);
+        ao_lin1(&g, pre, "o_proj", GH, GA * GD, s->attn_algo, true, &o->o[l]);
         snprintf(nm, sizeof nm, "%s.sinks", pre);
         o->sinks[l] = add_bf16_nd(&g, nm, 1, (const int64_t[]){GA}, 1.0, 0.5);
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
-        lin1(&g, pre, "router", GE, GH, "BF16", true, &o->router[l]);
+        ao_lin1(&g, pre, "router", GE, GH, "BF16", true, &o->router[l]);
         snprintf(nm, sizeof nm, "%s.experts.gate_up_proj", pre);
         o->gu[l] = add_bf16_nd(&g, nm, 3, (const int64_t[]){GE, GH, 2 * GI}, 3.0 / sqrt(GH), 0);
         snprintf(nm, sizeof nm, "%s.experts.gate_up_proj_bias", pre);
@@ -111,7 +104,7 @@ static void go_make(const go_spec *s, const char *dir, go_oracle *o, uint64_t se
         o->dnb[l] = add_bf16_nd(&g, nm, 2, (const int64_t[]){GE, GH}, 0.1, 0);
     }
     o->final_norm = tg_add_f32(&g, "model.norm.weight", GH, 0, 0.1, 1.0);
-    lin1(&g, "", "lm_head", GV, GH, "BF16", false, &o->head);
+    ao_lin1(&g, "", "lm_head", GV, GH, "BF16", false, &o->head);
     char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096);
     if (strcmp(s->attn_algo, "BF16")) {
         snprintf(hq, 16384,
@@ -145,13 +138,6 @@ static void go_free(go_oracle *o) {
     tg_olin_free(&o->head);
 }
 
-static void rms(double *x, const double *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    const double r = 1 / sqrt(ss / n + 1e-5);
-    for (int i = 0; i < n; i++) x[i] = x[i] * r * w[i];
-}
-
 /* _apply_rotary_emb: rotate_half, cos/sin × the YaRN attention factor */
 static void rope(const go_oracle *o, double *x, int pos) {
     for (int i = 0; i < GD / 2; i++) {
@@ -168,7 +154,7 @@ static void go_run(const go_oracle *o, const int32_t *tok, int n, double *logits
         for (int e = 0; e < GH; e++) x[e] = o->emb[tok[p] * GH + e];
         for (int l = 0; l < GL; l++) {
             memcpy(h, x, sizeof h);
-            rms(h, o->in_norm[l], GH);
+            ao_rms(h, o->in_norm[l], GH);
             tg_lin(&o->q[l], h, q), tg_lin(&o->k[l], h, k), tg_lin(&o->v[l], h, v);
             for (int hd = 0; hd < GA; hd++) rope(o, q + hd * GD, p);
             rope(o, k, p);
@@ -194,7 +180,7 @@ static void go_run(const go_oracle *o, const int32_t *tok, int n, double *logits
             tg_lin(&o->o[l], att, t);
             for (int e = 0; e < GH; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
-            rms(h, o->post_norm[l], GH);
+            ao_rms(h, o->post_norm[l], GH);
             tg_lin(&o->router[l], h, r);
             int sel[GTOPK];
             for (int j = 0; j < GTOPK; j++) {
@@ -227,7 +213,7 @@ static void go_run(const go_oracle *o, const int32_t *tok, int n, double *logits
             }
         }
         memcpy(h, x, sizeof h);
-        rms(h, o->final_norm, GH);
+        ao_rms(h, o->final_norm, GH);
         tg_lin(&o->head, h, logits + (size_t)p * GV);
     }
     free(K), free(Vc);
@@ -250,26 +236,9 @@ static void go_check(const go_spec *s) {
     char *dir = tu_tmpdir(s->name);
     go_oracle o;
     go_make(s, dir, &o, 0x60EEDull + (uint64_t)strlen(s->name) * 7919u);
-    const int nt = s->ntok, npre = nt - 4;
     double *want = malloc(sizeof(double) * GNT * GV);
-    go_run(&o, go_prompt, nt, want);
-    moq_model_opts mo = moq_model_opts_default();
-    mo.n_threads = 2;
-    mo.ctx = 32;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &mo, err_));
-    float *got = malloc(sizeof(float) * GNT * GV);
-    TU_OK(moq_model_prefill(m, go_prompt, npre, got, err_));
-    for (int p = npre; p < nt; p++) {
-        TU_OK(moq_model_decode(m, go_prompt[p], err_));
-        memcpy(got + (size_t)p * GV, moq_model_logits(m), sizeof(float) * GV);
-    }
-    double md = 0, mr = 0;
-    for (int i = 0; i < nt * GV; i++) md = fmax(md, fabs(got[i] - want[i])), mr = fmax(mr, fabs(want[i]));
-    print_message("  %-14s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
-    if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
-    moq_model_free(m);
-    free(got);
+    go_run(&o, go_prompt, s->ntok, want);
+    ao_check_logits(s->name, dir, go_prompt, s->ntok, GV, 32, want, s->tol);
     free(want);
     go_free(&o);
     tu_rmtree(dir);

@@ -19,7 +19,7 @@
 #include <math.h>
 
 #include "tu.h"
-#include "model_gen.h"
+#include "arch_oracle.h"
 
 enum { LH = 128, LA = 2, LKV = 1, LD = 128, LI = 256, LE = 4, LIE = 128, LV = 64, LL = 3, LNT = 20, LCHUNK = 3, LFLOOR = 2 };
 #define LATTN_SCALE 0.1
@@ -43,23 +43,6 @@ typedef struct l4_oracle {
 
 static const bool l4_rope[LL] = {true, true, false}, l4_moe[LL] = {false, true, true};
 
-static void lin1(gen *g, const char *pre, const char *name, int64_t N, int64_t K, const char *algo, olin *out) {
-    const char *const names[1] = {name};
-    const int64_t ns[1] = {N};
-    memset(out, 0, sizeof *out);
-    tg_add_linears(g, pre, names, ns, 1, K, algo, false, out);
-}
-
-static void mlp(gen *g, const char *pre, int64_t I, const char *algo, olin *gt, olin *up, olin *dn) {
-    static const char *const gu[2] = {"gate_proj", "up_proj"};
-    const int64_t ngu[2] = {I, I};
-    olin t[2];
-    memset(t, 0, sizeof t);
-    tg_add_linears(g, pre, gu, ngu, 2, LH, algo, false, t);
-    *gt = t[0], *up = t[1];
-    lin1(g, pre, "down_proj", LH, I, algo, dn);
-}
-
 static void l4_make(const l4_spec *s, const char *dir, l4_oracle *o, uint64_t seed) {
     gen g = {.rng = seed};
     memset(o, 0, sizeof *o);
@@ -81,7 +64,7 @@ static void l4_make(const l4_spec *s, const char *dir, l4_oracle *o, uint64_t se
         memset(t, 0, sizeof t);
         tg_add_linears(&g, pre, qkvn, nq, 3, LH, s->attn_algo, false, t);
         o->q[l] = t[0], o->k[l] = t[1], o->v[l] = t[2];
-        lin1(&g, pre, "o_proj", LH, LA * LD, s->attn_algo, &o->o[l]);
+        ao_lin1(&g, pre, "o_proj", LH, LA * LD, s->attn_algo, false, &o->o[l]);
         if (s->fp8_kv) { /* ModelOpt's names (NUMERICS §8) */
             o->k_scale = tg_bf16r(5.0 / 448), o->v_scale = tg_bf16r(3.0 / 448);
             snprintf(nm, sizeof nm, "%s.k_proj.k_scale", pre);
@@ -91,20 +74,20 @@ static void l4_make(const l4_spec *s, const char *dir, l4_oracle *o, uint64_t se
         }
         snprintf(pre, sizeof pre, "%s.layers.%d.feed_forward", P, l);
         if (!l4_moe[l]) {
-            mlp(&g, pre, LI, s->mlp_algo, &o->gate[l], &o->up[l], &o->down[l]);
+            ao_mlp(&g, pre, LH, LI, s->mlp_algo, &o->gate[l], &o->up[l], &o->down[l]);
             continue;
         }
-        lin1(&g, pre, "router", LE, LH, "BF16", &o->router[l]);
+        ao_lin1(&g, pre, "router", LE, LH, "BF16", false, &o->router[l]);
         for (int e = 0; e < LE; e++) {
             snprintf(nm, sizeof nm, "%s.experts.%d", pre, e);
-            mlp(&g, nm, LIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
+            ao_mlp(&g, nm, LH, LIE, s->mlp_algo, &o->eg[l][e], &o->eu[l][e], &o->ed[l][e]);
         }
         snprintf(nm, sizeof nm, "%s.shared_expert", pre);
-        mlp(&g, nm, LIE, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
+        ao_mlp(&g, nm, LH, LIE, s->mlp_algo, &o->sg[l], &o->su[l], &o->sd[l]);
     }
     snprintf(nm, sizeof nm, "%s.norm.weight", P);
     o->final_norm = tg_add_f32(&g, nm, LH, 0, 0.1, 1.0);
-    lin1(&g, "", s->cg ? "language_model.lm_head" : "lm_head", LV, LH, "BF16", &o->head);
+    ao_lin1(&g, "", s->cg ? "language_model.lm_head" : "lm_head", LV, LH, "BF16", false, &o->head);
     char *hq = tg_keep(&g, 16384), *cfg = tg_keep(&g, 4096), *text = tg_keep(&g, 4096);
     if (strcmp(s->attn_algo, "BF16") || strcmp(s->mlp_algo, "BF16")) { /* what is not listed stays BF16 */
         snprintf(hq, 16384,
@@ -143,27 +126,12 @@ static void l4_free(l4_oracle *o) {
     tg_olin_free(&o->head);
 }
 
-/* Llama4TextRMSNorm (w) and Llama4TextL2Norm (w NULL), eps 1e-5 */
-static void rms(double *x, const double *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    const double r = 1 / sqrt(ss / n + 1e-5);
-    for (int i = 0; i < n; i++) x[i] = x[i] * r * (w ? w[i] : 1.0);
-}
-
 /* apply_rotary_emb: (x[2i] + i x[2i+1]) · e^{i pos θ_i} */
 static void rope_pairs(double *x, int pos) {
     for (int i = 0; i < LD / 2; i++) {
         const double th = pos * pow(LTHETA, -2.0 * i / LD), c = cos(th), s = sin(th), a = x[2 * i], b = x[2 * i + 1];
         x[2 * i] = a * c - b * s, x[2 * i + 1] = b * c + a * s;
     }
-}
-
-static void mlp_run(const olin *g, const olin *u, const olin *d, int I, const double *h, double *out) {
-    double a[LI], b[LI];
-    tg_lin(g, h, a), tg_lin(u, h, b);
-    for (int i = 0; i < I; i++) a[i] = a[i] / (1 + exp(-a[i])) * b[i];
-    tg_lin(d, a, out);
 }
 
 /* logits [n, LV] of tokens run from position 0 */
@@ -174,14 +142,14 @@ static void l4_run(const l4_oracle *o, const int32_t *tok, int n, double *logits
         for (int e = 0; e < LH; e++) x[e] = o->emb[tok[p] * LH + e];
         for (int l = 0; l < LL; l++) {
             memcpy(h, x, sizeof h);
-            rms(h, o->in_norm[l], LH);
+            ao_rms(h, o->in_norm[l], LH);
             tg_lin(&o->q[l], h, q), tg_lin(&o->k[l], h, k), tg_lin(&o->v[l], h, v);
             const double temp = log1p(floor((p + 1.0) / LFLOOR)) * LATTN_SCALE + 1.0;
             for (int a = 0; a < LA; a++) {
-                if (l4_rope[l]) rope_pairs(q + a * LD, p), rms(q + a * LD, NULL, LD);
+                if (l4_rope[l]) rope_pairs(q + a * LD, p), ao_rms(q + a * LD, NULL, LD);
                 else for (int e = 0; e < LD; e++) q[a * LD + e] *= temp;
             }
-            if (l4_rope[l]) rope_pairs(k, p), rms(k, NULL, LD);
+            if (l4_rope[l]) rope_pairs(k, p), ao_rms(k, NULL, LD);
             for (int e = 0; o->s->fp8_kv && e < LD; e++)
                 k[e] = tg_q_e4m3(k[e] / o->k_scale) * o->k_scale, v[e] = tg_q_e4m3(v[e] / o->v_scale) * o->v_scale;
             memcpy(K + ((size_t)l * n + p) * LD, k, sizeof k);
@@ -205,9 +173,9 @@ static void l4_run(const l4_oracle *o, const int32_t *tok, int n, double *logits
             tg_lin(&o->o[l], att, t);
             for (int e = 0; e < LH; e++) x[e] += t[e];
             memcpy(h, x, sizeof h);
-            rms(h, o->post_norm[l], LH);
+            ao_rms(h, o->post_norm[l], LH);
             if (!l4_moe[l]) {
-                mlp_run(&o->gate[l], &o->up[l], &o->down[l], LI, h, t);
+                ao_mlp_run(&o->gate[l], &o->up[l], &o->down[l], LI, h, t);
                 for (int e = 0; e < LH; e++) x[e] += t[e];
                 continue;
             }
@@ -218,13 +186,13 @@ static void l4_run(const l4_oracle *o, const int32_t *tok, int n, double *logits
                 if (r[e] > r[b]) b = e;
             const double w = 1 / (1 + exp(-r[b]));
             for (int e = 0; e < LH; e++) hs[e] = h[e] * w;
-            mlp_run(&o->eg[l][b], &o->eu[l][b], &o->ed[l][b], LIE, hs, t);
+            ao_mlp_run(&o->eg[l][b], &o->eu[l][b], &o->ed[l][b], LIE, hs, t);
             for (int e = 0; e < LH; e++) x[e] += t[e];
-            mlp_run(&o->sg[l], &o->su[l], &o->sd[l], LIE, h, t);
+            ao_mlp_run(&o->sg[l], &o->su[l], &o->sd[l], LIE, h, t);
             for (int e = 0; e < LH; e++) x[e] += t[e];
         }
         memcpy(h, x, sizeof h);
-        rms(h, o->final_norm, LH);
+        ao_rms(h, o->final_norm, LH);
         tg_lin(&o->head, h, logits + (size_t)p * LV);
     }
     free(K), free(Vc);
@@ -253,26 +221,9 @@ static void l4_check(const l4_spec *s) {
     char *dir = tu_tmpdir(s->name);
     l4_oracle o;
     l4_make(s, dir, &o, 0x14EEDull + (uint64_t)strlen(s->name) * 7919u);
-    const int nt = s->ntok, npre = nt - 4;
     double *want = malloc(sizeof(double) * LNT * LV);
-    l4_run(&o, l4_prompt, nt, want);
-    moq_model_opts mo = moq_model_opts_default();
-    mo.n_threads = 2;
-    mo.ctx = 32;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &mo, err_));
-    float *got = malloc(sizeof(float) * LNT * LV);
-    TU_OK(moq_model_prefill(m, l4_prompt, npre, got, err_));
-    for (int p = npre; p < nt; p++) {
-        TU_OK(moq_model_decode(m, l4_prompt[p], err_));
-        memcpy(got + (size_t)p * LV, moq_model_logits(m), sizeof(float) * LV);
-    }
-    double md = 0, mr = 0;
-    for (int i = 0; i < nt * LV; i++) md = fmax(md, fabs(got[i] - want[i])), mr = fmax(mr, fabs(want[i]));
-    print_message("  %-16s max|logit-ref|/max|ref| = %.3g (limit %.3g)\n", s->name, md / mr, s->tol);
-    if (!(md / mr <= s->tol)) fail_msg("%s: relative logit error %.3g > %.3g", s->name, md / mr, s->tol);
-    moq_model_free(m);
-    free(got);
+    l4_run(&o, l4_prompt, s->ntok, want);
+    ao_check_logits(s->name, dir, l4_prompt, s->ntok, LV, 32, want, s->tol);
     free(want);
     l4_free(&o);
     tu_rmtree(dir);
@@ -285,23 +236,7 @@ static void test_llama4_formats_vs_fp64(void **st) {
 }
 
 /* Config errors name config.json and the key. */
-static void open_cfg_err(const char *cfg, moq_status code, const char *msg) {
-    char *dst = tu_tmpdir("l4_cfg_err");
-    moq_writer *w = NULL;
-    TU_OK(moq_writer_create(&w, dst, err_));
-    static const uint16_t one[1] = {0x3f80};
-    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
-    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
-    TU_OK(moq_writer_finish(w, 1, err_));
-    moq_writer_free(w);
-    moq_model *m = NULL;
-    moq_error e = {0};
-    const moq_status st = moq_model_open(&m, dst, NULL, &e);
-    TU_ERR(&e, st, code, "config.json", msg);
-    assert_null(m);
-    tu_rmtree(dst);
-    free(dst);
-}
+static void open_cfg_err(const char *cfg, moq_status code, const char *msg) { ao_open_cfg_err("l4_cfg_err", cfg, code, msg); }
 
 #define BASE "{\"architectures\": [\"Llama4ForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
              "\"vocab_size\": 128, \"intermediate_size\": 32"

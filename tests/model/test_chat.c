@@ -7,6 +7,7 @@
  * list form of chat_template, unknown templates, buffer too small.
  */
 #include "tu.h"
+#include "tok_golden.h"
 
 #include <cjson/cJSON.h>
 
@@ -58,32 +59,11 @@ static void test_golden_chats(void **state) {
 /* Templates of other models (Qwen2.5), from the config text alone, against jinja2. */
 static void test_golden_extra_templates(void **state) {
     (void)state;
-    char *p = tu_golden_tokenizer_path("expected.json");
-    size_t len;
-    char *text = tu_read_file(p, &len);
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = tu_load_tokenizer_golden("expected.json", "moq-tokenizer-golden");
     int n_rows = 0;
-    for (const cJSON *r = cJSON_GetObjectItem(j, "chat_extra")->child; r; r = r->next, n_rows++) {
-        const char *cfg = cJSON_GetObjectItem(r, "config")->valuestring;
-        moq_chat_template ct;
-        TU_OK(moq_chat_template_from_config(&ct, cfg, strlen(cfg), err_));
-        moq_chat_message msgs[8];
-        size_t n = 0;
-        for (const cJSON *m = cJSON_GetObjectItem(r, "messages")->child; m; m = m->next, n++) {
-            msgs[n].role = cJSON_GetObjectItem(m, "role")->valuestring;
-            msgs[n].content = cJSON_GetObjectItem(m, "content")->valuestring;
-        }
-        char out[2048];
-        size_t ol;
-        TU_OK(moq_chat_render(&ct, msgs, n, cJSON_IsTrue(cJSON_GetObjectItem(r, "add_generation_prompt")), out, sizeof out, &ol, err_));
-        const char *want = cJSON_GetObjectItem(r, "text")->valuestring;
-        if (strcmp(out, want) != 0)
-            fail_msg("%s: rendered\n[%s]\nexpected (jinja2)\n[%s]", cJSON_GetObjectItem(r, "template")->valuestring, out, want);
-    }
+    for (const cJSON *r = cJSON_GetObjectItem(j, "chat_extra")->child; r; r = r->next, n_rows++) tu_check_chat_row(r);
     assert_int_equal(n_rows, 6);
     cJSON_Delete(j);
-    free(text);
-    free(p);
 }
 
 static void test_detection(void **state) {

@@ -8,35 +8,13 @@
  * side files, and one error case per tokenizer.json rule (code + "tokenizer.json" + the key).
  */
 #include "tu.h"
+#include "tok_golden.h"
 
 #include <cjson/cJSON.h>
 
 
 
-static cJSON *load_expected(void) {
-    char *p = tu_golden_tokenizer_path("expected.json");
-    size_t len;
-    char *text = tu_read_file(p, &len);
-    free(p);
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    free(text);
-    assert_non_null(j);
-    assert_string_equal(cJSON_GetObjectItem(j, "magic")->valuestring, "moq-tokenizer-golden");
-    assert_int_equal(cJSON_GetObjectItem(j, "version")->valueint, 1);
-    return j;
-}
-
-static size_t unhex(const char *h, uint8_t **out) {
-    size_t n = strlen(h) / 2;
-    *out = malloc(n + 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(h + 2 * i, "%2x", &v);
-        (*out)[i] = (uint8_t)v;
-    }
-    (*out)[n] = 0;
-    return n;
-}
+static cJSON *load_expected(void) { return tu_load_tokenizer_golden("expected.json", "moq-tokenizer-golden"); }
 
 
 static const char *k_styles[] = { "gpt2", "llama3", "qwen2", "smollm2", "tiny", "tiny_llama3", "tiny_qwen2", "tiny_digits" };
@@ -95,7 +73,7 @@ static void test_golden_encodings(void **state) {
         if (strcmp(fl, "add_special") == 0) flags = MOQ_ENCODE_ADD_SPECIAL;
         if (strcmp(fl, "special_as_text") == 0) flags = MOQ_ENCODE_SPECIAL_AS_TEXT;
         uint8_t *text;
-        size_t len = unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &text);
+        size_t len = tu_unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &text);
         const cJSON *want = cJSON_GetObjectItem(r, "ids");
         size_t n_want = (size_t)cJSON_GetArraySize(want), cap = len + 8, n_got = 0;
         int32_t *ids = malloc(cap * sizeof *ids);
@@ -125,7 +103,7 @@ static void test_golden_encodings(void **state) {
         uint8_t *dec = decode_all(t, ids, n_got, &dl);
         uint8_t *ref; /* the reference decode; absent when it is the text itself */
         const cJSON *dh = cJSON_GetObjectItem(r, "decoded_hex");
-        size_t rl = unhex(dh ? dh->valuestring : cJSON_GetObjectItem(r, "text_hex")->valuestring, &ref);
+        size_t rl = tu_unhex(dh ? dh->valuestring : cJSON_GetObjectItem(r, "text_hex")->valuestring, &ref);
         if (rl == len && memcmp(ref, text, len) == 0) {
             assert_int_equal(dl, len);
             assert_memory_equal(dec, text, len);
@@ -150,8 +128,8 @@ static void test_lossy_utf8(void **state) {
     cJSON *j = load_expected();
     for (const cJSON *r = cJSON_GetObjectItem(j, "lossy")->child; r; r = r->next) {
         uint8_t *in, *want;
-        size_t n = unhex(cJSON_GetObjectItem(r, "in_hex")->valuestring, &in);
-        size_t wn = unhex(cJSON_GetObjectItem(r, "out_hex")->valuestring, &want);
+        size_t n = tu_unhex(cJSON_GetObjectItem(r, "in_hex")->valuestring, &in);
+        size_t wn = tu_unhex(cJSON_GetObjectItem(r, "out_hex")->valuestring, &want);
         for (size_t step = 1; step <= n + 1; step++) { /* every chunking gives the same text */
             size_t on;
             char *out = stream_lossy(in, n, step, &on);

@@ -10,34 +10,11 @@
  * Also: invalid UTF-8 input round-trips through byte fallback and byte-level models.
  */
 #include "tu.h"
+#include "tok_golden.h"
 
 #include <cjson/cJSON.h>
 
-static size_t unhex(const char *h, uint8_t **out) {
-    size_t n = strlen(h) / 2;
-    *out = malloc(n + 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(h + 2 * i, "%2x", &v);
-        (*out)[i] = (uint8_t)v;
-    }
-    (*out)[n] = 0;
-    return n;
-}
-
-static cJSON *load_expected_from(const char *rel) {
-    char *p = tu_golden_tokenizer_path(rel);
-    size_t len;
-    char *text = tu_read_file(p, &len);
-    free(p);
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    free(text);
-    assert_non_null(j);
-    assert_string_equal(cJSON_GetObjectItem(j, "magic")->valuestring, "moq-tokenizer-families");
-    assert_int_equal(cJSON_GetObjectItem(j, "version")->valueint, 1);
-    return j;
-}
-
+static cJSON *load_expected_from(const char *rel) { return tu_load_tokenizer_golden(rel, "moq-tokenizer-families"); }
 static cJSON *load_expected(void) { return load_expected_from("families/expected.json"); }
 
 #define MAX_TOK 16
@@ -97,7 +74,7 @@ static int check_encodings(const char *dir) {
         const char *name = cJSON_GetObjectItem(r, "tokenizer")->valuestring;
         moq_tokenizer *t = find(&f, name);
         uint8_t *text;
-        size_t len = unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &text);
+        size_t len = tu_unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &text);
         const cJSON *want = cJSON_GetObjectItem(r, "ids");
         size_t n_want = (size_t)cJSON_GetArraySize(want), cap = 4 * len + 8, n_got = 0;
         int32_t *ids = malloc(cap * sizeof *ids);
@@ -116,7 +93,7 @@ static int check_encodings(const char *dir) {
         }
         const cJSON *dh = cJSON_GetObjectItem(r, "decoded_hex");
         uint8_t *ref;
-        size_t rl = unhex(dh ? dh->valuestring : cJSON_GetObjectItem(r, "text_hex")->valuestring, &ref);
+        size_t rl = tu_unhex(dh ? dh->valuestring : cJSON_GetObjectItem(r, "text_hex")->valuestring, &ref);
         check_decode(t, name, ids, n_got, ref, rl);
         free(ref); free(ids); free(text);
     }
@@ -156,7 +133,7 @@ static void test_family_decode(void **state) {
         int32_t *ids = malloc((n + 1) * sizeof *ids);
         for (const cJSON *e = jid->child; e; e = e->next) ids[k++] = e->valueint;
         uint8_t *want;
-        size_t wl = unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &want);
+        size_t wl = tu_unhex(cJSON_GetObjectItem(r, "text_hex")->valuestring, &want);
         check_decode(find(&f, name), name, ids, n, want, wl);
         free(want); free(ids);
     }
@@ -200,24 +177,7 @@ static void test_family_chats(void **state) {
     (void)state;
     cJSON *j = load_expected();
     int n_rows = 0;
-    for (const cJSON *r = cJSON_GetObjectItem(j, "chat")->child; r; r = r->next, n_rows++) {
-        const char *cfg = cJSON_GetObjectItem(r, "config")->valuestring;
-        moq_chat_template ct;
-        TU_OK(moq_chat_template_from_config(&ct, cfg, strlen(cfg), err_));
-        moq_chat_message msgs[8];
-        size_t n = 0;
-        for (const cJSON *m = cJSON_GetObjectItem(r, "messages")->child; m; m = m->next, n++) {
-            msgs[n].role = cJSON_GetObjectItem(m, "role")->valuestring;
-            msgs[n].content = cJSON_GetObjectItem(m, "content")->valuestring;
-        }
-        char out[2048];
-        size_t ol;
-        TU_OK(moq_chat_render(&ct, msgs, n, cJSON_IsTrue(cJSON_GetObjectItem(r, "add_generation_prompt")), out, sizeof out, &ol, err_));
-        const char *want = cJSON_GetObjectItem(r, "text")->valuestring;
-        if (strcmp(out, want) != 0)
-            fail_msg("%s (%s): rendered\n[%s]\nexpected (jinja2)\n[%s]", cJSON_GetObjectItem(r, "template")->valuestring,
-                     moq_chat_format_name(ct.format), out, want);
-    }
+    for (const cJSON *r = cJSON_GetObjectItem(j, "chat")->child; r; r = r->next, n_rows++) tu_check_chat_row(r);
     assert_true(n_rows >= 30);
     cJSON_Delete(j);
 }

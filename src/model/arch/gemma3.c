@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "model/arch/layer_types.h"
 
 static void rope_defaults(moq_rope_params *p, double theta, double max_pos) {
     memset(p, 0, sizeof *p);
@@ -75,20 +76,7 @@ static moq_status read_all(const cJSON *j, int64_t L, double max_pos, moq_gemma3
     if (!strcmp(d->rope_global.type, "default")) d->rope_global.type[0] = 0;
     if (!strcmp(d->rope_local.type, "default")) d->rope_local.type[0] = 0;
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)L)
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer_types is %s of %d entries, expected an array of %lld (num_hidden_layers)",
-                            moq_json_type(lt), cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : 0, (long long)L);
-        int i = 0;
-        const cJSON *e = NULL;
-        cJSON_ArrayForEach(e, lt) {
-            const bool sl = cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
-            if (!sl && !(cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0))
-                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "layer_types[%d] is not \"sliding_attention\" or \"full_attention\"", i);
-            sliding[i++] = sl;
-        }
-        return MOQ_OK;
-    }
+    if (lt && !cJSON_IsNull(lt)) return moq_layer_types(lt, L, "sliding_attention", sliding, err);
     for (int64_t l = 0; l < L; l++) sliding[l] = (l + 1) % pattern != 0; /* Gemma3TextConfig.__post_init__ */
     return MOQ_OK;
 }

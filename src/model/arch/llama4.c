@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "model/arch/layer_types.h"
 
 /* An array of L entries under key (top level, else text_config); *arr NULL when absent or null. */
 static moq_status layer_array(const cJSON *j, const cJSON *text, const char *key, int64_t L, const cJSON **arr, moq_error *err) {
@@ -70,13 +71,7 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_llama4_cfg *d, bool *r
     }
     MOQ_TRY(layer_array(j, text, "layer_types", L, &a, err));
     for (int64_t l = 0; l < L; l++) chunked[l] = rope[l];
-    i = 0;
-    cJSON_ArrayForEach(e, a) {
-        const bool c = cJSON_IsString(e) && strcmp(e->valuestring, "chunked_attention") == 0;
-        if (!c && !(cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0))
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "layer_types[%d] is not \"chunked_attention\" or \"full_attention\"", i);
-        chunked[i++] = c;
-    }
+    if (a) MOQ_TRY(moq_layer_types(a, -1, "chunked_attention", chunked, err)); /* layer_array checked its length */
     /* moe_layers: the indices of MoE layers, else range(step - 1, L, step) */
     MOQ_TRY(layer_array(j, text, "moe_layers", -1, &a, err));
     for (int64_t l = 0; l < L; l++) moe[l] = a ? false : (l + 1) % moe_step == 0;

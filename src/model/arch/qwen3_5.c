@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "model/arch/layer_types.h"
 
 static const struct {
     const char *key;
@@ -54,21 +55,7 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_qwen3_5_cfg *d, bool *
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "partial_rotary_factor %g, expected a value in (0, 1]", d->partial_rotary_factor);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
     if (!lt && text) lt = cJSON_GetObjectItemCaseSensitive(text, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)L)
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer_types is %s of %d entries, expected an array of %lld (num_hidden_layers)",
-                            moq_json_type(lt), cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : 0, (long long)L);
-        int i = 0;
-        const cJSON *e = NULL;
-        cJSON_ArrayForEach(e, lt) {
-            const bool lin = cJSON_IsString(e) && strcmp(e->valuestring, "linear_attention") == 0;
-            if (!lin && !(cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0))
-                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "layer_types[%d] is %s%s%s, expected \"linear_attention\" or \"full_attention\"", i,
-                                cJSON_IsString(e) ? "\"" : "", cJSON_IsString(e) ? e->valuestring : moq_json_type(e), cJSON_IsString(e) ? "\"" : "");
-            linear[i++] = lin;
-        }
-        return MOQ_OK;
-    }
+    if (lt && !cJSON_IsNull(lt)) return moq_layer_types(lt, L, "linear_attention", linear, err);
     for (int64_t l = 0; l < L; l++) linear[l] = (l + 1) % d->full_attention_interval != 0;
     return MOQ_OK;
 }
