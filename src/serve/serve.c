@@ -1144,7 +1144,7 @@ int serve_run(const serve_opts *opts) {
         char m[512];
         moq_error_format(&e, m, sizeof m);
         fprintf(stderr, "moq: %s\n", m);
-        rc = e.code;
+        rc = (int)e.code;
         goto out;
     }
     for (int i = 0; i < moq_model_warning_count(s->m); i++) fprintf(stderr, "moq: warning: %s\n", moq_model_warning(s->m, i));
@@ -1165,7 +1165,7 @@ int serve_run(const serve_opts *opts) {
         char m[512];
         moq_error_format(&e, m, sizeof m);
         fprintf(stderr, "moq: %s\n", m);
-        rc = e.code;
+        rc = (int)e.code;
         goto out;
     }
     if (pthread_create(&s->sched, NULL, scheduler, s) != 0) {

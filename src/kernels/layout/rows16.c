@@ -42,10 +42,6 @@ void moq_layout_rows16_unpack(const void *dst, int64_t R, int64_t C, size_t unit
             memcpy(s + (size_t)(r * C + c) * unit, d + (size_t)(((r / 16) * C + c) * 16 + r % 16) * unit, unit);
 }
 
-static inline uint8_t code_at(const uint8_t *src, int64_t K, int64_t n, int64_t k) {
-    return (uint8_t)((src[n * (K / 2) + k / 2] >> (4 * (k & 1))) & 0xF);
-}
-
 size_t moq_layout_nvfp4_vnni16_size(int64_t N, int64_t K) { return (size_t)((N + 15) / 16) * (size_t)(K / 8) * 64; }
 
 /* Source bytes 4g..4g+3 of a row hold k 8g..8g+7 (low nibble = even k): byte j of the destination
