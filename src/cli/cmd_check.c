@@ -15,11 +15,10 @@
 int cli_arch_unsupported(const moq_checkpoint *c, char *msg, size_t n) {
     const moq_arch *a = moq_checkpoint_arch(c);
     if (!a || moq_model_architecture_supported(a->architecture)) return 0;
-    char list[512];
-    moq_model_supported_list(list, sizeof list);
     /* The same words as `moq run`'s refusal (model.c), plus where the name comes from. */
-    snprintf(msg, n, "architecture \"%s\", expected one of %s (architectures[0]%s; `moq run` refuses it)", a->architecture, list,
-             a->architecture[0] ? "" : " is missing");
+    char head[256];
+    snprintf(head, sizeof head, MOQ_ARCH_UNSUPPORTED_FMT, a->architecture, moq_model_arch_count());
+    snprintf(msg, n, "%s (architectures[0]%s; `moq run` refuses it)", head, a->architecture[0] ? "" : " is missing");
     return 1;
 }
 

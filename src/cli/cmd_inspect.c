@@ -121,7 +121,40 @@ static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq
     cached_k = *out;
 }
 
-static cJSON *arch_json(const moq_arch *a) {
+/* Which config.json keys hold the dense MLP's and a routed expert's intermediate size, per
+ * model_type (top level, else text_config): one row per family whose names differ from the
+ * Qwen/DeepSeek pair, which the last row is. A family without moe_intermediate_size sizes its
+ * experts by intermediate_size (model.c reads it so). */
+typedef struct inter_row {
+    const char *model_type, *dense, *expert;
+} inter_row;
+static const inter_row inter_rows[] = {
+    {"llama4",      "intermediate_size_mlp", "intermediate_size"}, /* Llama4ForConditionalGeneration */
+    {"llama4_text", "intermediate_size_mlp", "intermediate_size"},
+    {"gpt_oss",     "intermediate_size",     "intermediate_size"},
+    {"mixtral",     "intermediate_size",     "intermediate_size"},
+    {NULL,          "intermediate_size",     "moe_intermediate_size"},
+};
+
+static int64_t config_int(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg, "text_config"), key);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+}
+
+/* The dense MLP and routed expert intermediate sizes by the table above. */
+static void intermediate_sizes(const moq_checkpoint *c, const moq_arch *a, int64_t *dense, int64_t *expert) {
+    const inter_row *r = inter_rows;
+    while (r->model_type && strcmp(r->model_type, a->model_type) != 0) r++;
+    const char *text = moq_checkpoint_json_text(c, "config.json");
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    *dense = config_int(cfg, r->dense);
+    *expert = config_int(cfg, r->expert);
+    if (!*expert) *expert = config_int(cfg, "intermediate_size");
+    cJSON_Delete(cfg);
+}
+
+static cJSON *arch_json(const moq_checkpoint *c, const moq_arch *a) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "architecture", a->architecture);
     cJSON_AddStringToObject(o, "model_type", a->model_type);
@@ -141,6 +174,10 @@ static cJSON *arch_json(const moq_arch *a) {
     cJSON_AddStringToObject(o, "rope_scaling_type", a->rope_scaling_type);
     cJSON_AddNumberToObject(o, "rope_scaling_factor", a->rope_scaling_factor);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", a->tie_word_embeddings);
+    int64_t dense, expert;
+    intermediate_sizes(c, a, &dense, &expert);
+    cJSON_AddNumberToObject(o, "dense_intermediate", (double)dense);
+    if (a->num_experts) cJSON_AddNumberToObject(o, "expert_intermediate", (double)expert);
     return o;
 }
 
@@ -222,7 +259,7 @@ int cmd_inspect(int argc, char **argv) {
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", path);
-        if (a) cJSON_AddItemToObject(o, "architecture", arch_json(a));
+        if (a) cJSON_AddItemToObject(o, "architecture", arch_json(c, a));
         cJSON *sh = cJSON_AddArrayToObject(o, "shards");
         for (int i = 0; i < moq_checkpoint_shard_count(c); i++) {
             cJSON *s = cJSON_CreateObject();
@@ -289,13 +326,14 @@ int cmd_inspect(int argc, char **argv) {
         if (a) {
             printf("architecture %s (%s), dtype %s\n", a->architecture[0] ? a->architecture : "(none)",
                    a->model_type[0] ? a->model_type : "?", a->torch_dtype[0] ? a->torch_dtype : "?");
+            int64_t dense, expert;
+            intermediate_sizes(c, a, &dense, &expert);
             printf("             hidden %lld, layers %lld, heads %lld (kv %lld, head_dim %lld), intermediate %lld, vocab %lld\n",
                    (long long)a->hidden_size, (long long)a->num_hidden_layers, (long long)a->num_attention_heads,
-                   (long long)a->num_key_value_heads, (long long)a->head_dim, (long long)a->intermediate_size,
-                   (long long)a->vocab_size);
+                   (long long)a->num_key_value_heads, (long long)a->head_dim, (long long)dense, (long long)a->vocab_size);
             if (a->num_experts)
                 printf("             experts %lld (top-%lld, moe intermediate %lld)\n", (long long)a->num_experts,
-                       (long long)a->num_experts_per_tok, (long long)a->moe_intermediate_size);
+                       (long long)a->num_experts_per_tok, (long long)expert);
             char theta[160];
             double td;
             const char *cls;

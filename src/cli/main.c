@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model/model.h"
 
 /* One row per command, in the order `moq --help` lists them. */
 static const cli_cmd commands[] = {
@@ -30,7 +31,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: moq [--version] [--help] COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < n_commands; i++) fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`moq COMMAND --help` shows a command's options. Exit status: 0 on success, else the\n"
-                 "moq_status code of the error (`moq errors`).\n");
+                 "moq_status code of the error (`moq errors`). `moq help archs` lists the supported\n"
+                 "architectures (config.json architectures[0]).\n");
 }
 
 int cli_report(const moq_error *e) {
@@ -72,6 +74,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        if (argc > 2 && strcmp(argv[2], "archs") == 0) { /* every config.json architectures[0] that `moq run` accepts */
+            for (size_t i = 0; moq_model_arch_name(i); i++) printf("%s\n", moq_model_arch_name(i));
+            return 0;
+        }
         if (argc > 2)
             for (size_t i = 0; i < n_commands; i++)
                 if (strcmp(argv[2], commands[i].name) == 0) {

@@ -196,16 +196,9 @@ bool moq_model_architecture_supported(const char *name) {
     return false;
 }
 
-const char *moq_model_supported_list(char *buf, size_t n) {
-    size_t o = 0;
-    buf[0] = 0;
-    for (size_t i = 0; i < sizeof arch_rows / sizeof arch_rows[0] && o < n; i++) {
-        int w = snprintf(buf + o, n - o, "%s%s", i ? ", " : "", arch_rows[i].name);
-        if (w < 0) break;
-        o += (size_t)w;
-    }
-    return buf;
-}
+const char *moq_model_arch_name(size_t i) { return i < sizeof arch_rows / sizeof arch_rows[0] ? arch_rows[i].name : NULL; }
+
+size_t moq_model_arch_count(void) { return sizeof arch_rows / sizeof arch_rows[0]; }
 
 /* Routed experts report through the MoE layer's hook (moe.h), tagged with the layer. */
 static void moe_tap(void *user, int64_t l, int64_t expert, int which, const float *x, int64_t rows, int64_t cols) {
@@ -622,10 +615,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (!a) return MOQ_FAIL(err, MOQ_ERR_CONFIG, dir, "no config.json, expected one naming the architecture");
     for (size_t i = 0; i < sizeof arch_rows / sizeof arch_rows[0]; i++)
         if (strcmp(arch_rows[i].name, a->architecture) == 0) m->arch = &arch_rows[i];
-    char list[512];
     if (!m->arch)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "architecture \"%s\", expected one of %s", a->architecture,
-                        moq_model_supported_list(list, sizeof list));
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", MOQ_ARCH_UNSUPPORTED_FMT, a->architecture, moq_model_arch_count());
     if (moq_checkpoint_has_qconfig(m->ckpt)) MOQ_TRY(moq_qconfig_open(&m->q, dir, m->opts.compat, err));
     m->H = a->hidden_size;
     m->A = a->num_attention_heads;

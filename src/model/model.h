@@ -11,8 +11,12 @@
 #include "quant/calib.h"
 #include "model/kv_cache.h"
 
-/* "LlamaForCausalLM, MistralForCausalLM, ..." (for messages). */
-const char *moq_model_supported_list(char *buf, size_t n);
+/* The architecture table's names, in table order: NULL past the last (`moq help archs` lists them). */
+const char *moq_model_arch_name(size_t i);
+size_t moq_model_arch_count(void);
+/* The refusal of an architecture not in the table (name, row count): short enough for moq_error.msg
+ * however many rows are added; the full list is `moq help archs`. */
+#define MOQ_ARCH_UNSUPPORTED_FMT "architecture \"%s\" is not supported, expected one of the %zu that `moq help archs` lists"
 /* True when config.json architectures[0] == name is a row of the architecture table (moq run
  * accepts it); inspect and check use it to warn before run refuses. */
 bool moq_model_architecture_supported(const char *name);

@@ -355,6 +355,63 @@ static void test_inspect_warning(void **state) {
     free(dir);
 }
 
+/* ---- intermediate sizes by family ---------------------------------------------------------------- */
+
+/* The dense MLP and expert sizes `moq inspect` prints, against the numbers in each config.json as read
+ * here by hand with the transformers config classes' meanings: Llama4TextConfig.intermediate_size is
+ * an expert's and intermediate_size_mlp the dense MLP's; GptOssConfig.intermediate_size is an
+ * expert's; DeepseekV3Config keeps moe_intermediate_size for the experts. */
+static void test_inspect_intermediate(void **state) {
+    (void)state;
+    static const struct { const char *dir; int dense, expert; } rows[] = {
+        {"modelopt_real/llama4_a_fp8", 96, 32},
+        {"modelopt_real/gpt_oss_nvfp4", 32, 32},
+        {"hf_tiny/llama4_a", 96, 32},
+        {"hf_tiny/deepseek_v3_a", 96, 32},
+        {"hf_tiny/qwen3_5_moe", 0, 32}, /* no intermediate_size: every layer is MoE */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char *dir = tu_src_data_path(rows[i].dir), args[1024], want[128];
+        snprintf(args, sizeof args, "inspect '%s'", dir);
+        cli_out r = run_moq(args);
+        if (r.status != 0) fail_msg("%s: exit %d: %s", rows[i].dir, r.status, r.err);
+        snprintf(want, sizeof want, "intermediate %d, vocab", rows[i].dense);
+        if (!strstr(r.out, want)) fail_msg("%s: no \"%s\" in\n%s", rows[i].dir, want, r.out);
+        snprintf(want, sizeof want, ", moe intermediate %d)", rows[i].expert);
+        if (!strstr(r.out, want)) fail_msg("%s: no \"%s\" in\n%s", rows[i].dir, want, r.out);
+        cli_free(&r);
+        snprintf(args, sizeof args, "inspect '%s' --json", dir);
+        r = run_moq(args);
+        assert_int_equal(r.status, 0);
+        cJSON *j = cJSON_Parse(r.out);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "architecture");
+        assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "dense_intermediate")), rows[i].dense);
+        assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "expert_intermediate")), rows[i].expert);
+        cJSON_Delete(j);
+        cli_free(&r);
+        free(dir);
+    }
+}
+
+/* `moq help archs`: one name a line, and every architecture of the real exports and the transformers
+ * tiny models in tests/data among them (their config.json architectures[0], copied here by hand). */
+static void test_help_archs(void **state) {
+    (void)state;
+    cli_out r = run_moq("help archs");
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.err, "");
+    static const char *const want[] = {"LlamaForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "Gemma3ForCausalLM",
+                                       "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Llama4ForCausalLM", "GptOssForCausalLM"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "\n%s\n", want[i]);
+        if (!strstr(r.out, line) && strncmp(r.out, line + 1, strlen(line + 1)) != 0) fail_msg("no line %s in\n%s", want[i], r.out);
+    }
+    assert_true(count_lines(r.out) >= (int)(sizeof want / sizeof want[0]));
+    assert_null(strchr(r.out, ' '));
+    cli_free(&r);
+}
+
 /* ---- global options and usage errors ------------------------------------------------------------ */
 
 static void test_usage(void **state) {
@@ -417,6 +474,8 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_inspect_intermediate),
+        cmocka_unit_test(test_help_archs),
         cmocka_unit_test(test_inspect_two_shards),
         cmocka_unit_test(test_inspect_bad_files),
         cmocka_unit_test(test_inspect_bad_checkpoints),

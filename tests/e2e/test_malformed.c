@@ -459,7 +459,7 @@ static const mcase cases[] = {
     {"config_layers_negative", m_config_layers_negative, OPEN, "config.json", "num_hidden_layers"},
     {"config_architectures_not_list", m_config_architectures_not_list, OPEN, "config.json", "architectures"},
     {"config_quantization_config_not_object", m_config_quantization_config_not_object, OPEN, "config.json", "quantization_config"},
-    {"unsupported_architecture", m_unsupported_architecture, ARCH, "config.json", "architecture \"FrobnicatorForCausalLM\", expected one of LlamaForCausalLM"},
+    {"unsupported_architecture", m_unsupported_architecture, ARCH, "config.json", "architecture \"FrobnicatorForCausalLM\" is not supported, expected one of the "},
     /* quantization config (the seeds' errors) */
     {"quant_algo_unknown", m_quant_algo_unknown, OPEN, "hf_quant_config.json", "\"NVFP5\" is not one of"},
     {"quant_algo_missing", m_quant_algo_missing, OPEN, "hf_quant_config.json", "quant_algo is missing"},
