@@ -98,11 +98,27 @@ const moq_packed *moq_modules_fused_groups(int *n) {
     return fused_groups;
 }
 
+/* Stacked experts (transformers' Llama4TextExperts / GptOssExperts layout, src/moe/moe.c): module
+ * "<...>.experts" holding gate_up_proj [E, H, 2I] and down_proj [E, I, H] (x · W), each scale
+ * beside its projection as <proj>_<role>. */
+static const struct { const char *proj; bool gate_up; } stacked_projs[] = {{"gate_up_proj", true}, {"down_proj", false}};
+
+static bool is_stacked(const moq_checkpoint *c, const moq_module *mod) {
+    if (strcmp(last_part(mod->name), "experts") != 0) return false;
+    for (size_t i = 0; i < sizeof stacked_projs / sizeof stacked_projs[0]; i++)
+        if (module_tensor(c, mod, stacked_projs[i].proj)) return true;
+    return false;
+}
+
 static moq_module_kind classify(const moq_checkpoint *c, moq_module *mod, char **resolve_prefix) {
     const char *last = last_part(mod->name);
     *resolve_prefix = NULL;
     for (size_t i = 0; i < sizeof kind_rules / sizeof kind_rules[0]; i++)
         if (strcmp(last, kind_rules[i].last) == 0) return kind_rules[i].kind;
+    if (is_stacked(c, mod)) { /* <...>.experts.{gate_up_proj,down_proj}[_<scale>]: resolved as the experts */
+        *resolve_prefix = strdup(mod->name);
+        return MOQ_MOD_EXPERT;
+    }
     const char *e = strstr(mod->name, ".experts.");
     if (e && e[9] >= '0' && e[9] <= '9') {
         size_t n = (size_t)(e - mod->name) + 8;
@@ -419,6 +435,88 @@ void moq_module_validate(moq_modules *m, const moq_checkpoint *c, const char *na
     }
 }
 
+/* Stacked-expert methods moq run loads (src/moe/moe.c load_stacked refuses MXFP8, whose stacked scales
+ * ModelOpt writes along the output dimension, and the block / per-channel formats no export showed). */
+static const moq_method stacked_methods[] = {MOQ_METHOD_NONE, MOQ_METHOD_UNQUANTIZED_LINEAR, MOQ_METHOD_FP8_MOE, MOQ_METHOD_NVFP4_MOE,
+                                             MOQ_METHOD_W4A16_NVFP4_MOE, MOQ_METHOD_NVFP4_AWQ_MOE};
+
+/* The contract of each projection of a stacked-experts module, laid out as moe.c reads it: the
+ * weight <proj> [E, K, N] (the rule's [N, K] transposed, K packed in halves for e2m1), a scale of
+ * rule shape [N, K/G] as <proj>_<role> [E, K/G, N], a scalar one as a scalar or [E], and an optional
+ * <proj>_bias [E, N] (gpt-oss; both projections or neither). E, H and the expert I from config.json. */
+static void validate_stacked(moq_modules *m, const moq_checkpoint *c, const moq_module *mod, int *expected, int *found) {
+    const moq_method meth = method_of(mod->res.method);
+    bool ok = false;
+    for (size_t i = 0; i < sizeof stacked_methods / sizeof stacked_methods[0]; i++) ok |= stacked_methods[i] == meth;
+    const moq_scheme *s = moq_scheme_for_method(meth);
+    if (!ok) {
+        problem(m, MOQ_ERR_UNSUPPORTED, mod->name, "stacked experts (experts.gate_up_proj [E, H, 2I]) resolve to %s (rule %s): `moq run` "
+                "loads stacked experts in FP8, NVFP4, W4A16_NVFP4, NVFP4_AWQ or unquantized only", mod->res.method, mod->res.rule);
+        return;
+    }
+    const moq_tensor_rule *rules = s ? s->contract : moq_scheme_unquantized_contract();
+    const char *algo = s ? s->algo : "unquantized";
+    const moq_arch *a = moq_checkpoint_arch(c);
+    const int64_t E = a ? a->num_experts : 0, H = a ? a->hidden_size : 0, I = a ? cfg_value(a, CFG_INTER, true) : 0;
+    const int64_t G = mod->res.group_size ? mod->res.group_size : (s ? s->group : 0);
+    char nm[600], b1[96], role[160];
+    const moq_tensor *bias[2] = {NULL, NULL};
+    for (size_t p = 0; p < sizeof stacked_projs / sizeof stacked_projs[0]; p++) {
+        const char *proj = stacked_projs[p].proj;
+        const int64_t N = stacked_projs[p].gate_up ? 2 * I : H, K = stacked_projs[p].gate_up ? H : I;
+        for (const moq_tensor_rule *r = rules; r->suffix; r++) {
+            if (strcmp(r->suffix, "bias") == 0) continue; /* <proj>_bias below */
+            const bool weight = r == rules;
+            snprintf(role, sizeof role, weight ? "%s" : "%s_%s", proj, r->suffix);
+            snprintf(nm, sizeof nm, "%s.%s", mod->name, role);
+            const moq_tensor *t = moq_checkpoint_tensor(c, nm);
+            if (!t) {
+                if (!r->optional) (*expected)++, problem(m, MOQ_ERR_TENSOR, mod->name, "missing tensor %s (stacked experts, scheme %s: %s)", role, algo, r->note);
+                continue;
+            }
+            (*expected)++, (*found)++;
+            if (s ? t->dtype != r->dtype && t->dtype != r->dtype_alt : !float_dtype(t->dtype))
+                problem(m, MOQ_ERR_TENSOR, nm, "dtype %s, expected %s (stacked experts, scheme %s: %s)", moq_dtype_name(t->dtype),
+                        s ? moq_dtype_name(r->dtype) : "BF16, F16 or F32", algo, r->note);
+            if (E <= 0 || N <= 0 || K <= 0) continue; /* no config.json sizes: dtypes only */
+            if (r->shape[0] == MOQ_DIM_END) {
+                if (t->nelem != 1 && !(t->ndim == 1 && t->shape[0] == E))
+                    problem(m, MOQ_ERR_TENSOR, nm, "shape %s, expected a scalar (all experts) or [%lld] (one per expert; scheme %s: %s)",
+                            shape_str(t, b1, sizeof b1), (long long)E, algo, r->note);
+                continue;
+            }
+            const int64_t dn = moq_dim_eval(r->shape[0], N, K, G), dk = r->shape[1] == MOQ_DIM_END ? -1 : moq_dim_eval(r->shape[1], N, K, G);
+            if (dn < 0 || dk < 0 || r->shape[2] != MOQ_DIM_END) continue; /* 1-D rules (pre_quant_scale): no stacked form seen */
+            if (t->ndim != 3 || t->shape[0] != E || t->shape[1] != dk || t->shape[2] != dn)
+                problem(m, MOQ_ERR_TENSOR, nm, "shape %s, expected [%lld, %lld, %lld] from config.json (stacked experts [E, %s, %s], x · W; scheme %s: %s)",
+                        shape_str(t, b1, sizeof b1), (long long)E, (long long)dk, (long long)dn, stacked_projs[p].gate_up ? "H" : "I",
+                        stacked_projs[p].gate_up ? "2I" : "H", algo, r->note);
+        }
+        snprintf(nm, sizeof nm, "%s.%s_bias", mod->name, proj);
+        const moq_tensor *b = bias[p] = moq_checkpoint_tensor(c, nm);
+        if (!b) continue;
+        if (!float_dtype(b->dtype)) problem(m, MOQ_ERR_TENSOR, nm, "dtype %s, expected BF16, F16 or F32 (stacked expert bias)", moq_dtype_name(b->dtype));
+        if (E > 0 && N > 0 && (b->ndim != 2 || b->shape[0] != E || b->shape[1] != N))
+            problem(m, MOQ_ERR_TENSOR, nm, "shape %s, expected [%lld, %lld] from config.json (stacked expert bias [E, %s])", shape_str(b, b1, sizeof b1),
+                    (long long)E, (long long)N, stacked_projs[p].gate_up ? "2I" : "H");
+    }
+    if (!bias[0] != !bias[1])
+        problem(m, MOQ_ERR_TENSOR, mod->name, "%s_bias without %s_bias; expected both stacked expert biases or neither",
+                stacked_projs[bias[0] ? 0 : 1].proj, stacked_projs[bias[0] ? 1 : 0].proj);
+    for (int i = 0; i < mod->n_tensors; i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(c, mod->tensors[i]);
+        const char *rl = last_part(t->name);
+        bool known = side_role(rl);
+        for (size_t p = 0; p < sizeof stacked_projs / sizeof stacked_projs[0] && !known; p++) {
+            const size_t n = strlen(stacked_projs[p].proj);
+            if (strncmp(rl, stacked_projs[p].proj, n) != 0) continue;
+            if (!rl[n] || strcmp(rl + n, "_bias") == 0) known = true;
+            for (const moq_tensor_rule *r = rules + 1; r->suffix && !known && rl[n] == '_'; r++) known = strcmp(rl + n + 1, r->suffix) == 0;
+        }
+        if (!known) problem(m, MOQ_ERR_TENSOR, t->name, "extra tensor: %s is not part of stacked experts in scheme %s", rl, algo);
+    }
+}
+
 static void check_module(moq_modules *m, const moq_module *mod, const moq_checkpoint *c, const moq_qconfig *q, int *expected, int *found) {
     *expected = *found = 0;
     if (mod->kind == MOQ_MOD_OTHER || !mod->resolved) return;
@@ -434,7 +532,8 @@ static void check_module(moq_modules *m, const moq_module *mod, const moq_checkp
         if (kv_role(last_part(t->name)) && (!q || !q->kv))
             problem(m, MOQ_ERR_CONFIG, t->name, "KV-cache scale present but the config sets no kv_cache_quant_algo; the scale would be ignored");
     }
-    moq_module_validate(m, c, mod->name, &mod->res, mod->tensors, mod->n_tensors, expected, found);
+    if (mod->kind == MOQ_MOD_EXPERT && is_stacked(c, mod)) validate_stacked(m, c, mod, expected, found);
+    else moq_module_validate(m, c, mod->name, &mod->res, mod->tensors, mod->n_tensors, expected, found);
 }
 
 static bool scalar_f32(const moq_tensor *t, float *v) {

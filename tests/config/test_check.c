@@ -421,8 +421,61 @@ static void test_mixed_shards(void **state) {
     free(dir);
 }
 
+/* Stacked experts as ModelOpt 0.47 exports Llama 4's (tests/data/modelopt_real/llama4_a_nvfp4; layout of
+ * transformers' Llama4TextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H], applied as x · W),
+ * NVFP4: e2m1 packed in halves along K, e4m3 scales per 16 along K as <proj>_weight_scale
+ * [E, K/16, N], scalar <proj>_weight_scale_2 and <proj>_input_scale. E = 4, H = 64, I = 32. Each
+ * round plants one defect; check names the tensor, as the loader (src/moe) does. */
+static void add3(ck *c, const char *mod, const char *role, moq_dtype dt, int64_t d0, int64_t d1, int64_t d2) {
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s.%s", mod, role);
+    const int64_t shape[3] = {d0, d1, d2};
+    const size_t n = (size_t)(d0 * d1 * d2) * (dt == MOQ_DT_F32 ? 4 : 1);
+    moq_error e = {0};
+    if (moq_writer_add(c->w, nm, dt, 3, shape, keep(c, n), n, &e) != MOQ_OK) fail_msg("writer_add %s: %s", nm, e.msg);
+}
+
+static void test_stacked_experts(void **state) {
+    (void)state;
+    static const char hq[] = "{\"quantization\":{\"quant_algo\":\"NVFP4\",\"kv_cache_quant_algo\":null,\"group_size\":16,\"exclude_modules\":[]}}";
+    static const char cfg[] = "{\"architectures\":[\"Llama4ForCausalLM\"],\"model_type\":\"llama4_text\",\"hidden_size\":64,\"intermediate_size\":32,"
+                              "\"intermediate_size_mlp\":96,\"num_local_experts\":4,\"num_experts_per_tok\":1,\"num_attention_heads\":4,\"num_hidden_layers\":1}";
+    const char *mod = "model.layers.0.feed_forward.experts";
+    static const char *const want[] = {
+        NULL,
+        "model.layers.0.feed_forward.experts.gate_up_proj: shape [4, 32, 48], expected [4, 32, 64]",
+        "model.layers.0.feed_forward.experts.down_proj_weight_scale: dtype F32, expected F8_E4M3",
+        "model.layers.0.feed_forward.experts: missing tensor down_proj_weight_scale_2",
+        "model.layers.0.feed_forward.experts.down_proj_weight_scale: shape [4, 4, 64], expected [4, 2, 64]",
+        "model.layers.0.feed_forward.experts.gate_up_proj_amax: extra tensor",
+    };
+    for (int round = 0; round < (int)(sizeof want / sizeof want[0]); round++) {
+        char *dir = tu_tmpdir("ck_stacked");
+        ck *c = open_ck(dir);
+        add3(c, mod, "gate_up_proj", MOQ_DT_U8, 4, 64 / 2, round == 1 ? 48 : 64);
+        add3(c, mod, "gate_up_proj_weight_scale", MOQ_DT_F8_E4M3, 4, 64 / 16, 64);
+        add_f32(c, mod, "gate_up_proj_weight_scale_2", 1e-3f);
+        add_f32(c, mod, "gate_up_proj_input_scale", 1e-2f);
+        add3(c, mod, "down_proj", MOQ_DT_U8, 4, 32 / 2, 64);
+        add3(c, mod, "down_proj_weight_scale", round == 2 ? MOQ_DT_F32 : MOQ_DT_F8_E4M3, 4, round == 4 ? 4 : 32 / 16, 64);
+        if (round != 3) add_f32(c, mod, "down_proj_weight_scale_2", 1e-3f);
+        add_f32(c, mod, "down_proj_input_scale", 1e-2f);
+        if (round == 5) add_f32(c, mod, "gate_up_proj_amax", 1.0f);
+        finish(c, hq, cfg);
+        int n, mods;
+        char *all = check_dir(dir, false, &n, &mods);
+        assert_int_equal(mods, 1); /* the experts are one MoE module */
+        if (!want[round] ? n != 0 : n != 1 || strncmp(all, want[round], strlen(want[round])) != 0)
+            fail_msg("round %d: want %s \"%s\", got %d:\n%s", round, want[round] ? "one problem" : "none", want[round] ? want[round] : "", n, all);
+        free(all);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama_fp8), cmocka_unit_test(test_qwen3_moe), cmocka_unit_test(test_qwen36_mixed),
-                                       cmocka_unit_test(test_minimax_m3), cmocka_unit_test(test_every_problem), cmocka_unit_test(test_weight_shape_against_config), cmocka_unit_test(test_mixed_shards)};
+                                       cmocka_unit_test(test_minimax_m3), cmocka_unit_test(test_every_problem), cmocka_unit_test(test_weight_shape_against_config), cmocka_unit_test(test_mixed_shards),
+                                       cmocka_unit_test(test_stacked_experts)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
