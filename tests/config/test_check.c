@@ -425,7 +425,8 @@ static void test_mixed_shards(void **state) {
  * transformers' Llama4TextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H], applied as x · W),
  * NVFP4: e2m1 packed in halves along K, e4m3 scales per 16 along K as <proj>_weight_scale
  * [E, K/16, N], scalar <proj>_weight_scale_2 and <proj>_input_scale. E = 4, H = 64, I = 32. Each
- * round plants one defect; check names the tensor, as the loader (src/moe) does. */
+ * round plants one defect; check names the tensor, as the loader (src/moe) does. gpt-oss adds
+ * <proj>_bias [E, N] (GptOssExperts.gate_up_proj_bias [E, 2I], down_proj_bias [E, H]). */
 static void add3(ck *c, const char *mod, const char *role, moq_dtype dt, int64_t d0, int64_t d1, int64_t d2) {
     char nm[512];
     snprintf(nm, sizeof nm, "%s.%s", mod, role);
@@ -448,6 +449,8 @@ static void test_stacked_experts(void **state) {
         "model.layers.0.feed_forward.experts: missing tensor down_proj_weight_scale_2",
         "model.layers.0.feed_forward.experts.down_proj_weight_scale: shape [4, 4, 64], expected [4, 2, 64]",
         "model.layers.0.feed_forward.experts.gate_up_proj_amax: extra tensor",
+        "model.layers.0.feed_forward.experts: gate_up_proj_bias without down_proj_bias", /* gpt-oss biases [E, N]: both or neither */
+        "model.layers.0.feed_forward.experts.down_proj_bias: shape [4, 32], expected [4, 64]",
     };
     for (int round = 0; round < (int)(sizeof want / sizeof want[0]); round++) {
         char *dir = tu_tmpdir("ck_stacked");
@@ -461,6 +464,8 @@ static void test_stacked_experts(void **state) {
         if (round != 3) add_f32(c, mod, "down_proj_weight_scale_2", 1e-3f);
         add_f32(c, mod, "down_proj_input_scale", 1e-2f);
         if (round == 5) add_f32(c, mod, "gate_up_proj_amax", 1.0f);
+        if (round >= 6) add(c, mod, "gate_up_proj_bias", MOQ_DT_BF16, 2, 4, 64, keep(c, 4 * 64 * 2), 4 * 64 * 2);
+        if (round == 7) add(c, mod, "down_proj_bias", MOQ_DT_BF16, 2, 4, 32, keep(c, 4 * 32 * 2), 4 * 32 * 2);
         finish(c, hq, cfg);
         int n, mods;
         char *all = check_dir(dir, false, &n, &mods);
