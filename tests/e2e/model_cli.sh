@@ -132,5 +132,6 @@ elif [ $rc != 0 ]; then echo "FAIL: run --device cuda: exit $rc, expected 0 (a G
 
 sed -i 's/LlamaForCausalLM/GPT2LMHeadModel/' "$TMP/BF16/config.json"
 check 6 "run unsupported architecture" "$MOQ" run "$TMP/BF16" -p "Hi" -n 2
-grep -q "Qwen3ForCausalLM" "$TMP/err" || { echo "FAIL: the error does not list the supported architectures"; cat "$TMP/err"; fail=1; }
+grep -q 'GPT2LMHeadModel" is not supported.*moq help archs' "$TMP/err" || { echo "FAIL: the error does not name the architecture and point at moq help archs"; cat "$TMP/err"; fail=1; }
+"$MOQ" help archs | grep -qx "Qwen3ForCausalLM" || { echo "FAIL: moq help archs does not list Qwen3ForCausalLM"; fail=1; }
 exit $fail

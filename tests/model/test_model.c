@@ -769,12 +769,13 @@ static void test_errors(void **state) {
     tu_rmtree(dir);
     free(dir);
 
-    /* unsupported architecture lists the supported ones */
+    /* unsupported architecture: named, and the message points at the list (`moq help archs`) */
     static const spec bad = {"arch_bad", "GPT2LMHeadModel", "BF16", "BF16", "BF16", false, false, false, false, false, NULL, 0, false, false};
     dir = tu_tmpdir(bad.name);
     make_model(&bad, dir, &o, 7);
     st = moq_model_open(&m, dir, &opts, &e);
-    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "config.json", "Qwen3ForCausalLM");
+    TU_ERR(&e, st, MOQ_ERR_UNSUPPORTED, "config.json", "\"GPT2LMHeadModel\" is not supported");
+    assert_non_null(strstr(e.msg, "moq help archs"));
     assert_null(m);
     oracle_free(&o);
     tu_rmtree(dir);
