@@ -274,6 +274,15 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
         if ((t->dtype == MOQ_DT_F8_E4M3 || t->dtype == MOQ_DT_F4 || t->dtype == MOQ_DT_F8_E8M0 || t->dtype == MOQ_DT_F8_E5M2))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected BF16, F16 or F32 (moq quantize takes an unquantized checkpoint)",
                             moq_dtype_name(t->dtype));
+        const char *stk = strstr(t->name, ".experts.");
+        if (!is_weight && t->ndim == 3 && stk && !strchr(stk + 9, '.')) {
+            /* stacked experts (Llama 4, GPT-OSS "<block>.experts.gate_up_proj" [E, ...]): not quantized
+             * by moq quantize; listed as excluded so the config does not claim them */
+            char blk[512];
+            snprintf(blk, sizeof blk, "%.*s.experts", (int)(stk - t->name), t->name);
+            MOQ_TRY(add_excl(q, blk, err));
+            continue;
+        }
         if (!is_weight) continue;
         char module[512];
         snprintf(module, sizeof module, "%.*s", (int)(len - 7), t->name);
