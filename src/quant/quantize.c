@@ -434,7 +434,8 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
         u->has_kv = true;
         found++;
     }
-    if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale");
+    if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale "
+                                      "(MLA's latent cache and Gated DeltaNet have none: moq quantize writes FP8 KV scales for GQA attention only)");
     return MOQ_OK;
 }
 

@@ -12,8 +12,10 @@
  *    the tap's placement); and independently in fp64 from the source BF16 weights: layer 0's input
  *    h = rmsnorm(input_layernorm, embed[ids]) (q_a_proj, in_proj_qkv) and q_b_proj's input
  *    rmsnorm(q_a_layernorm, W_q_a · h), within 1e-4 relative.
+ *  - --kv-cache fp8 on MLA is refused with a clear error and nothing written.
  */
 #include <math.h>
+#include <sys/stat.h>
 
 #include "tu.h"
 
@@ -210,6 +212,16 @@ static void test_mla_and_deltanet_values(void **state) {
     free(h);
     moq_checkpoint_free(sc);
     moq_checkpoint_free(c);
+    /* --kv-cache fp8 on MLA: refused, nothing written */
+    char *kdst = tu_tmpdir("ca_mla_kv");
+    tu_rmtree(kdst);
+    moq_quantize_opts ok = o;
+    ok.kv_fp8 = true;
+    moq_error e = {0};
+    TU_ERR(&e, moq_quantize(src, kdst, &ok, &rep, &e), MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "MLA");
+    struct stat stt;
+    assert_int_not_equal(stat(kdst, &stt), 0);
+    free(kdst);
     moq_calib_free(&cb);
     tu_rmtree(dst);
     free(dst);
