@@ -1,7 +1,7 @@
 /* test_calib_arch.c — `moq quantize --calib` on the non-GQA and shared-expert architectures
  * (model/calibrate.c, the taps of model.c, attn/mla.c, attn/gdn.c, quant/quantize.c's leaf table).
  *
- *  - deepseek_v3_a (MLA + shared experts), qwen3_5_moe (Gated DeltaNet + shared expert), qwen3_5,
+ *  - deepseek_v3_a (MLA + shared experts), deepseek_v3_b (MLA with q_proj), qwen3_5_moe (Gated DeltaNet + shared expert), qwen3_5,
  *    llama4_a (feed_forward.shared_expert, stacked experts), gemma3_text and gpt_oss from
  *    tests/data/hf_tiny: FP8 and NVFP4 with calibration succeed, every quantized linear (one with a
  *    weight_scale) has an input_scale that is finite and > 0, `moq check --values` reports 0
@@ -128,7 +128,7 @@ static void expect_near(const moq_checkpoint *c, const char *module, double amax
 
 static void test_every_arch_quantizes(void **state) {
     (void)state;
-    static const char *const models[] = {"deepseek_v3_a", "qwen3_5_moe", "qwen3_5", "llama4_a", "gemma3_text", "gpt_oss"};
+    static const char *const models[] = {"deepseek_v3_a", "deepseek_v3_b", "qwen3_5_moe", "qwen3_5", "llama4_a", "gemma3_text", "gpt_oss"};
     static const char *const algos[] = {"FP8", "NVFP4"};
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         char rel[64];
