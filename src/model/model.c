@@ -206,12 +206,30 @@ static void moe_tap(void *user, int64_t l, int64_t expert, int which, const floa
     m->obs(m->obs_user, l, which ? MOQ_TAP_EXPERT_DOWN_IN : MOQ_TAP_EXPERT_IN, expert, x, rows, cols);
 }
 
+/* MLA and Gated DeltaNet report through their own hooks (mla.h, gdn.h); which -> the model's tap. */
+static const moq_model_tap k_mla_taps[] = {[MOQ_MLA_TAP_IN] = MOQ_TAP_QKV_IN, [MOQ_MLA_TAP_Q_B_IN] = MOQ_TAP_Q_B_IN, [MOQ_MLA_TAP_O_IN] = MOQ_TAP_O_IN};
+static const moq_model_tap k_gdn_taps[] = {[MOQ_GDN_TAP_IN] = MOQ_TAP_QKV_IN, [MOQ_GDN_TAP_OUT_IN] = MOQ_TAP_O_IN};
+
+static void mla_tap(void *user, int64_t l, int which, const float *x, int64_t rows, int64_t cols) {
+    const moq_model *m = user;
+    m->obs(m->obs_user, l, k_mla_taps[which], -1, x, rows, cols);
+}
+
+static void gdn_tap(void *user, int64_t l, int which, const float *x, int64_t rows, int64_t cols) {
+    const moq_model *m = user;
+    m->obs(m->obs_user, l, k_gdn_taps[which], -1, x, rows, cols);
+}
+
 void moq_model_set_observer(moq_model *m, moq_model_observer fn, void *user) {
     if (!m) return;
     m->obs = fn;
     m->obs_user = user;
-    for (int64_t l = 0; m->layers && l < m->L; l++)
-        if (m->layers[l].moe) moq_moe_set_observer(m->layers[l].moe, fn ? moe_tap : NULL, m, l);
+    for (int64_t l = 0; m->layers && l < m->L; l++) {
+        layer *ly = &m->layers[l];
+        if (ly->moe) moq_moe_set_observer(ly->moe, fn ? moe_tap : NULL, m, l);
+        if (m->arch->attn == ATTN_MLA) ly->mla.obs = fn ? mla_tap : NULL, ly->mla.obs_user = m;
+        if (ly->linear) ly->gdn.obs = fn ? gdn_tap : NULL, ly->gdn.obs_user = m, ly->gdn.obs_layer = l;
+    }
 }
 
 #define TAP(m, l, tap, x, rows, cols) \
@@ -1008,9 +1026,11 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
 }
 
 /* The shared expert of an MoE layer on m->h, added into m->x. */
-static moq_status shared_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
+static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t M, moq_error *err) {
+    TAP(m, l, MOQ_TAP_GATE_UP_IN, m->h, M, m->H);   /* an MoE layer has no dense MLP: the shared expert's taps */
     MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
     swiglu(m->gu, M, m->Is, m->act, false);
+    TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, m->Is);
     MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->tmp, err));
     if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
         MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
@@ -1059,7 +1079,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
             TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
             MOQ_TRY(moe_block(m, ly, M, err));
             CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
-            if (ly->has_shared) MOQ_TRY(shared_block(m, ly, M, err));
+            if (ly->has_shared) MOQ_TRY(shared_block(m, ly, l, M, err));
             CHECK(m->x, M, H, "%s.layers.%lld (residual after the experts)", pfx, (long long)l);
             continue;
         }

@@ -45,6 +45,14 @@ static const leaf_row k_leaves[] = {
     {"k_proj",    "k_scale", GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_K,    false},
     {"v_proj",    "v_scale", GRP_QKV,     MOQ_TAP_QKV_IN,     MOQ_TAP_V,    false},
     {"o_proj",    NULL,      GRP_NONE,    MOQ_TAP_O_IN,       MOQ_TAP_NONE, false},
+    /* MLA (kv_b_proj stays unquantized: the attention reads it dequantized, absorbed into q and o) */
+    {"q_a_proj",  NULL,      GRP_NONE,    MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, false},
+    {"q_b_proj",  NULL,      GRP_NONE,    MOQ_TAP_Q_B_IN,     MOQ_TAP_NONE, false},
+    {"kv_a_proj_with_mqa", NULL, GRP_NONE, MOQ_TAP_QKV_IN,    MOQ_TAP_NONE, false},
+    /* Gated DeltaNet */
+    {"in_proj_qkv", NULL,    GRP_NONE,    MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, false},
+    {"in_proj_z", NULL,      GRP_NONE,    MOQ_TAP_QKV_IN,     MOQ_TAP_NONE, false},
+    {"out_proj",  NULL,      GRP_NONE,    MOQ_TAP_O_IN,       MOQ_TAP_NONE, false},
     {"gate_proj", NULL,      GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, false},
     {"up_proj",   NULL,      GRP_GATE_UP, MOQ_TAP_GATE_UP_IN, MOQ_TAP_NONE, false},
     {"down_proj", NULL,      GRP_NONE,    MOQ_TAP_DOWN_IN,    MOQ_TAP_NONE, false},
@@ -57,7 +65,7 @@ static const leaf_row k_leaves[] = {
 /* Modules ModelOpt lists as excluded without being asked (§12): the embedding and MoE routers.
  * A router is a 2-D "<block>.gate.weight" outside any experts list. */
 static const char *const k_embed_leaves[] = {"embed_tokens"};
-static const char *const k_router_leaves[] = {"gate"};
+static const char *const k_router_leaves[] = {"gate", "router"};
 
 /* Files of the source directory not copied: the ones moq writes itself, and weights in any format
  * (the quantized safetensors replace them). */
@@ -266,6 +274,15 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
         if ((t->dtype == MOQ_DT_F8_E4M3 || t->dtype == MOQ_DT_F4 || t->dtype == MOQ_DT_F8_E8M0 || t->dtype == MOQ_DT_F8_E5M2))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected BF16, F16 or F32 (moq quantize takes an unquantized checkpoint)",
                             moq_dtype_name(t->dtype));
+        const char *stk = strstr(t->name, ".experts.");
+        if (!is_weight && t->ndim == 3 && stk && !strchr(stk + 9, '.')) {
+            /* stacked experts (Llama 4, GPT-OSS "<block>.experts.gate_up_proj" [E, ...]): not quantized
+             * by moq quantize; listed as excluded so the config does not claim them */
+            char blk[512];
+            snprintf(blk, sizeof blk, "%.*s.experts", (int)(stk - t->name), t->name);
+            MOQ_TRY(add_excl(q, blk, err));
+            continue;
+        }
         if (!is_weight) continue;
         char module[512];
         snprintf(module, sizeof module, "%.*s", (int)(len - 7), t->name);
@@ -280,6 +297,10 @@ static moq_status plan(qctx *q, moq_quantize_report *rep, moq_error *err) {
             continue;
         }
         const leaf_row *lr = leaf_find(leaf);
+        if (!lr && t->ndim >= 2 && !expert) { /* a module the table does not quantize (MLA's kv_b_proj, a gate, a conv): listed as excluded */
+            MOQ_TRY(add_excl(q, module, err));
+            continue;
+        }
         if (!lr || t->ndim != 2) continue;
         if (!is_float_src(t->dtype))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, t->name, "dtype %s, expected BF16, F16 or F32 (moq quantize takes an unquantized checkpoint)",
@@ -413,7 +434,8 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
         u->has_kv = true;
         found++;
     }
-    if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale");
+    if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale "
+                                      "(MLA's latent cache and Gated DeltaNet have none: moq quantize writes FP8 KV scales for GQA attention only)");
     return MOQ_OK;
 }
 

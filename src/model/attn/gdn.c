@@ -93,6 +93,7 @@ static void l2norm(float *x, int64_t n) {
 moq_status moq_gdn_forward(moq_gdn *g, const moq_gdn_ws *ws, const float *h, int64_t M, float *out, moq_error *err) {
     const moq_gdn_dims *d = &g->d;
     const int64_t C = moq_gdn_channels(d), V = d->Hv * d->dv, K = d->K, rep = d->Hv / d->Hk;
+    if (g->obs) g->obs(g->obs_user, g->obs_layer, MOQ_GDN_TAP_IN, h, M, d->H);
     MOQ_TRY(run(&g->qkv, ws, h, M, ws->w, err));
     MOQ_TRY(run(&g->z, ws, h, M, ws->z, err));
     MOQ_TRY(run(&g->b, ws, h, M, ws->b, err));
@@ -145,5 +146,6 @@ moq_status moq_gdn_forward(moq_gdn *g, const moq_gdn_ws *ws, const float *h, int
             for (int64_t c = 0; c < d->dv; c++) oj[c] = oj[c] * r * g->norm[c] * silu(zj[c]);
         }
     }
+    if (g->obs) g->obs(g->obs_user, g->obs_layer, MOQ_GDN_TAP_OUT_IN, ws->o, M, V);
     return run(&g->out, ws, ws->o, M, out, err);
 }

@@ -36,7 +36,13 @@ typedef struct moq_gdn {
     float           *norm;          /* f32 [dv]                                             */
     float           *conv_state;    /* f32 [K - 1, C]: the last inputs, oldest first        */
     float           *S;             /* f32 [Hv, dk, dv]                                     */
+    /* calibration hook, NULL when unset (one pointer test per forward): which = MOQ_GDN_TAP_* */
+    void           (*obs)(void *user, int64_t layer, int which, const float *x, int64_t rows, int64_t cols);
+    void            *obs_user;
+    int64_t          obs_layer;
 } moq_gdn;
+
+enum { MOQ_GDN_TAP_IN = 0, MOQ_GDN_TAP_OUT_IN }; /* the in_proj_* input (h); out_proj's input */
 
 /* Per-chunk workspace (allocated by the model for C tokens). */
 typedef struct moq_gdn_ws {

@@ -213,9 +213,11 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
                            int64_t p0, moq_kv_cache *kv, int64_t layer, float *out, moq_error *err) {
     const moq_mla_dims *d = &a->d;
     const int64_t A = d->A, dq = d->dn + d->dr, cr = d->R + d->dr;
+    if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_IN, h, M, a->d.H);
     if (d->q_lora > 0) {
         MOQ_TRY(run(&a->q_a, ws, h, M, ws->qa, err));
         for (int64_t i = 0; i < M; i++) rmsnorm(ws->qa + i * d->q_lora, a->q_a_norm, d->q_lora, d->eps);
+        if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_Q_B_IN, ws->qa, M, d->q_lora);
         MOQ_TRY(run(&a->q_b, ws, ws->qa, M, ws->q, err));
     } else {
         MOQ_TRY(run(&a->q_b, ws, h, M, ws->q, err));
@@ -230,5 +232,6 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     }
     if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M);
     else attend_absorbed(a, ws, kv, layer, p0, M);
+    if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_O_IN, ws->att, M, A * d->dv);
     return run(&a->o, ws, ws->att, M, out, err);
 }

@@ -43,7 +43,12 @@ typedef struct moq_mla {
     moq_layer_linear q_a, q_b, kv_a, kv_b, o;   /* q_b is q_proj when d.q_lora == 0          */
     float           *q_a_norm, *kv_a_norm;      /* f32 [q_lora], [R]                          */
     float           *w;                          /* f32 [A, dn + dv, R]: kv_b_proj dequantized */
+    /* calibration hook, NULL when unset (one pointer test per forward): which = MOQ_MLA_TAP_* */
+    void           (*obs)(void *user, int64_t layer, int which, const float *x, int64_t rows, int64_t cols);
+    void            *obs_user;
 } moq_mla;
+
+enum { MOQ_MLA_TAP_IN = 0, MOQ_MLA_TAP_Q_B_IN, MOQ_MLA_TAP_O_IN }; /* h; q_b_proj's input; o_proj's input */
 
 /* Per-chunk workspace, allocated by the model at open for `chunk` tokens and `ctx` positions. */
 typedef struct moq_mla_ws {
