@@ -21,6 +21,7 @@
 #include "core/strmap.h"
 #include "format/format.h"
 #include "io/checkpoint.h"
+#include "io/json.h"
 #include "io/mmap.h"
 #include "io/writer.h"
 #include "quant/export_linear.h"
@@ -201,7 +202,8 @@ static moq_status parse_recipe(qctx *q, moq_error *err) {
     char list[256];
     algo_list(list, sizeof list);
     if (!q->o->recipe) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "MIXED_PRECISION", "needs a recipe (--recipe FILE: {\"default\": ALGO, \"layers\": {PATTERN: ALGO}})");
-    if (!(q->recipe = cJSON_Parse(q->o->recipe))) return MOQ_FAIL(err, MOQ_ERR_FORMAT, name, "is not valid JSON");
+    moq_status pst = moq_json_parse(&q->recipe, q->o->recipe, strlen(q->o->recipe), name, err);
+    if (pst != MOQ_OK) return pst;
     if (!cJSON_IsObject(q->recipe)) return MOQ_FAIL(err, MOQ_ERR_CONFIG, name, "is %s, expected an object {\"default\": ALGO, \"layers\": {...}}",
                                                     cJSON_IsArray(q->recipe) ? "an array" : "not an object");
     for (const cJSON *e = q->recipe->child; e; e = e->next)

@@ -1380,13 +1380,14 @@ static void test_errors_leave_nothing(void **state) {
     o.calib = NULL;
     /* recipes */
     static const struct { const char *text; moq_status code; const char *msg; } bad[] = {
-        {"{\"default\": \"NVFP4\",", MOQ_ERR_FORMAT, "is not valid JSON"},
+        {"{\"default\": \"NVFP4\",", MOQ_ERR_FORMAT, "not valid JSON (parse error at byte"},
         {"[1]", MOQ_ERR_CONFIG, "expected an object"},
         {"{\"layers\": {}}", MOQ_ERR_CONFIG, "default is missing"},
         {"{\"default\": \"NVFP5\"}", MOQ_ERR_CONFIG, "default \"NVFP5\" is not one of"},
         {"{\"default\": \"MXFP8\", \"layers\": {\"*\": 4}}", MOQ_ERR_CONFIG, "layers[\"*\"] is not a string"},
         {"{\"default\": \"MXFP8\", \"defaults\": \"FP8\"}", MOQ_ERR_CONFIG, "unknown key \"defaults\""},
         {"{\"default\": \"MXFP8\", \"layers\": {\"*k_proj\": \"W4A16_NVFP4\"}}", MOQ_ERR_CONFIG, "k_proj, which is W4A16_NVFP4, while this one is MXFP8; fused shards need one algo"},
+        {"{\"default\": \"MXFP8\"} x", MOQ_ERR_FORMAT, "not valid JSON (bytes after the JSON value at byte 21 of 22)"},
     };
     o.algo = "MIXED_PRECISION";
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
