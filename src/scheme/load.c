@@ -282,8 +282,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         /* An AWQ scale outside a scheme that applies it would be dropped silently: refuse it here
          * (`moq check` lists it among the extra tensors). */
         const moq_tensor *pqs = role_tensor(c, sh->name, "pre_quant_scale");
-        bool takes_pqs = false;
-        for (const moq_tensor_rule *r = x.scheme ? x.scheme->contract : NULL; r && r->suffix; r++) takes_pqs |= strcmp(r->suffix, "pre_quant_scale") == 0;
+        const bool takes_pqs = x.scheme && moq_contract_rule(x.scheme->contract, "pre_quant_scale");
         if (pqs && !takes_pqs) {
             st = MOQ_FAIL(err, MOQ_ERR_TENSOR, pqs->name, "extra tensor: pre_quant_scale is not part of scheme %s (resolved %s); the input would run "
                           "unscaled (NVFP4_AWQ applies it)", x.scheme ? x.scheme->algo : "unquantized", l->res.method);

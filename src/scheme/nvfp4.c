@@ -27,9 +27,7 @@
  * layer read one input, so they must all have it and agree (ModelOpt averages them, §9.3); none
  * having it is the folded case (no scaling). */
 static moq_status pre_quant_scale(moq_load_ctx *x, moq_error *err) {
-    bool in_contract = false;
-    for (const moq_tensor_rule *r = x->scheme->contract; r->suffix && !in_contract; r++) in_contract = strcmp(r->suffix, "pre_quant_scale") == 0;
-    if (!in_contract) return MOQ_OK;
+    if (!moq_contract_rule(x->scheme->contract, "pre_quant_scale")) return MOQ_OK;
     const moq_tensor *t[MOQ_MAX_SHARDS] = {0};
     char nm[320];
     int have = 0;

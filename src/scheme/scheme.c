@@ -127,6 +127,12 @@ const moq_scheme *moq_scheme_for_method(moq_method m) {
 
 const moq_tensor_rule *moq_scheme_unquantized_contract(void) { return unquantized_c; }
 
+const moq_tensor_rule *moq_contract_rule(const moq_tensor_rule *contract, const char *suffix) {
+    for (const moq_tensor_rule *r = contract; r && r->suffix; r++)
+        if (strcmp(r->suffix, suffix) == 0) return r;
+    return NULL;
+}
+
 static const char *scheme_list(char *buf, size_t n, bool engines_only) {
     size_t o = 0;
     buf[0] = 0;

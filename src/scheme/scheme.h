@@ -84,6 +84,8 @@ const moq_scheme *moq_scheme_find(const char *algo, bool case_insensitive);
 const moq_scheme *moq_scheme_for_method(moq_method m);
 /* Contract of an unquantized linear: weight BF16|F16|F32 [N, K], optional bias. */
 const moq_tensor_rule *moq_scheme_unquantized_contract(void);
+/* The rule of a {0}-terminated contract (NULL allowed) for one tensor suffix, or NULL. */
+const moq_tensor_rule *moq_contract_rule(const moq_tensor_rule *contract, const char *suffix);
 /* "FP8, FP8_PER_CHANNEL_PER_TOKEN, ..." into buf (for "not one of ..." messages). */
 const char *moq_scheme_list(char *buf, size_t n);
 /* The same without the moq_only rows (what the seeds list). */

@@ -89,6 +89,12 @@ static void test_contract_shapes(void **state) {
     assert_int_equal(moq_dim_eval(MOQ_DIM_K_DIV_G, 0, 40, 16), -1);
     char b[64];
     assert_string_equal(moq_dim_str(rule(moq_scheme_find("NVFP4", false), "weight_scale")->shape, b, sizeof b), "[N, K/G]");
+    /* moq_contract_rule: only NVFP4_AWQ (ModelOpt NVFP4_AWQ_LITE_CFG) carries pre_quant_scale */
+    const moq_tensor_rule *pq = moq_contract_rule(moq_scheme_find("NVFP4_AWQ", false)->contract, "pre_quant_scale");
+    assert_non_null(pq);
+    assert_string_equal(pq->suffix, "pre_quant_scale");
+    assert_null(moq_contract_rule(moq_scheme_find("NVFP4", false)->contract, "pre_quant_scale"));
+    assert_null(moq_contract_rule(NULL, "weight"));
 }
 
 int main(void) {
