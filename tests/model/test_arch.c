@@ -277,7 +277,7 @@ static void test_config_errors(void **st) {
     open_cfg_err("{\"architectures\": [\"DeepseekV32ForCausalLM\"], " BASE ", \"mlp_layer_types\": [\"dense\"]}", MOQ_ERR_CONFIG,
                  "mlp_layer_types");
     open_cfg_err("{\"architectures\": [\"DeepseekV32ForCausalLM\"], " BASE ", \"mlp_layer_types\": [\"dense\", \"moe\"]}", MOQ_ERR_CONFIG,
-                 "mlp_layer_types[1]");
+                 "mlp_layer_types[1] is \"moe\", expected \"dense\" or \"sparse\"");
     open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"layer_types\": [\"linear_attention\"]}", MOQ_ERR_CONFIG,
                  "layer_types");
     open_cfg_err("{\"architectures\": [\"Qwen3_5ForCausalLM\"], " BASE ", \"layer_types\": [\"full_attention\", \"mamba\"]}",

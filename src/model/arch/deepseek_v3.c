@@ -62,7 +62,8 @@ static moq_status read_mlp_types(const cJSON *j, const cJSON *text, int64_t L, m
     cJSON_ArrayForEach(e, t) {
         const bool sp = cJSON_IsString(e) && strcmp(e->valuestring, "sparse") == 0;
         if (!sp && !(cJSON_IsString(e) && strcmp(e->valuestring, "dense") == 0))
-            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_layer_types[%d] is not \"dense\" or \"sparse\"", i);
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "mlp_layer_types[%d] is %s%s%s, expected \"dense\" or \"sparse\"", i,
+                            cJSON_IsString(e) ? "\"" : "", cJSON_IsString(e) ? e->valuestring : moq_json_type(e), cJSON_IsString(e) ? "\"" : "");
         d->mlp_sparse[i++] = sp;
     }
     d->has_mlp_types = true;

@@ -105,17 +105,8 @@ static void rmsnorm(float *x, const float *w, int64_t n, double eps) {
  * whose de-interleaved output order is the same permutation for q and k, so dot products agree) or
  * rotate-half pairs (i, i + dr/2). */
 static void rope(float *x, int64_t dr, int64_t pos, const float *inv_freq, float mscale, bool interleave) {
-    if (!interleave) {
-        moq_rope_apply(x, dr, pos, inv_freq, mscale);
-        return;
-    }
-    for (int64_t i = 0; i < dr / 2; i++) {
-        const double ang = (double)pos * (double)inv_freq[i];
-        const float cs = (float)cos(ang) * mscale, sn = (float)sin(ang) * mscale;
-        const float x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = x0 * cs - x1 * sn;
-        x[2 * i + 1] = x1 * cs + x0 * sn;
-    }
+    if (interleave) moq_rope_apply_pairs(x, dr, pos, inv_freq, mscale);
+    else moq_rope_apply(x, dr, pos, inv_freq, mscale);
 }
 
 static void softmax(float *s, int64_t n) {
