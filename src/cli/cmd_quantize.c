@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "model/model.h"
@@ -100,9 +101,9 @@ int cmd_quantize(int argc, char **argv) {
         case 'r': recipe_path = optarg; break;
         case 'x': excl[o.n_exclude++] = optarg; break;
         case 'k':
-            if (strcmp(optarg, "fp8") != 0 && strcmp(optarg, "FP8") != 0) {
+            if (strcasecmp(optarg, "fp8") != 0) {
                 free(excl);
-                return cli_usage_error("quantize", "--kv-cache \"%s\": only fp8 is written", optarg);
+                return cli_usage_error("quantize", "--kv-cache \"%s\", expected fp8 (the only KV cache encoding ModelOpt writes)", optarg);
             }
             o.kv_fp8 = true;
             break;
