@@ -21,7 +21,7 @@ static int32_t argmax_row(const float *x, int64_t n) {
     return b;
 }
 
-/* --batch B (GPU): B sequences of a moq_batch (the API `moq serve` runs on), each prefilled with
+/* --batch B: B sequences of a moq_batch (the API `moq serve` runs on), each prefilled with
  * the prompt, then N steps (moq_batch_step) that advance all B by one greedy token in one forward;
  * *tok_s = B · N / time of the steps (the first step, which captures the step's CUDA graph, is a
  * warm-up outside the timing). */
@@ -84,9 +84,9 @@ static int gpu_copy_gbs(double *gbs) {
 
 int cmd_bench_model(int argc, char **argv) {
     static const struct option lo[] = {{"prompt", 1, 0, 'p'}, {"decode", 1, 0, 'd'}, {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'},
-                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'},
+                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'}, {"batch-prompt", 1, 0, 'B'},
                                        {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
-    long P = 128, N = 32, B = 1;
+    long P = 128, N = 32, B = 1, BP = 0;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();
     int ch;
@@ -97,6 +97,7 @@ int cmd_bench_model(int argc, char **argv) {
         case 'd': N = atol(optarg); break;
         case 'j': json = true; break;
         case 'b': B = atol(optarg); break;
+        case 'B': BP = atol(optarg); break;
         default: {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "bench model");
             if (rc) return rc;
@@ -106,7 +107,8 @@ int cmd_bench_model(int argc, char **argv) {
     if (optind != argc - 1) return cli_usage_error("bench model", "expected one DIR");
     if (P < 1 || N < 1 || P > (1L << 20) || N > (1L << 20)) return cli_usage_error("bench model", "--prompt and --decode must be in 1..1048576");
     if (B < 1 || B > 256) return cli_usage_error("bench model", "--batch %ld, expected 1..256", B);
-    if (B > 1 && mo.device != MOQ_DEVICE_CUDA) return cli_usage_error("bench model", "--batch needs --device cuda (batched decode runs on the GPU)");
+    if (BP < 0 || BP > P) return cli_usage_error("bench model", "--batch-prompt %ld, expected 1..--prompt (%ld)", BP, P);
+    if (BP == 0) BP = P;
     if (mo.ctx <= 0) mo.ctx = P + N + 1;
     const int threads = mo.n_threads > 0 ? mo.n_threads : omp_get_max_threads();
     moq_model *m = NULL;
@@ -136,7 +138,7 @@ int cmd_bench_model(int argc, char **argv) {
     }
     const double t2 = cli_now_s();
     double batch_tok_s = 0, batch_mib = 0;
-    if (B > 1 && (rc = bench_batch(m, ids, P, N, B, &batch_tok_s, &batch_mib))) goto done;
+    if (B > 1 && (rc = bench_batch(m, ids, BP, N, B, &batch_tok_s, &batch_mib))) goto done;
     const bool gpu = mo.device == MOQ_DEVICE_CUDA;
     double bw = 0, gpu_mib = 0;
     if (gpu) gpu_mib = (double)moq_gpu_mem_used() / 1048576.0; /* device total - free: the model, its pool (and the batch's) */
@@ -148,14 +150,15 @@ int cmd_bench_model(int argc, char **argv) {
     const double kv_tok = (double)(P + 1 + N / 2) * (double)m->kv.n_layers * 2.0 * (double)m->kv.row * kv_eb;
     const double wbytes = (double)moq_model_decode_bytes(m), bytes = wbytes + kv_tok;
     const double pre = (double)P / (t1p - t0), dec = (double)N / (t2 - t1), bound = bw * 1e9 / bytes;
-    const double bound_b = bw * 1e9 * (double)B / (wbytes + (double)B * kv_tok); /* total tok/s bound at batch B */
+    const double kv_tok_b = kv_tok * (double)(BP + 1 + N / 2) / (double)(P + 1 + N / 2); /* at the batch's positions */
+    const double bound_b = bw * 1e9 * (double)B / (wbytes + (double)B * kv_tok_b); /* total tok/s bound at batch B */
     if (json) {
         printf("{\"architecture\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"decode\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
                "\"decode_bytes_per_token\":%.0f,\"kv_bytes_per_token\":%.0f,\"dram_read_gbs\":%.2f,\"decode_bound_tok_s\":%.3f,"
                "\"decode_of_bound\":%.4f,\"gpu_mem_mib\":%.1f}\n",
                moq_model_architecture(m), moq_device_name(mo.device), threads, P, N, pre, dec, bytes, kv_tok, bw, bound, dec / bound, gpu_mib);
-        if (B > 1) printf("{\"batch\":%ld,\"batch_decode_tok_s\":%.3f,\"per_sequence_tok_s\":%.3f,\"vs_batch1\":%.3f,\"batch_bound_tok_s\":%.3f}\n", B,
-                          batch_tok_s, batch_tok_s / (double)B, batch_tok_s / dec, bound_b);
+        if (B > 1) printf("{\"batch\":%ld,\"batch_prompt\":%ld,\"batch_decode_tok_s\":%.3f,\"per_sequence_tok_s\":%.3f,\"vs_batch1\":%.3f,\"batch_bound_tok_s\":%.3f}\n", B,
+                          BP, batch_tok_s, batch_tok_s / (double)B, batch_tok_s / dec, bound_b);
     } else {
         char b1[32];
         char info[160] = "";
@@ -169,7 +172,7 @@ int cmd_bench_model(int argc, char **argv) {
                cli_bytes((unsigned long long)bytes, b1, sizeof b1), cli_bytes((unsigned long long)kv_tok, b2, sizeof b2),
                gpu ? "GPU copy (read + write)" : "DRAM read", bw, bound, 100.0 * dec / bound);
         if (B > 1)
-            printf("decode batch %ld: %.2f tok/s total, %.2f per sequence, %.1fx batch 1 (bound at this batch %.2f tok/s, %.1f %% of it)\n", B,
+            printf("decode batch %ld (prompts of %ld): %.2f tok/s total, %.2f per sequence, %.1fx batch 1 (bound at this batch %.2f tok/s, %.1f %% of it)\n", B, BP,
                    batch_tok_s, batch_tok_s / (double)B, batch_tok_s / dec, bound_b, 100.0 * batch_tok_s / bound_b);
         if (gpu) printf("GPU memory in use at the peak (device total - free): %.1f MiB\n", gpu_mib);
     }

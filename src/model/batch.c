@@ -95,7 +95,7 @@ moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts 
     moq_batch *b = calloc(1, sizeof *b);
     if (!b) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_batch_create", "out of memory");
     b->m = m, b->P = P, b->n_pages = n_pages, b->n_free = n_pages, b->max_pages_seq = per_seq, b->page_bytes = page_bytes;
-    b->chunk = gpu ? moq_gpu_chunk(m) : moq_model_chunk(m), b->V = moq_model_vocab_size(m), b->max_items = o.max_rows;
+    b->chunk = gpu ? moq_gpu_batch_chunk(m) : moq_model_chunk(m), b->V = moq_model_vocab_size(m), b->max_items = o.max_rows;
     moq_status st = gpu ? moq_gpu_kv_create(m, n_pages, P, &b->gkv, err) : moq_kv_cache_create(&b->pool, kv->elem, kv->n_layers, n_pages * P, kv->row, err);
     if (st != MOQ_OK) {
         moq_batch_free(b);

@@ -33,7 +33,8 @@
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
 
-#define MOQ_GPU_CHUNK 256    /* tokens per prefill step                          */
+#define MOQ_GPU_PREFILL 2048 /* tokens per step of one sequence's prefill       */
+#define MOQ_GPU_CHUNK 256    /* rows per step of a batch run (several sequences)  */
 #define MOQ_GPU_PAGE 16      /* positions per KV page                            */
 #define MOQ_GPU_SPLITS 16    /* most key ranges one query's attention is split in */
 #define MOQ_GPU_GRAPHS 64    /* steps of 1..64 rows that all want logits (decode) replay a CUDA graph */
@@ -57,12 +58,12 @@ struct moq_gpu_kv {
 };
 
 struct moq_gpu {
-    int64_t    chunk, n_seqs, max_pages;
+    int64_t    rows, chunk, n_seqs, max_pages; /* rows: most of a step (prefill); chunk: of a batch run */
     int        kv_elem;                  /* MOQ_CUDA_KV_*                           */
     float     *x, *h, *qkv, *att, *tmp, *gu, *act, *logits, *part;
     void      *ws;
     size_t     ws_size;
-    int32_t   *ids;                      /* device [4, chunk]: tokens, seqs, positions, logits rows */
+    int32_t   *ids;                      /* device [4, rows]: tokens, seqs, positions, logits rows */
     int32_t   *h_ids;                    /* pinned host staging of the same           */
     float     *h_logits;                 /* pinned [MOQ_GPU_LROWS, V]                 */
     void      *stream;                   /* every step runs on it                     */
@@ -126,7 +127,8 @@ static moq_status upload_table(moq_model *m, moq_gpu *g, moq_error *err) {
 static size_t lin_ws(const moq_layer_linear *l, int64_t M) { return l->lin ? moq_linear_workspace_size(l->lin, M) : 0; }
 
 static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
-    const int64_t C = g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK, H = m->H, D = m->D, A = m->A, KV = m->KV;
+    const int64_t C = g->rows = m->T < MOQ_GPU_PREFILL ? m->T : MOQ_GPU_PREFILL, H = m->H, D = m->D, A = m->A, KV = m->KV;
+    g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK;
     const int64_t qkvN = (A + 2 * KV) * D;
     const char *where = moq_checkpoint_path(m->ckpt);
     g->max_pages = (m->T + MOQ_GPU_PAGE - 1) / MOQ_GPU_PAGE;
@@ -152,11 +154,11 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     MOQ_TRY(upload_table(m, g, err));
     struct { float **p; int64_t n; } bufs[] = {
         {&g->x, C * H}, {&g->h, C * H}, {&g->qkv, C * qkvN}, {&g->att, C * A * D}, {&g->tmp, C * H},
-        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, C * m->V}, {&g->part, C * A * MOQ_GPU_SPLITS * (D + 2)},
+        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, g->chunk * A * MOQ_GPU_SPLITS * (D + 2)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));
-    size_t ws = lin_ws(m->lm_head, C);
+    size_t ws = lin_ws(m->lm_head, MOQ_GPU_LROWS);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
@@ -241,18 +243,21 @@ void moq_gpu_free(moq_model *m) {
     m->gpu = NULL;
 }
 
-int64_t moq_gpu_chunk(const moq_model *m) { return m->gpu ? m->gpu->chunk : 0; }
+int64_t moq_gpu_chunk(const moq_model *m) { return m->gpu ? m->gpu->rows : 0; }
+int64_t moq_gpu_batch_chunk(const moq_model *m) { return m->gpu ? m->gpu->chunk : 0; }
 
 static moq_status lin(const moq_gpu *g, const moq_layer_linear *l, const float *x, int64_t M, float *y, moq_error *err) {
     return moq_linear_run_stream(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, g->ws, g->ws_size, g->stream, err);
 }
 
-/* Enqueues the forward of M tokens (ids, seqs, positions, logits rows on the device) on the stream:
- * no host work that depends on the values, so a capture replays it for any tokens and positions. */
-static moq_status enqueue_step(moq_model *m, const moq_gpu_kv *pool, int64_t M, int64_t nl, int64_t n_split, moq_error *err) {
+/* Enqueues the forward of M tokens (ids, seqs, positions on the device) up to the last layer's
+ * output on the stream: no host work that depends on the values, so a capture replays it for any
+ * tokens and positions. flash: the rows are one sequence at consecutive positions (a prefill), and
+ * attention is the tiled prefill kernel; else the split (flash-decoding) kernel in n_split ranges. */
+static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M, int64_t n_split, bool flash, moq_error *err) {
     moq_gpu *g = m->gpu;
-    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, C = g->chunk;
-    const int32_t *tok_d = g->ids, *seq_d = g->ids + C, *pos_d = g->ids + 2 * C, *lrow_d = g->ids + 3 * C;
+    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, C = g->rows;
+    const int32_t *tok_d = g->ids, *seq_d = g->ids + C, *pos_d = g->ids + 2 * C;
     const char *where = moq_checkpoint_path(m->ckpt);
     void *st = g->stream;
     MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x, st), m->embed.name, err));
@@ -266,30 +271,45 @@ static moq_status enqueue_step(moq_model *m, const moq_gpu_kv *pool, int64_t M, 
                                 .elem = g->kv_elem, .k_scale = gl->k_scale, .v_scale = gl->v_scale};
         MOQ_TRY(cuda_ok(moq_cuda_qk_rope_store(g->qkv, M, A, KV, D, gl->q_norm, gl->k_norm, m->eps, g->inv_freq, ly->mscale, seq_d, pos_d, &kv, st),
                         ly->qkv.name, err));
-        MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
-                        ly->o.name, err));
+        if (flash)
+            MOQ_TRY(cuda_ok(moq_cuda_attention_prefill(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, g->att, st), ly->o.name, err));
+        else
+            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
+                            ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
         MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h, st), where, err));
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
         MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act, st), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));
     }
-    if (nl == 0) return MOQ_OK;
-    MOQ_TRY(cuda_ok(moq_cuda_final_norm_rows(g->x, g->tmp, g->final_norm, lrow_d, nl, H, m->eps, g->h, st), where, err));
-    return lin(g, m->lm_head, g->h, nl, g->logits, err);
+    return MOQ_OK;
+}
+
+/* Logits of the step's logits rows r .. r + n - 1 (n <= MOQ_GPU_LROWS) into g->logits: final norm
+ * of those rows only, then lm_head. */
+static moq_status enqueue_logits(moq_model *m, int64_t r, int64_t n, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    MOQ_TRY(cuda_ok(moq_cuda_final_norm_rows(g->x, g->tmp, g->final_norm, g->ids + 3 * g->rows + r, n, m->H, m->eps, g->h, g->stream),
+                    moq_checkpoint_path(m->ckpt), err));
+    return lin(g, m->lm_head, g->h, n, g->logits, err);
 }
 
 /* One step of M tokens whose ids, seqs, positions and logits rows (nl of them) are in g->h_ids (and,
- * for a batch pool, n_bt block tables in pool->h_bt): upload, run (a replayed graph when every row
- * wants logits and M <= MOQ_GPU_GRAPHS, else eagerly), download logits row j into dst[j]. span =
- * most keys any token attends. The only host synchronisation is the one before the download. */
-static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl, int64_t n_bt, int64_t span, float *const *dst, moq_error *err) {
+ * for a batch pool, n_bt block tables in pool->h_bt): upload, run, download logits row j into
+ * dst[j]. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode step) replays the
+ * pool's CUDA graph for M rows (captured at its first use); other steps are enqueued eagerly, their
+ * logits MOQ_GPU_LROWS rows at a time. span = most keys any token attends; one_seq: the rows are one
+ * sequence at consecutive positions (a prefill: the tiled attention kernel). The host waits on the
+ * stream only to read the logits (or, without logits rows, at the end). */
+static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl, int64_t n_bt, int64_t span, bool one_seq, float *const *dst,
+                           moq_error *err) {
     moq_gpu *g = m->gpu;
     const char *where = moq_checkpoint_path(m->ckpt);
-    MOQ_TRY(cuda_ok(moq_cuda_h2d_async(g->ids, g->h_ids, (size_t)(4 * g->chunk) * sizeof(int32_t), g->stream), where, err));
+    MOQ_TRY(cuda_ok(moq_cuda_h2d_async(g->ids, g->h_ids, (size_t)(4 * g->rows) * sizeof(int32_t), g->stream), where, err));
     if (n_bt)
         MOQ_TRY(cuda_ok(moq_cuda_h2d_async(pool->bt, pool->h_bt, (size_t)(n_bt * pool->max_pages) * sizeof(int32_t), g->stream), where, err));
     const bool graph = !g->no_graphs && nl == M && M <= MOQ_GPU_GRAPHS;
+    const bool flash = !graph && one_seq && M > 1;
     int64_t n_split = MOQ_GPU_SPLITS; /* a graph covers every length: 16 ranges, each token cuts its own */
     if (!graph) {
         n_split = (span + MOQ_CUDA_SPLIT_MIN - 1) / MOQ_CUDA_SPLIT_MIN;
@@ -297,7 +317,8 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
     }
     if (graph && !pool->graph[M]) { /* first step of this row count: capture it */
         MOQ_TRY(cuda_ok(moq_cuda_capture_begin(g->stream), where, err));
-        const moq_status st = enqueue_step(m, pool, M, nl, n_split, err);
+        moq_status st = enqueue_layers(m, pool, M, n_split, false, err);
+        if (st == MOQ_OK) st = enqueue_logits(m, 0, nl, err);
         if (st != MOQ_OK) {
             moq_cuda_capture_end(g->stream, NULL);
             return st;
@@ -305,12 +326,13 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
         MOQ_TRY(cuda_ok(moq_cuda_capture_end(g->stream, &pool->graph[M]), where, err));
     }
     if (graph) MOQ_TRY(cuda_ok(moq_cuda_graph_launch(pool->graph[M], g->stream), where, err));
-    else MOQ_TRY(enqueue_step(m, pool, M, nl, n_split, err));
+    else MOQ_TRY(enqueue_layers(m, pool, M, n_split, flash, err));
     const int64_t V = m->V;
     if (nl == 0) return cuda_ok(moq_cuda_stream_sync(g->stream), where, err); /* the staging buffers are reused next step */
     for (int64_t r = 0; r < nl; r += MOQ_GPU_LROWS) {
         const int64_t n = nl - r < MOQ_GPU_LROWS ? nl - r : MOQ_GPU_LROWS;
-        MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_logits, g->logits + r * V, (size_t)(n * V) * sizeof(float), g->stream), where, err));
+        if (!graph) MOQ_TRY(enqueue_logits(m, r, n, err));
+        MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_logits, g->logits, (size_t)(n * V) * sizeof(float), g->stream), where, err));
         MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
         for (int64_t j = 0; j < n; j++) {
             const float *src = g->h_logits + j * V;
@@ -328,7 +350,7 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
 
 /* Fills row i of the step plan. */
 static void plan_row(moq_gpu *g, int64_t i, int32_t tok, int32_t seq, int32_t pos) {
-    g->h_ids[i] = tok, g->h_ids[g->chunk + i] = seq, g->h_ids[2 * g->chunk + i] = pos;
+    g->h_ids[i] = tok, g->h_ids[g->rows + i] = seq, g->h_ids[2 * g->rows + i] = pos;
 }
 
 moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
@@ -347,9 +369,9 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
             if (slots[c] == slots[b]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "slot %d appears twice in one step", slots[b]);
         if (pos[b] + 1 > span) span = pos[b] + 1;
         plan_row(g, b, tokens[b], slots[b], pos[b]);
-        g->h_ids[3 * g->chunk + b] = (int32_t)b, dst[b] = logits + b * m->V;
+        g->h_ids[3 * g->rows + b] = (int32_t)b, dst[b] = logits + b * m->V;
     }
-    return gpu_step(m, &g->own, B, B, 0, span, dst, err);
+    return gpu_step(m, &g->own, B, B, 0, span, false, dst, err);
 }
 
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
@@ -360,22 +382,22 @@ moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, 
     for (int64_t i = 0; i < n; i++)
         if (tok[i] < 0 || tok[i] >= m->V)
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i], (long long)i, (long long)m->V);
-    for (int64_t i = 0; i < n; i += g->chunk) {
-        const int64_t M = n - i < g->chunk ? n - i : g->chunk;
+    for (int64_t i = 0; i < n; i += g->rows) {
+        const int64_t M = n - i < g->rows ? n - i : g->rows;
         for (int64_t j = 0; j < M; j++) plan_row(g, j, tok[i + j], slot, (int32_t)(pos0 + i + j));
-        g->h_ids[3 * g->chunk] = (int32_t)(M - 1);
-        MOQ_TRY(gpu_step(m, &g->own, M, 1, 0, pos0 + i + M, &logits_last, err));
+        g->h_ids[3 * g->rows] = (int32_t)(M - 1);
+        MOQ_TRY(gpu_step(m, &g->own, M, 1, 0, pos0 + i + M, true, &logits_last, err));
     }
     return MOQ_OK;
 }
 
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     moq_gpu *g = m->gpu;
-    float *dst[MOQ_GPU_CHUNK] = {NULL};
+    float *dst[MOQ_GPU_PREFILL] = {NULL};
     const int64_t nl = logits_rows ? M : 1;
     for (int64_t i = 0; i < M; i++) plan_row(g, i, tok[i], 0, (int32_t)(m->pos + i));
-    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->chunk + j] = (int32_t)(logits_rows ? j : M - 1), dst[j] = logits_rows ? logits_rows + j * m->V : m->logits;
-    MOQ_TRY(gpu_step(m, &g->own, M, nl, 0, m->pos + M, dst, err));
+    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)(logits_rows ? j : M - 1), dst[j] = logits_rows ? logits_rows + j * m->V : m->logits;
+    MOQ_TRY(gpu_step(m, &g->own, M, nl, 0, m->pos + M, true, dst, err));
     if (logits_rows) memcpy(m->logits, logits_rows + (M - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;
     return MOQ_OK;
@@ -418,15 +440,17 @@ moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "moq_gpu_forward_rows", "%lld rows with %lld logits rows, expected 1..%lld", (long long)M, (long long)nl,
                         (long long)(g ? g->chunk : 0));
     int64_t n_bt = 0, span = 0;
-    for (int64_t i = 0; i < M; i++) { /* rows of one sequence are consecutive: one table row per sequence */
+    bool consecutive = true;
+    for (int64_t i = 0; i < M; i++) {
+        if (i && pos[i] != pos[i - 1] + 1) consecutive = false; /* rows of one sequence are consecutive: one table row per sequence */
         if (i == 0 || tabs[i] != tabs[i - 1]) n_bt++;
         plan_row(g, i, tok[i], (int32_t)(n_bt - 1), (int32_t)pos[i]);
         if (pos[i] + 1 > span) span = pos[i] + 1;
         if (i == M - 1 || tabs[i + 1] != tabs[i]) /* the sequence's last row: its pages so far */
             memcpy(kv->h_bt + (n_bt - 1) * kv->max_pages, tabs[i], (size_t)((pos[i] + kv->page) / kv->page) * sizeof(int32_t));
     }
-    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->chunk + j] = (int32_t)lrows[j];
-    return gpu_step(m, kv, M, nl, n_bt, span, dst, err);
+    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)lrows[j];
+    return gpu_step(m, kv, M, nl, n_bt, span, n_bt == 1 && consecutive, dst, err);
 }
 
 #else /* built without CUDA: moq_model_open refuses device CUDA before any of these is reached */
@@ -438,6 +462,10 @@ moq_status moq_gpu_open(moq_model *m, moq_error *err) {
 }
 void moq_gpu_free(moq_model *m) { (void)m; }
 int64_t moq_gpu_chunk(const moq_model *m) {
+    (void)m;
+    return 0;
+}
+int64_t moq_gpu_batch_chunk(const moq_model *m) {
     (void)m;
     return 0;
 }

@@ -108,7 +108,8 @@ struct moq_model {
  * forward_chunk (logits_rows NULL: the last row only, into m->logits). */
 moq_status moq_gpu_open(moq_model *m, moq_error *err);
 void       moq_gpu_free(moq_model *m);
-int64_t    moq_gpu_chunk(const moq_model *m); /* tokens per GPU step */
+int64_t    moq_gpu_chunk(const moq_model *m);       /* most tokens of one GPU step (a prefill) */
+int64_t    moq_gpu_batch_chunk(const moq_model *m); /* most rows of one moq_batch forward      */
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err);
 /* Batched decode on the GPU (the server's step; the public API is the lead's to settle): the KV
  * cache holds n sequence slots of ctx positions each (reserving frees what the slots held; slot 0

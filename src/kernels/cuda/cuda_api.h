@@ -116,6 +116,10 @@ enum { MOQ_CUDA_SPLIT_MIN = 64 };
 const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
                                float *part_d, float *att_d, void *stream);
+/* The same for a prefill: the M rows are one sequence (seq[0]) at consecutive positions pos[0] + i,
+ * their K/V already stored; tiles of 64 queries x 64 keys through shared memory (flash attention). */
+const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
+                                       const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream);
 /* act [M, I] = silu(gu[:, :I]) · gu[:, I:]. */
 const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream);
 

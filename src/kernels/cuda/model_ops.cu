@@ -257,6 +257,159 @@ extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t
     MO_CHECK("attention (combine)");
 }
 
+/* Prefill attention, tiled (flash-attention style, f32 on the CUDA cores): the M rows of the step are
+ * one sequence at consecutive positions (pos[0] + i). Block (tile of FQ = 64 query rows, q head),
+ * 256 threads; the keys the tile can see (from the first row's window start to the last row's
+ * position) are walked in tiles of FK = 64: K and V rows read once from the paged cache into shared
+ * memory (decoded to f32, ×scale for e4m3) and reused by the 64 queries; S = q kᵀ · scale with the
+ * causal / window mask, an online softmax per row (running max and sum, the accumulator rescaled),
+ * O += P V. Thread (ty, tx) = (t / 16, t % 16) holds rows 4 ty .. 4 ty + 3 and, for S, keys tx + 16 c,
+ * for O, head elements tx + 16 c. Shared memory (floats): Q [64][D+1], K [64][D+1], V [64][D],
+ * S [64][65], row corrections [64] — dynamic, opted in above 48 KiB. */
+#define FQ 64
+#define FK 64
+template <int D>
+__global__ void __launch_bounds__(256) attn_prefill_kernel(const float *qkv, int64_t M, int64_t A, int64_t KV, float scale, int64_t W,
+                                                           const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, float *att) {
+    extern __shared__ float fsm[];
+    constexpr int DP = D + 1, NC = D / 16;
+    float *Qs = fsm, *Ks = Qs + FQ * DP, *Vs = Ks + FK * DP, *Ss = Vs + FK * D, *corr = Ss + FQ * (FK + 1);
+    const int t = threadIdx.x, ty = t / 16, tx = t % 16;
+    const int64_t i0 = (int64_t)blockIdx.x * FQ, hd = blockIdx.y, kvh = hd / (A / KV), qkvN = (A + 2 * KV) * D;
+    const int64_t nrow = M - i0 < FQ ? M - i0 : FQ, p0 = pos[0] + i0, plast = p0 + nrow - 1;
+    const int32_t sq = seq[0];
+    for (int e = t; e < FQ * D; e += 256) {
+        const int r = e / D, d = e % D;
+        Qs[r * DP + d] = r < nrow ? qkv[(i0 + r) * qkvN + hd * D + d] : 0.0f;
+    }
+    float o[4][NC], mrow[4], lrow[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        mrow[r] = -INFINITY, lrow[r] = 0;
+#pragma unroll
+        for (int c = 0; c < NC; c++) o[r][c] = 0;
+    }
+    const int64_t klo = W > 0 && p0 + 1 > W ? p0 + 1 - W : 0;
+    for (int64_t k0 = klo; k0 <= plast; k0 += FK) {
+        __syncthreads(); /* the previous tile's K, V, S are consumed */
+        for (int e = t; e < FK * D; e += 256) {
+            const int j = e / D, d = e % D;
+            const int64_t kp = k0 + j;
+            float kvk = 0, kvv = 0;
+            if (kp <= plast) {
+                const int64_t idx = (kv_slot(kv, sq, kp) * KV + kvh) * D + d;
+                kvk = kv_load(kv.k, kv.elem, idx, kv.k_scale), kvv = kv_load(kv.v, kv.elem, idx, kv.v_scale);
+            }
+            Ks[j * DP + d] = kvk, Vs[j * D + d] = kvv;
+        }
+        __syncthreads();
+        float sc[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[r][c] = 0;
+#pragma unroll 4
+        for (int d = 0; d < D; d++) {
+            float q[4], k[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) q[r] = Qs[(4 * ty + r) * DP + d];
+#pragma unroll
+            for (int c = 0; c < 4; c++) k[c] = Ks[(tx + 16 * c) * DP + d];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) sc[r][c] = fmaf(q[r], k[c], sc[r][c]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int64_t p = p0 + 4 * ty + r, lo = W > 0 && p + 1 > W ? p + 1 - W : 0;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int64_t kp = k0 + tx + 16 * c;
+                const bool ok = 4 * ty + r < nrow && kp <= p && kp >= lo;
+                Ss[(4 * ty + r) * (FK + 1) + tx + 16 * c] = ok ? sc[r][c] * scale : -INFINITY;
+            }
+        }
+        __syncthreads();
+        { /* the tile's row maxima: 4 threads per row, 16 keys each */
+            const int r = t / 4, part = t % 4;
+            const float *srow = Ss + r * (FK + 1);
+            float mx = -INFINITY;
+            for (int j = part * 16; j < part * 16 + 16; j++) mx = fmaxf(mx, srow[j]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            if (part == 0) corr[r] = mx;
+        }
+        __syncthreads();
+        /* running max per row (the 16 threads of a ty compute the same), the accumulator's correction */
+        float cr[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float mn = fmaxf(mrow[r], corr[4 * ty + r]);
+            cr[r] = mn == -INFINITY ? 1.0f : expf(mrow[r] - mn);
+            mrow[r] = mn;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float sum = 0;
+            /* the 16 threads of this ty share rows 4 ty + r: thread tx converts keys tx + 16 c */
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float *sp = Ss + (4 * ty + r) * (FK + 1) + tx + 16 * c;
+                const float pv = mrow[r] == -INFINITY ? 0.0f : expf(*sp - mrow[r]);
+                *sp = pv, sum += pv;
+            }
+            for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            lrow[r] = lrow[r] * cr[r] + sum;
+#pragma unroll
+            for (int c = 0; c < NC; c++) o[r][c] *= cr[r];
+        }
+        __syncthreads();
+        for (int j = 0; j < FK; j++) {
+            float v[NC];
+#pragma unroll
+            for (int c = 0; c < NC; c++) v[c] = Vs[j * D + tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float pv = Ss[(4 * ty + r) * (FK + 1) + j];
+#pragma unroll
+                for (int c = 0; c < NC; c++) o[r][c] = fmaf(pv, v[c], o[r][c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        if (4 * ty + r >= nrow) continue;
+        float *out = att + (i0 + 4 * ty + r) * A * D + hd * D;
+#pragma unroll
+        for (int c = 0; c < NC; c++) out[tx + 16 * c] = o[r][c] / lrow[r];
+    }
+}
+
+template <int D> static const char *launch_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, float scale, int64_t window,
+                                                    const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
+    const size_t smem = sizeof(float) * (size_t)(FQ * (D + 1) + FK * (D + 1) + FK * D + FQ * (FK + 1) + FQ);
+    static bool opted = false; /* per D (one instantiation each) */
+    if (!opted) {
+        cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return moq_cuda_launch_check("attention (prefill): shared memory opt-in");
+        opted = true;
+    }
+    attn_prefill_kernel<D><<<dim3((unsigned)cdiv(M, FQ), (unsigned)A), 256, smem, (cudaStream_t)stream>>>(qkv_d, M, A, KV, scale, window, seq_d, pos_d,
+                                                                                                           *kv, att_d);
+    return moq_cuda_launch_check("attention (prefill)");
+}
+
+extern "C" const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
+                                                  const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
+    switch (D) {
+    case 64: return launch_prefill<64>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    case 128: return launch_prefill<128>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    case 256: return launch_prefill<256>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    default: return "attention (prefill): head_dim must be 64, 128 or 256";
+    }
+}
+
 /* act = silu(gate) · up = gate / (1 + exp(-gate)) · up (model.c swiglu). */
 __global__ void swiglu_kernel(const float *gu, int64_t M, int64_t I, float *act) {
     const int64_t n = M * I;
