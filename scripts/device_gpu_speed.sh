@@ -9,6 +9,8 @@
 #   4. compute-sanitizer memcheck over one `moq run --device cuda` (graphs + the tiled prefill kernel).
 # Staged by scripts/device_model_cuda_stage.sh (binaries built on the dev machine, under .devbin/).
 # Usage: OUT=/tmp/out LIMIT=seconds scripts/device_gpu_speed.sh
+#   SHAPE=1b: benches only (no tests), on the 1B-shaped Llama of the earlier runs (16 layers, hidden 2048,
+#   intermediate 8192, 32 heads, 8 KV heads, vocab 32000) with their command (--prompt 512 --decode 128 --batch 64).
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -26,14 +28,20 @@ S=/tmp/moq_synth8b
 mkdir -p "$S"
 ALGOS=${ALGOS:-"NVFP4 FP8"}
 LIMIT=${LIMIT:-280} # seconds after the start by which the script must have ended (the call's timeout)
+SHAPE=${SHAPE:-8b}
+SYNTH=(--layers 32 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256)
+BENCH=(--prompt 2048 --decode 32 --batch 64 --batch-prompt 128)
+if [ "$SHAPE" = 1b ]; then
+  SYNTH=(--layers 16 --hidden 2048 --inter 8192 --heads 32 --kv-heads 8 --vocab 32000)
+  BENCH=(--prompt 512 --decode 128 --batch 64)
+fi
 declare -A PID
 for a in $ALGOS; do
-  ( /usr/bin/time -f "synth $a: %e s" "$BIN/moq" synth "$S/$a" --algo "$a" --layers 32 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 \
-      --vocab 128256 > "$OUT/synth_$a.log" 2>&1 ) &
+  ( /usr/bin/time -f "synth $a: %e s" "$BIN/moq" synth "$S/$a" --algo "$a" "${SYNTH[@]}" > "$OUT/synth_$a.log" 2>&1 ) &
   PID[$a]=$!
 done
 R=$ROOT/tests/data/modelopt_real
-{
+[ "$SHAPE" = 1b ] || {
   log "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1
   log "test_model_cuda"; timeout 110 "$BIN/test_model_cuda" 2>&1; echo "test_model_cuda rc=$?"
   log "serve.sh --device cuda"
@@ -47,12 +55,12 @@ for a in $ALGOS; do
   cat "$OUT/synth_$a.log" | tail -2 | tee -a "$OUT/tests.log"
   if [ $left -lt 40 ] || kill -0 "${PID[$a]}" 2>/dev/null; then log "no time left for bench $a" | tee -a "$OUT/tests.log"; continue; fi
   log "bench model $a (${left} s left)" | tee -a "$OUT/tests.log"
-  timeout $((left - 8)) "$BIN/moq" bench model "$S/$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 \
+  timeout $((left - 8)) "$BIN/moq" bench model "$S/$a" --device cuda "${BENCH[@]}" 2>&1 \
     | tee -a "$OUT/tests.log" "$OUT/bench_$a.log"
   rm -rf "$S/$a" # disk: the next algorithm's synth may still be writing
 done
 left=$((LIMIT - SECONDS))
-if command -v compute-sanitizer >/dev/null && [ $left -gt 45 ]; then
+if [ "$SHAPE" != 1b ] && command -v compute-sanitizer >/dev/null && [ $left -gt 45 ]; then
   log "compute-sanitizer memcheck (moq run --device cuda)" | tee -a "$OUT/tests.log"
   timeout $((left - 5)) compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64 2>&1 \
     | tail -4 | tee -a "$OUT/tests.log"
