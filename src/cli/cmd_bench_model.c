@@ -28,12 +28,15 @@ static int32_t argmax_row(const float *x, int64_t n) {
 static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B, double *tok_s, double *gpu_mib) {
     moq_error err;
     const int64_t V = moq_model_vocab_size(m);
-    moq_seq **seq = calloc((size_t)B, sizeof *seq);
+    moq_seq **seq = calloc((size_t)B, sizeof(moq_seq *));
     int32_t *tok = malloc((size_t)B * sizeof *tok);
     float *lg = malloc((size_t)B * (size_t)V * sizeof *lg);
     moq_batch *b = NULL;
+    if (!seq || !tok || !lg) {
+        free(seq), free(tok), free(lg);
+        return cli_usage_error("bench model", "out of memory for --batch %ld", B);
+    }
     int rc = 0;
-    if (!seq || !tok || !lg) rc = cli_usage_error("bench model", "out of memory for --batch %ld", B);
     moq_batch_opts bo = moq_batch_opts_default();
     bo.max_rows = B;
     if (!rc && moq_batch_create(&b, m, &bo, &err) != MOQ_OK) rc = cli_report(&err); /* probe: the page size and bytes */
@@ -56,7 +59,7 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
     }
     *tok_s = (double)B * (double)N / (cli_now_s() - t0);
     *gpu_mib = (double)moq_gpu_mem_used() / 1048576.0; /* the batch's pool is still held: the run's peak */
-    for (long i = 0; seq && i < B; i++) moq_seq_free(seq[i]);
+    for (long i = 0; i < B; i++) moq_seq_free(seq[i]);
     moq_batch_free(b);
     free(seq), free(tok), free(lg);
     return rc;
@@ -147,10 +150,10 @@ int cmd_bench_model(int argc, char **argv) {
     if (!gpu) bw = cli_dram_read_gbs(threads);
     /* KV bytes a decode step reads per sequence, at the mean position of the timed steps */
     const double kv_eb = gpu ? (double)moq_gpu_kv_elem_bytes(m) : (double)m->kv.elem_bytes;
-    const double kv_tok = (double)(P + 1 + N / 2) * (double)m->kv.n_layers * 2.0 * (double)m->kv.row * kv_eb;
+    const double kv_tok = ((double)P + 1.0 + (double)N / 2.0) * (double)m->kv.n_layers * 2.0 * (double)m->kv.row * kv_eb;
     const double wbytes = (double)moq_model_decode_bytes(m), bytes = wbytes + kv_tok;
     const double pre = (double)P / (t1p - t0), dec = (double)N / (t2 - t1), bound = bw * 1e9 / bytes;
-    const double kv_tok_b = kv_tok * (double)(BP + 1 + N / 2) / (double)(P + 1 + N / 2); /* at the batch's positions */
+    const double kv_tok_b = kv_tok * ((double)BP + 1.0 + (double)N / 2.0) / ((double)P + 1.0 + (double)N / 2.0); /* at the batch's positions */
     const double bound_b = bw * 1e9 * (double)B / (wbytes + (double)B * kv_tok_b); /* total tok/s bound at batch B */
     if (json) {
         printf("{\"architecture\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"decode\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
