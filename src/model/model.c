@@ -1126,7 +1126,7 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
-bool moq_model_batchable(const moq_model *m) { return !m->gpu && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
+bool moq_model_batchable(const moq_model *m) { return m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 

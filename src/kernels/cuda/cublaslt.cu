@@ -104,7 +104,7 @@ static const char *lt_try(const moq_cuda_args *a, int swap, char *msg, size_t ms
         return msg;
     }
     const float one = 1.0f, zero = 0.0f;
-    LT(lt.matmul(g_lt, &op, &one, swap ? X : W, &la, swap ? W : X, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
+    LT(lt.matmul(g_lt, &op, &one, swap ? X : W, &la, swap ? W : X, &lb, &zero, D, &ld, D, &ld, &h.algo, ws + a->ws.lt, wsb, (cudaStream_t)a->stream));
 #undef LT
     return NULL;
 }
@@ -118,7 +118,7 @@ extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
     if (e) return e;
     const int64_t n = a->M * a->N, Mp = moq_cuda_mpad(a->M);
     char *ws = (char *)a->ws_d;
-    lt_epilogue<<<(unsigned)cdiv(n, 256), 256>>>((const float *)(ws + a->ws.d), a->M, a->N, swap ? 1 : a->Np, swap ? Mp : 1,
+    lt_epilogue<<<(unsigned)cdiv(n, 256), 256, 0, (cudaStream_t)a->stream>>>((const float *)(ws + a->ws.d), a->M, a->N, swap ? 1 : a->Np, swap ? Mp : 1,
                                                  (const float *)(ws + a->ws.tok), a->row_scale_d, a->bias_d, a->y_d, a->y_bf16);
     return moq_cuda_launch_check("cuBLASLt epilogue kernel launch");
 }

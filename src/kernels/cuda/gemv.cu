@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
 
 template <int KIND, int MT> static void launch1(const moq_cuda_args *a) {
     const dim3 grid((unsigned)cdiv(a->N, 8 * gshape<MT>::R)), block(256);
-    gemv_kernel<KIND, MT><<<grid, block>>>(*a);
+    gemv_kernel<KIND, MT><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a);
 }
 template <int KIND> static void launch_gemv(const moq_cuda_args *a) {
     if (a->M <= 1) launch1<KIND, 1>(a);

@@ -126,6 +126,7 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
         .bias_d = (const float *)(pk + b.bias), .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
         .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant == 1), .skip_a = l->k->variant == 1 && l->M > 16,
+        .stream = l->stream,
     };
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
