@@ -53,9 +53,12 @@ MS="1 16 128 1024 8192"
 for a in $ALGOS; do for s in $SHAPES; do for m in $MS; do
   timeout 60 "$BIN/moq" bench linear --device cuda --algo "$a" --m "$m" --n "${s%x*}" --k "${s#*x}" --json >> "$OUT/moq.jsonl" 2>> "$OUT/moq.err" || echo "moq bench $a $s m=$m failed" >> "$OUT/moq.err"
 done; done; done
-# The cuBLASLt-free FP8 rows too (the mma path at large M), N = K = 8192.
-[ "$QUICK" = "--quick" ] || for a in fp8_tensor fp8_row; do for m in 128 1024 8192; do
-  timeout 60 "$BIN/moq" bench linear --device cuda --algo "$a" --kernel "cuda_sm90_${a}_dequant_mma" --m "$m" --n 8192 --k 8192 --json >> "$OUT/moq.jsonl" 2>> "$OUT/moq.err"
+# The other rows at large M, N = K = 8192: FP8 cuBLASLt (exactness: not the default), and the
+# own mma GEMM of NVFP4 / MXFP8 / BF16 (the default is dequant + cuBLASLt bf16).
+LMS="128 1024 8192"; [ "$QUICK" = "--quick" ] && LMS="128 1024"
+for ak in fp8_tensor:cuda_sm90_fp8_tensor_cublaslt fp8_row:cuda_sm90_fp8_row_cublaslt nvfp4_w4a4:cuda_sm90_nvfp4_w4a4_dequant_mma \
+          mxfp8:cuda_sm90_mxfp8_dequant_mma bf16:cuda_sm90_bf16_mma; do for m in $LMS; do
+  timeout 60 "$BIN/moq" bench linear --device cuda --algo "${ak%%:*}" --kernel "${ak#*:}" --m "$m" --n 8192 --k 8192 --json >> "$OUT/moq.jsonl" 2>> "$OUT/moq.err"
 done; done
 $py bench/cuda_table.py "$OUT/moq.jsonl" "$OUT/torch.jsonl" --full > "$OUT/table_full.txt" 2>&1
 tail -5 "$OUT/moq.err" 2>/dev/null
