@@ -117,26 +117,67 @@ static const char *lt_finish(const moq_cuda_args *a) {
     return moq_cuda_launch_check("cuBLASLt epilogue kernel launch");
 }
 
+/* FP8 straight into y: the per-row weight scale and the per-token scale as cuBLASLt's outer-vector
+ * scales of A and B (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F), D = y (bf16 or f32, [M, N]): no f32
+ * D and no epilogue kernel. Only without bias and when every dimension suits FP8 (multiples of 16);
+ * returns false when cuBLASLt declines (no algorithm, or a refused attribute): the D path runs then. */
+static bool lt_fp8_direct(const moq_cuda_args *a) {
+    if (a->has_bias || a->N % 16 || a->M % 16) return false;
+    char *ws = (char *)a->ws_d;
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t la, lb, ld;
+    cublasLtMatmulPreferenceOpaque_t pref;
+#define LTD(call) \
+    if ((call) != CUBLAS_STATUS_SUCCESS) return false
+    LTD(lt.desc_init(&op, sizeof op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+    const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const void *sa = a->row_scale_d, *sb = ws + a->ws.tok;
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec));
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec));
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    LTD(lt.desc_set(&op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    const cudaDataType_t yt = a->y_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    LTD(lt.layout_init(&la, sizeof la, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->N, a->Kp));
+    LTD(lt.layout_init(&lb, sizeof lb, CUDA_R_8F_E4M3, (uint64_t)a->Kp, (uint64_t)a->M, a->Kp));
+    LTD(lt.layout_init(&ld, sizeof ld, yt, (uint64_t)a->N, (uint64_t)a->M, a->N));
+    LTD(lt.pref_init(&pref, sizeof pref));
+    const size_t wsb = LT_WS_BYTES;
+    LTD(lt.pref_set(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t h;
+    int nres = 0;
+    LTD(lt.heuristic(g_lt, &op, &la, &lb, &ld, &ld, &pref, 1, &h, &nres));
+    if (nres < 1) return false;
+    const float one = 1.0f, zero = 0.0f;
+    LTD(lt.matmul(g_lt, &op, &one, a->codes_d, &la, ws + a->ws.q, &lb, &zero, a->y_d, &ld, a->y_d, &ld, &h.algo, ws + a->ws.lt, wsb, 0));
+#undef LTD
+    return true;
+}
+
 extern "C" const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a) {
     static thread_local char msg[320];
     const char *e = moq_cuda_lt_init();
     if (e) return e;
     char *ws = (char *)a->ws_d;
+    if (lt_fp8_direct(a)) return moq_cuda_launch_check("cuBLASLt fp8 matmul");
     e = lt_gemm(a, CUDA_R_8F_E4M3, a->codes_d, a->Np, ws + a->ws.q, (float *)(ws + a->ws.d), msg, sizeof msg);
     return e ? e : lt_finish(a);
 }
 
 /* rows n0 .. n0+rows-1 of the packed weight -> exact bf16 values · block scales [rows, Kp]:
- * e2m1 × e4m3 (NVFP4) and e4m3 × 2^(e-127) (MXFP8) are exact in f32 and in bf16. 8 values per thread. */
+ * e2m1 × e4m3 (NVFP4), e4m3 × 2^(e-127) (MXFP8) and e4m3 (FP8; its scales are the epilogue's)
+ * are exact in f32 and in bf16. 8 values per thread. */
 template <int KIND>
 __global__ void __launch_bounds__(256) dequant_bf16(const uint8_t *codes, const uint8_t *scales, int64_t n0, int64_t rows, int64_t Kp,
                                                     __nv_bfloat16 *out) {
     const int64_t i = ((int64_t)blockIdx.x * 256 + threadIdx.x) * 8, n = n0 + i / Kp, k = i % Kp;
     if (i >= rows * Kp) return;
     float v[8];
-    if (KIND == MOQ_CK_MXFP8) {
+    if (KIND == MOQ_CK_MXFP8 || KIND == MOQ_CK_FP8_TENSOR) { /* FP8 per-tensor / per-channel: no block scale */
         const uint2 c = __ldg((const uint2 *)(codes + n * Kp + k));
-        const float s = d_e8m0_dec(scales[n * (Kp / 32) + k / 32]);
+        const float s = KIND == MOQ_CK_MXFP8 ? d_e8m0_dec(scales[n * (Kp / 32) + k / 32]) : 1.0f;
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = __fmul_rn(d_e4m3_dec(((j < 4 ? c.x : c.y) >> (8 * (j & 3))) & 0xFF), s);
     } else {
@@ -160,7 +201,7 @@ extern "C" int64_t moq_cuda_wb_rows(int64_t Np, int64_t Kp) {
     return r < Np ? r : Np;
 }
 
-/* NVFP4 (W4A4, W4A16), MXFP8 and BF16 pairs at M > 16: the weight dequantized to exact bf16 N-chunk by
+/* NVFP4 (W4A4, W4A16), MXFP8, FP8 per-tensor / per-channel and BF16 pairs at M > 16: the weight dequantized to exact bf16 N-chunk by
  * N-chunk into the workspace (BF16 weights as they are), cuBLASLt bf16 × bf16 (the exact bf16
  * activation A) with f32 accumulation into D, then the epilogue kernel. */
 extern "C" const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a) {
@@ -174,13 +215,15 @@ extern "C" const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a) {
         e = lt_gemm(a, CUDA_R_16BF, a->codes_d, a->Np, X, D, msg, sizeof msg);
         return e ? e : lt_finish(a);
     }
-    if (a->kind != MOQ_CK_NVFP4 && a->kind != MOQ_CK_NVFP4_W4A16 && a->kind != MOQ_CK_MXFP8) return "gemm_dequant_lt: pair kind without a bf16 dequantization";
+    const bool fp8 = a->kind == MOQ_CK_FP8_TENSOR || a->kind == MOQ_CK_FP8_ROW;
+    if (a->kind != MOQ_CK_NVFP4 && a->kind != MOQ_CK_NVFP4_W4A16 && a->kind != MOQ_CK_MXFP8 && !fp8) return "gemm_dequant_lt: pair kind without an exact bf16 dequantization";
     const int64_t R = moq_cuda_wb_rows(a->Np, a->Kp);
     __nv_bfloat16 *wb = (__nv_bfloat16 *)(ws + a->ws.wb);
     for (int64_t n0 = 0; n0 < a->Np; n0 += R) {
         const int64_t rows = a->Np - n0 < R ? a->Np - n0 : R;
         const unsigned blocks = (unsigned)cdiv(rows * a->Kp / 8, 256);
-        if (a->kind == MOQ_CK_MXFP8) dequant_bf16<MOQ_CK_MXFP8><<<blocks, 256>>>((const uint8_t *)a->codes_d, (const uint8_t *)a->scales_d, n0, rows, a->Kp, wb);
+        if (fp8) dequant_bf16<MOQ_CK_FP8_TENSOR><<<blocks, 256>>>((const uint8_t *)a->codes_d, (const uint8_t *)a->scales_d, n0, rows, a->Kp, wb);
+        else if (a->kind == MOQ_CK_MXFP8) dequant_bf16<MOQ_CK_MXFP8><<<blocks, 256>>>((const uint8_t *)a->codes_d, (const uint8_t *)a->scales_d, n0, rows, a->Kp, wb);
         else dequant_bf16<MOQ_CK_NVFP4><<<blocks, 256>>>((const uint8_t *)a->codes_d, (const uint8_t *)a->scales_d, n0, rows, a->Kp, wb);
         if ((e = moq_cuda_launch_check("dequant_bf16 kernel launch"))) return e;
         if ((e = lt_gemm(a, CUDA_R_16BF, wb, rows, X, D + n0, msg, sizeof msg))) return e;

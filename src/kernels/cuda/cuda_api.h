@@ -66,6 +66,7 @@ typedef struct moq_cuda_args {
     int           y_bf16;
     const void   *codes_d, *scales_d;
     const float  *row_scale_d, *bias_d;
+    int           has_bias;    /* bias_d holds the layer's bias (else zeros)                    */
     float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
     int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
     int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
@@ -87,8 +88,8 @@ const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
 const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
 /* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
-/* NVFP4 / MXFP8 pairs: weight N-chunks dequantized to exact bf16, cuBLASLt bf16 x bf16 (A) -> f32,
- * then the epilogue kernel; BF16 weights go to cuBLASLt as they are. */
+/* NVFP4 / MXFP8 / FP8 per-tensor / per-channel pairs: weight N-chunks dequantized to exact bf16,
+ * cuBLASLt bf16 x bf16 (A) -> f32, then the epilogue kernel; BF16 weights go to cuBLASLt as they are. */
 const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
 
 

@@ -23,6 +23,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 namespace cg = cooperative_groups;
 
@@ -97,45 +98,53 @@ template <bool F16> __device__ __forceinline__ void mma(float *c, const uint32_t
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A and B fragments of step s of a chunk. Lane positions 2t, 2t+1, 2t+8, 2t+9 of the mma's k16
+/* A and B fragments of step S of a chunk. Lane positions 2t, 2t+1, 2t+8, 2t+9 of the mma's k16
  * are 4 of the lane's own values (the same 4 for the weight rows and the activation rows). */
 template <int KIND, int S>
-__device__ __forceinline__ void frag(const uint32_t *wg, const uint32_t *wg8, const uint32_t *act, const uint32_t *sc, uint32_t *A, uint32_t *B) {
+__device__ __forceinline__ void frag_a(const uint32_t *wg, const uint32_t *wg8, const uint32_t *sc, uint32_t *A) {
     if (KIND == MOQ_CK_BF16) {
         A[0] = wg[2 * S], A[2] = wg[2 * S + 1], A[1] = wg8[2 * S], A[3] = wg8[2 * S + 1];
-        B[0] = act[2 * S], B[1] = act[2 * S + 1];
     } else if (sk<KIND>::F16) { /* word S: e4m3 values 4S .. 4S+3 */
         A[0] = e4m3x2_f16(wg[S]), A[2] = e4m3x2_f16(wg[S] >> 16), A[1] = e4m3x2_f16(wg8[S]), A[3] = e4m3x2_f16(wg8[S] >> 16);
-        B[0] = e4m3x2_f16(act[S]), B[1] = e4m3x2_f16(act[S] >> 16);
     } else { /* NVFP4: word j = S / 2 holds values 8j .. 8j+7; half h = S % 2 takes values {2h, 2h+4} and {2h+1, 2h+5} */
         constexpr int j = S / 2, h = S % 2;
         const uint32_t sg = sc[j / 2], sg8 = sc[2 + j / 2];
         A[0] = bmul2(e2m1_pair<2 * h>(wg[j]), sg), A[2] = bmul2(e2m1_pair<2 * h + 1>(wg[j]), sg);
         A[1] = bmul2(e2m1_pair<2 * h>(wg8[j]), sg8), A[3] = bmul2(e2m1_pair<2 * h + 1>(wg8[j]), sg8);
+    }
+}
+template <int KIND, int S> __device__ __forceinline__ void frag_b(const uint32_t *act, uint32_t *B) {
+    if (KIND == MOQ_CK_BF16) {
+        B[0] = act[2 * S], B[1] = act[2 * S + 1];
+    } else if (sk<KIND>::F16) {
+        B[0] = e4m3x2_f16(act[S]), B[1] = e4m3x2_f16(act[S] >> 16);
+    } else {
+        constexpr int j = S / 2, h = S % 2;
         const uint32_t a0 = act[4 * j + h], a2 = act[4 * j + h + 2];
         B[0] = __byte_perm(a0, a2, 0x5410), B[1] = __byte_perm(a0, a2, 0x7632);
     }
 }
 
+/* Steps S.. of a chunk: B fragments once per step, A fragments (the decode) once per tile. */
 template <int KIND, int S, int NT>
 __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<KIND>::WW], const uint32_t (*act)[skd<KIND>::AW],
                                       const uint32_t (*sc)[4]) {
     if constexpr (S < skd<KIND>::STEPS) {
+        uint32_t B[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) frag_b<KIND, S>(act[nt], B[nt]);
 #pragma unroll
         for (int i = 0; i < GV_T; i++) {
-            uint32_t A[4], B[2];
-            frag<KIND, S>(w[i][0], w[i][1], act[0], sc[i], A, B);
-            mma<sk<KIND>::F16>(c[i * NT], A, B[0], B[1]);
-            if (NT == 2) {
-                frag<KIND, S>(w[i][0], w[i][1], act[1], sc[i], A, B);
-                mma<sk<KIND>::F16>(c[i * NT + 1], A, B[0], B[1]);
-            }
+            uint32_t A[4];
+            frag_a<KIND, S>(w[i][0], w[i][1], sc[i], A);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mma<sk<KIND>::F16>(c[i * NT + nt], A, B[nt][0], B[nt][1]);
         }
         steps<KIND, S + 1, NT>(c, w, act, sc);
     }
 }
 
-template <int KIND, int NT>
+template <int KIND, int NT, bool PIPE>
 __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
     constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
@@ -153,9 +162,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
 #pragma unroll
     for (int r = 0; r < R / 4; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 
-    bool waited = false;
-    for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
-        uint32_t w[U][GV_T][2][WW];
+    typedef uint32_t wbuf[U][GV_T][2][WW];
+    auto load_w = [&](wbuf &w, int64_t c0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW;
@@ -169,7 +177,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                         for (int q = 0; q < WW; q++) w[u][i][h][q] = 0;
                 }
         }
-        if (!waited) griddep_wait(), waited = true; /* the activation is the previous kernel's output */
+    };
+    wbuf w;
+    load_w(w, kw);  /* weights do not depend on the previous kernel: in flight before the wait */
+    griddep_wait(); /* the activation is the previous kernel's output */
+    for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
+        if (!PIPE && c0 != kw) load_w(w, c0);
+        wbuf wn;
+        if (PIPE) load_w(wn, c0 + (int64_t)KW * U); /* the next chunks' loads in flight during this one's math */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW, k0 = c * CK;
@@ -229,8 +244,16 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 steps<KIND, 0, NT>(acc, w[u], act, sc);
             }
         }
+        if (PIPE)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int i = 0; i < GV_T; i++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int q = 0; q < WW; q++) w[u][i][h][q] = wn[u][i][h][q];
     }
-    if (!waited) griddep_wait();
 
     /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all */
     __shared__ float red[GV_WARPS][R][32];
@@ -271,11 +294,22 @@ static int sm_count(void) {
     return n;
 }
 
+/* Tuning knobs for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
+ * demand per SM that the K split aims at (default 32), MOQ_CUDA_GEMV_PIPE = 1: the next chunks'
+ * weight loads are issued before the current chunks' math (default 0). */
+static int knob(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    const int x = v ? atoi(v) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+static int g_warps = -1, g_pipe = -1;
+
 template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     using D = skd<KIND>;
+    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 32, 1, 256), g_pipe = knob("MOQ_CUDA_GEMV_PIPE", 0, 0, 1);
     const int64_t tiles = a->Np / (16 * GV_T), nch = a->Kp / D::CK;
-    /* about 32 warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
-    int64_t ks = cdiv((int64_t)sm_count() * 32, tiles * GV_WARPS);
+    /* about g_warps warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
+    int64_t ks = cdiv((int64_t)sm_count() * g_warps, tiles * GV_WARPS);
     const int64_t kmax = nch / (GV_WARPS * D::U);
     if (ks > kmax) ks = kmax;
     if (ks > 8) ks = 8;
@@ -290,13 +324,13 @@ template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_mma_kernel<KIND, NT>, *a);
+    void (*k)(moq_cuda_args) = g_pipe ? gemv_mma_kernel<KIND, NT, true> : gemv_mma_kernel<KIND, NT, false>;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
         cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, gemv_mma_kernel<KIND, NT>, *a);
+        e = cudaLaunchKernelEx(&cfg, k, *a);
     }
-    if (e != cudaSuccess) return moq_cuda_launch_check("gemv kernel launch");
     return moq_cuda_launch_check("gemv kernel launch");
 }
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
