@@ -56,7 +56,7 @@ bench() { timeout 60 "$BIN/moq" bench linear --device cuda --json "$@" >> "$OUT/
 bench_k() { local tag=$1; shift; timeout 60 "$BIN/moq" bench linear --device cuda --json "$@" 2>> "$OUT/moq.err" | sed "s/^{/{\"knob\": \"$tag\", /" >> "$OUT/moq_knobs.jsonl"; }
 if [ "$QUICK" = "--quick" ]; then
   # N = K = 8192 at every M first, then the decode kernel's knobs, the other rows, the other shapes
-  for a in $ALGOS; do for m in 1 2 8 16 128 1024 8192; do bench --algo "$a" --m "$m" --n 8192 --k 8192; done; done
+  for a in $ALGOS; do for m in 1 8 16 128 1024 8192; do bench --algo "$a" --m "$m" --n 8192 --k 8192; done; done
   for a in fp8_tensor nvfp4_w4a4 mxfp8 bf16; do for m in 1 16; do
     MOQ_CUDA_GEMV_PIPE=1 bench_k pipe --algo "$a" --m "$m" --n 8192 --k 8192
     MOQ_CUDA_GEMV_WARPS=16 bench_k warps16 --algo "$a" --m "$m" --n 8192 --k 8192
