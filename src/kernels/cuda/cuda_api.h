@@ -80,8 +80,13 @@ const char *moq_cuda_act_quant(const moq_cuda_args *a);
  * K split over warps and a thread-block cluster, weights streamed once; launched as a programmatic
  * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
-/* 1 when that kernel reads the activation codes q (FP8 kinds) and not A: the quantizer skips A. */
-int moq_cuda_gemv_reads_q(int kind);
+/* 1 when the decode path for (kind, M) reads the activation codes q (FP8 kinds) and not A: the
+ * quantizer skips A then. */
+int moq_cuda_gemv_reads_q(int kind, int64_t M);
+/* gemv_fma.cu: the CUDA-core decode kernel, for the (kind, M) where it measured faster (MXFP8,
+ * M <= 2); moq_cuda_gemv calls it. */
+int         moq_cuda_gemv_fma_fits(int kind, int64_t M);
+const char *moq_cuda_gemv_fma(const moq_cuda_args *a);
 /* The same for any M: 128x128x32 tiles, weights dequantized to bf16 in shared memory,
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);

@@ -294,22 +294,36 @@ static int sm_count(void) {
     return n;
 }
 
+/* Warps of demand per SM that the K split aims at, per pair kind, for M <= 8 and M > 8: the best of
+ * 16 / 32 / 64 at N = K = 8192, M = 1 and 16, on the H200 (docs/PERFORMANCE.md, 2026-12-01). */
+static const int demand_warps[MOQ_CK_COUNT][2] = {
+    [MOQ_CK_BF16] = {16, 32},        [MOQ_CK_FP8_TENSOR] = {16, 16}, [MOQ_CK_FP8_ROW] = {16, 16}, [MOQ_CK_FP8_BLK128] = {16, 16},
+    [MOQ_CK_NVFP4] = {32, 16},       [MOQ_CK_NVFP4_W4A16] = {32, 16}, [MOQ_CK_MXFP8] = {16, 16},
+};
+/* whether the kernel reads the activation codes q (f16 path) or the bf16 A */
+static const bool sk_reads_q[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = sk<MOQ_CK_BF16>::F16,   [MOQ_CK_FP8_TENSOR] = sk<MOQ_CK_FP8_TENSOR>::F16, [MOQ_CK_FP8_ROW] = sk<MOQ_CK_FP8_ROW>::F16,
+    [MOQ_CK_FP8_BLK128] = sk<MOQ_CK_FP8_BLK128>::F16, [MOQ_CK_NVFP4] = sk<MOQ_CK_NVFP4>::F16,
+    [MOQ_CK_NVFP4_W4A16] = sk<MOQ_CK_NVFP4_W4A16>::F16, [MOQ_CK_MXFP8] = sk<MOQ_CK_MXFP8>::F16,
+};
+
 /* Tuning knobs for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
- * demand per SM that the K split aims at (default 32), MOQ_CUDA_GEMV_PIPE = 1: the next chunks'
- * weight loads are issued before the current chunks' math (default 0). */
+ * demand per SM that the K split aims at (default: demand_warps), MOQ_CUDA_GEMV_PIPE = 1: the next
+ * chunks' weight loads are issued before the current chunks' math (default 0: it measured no gain). */
 static int knob(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
     const int x = v ? atoi(v) : dflt;
     return x < lo || x > hi ? dflt : x;
 }
-static int g_warps = -1, g_pipe = -1;
+static int g_warps = -1, g_pipe = -1; /* g_warps 0: the table */
 
 template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     using D = skd<KIND>;
-    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 32, 1, 256), g_pipe = knob("MOQ_CUDA_GEMV_PIPE", 0, 0, 1);
+    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256), g_pipe = knob("MOQ_CUDA_GEMV_PIPE", 0, 0, 1);
     const int64_t tiles = a->Np / (16 * GV_T), nch = a->Kp / D::CK;
-    /* about g_warps warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
-    int64_t ks = cdiv((int64_t)sm_count() * g_warps, tiles * GV_WARPS);
+    /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
+    const int warps = g_warps ? g_warps : demand_warps[KIND][NT - 1];
+    int64_t ks = cdiv((int64_t)sm_count() * warps, tiles * GV_WARPS);
     const int64_t kmax = nch / (GV_WARPS * D::U);
     if (ks > kmax) ks = kmax;
     if (ks > 8) ks = 8;
@@ -339,6 +353,7 @@ template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
 
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
     if (a->M > 16) return "gemv: M > 16";
+    if (moq_cuda_gemv_fma_fits(a->kind, a->M)) return moq_cuda_gemv_fma(a);
     if (a->Np % (16 * GV_T)) return "gemv: N not padded to 32";
     switch (a->kind) {
     case MOQ_CK_BF16: return launch_gemv<MOQ_CK_BF16>(a);
@@ -352,10 +367,8 @@ extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
     }
 }
 
-/* Whether the decode kernel reads the activation codes q (fp8 kinds) rather than A. */
-extern "C" int moq_cuda_gemv_reads_q(int kind) {
-    switch (kind) {
-    case MOQ_CK_FP8_TENSOR: case MOQ_CK_FP8_ROW: case MOQ_CK_FP8_BLK128: case MOQ_CK_MXFP8: return 1;
-    default: return 0;
-    }
+/* Whether the decode path reads the activation codes q (fp8 kinds, this kernel) rather than A. */
+extern "C" int moq_cuda_gemv_reads_q(int kind, int64_t M) {
+    if (kind < 0 || kind >= MOQ_CK_COUNT || moq_cuda_gemv_fma_fits(kind, M)) return 0;
+    return (int)sk_reads_q[kind];
 }
