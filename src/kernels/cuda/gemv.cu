@@ -144,7 +144,7 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
     }
 }
 
-template <int KIND, int NT, bool PIPE>
+template <int KIND, int NT>
 __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
     constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
@@ -182,9 +182,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
     load_w(w, kw);  /* weights do not depend on the previous kernel: in flight before the wait */
     griddep_wait(); /* the activation is the previous kernel's output */
     for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
-        if (!PIPE && c0 != kw) load_w(w, c0);
-        wbuf wn;
-        if (PIPE) load_w(wn, c0 + (int64_t)KW * U); /* the next chunks' loads in flight during this one's math */
+        if (c0 != kw) load_w(w, c0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW, k0 = c * CK;
@@ -244,15 +242,6 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 steps<KIND, 0, NT>(acc, w[u], act, sc);
             }
         }
-        if (PIPE)
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int i = 0; i < GV_T; i++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-#pragma unroll
-                        for (int q = 0; q < WW; q++) w[u][i][h][q] = wn[u][i][h][q];
     }
 
     /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all */
@@ -307,19 +296,19 @@ static const bool sk_reads_q[MOQ_CK_COUNT] = {
     [MOQ_CK_NVFP4_W4A16] = sk<MOQ_CK_NVFP4_W4A16>::F16, [MOQ_CK_MXFP8] = sk<MOQ_CK_MXFP8>::F16,
 };
 
-/* Tuning knobs for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
- * demand per SM that the K split aims at (default: demand_warps), MOQ_CUDA_GEMV_PIPE = 1: the next
- * chunks' weight loads are issued before the current chunks' math (default 0: it measured no gain). */
+/* Tuning knob for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
+ * demand per SM that the K split aims at (default: demand_warps). (Issuing the next chunks' weight
+ * loads before the current chunks' math was measured too, with no gain, and removed.) */
 static int knob(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
     const int x = v ? atoi(v) : dflt;
     return x < lo || x > hi ? dflt : x;
 }
-static int g_warps = -1, g_pipe = -1; /* g_warps 0: the table */
+static int g_warps = -1; /* 0: the table */
 
 template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     using D = skd<KIND>;
-    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256), g_pipe = knob("MOQ_CUDA_GEMV_PIPE", 0, 0, 1);
+    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     const int64_t tiles = a->Np / (16 * GV_T), nch = a->Kp / D::CK;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
     const int warps = g_warps ? g_warps : demand_warps[KIND][NT - 1];
@@ -338,7 +327,7 @@ template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    void (*k)(moq_cuda_args) = g_pipe ? gemv_mma_kernel<KIND, NT, true> : gemv_mma_kernel<KIND, NT, false>;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT>;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
