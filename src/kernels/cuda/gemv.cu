@@ -1,4 +1,6 @@
-/* gemv.cu — decode path (M <= 16) on the tensor cores, bound by the weight stream.
+/* gemv.cu — decode path (M <= 16) on the tensor cores, built to stream the weight once (measured
+ * at M = 1: ~10 µs per call fixed plus the bytes at ~3.7 TB/s, docs/PERFORMANCE.md). MXFP8 at
+ * M <= 2 goes to the CUDA-core kernel of gemv_fma.cu instead (measured 2x faster there).
  *
  * Each warp owns T = 2 tiles of 16 weight rows and a share of K; the weight rows are the mma's
  * A operand (m16), the M <= 16 activation rows its B operand (n8, two n8 halves for M > 8).
