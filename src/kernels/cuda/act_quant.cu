@@ -48,6 +48,9 @@ template <int LANES> __device__ __forceinline__ float group_amax(float v) {
 template <int KIND>
 __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, int xb, int64_t M, int64_t K, int64_t Kp, float a_scale, int approx,
                                                                 aq_out o) {
+    /* the decode kernel after this one (gemv.cu, programmatic dependent launch) may start now: it
+     * streams its first weights and waits (griddepcontrol.wait) for this grid's results */
+    asm volatile("griddepcontrol.launch_dependents;");
     const int64_t m = blockIdx.x, nch = Kp / 8;
     const bool live = m < M, vec = (K % 8) == 0;
     const int64_t base = m * K;

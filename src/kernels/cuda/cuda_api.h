@@ -18,6 +18,8 @@
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
  *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
+ *   wb  bf16 [R, Kp]    one N-chunk of the weight dequantized to bf16, R = moq_cuda_wb_rows
+ *                       (the dequant + cuBLASLt rows, NVFP4 / MXFP8, M > 16 only)
  */
 #ifndef MOQ_KERNELS_CUDA_CUDA_API_H
 #define MOQ_KERNELS_CUDA_CUDA_API_H
@@ -47,11 +49,14 @@ typedef enum moq_cuda_kind {
 } moq_cuda_kind;
 
 typedef struct moq_cuda_ws {
-    size_t a, q, sf, tok, gs, d, lt, total; /* byte offsets into the workspace, total size */
+    size_t a, q, sf, tok, gs, d, lt, wb, total; /* byte offsets into the workspace, total size */
 } moq_cuda_ws;
 /* Mp: M rounded up to the GEMM tile (16 for M <= 16, else 128). */
 int64_t     moq_cuda_mpad(int64_t M);
+/* with_lt: 0 own kernels, 1 cuBLASLt fp8 (d, lt), 2 dequant + cuBLASLt bf16 (d, lt, wb) */
 moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt);
+/* weight rows per dequantized chunk (64 MiB of bf16, a multiple of 128, at most Np) */
+int64_t     moq_cuda_wb_rows(int64_t Np, int64_t Kp);
 
 typedef struct moq_cuda_args {
     moq_cuda_kind kind;
@@ -62,6 +67,7 @@ typedef struct moq_cuda_args {
     int           y_bf16;
     const void   *codes_d, *scales_d;
     const float  *row_scale_d, *bias_d;
+    int           has_bias;    /* bias_d holds the layer's bias (else zeros)                    */
     float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
     int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
     int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
@@ -72,14 +78,26 @@ typedef struct moq_cuda_args {
 
 /* Quantizes x into the workspace's A, q, sf, tok, gs (rows M..Mp-1 and columns K..Kp-1 zero). */
 const char *moq_cuda_act_quant(const moq_cuda_args *a);
-/* y = epilogue(A · Wᵀ) for M <= 16: one warp per output row, weights streamed once. */
+/* y = epilogue(A · Wᵀ) for M <= 16 on the tensor cores (mma.sync, weight rows as the m16 side),
+ * K split over warps and a thread-block cluster, weights streamed once; launched as a programmatic
+ * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
+/* 1 when the decode path for (kind, M) reads the activation codes q (FP8 kinds) and not A: the
+ * quantizer skips A then. */
+int moq_cuda_gemv_reads_q(int kind, int64_t M);
+/* gemv_fma.cu: the CUDA-core decode kernel, for the (kind, M) where it measured faster (MXFP8,
+ * M <= 2); moq_cuda_gemv calls it. */
+int         moq_cuda_gemv_fma_fits(int kind, int64_t M);
+const char *moq_cuda_gemv_fma(const moq_cuda_args *a);
 /* The same for any M: 128x128x32 tiles, weights dequantized to bf16 in shared memory,
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
 const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
 /* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
+/* NVFP4 / MXFP8 / FP8 per-tensor / per-channel pairs: weight N-chunks dequantized to exact bf16,
+ * cuBLASLt bf16 x bf16 (A) -> f32, then the epilogue kernel; BF16 weights go to cuBLASLt as they are. */
+const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
 
 
 /* ---- decoder steps (model_ops.cu; src/model/model_gpu.c) ---- */

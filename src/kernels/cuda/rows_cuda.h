@@ -9,6 +9,7 @@ size_t     moq_cuda_row_packed_size(const moq_weight *w);
 void       moq_cuda_row_pack(const moq_weight *w, void *dst);
 size_t     moq_cuda_row_workspace(const moq_weight *w, int64_t M, int n_threads);
 size_t     moq_cuda_row_workspace_lt(const moq_weight *w, int64_t M, int n_threads);
+size_t     moq_cuda_row_workspace_dq(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err);
 bool       moq_cuda_row_lt_supports(const moq_weight *w, char *why, size_t why_len);
 
