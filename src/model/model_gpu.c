@@ -11,6 +11,8 @@
  * Activations stay f32 between kernels (the linears quantize them per scheme as on the CPU). A step
  * enqueues everything on the default stream; its only host synchronisations are the upload of the
  * token ids and positions at the start and the download of the logits at the end. The KV cache is
+ * MoE layers (Qwen3-MoE, Mixtral) run their routed experts through src/moe/moe_gpu.c in place of
+ * the dense MLP (routing, grouped expert GEMMs; one launch per projection per layer).
  * paged (MOQ_GPU_PAGE positions per page, a block table per sequence slot) in bf16, or e4m3 with
  * the checkpoint's per-layer k/v scales when kv_cache_quant_algo is FP8 (kv_cache.c's rules); an
  * f32 cache request gets bf16 on the GPU. The public API runs sequence slot 0; the kernels take
@@ -25,6 +27,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/model_priv.h"
+#include "moe/moe_gpu.h"
 
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
@@ -37,6 +40,7 @@ typedef struct gpu_layer {
     float *in_norm, *post_norm, *q_norm, *k_norm; /* device f32 [H], [D] */
     void  *k, *v;                                  /* this layer's KV pages */
     float  k_scale, v_scale;
+    moq_moe_gpu *moe;                              /* routed experts (src/moe/moe_gpu.c), or NULL */
 } gpu_layer;
 
 struct moq_gpu {
@@ -122,6 +126,10 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
         MOQ_TRY(upload_f32(g, &gl->post_norm, ly->post_norm, H, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->q_norm, ly->q_norm, D, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->k_norm, ly->k_norm, D, "a norm weight", err));
+        if (ly->moe) { /* MoE block: the layer's experts stacked on the GPU, workspace for a chunk */
+            MOQ_TRY(moq_moe_gpu_open(&gl->moe, ly->moe, C, err));
+            g->bytes += moq_moe_gpu_bytes(gl->moe);
+        }
         gl->k_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.k_scale[ly->kvl] : 1.0f;
         gl->v_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.v_scale[ly->kvl] : 1.0f;
     }
@@ -195,6 +203,7 @@ void moq_gpu_free(moq_model *m) {
     moq_gpu *g = m ? m->gpu : NULL;
     if (!g) return;
     free_kv(g, m->L);
+    for (int64_t l = 0; g->ly && l < m->L; l++) moq_moe_gpu_free(g->ly[l].moe);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
     free(g->mem), free(g->ly), free(g->h_ids), free(g);
     m->gpu = NULL;
@@ -235,6 +244,10 @@ static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot
                         ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
         MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h), where, err));
+        if (gl->moe) { /* MoE block: routed experts, t = Σ_j w_j expert_j(h) */
+            MOQ_TRY(moq_moe_gpu_run(gl->moe, g->h, M, NULL, g->tmp, err));
+            continue;
+        }
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
         MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));
