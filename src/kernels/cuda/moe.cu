@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(RS_THREADS) route_sort_kernel(moq_cuda_moe_rou
                 for (int64_t g = lane; g < G; g += 32)
                     if (gs[MOQ_CUDA_MOE_MAX_GROUPS + g] != 0.0f) best_of(bv, bi, gs[g], (int)g);
                 warp_best(bv, bi);
+                if (bi < 0) bi = 0; /* only NaN scores leave nothing selectable */
                 if (lane == 0) gs[MOQ_CUDA_MOE_MAX_GROUPS + bi] = 0.0f;
                 __syncwarp();
                 keep[bi >> 6] |= 1ull << (bi & 63);
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(RS_THREADS) route_sort_kernel(moq_cuda_moe_rou
             for (int64_t e = lane, i = 0; e < E; e += 32, i++)
                 if ((allowed >> i) & 1) best_of(bv, bi, sel[e], (int)e);
             warp_best(bv, bi);
+            if (bi < 0) bi = 0; /* only NaN scores leave nothing selectable */
             if ((bi & 31) == lane) allowed &= ~(1u << (bi >> 5));
             if (lane == j) idj = bi, wj = p[bi];          /* lane j keeps slot j (k <= 32 here) */
             if (lane == 0) wsum = __fadd_rn(wsum, p[bi]);
