@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # device_moe_cuda_stage.sh — on the dev machine, before the device call of scripts/device_moe_cuda.sh:
 # copy into DEST (default .devmoe/, git-ignored as .dev*) the script, the Release binaries (moq,
-# test_moe_cuda, test_model_cuda) with libcjson and libcmocka under .devbin/, and tests/data/modelopt_real
-# + tests/data/text. Then: run(carry=[DEST], command="cd DEST && OUT=$OUT scripts/device_moe_cuda.sh").
+# test_moe_cuda, test_model_cuda) with libcjson and libcmocka under .devbin/, and tests/data/text (the
+# device script links tests/data/modelopt_real from the checkout DEST sits in). Then: run(carry=[DEST], command="cd DEST && OUT=$OUT scripts/device_moe_cuda.sh").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -10,7 +10,7 @@ D=${2:-.devmoe}
 rm -rf "$D" && mkdir -p "$D/.devbin/lib" "$D/scripts" "$D/tests/data"
 cp "$B"/moq "$B"/test_moe_cuda "$B"/test_model_cuda "$D/.devbin/"
 cp scripts/device_moe_cuda.sh "$D/scripts/"
-cp -r tests/data/modelopt_real tests/data/text "$D/tests/data/"
+cp -r tests/data/text "$D/tests/data/"
 head -c 4000 tests/data/text/pride_and_prejudice_ch1-2.txt > "$D/tests/data/text/short.txt" # eval's CPU reference in seconds
 for so in libcjson.so.1 libcmocka.so.0; do cp -L "$(ldconfig -p | awk -v n="$so" '$1 == n {print $NF; exit}')" "$D/.devbin/lib/"; done
 du -sh "$D"
