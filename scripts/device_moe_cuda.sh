@@ -14,6 +14,7 @@ OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.devbin
+[ -d "$BIN" ] || tar -C "$ROOT" -xJf "$ROOT/devbin.tar.xz" # staged compressed (the call's 64 MiB)
 # the real exports come from the checkout the folder sits in (staged without them: the call's 64 MiB)
 [ -e "$ROOT/tests/data/modelopt_real" ] || ln -s "$ROOT/../tests/data/modelopt_real" "$ROOT/tests/data/modelopt_real"
 export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}

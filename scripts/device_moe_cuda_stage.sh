@@ -12,5 +12,11 @@ cp "$B"/moq "$B"/test_moe_cuda "$B"/test_model_cuda "$D/.devbin/"
 cp scripts/device_moe_cuda.sh "$D/scripts/"
 cp -r tests/data/text "$D/tests/data/"
 head -c 4000 tests/data/text/pride_and_prejudice_ch1-2.txt > "$D/tests/data/text/short.txt" # eval's CPU reference in seconds
-for so in libcjson.so.1 libcmocka.so.0; do cp -L "$(ldconfig -p | awk -v n="$so" '$1 == n {print $NF; exit}')" "$D/.devbin/lib/"; done
+# every shared library the binaries load beyond glibc, the C++/OpenMP runtimes and CUDA (the device image
+# lacks cJSON, cmocka, utf8proc, libmicrohttpd and its GnuTLS chain), resolved here by ldd
+for lib in $(ldd "$B"/moq "$B"/test_moe_cuda "$B"/test_model_cuda | awk '$3 ~ /^\// {print $3}' | sort -u); do
+  case "$(basename "$lib")" in libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libgomp.so*|libcudart.so*) ;;
+  *) cp -L "$lib" "$D/.devbin/lib/" ;; esac
+done
+tar -C "$D" -cJf "$D/devbin.tar.xz" .devbin && rm -rf "$D/.devbin" # the call carries 64 MiB at most
 du -sh "$D"
