@@ -88,8 +88,11 @@ static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, lon
     float *lg = malloc((size_t)(R * T * E) * 4), *x = malloc((size_t)(T * H) * 4);
     void *lg_d = NULL, *x_d = NULL, *y_d = NULL;
     double bw = 0;
-    int rc = !lg || !x ? cli_usage_error("bench moe", "out of memory") : 0;
-    if (!rc) rc = gpu_copy_gbs(&bw);
+    if (!lg || !x) {
+        free(lg), free(x);
+        return cli_usage_error("bench moe", "out of memory for %lld router logits", R * T * E);
+    }
+    int rc = gpu_copy_gbs(&bw);
     if (!rc && moq_moe_gpu_open(&g, l, T, &err)) rc = cli_report(&err);
     if (!rc) {
         const long long sets = E / K;
