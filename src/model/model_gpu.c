@@ -13,7 +13,9 @@
  * batch's block tables) go up asynchronously from pinned buffers, the forward is enqueued (a decode
  * step of B <= 64 rows is captured once into a CUDA graph per B and per KV pool, then replayed:
  * attention's split is cut per token on the device, so nothing in it depends on the lengths), and
- * the one host synchronisation is before the logits come down. The KV cache is
+ * the one host synchronisation is before the logits come down. MoE layers (Qwen3-MoE, Mixtral) run
+ * their routed experts through src/moe/moe_gpu.c in place of the dense MLP (routing and grouped
+ * expert GEMMs, one launch per projection per layer, on the same stream). The KV cache is
  * paged (MOQ_GPU_PAGE positions per page, a block table per sequence slot) in bf16, or e4m3 with
  * the checkpoint's per-layer k/v scales when kv_cache_quant_algo is FP8 (kv_cache.c's rules); an
  * f32 cache request gets bf16 on the GPU. The public API runs sequence slot 0; the kernels take
@@ -29,9 +31,11 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/model_priv.h"
+#include "moe/moe_gpu.h"
 
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/moe_cuda.h"
 
 #define MOQ_GPU_PREFILL 2048 /* tokens per step of one sequence's prefill       */
 #define MOQ_GPU_CHUNK 256    /* rows per step of a batch run (several sequences)  */
@@ -43,6 +47,7 @@
 typedef struct gpu_layer {
     float *in_norm, *post_norm, *q_norm, *k_norm; /* device f32 [H], [D] */
     float  k_scale, v_scale;
+    moq_moe_gpu *moe;                              /* routed experts (src/moe/moe_gpu.c), or NULL */
 } gpu_layer;
 
 /* One paged KV pool: K and V pages of every layer and a device block table [bt_rows, max_pages]
@@ -127,8 +132,16 @@ static moq_status upload_table(moq_model *m, moq_gpu *g, moq_error *err) {
 static size_t lin_ws(const moq_layer_linear *l, int64_t M) { return l->lin ? moq_linear_workspace_size(l->lin, M) : 0; }
 
 static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
-    const int64_t C = g->rows = m->T < MOQ_GPU_PREFILL ? m->T : MOQ_GPU_PREFILL, H = m->H, D = m->D, A = m->A, KV = m->KV;
+    int64_t rows = m->T < MOQ_GPU_PREFILL ? m->T : MOQ_GPU_PREFILL;
+    for (int64_t l = 0; l < m->L; l++) { /* a MoE step routes rows x top_k assignments: moe_cuda.h's bound */
+        if (!m->layers[l].moe) continue;
+        moq_moe_view v;
+        moq_moe_get_view(m->layers[l].moe, &v);
+        if (v.routing->top_k > 0 && rows * v.routing->top_k > MOQ_CUDA_MOE_MAX_A) rows = MOQ_CUDA_MOE_MAX_A / v.routing->top_k;
+    }
+    const int64_t C = g->rows = rows, H = m->H, D = m->D, A = m->A, KV = m->KV;
     g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK;
+    if (g->chunk > C) g->chunk = C;
     const int64_t qkvN = (A + 2 * KV) * D;
     const char *where = moq_checkpoint_path(m->ckpt);
     g->max_pages = (m->T + MOQ_GPU_PAGE - 1) / MOQ_GPU_PAGE;
@@ -146,6 +159,10 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
         MOQ_TRY(upload_f32(g, &gl->post_norm, ly->post_norm, H, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->q_norm, ly->q_norm, D, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->k_norm, ly->k_norm, D, "a norm weight", err));
+        if (ly->moe) { /* MoE block: the layer's experts stacked on the GPU, workspace for a step's rows */
+            MOQ_TRY(moq_moe_gpu_open(&gl->moe, ly->moe, C, err));
+            g->bytes += moq_moe_gpu_bytes(gl->moe);
+        }
         gl->k_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.k_scale[ly->kvl] : 1.0f;
         gl->v_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.v_scale[ly->kvl] : 1.0f;
     }
@@ -236,6 +253,7 @@ void moq_gpu_free(moq_model *m) {
     if (!g) return;
     if (g->stream) moq_cuda_stream_sync(g->stream);
     kv_release(&g->own, m->L);
+    for (int64_t l = 0; g->ly && l < m->L; l++) moq_moe_gpu_free(g->ly[l].moe);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
     moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits);
     moq_cuda_stream_destroy(g->stream);
@@ -278,6 +296,10 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
                             ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
         MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h, st), where, err));
+        if (gl->moe) { /* MoE block: routed experts, t = Σ_j w_j expert_j(h) */
+            MOQ_TRY(moq_moe_gpu_run(gl->moe, g->h, M, NULL, g->tmp, st, err));
+            continue;
+        }
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
         MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act, st), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));

@@ -67,6 +67,12 @@ static blob blob_of(const moq_weight *w) {
 
 size_t moq_cuda_row_packed_size(const moq_weight *w) { return blob_of(w).total; }
 
+moq_cuda_blob moq_cuda_row_blob(const moq_weight *w) {
+    const blob b = blob_of(w);
+    const moq_pair_id p = moq_pair_of(w);
+    return (moq_cuda_blob){b.codes, b.scales, b.rs, b.bias, b.total, b.Np, b.Kp, p < MOQ_PAIR_COUNT ? (int)kind_of_pair[p] : (int)MOQ_CK_COUNT};
+}
+
 void moq_cuda_row_pack(const moq_weight *w, void *dst) {
     const blob b = blob_of(w);
     uint8_t *d = dst;
