@@ -19,6 +19,12 @@ uint64_t moq_moe_expert_bytes(moq_moe_format f, int64_t H, int64_t I);
 /* The w13 (which = 0) or w2 (1) linear of local expert l; NULL when out of range. */
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which);
 
+/* moq_moe_run with the experts of each token given (DeepSeek-V4 hash_moe: ids i32 [T, k] from
+ * tid2eid[token], each < E, else MOQ_ERR_INVALID_ARG); the checkpoint router still gives the scores
+ * whose values at those ids are the weights (moq_moe_route_fixed). */
+moq_status moq_moe_run_fixed(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const int32_t *ids, void *y, moq_elem y_elem,
+                             void *ws, size_t ws_size, moq_error *err);
+
 /* Calibration hook: fn(user, tag, global expert id, 0 = the expert's input rows [c, H] | 1 = its
  * down-projection input [c, I'], values, c, cols) for every expert a step routes tokens to (f32
  * input only). Calls are serialized (a critical section); NULL clears it. The layer keeps the
