@@ -89,9 +89,80 @@ static void test_deepseek_v4(void **st) {
     free(dir);
 }
 
+/* The fixture's config.json in the legacy spelling of the published checkpoints (nvidia/DeepSeek-V4-*:
+ * compress_ratios with compress_rate_hca, num_hash_layers, qk_rope_head_dim, rope_scaling +
+ * compress_rope_theta): the same model, so the same logits bit for bit. */
+static const char k_legacy[] =
+    "{\"architectures\": [\"DeepseekV4ForCausalLM\"], \"model_type\": \"deepseek_v4\", \"vocab_size\": 128, \"hidden_size\": 64,"
+    " \"moe_intermediate_size\": 32, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 1,"
+    " \"head_dim\": 32, \"q_lora_rank\": 32, \"qk_rope_head_dim\": 8, \"num_experts_per_tok\": 2, \"n_routed_experts\": 8,"
+    " \"n_shared_experts\": 1, \"scoring_func\": \"sqrtsoftplus\", \"norm_topk_prob\": true, \"routed_scaling_factor\": 1.5,"
+    " \"max_position_embeddings\": 256, \"rope_theta\": 10000, \"compress_rope_theta\": 160000,"
+    " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 16, \"original_max_position_embeddings\": 16, \"beta_fast\": 32, \"beta_slow\": 1},"
+    " \"compress_ratios\": [0, 4, 128], \"compress_rate_hca\": 8, \"num_hash_layers\": 1, \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20,"
+    " \"hc_eps\": 1e-06, \"swiglu_limit\": 2.0, \"sliding_window\": 4, \"o_groups\": 2, \"o_lora_rank\": 16, \"index_n_heads\": 8,"
+    " \"index_head_dim\": 16, \"index_topk\": 2, \"tie_word_embeddings\": false, \"rms_norm_eps\": 1e-06}";
+
+static float *logits_of(const char *dir, const int32_t *tok, int n, int64_t *V) {
+    moq_model_opts o = moq_model_opts_default();
+    o.n_threads = 1;
+    o.ctx = 32;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &o, err_));
+    *V = moq_model_vocab_size(m);
+    float *l = malloc(sizeof(float) * (size_t)(n * *V));
+    TU_OK(moq_model_prefill(m, tok, n, l, err_));
+    moq_model_free(m);
+    return l;
+}
+
+static void test_legacy_config(void **st) {
+    (void)st;
+    char *src = tu_src_data_path("hf_tiny/deepseek_v4"), *dst = tu_tmpdir("dsv4_legacy"), path[1024];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    void *w = tu_read_file(path, &len);
+    free(tu_write_file(dst, "model.safetensors", w, len));
+    free(w);
+    free(tu_write_file(dst, "config.json", k_legacy, strlen(k_legacy)));
+    static const int32_t tok[NT] = {1, 17, 42, 99, 5, 63, 120, 8, 77, 31, 2, 54, 70, 94, 113, 97, 92, 96, 48, 92};
+    int64_t V1 = 0, V2 = 0;
+    float *a = logits_of(src, tok, NT, &V1), *b = logits_of(dst, tok, NT, &V2);
+    assert_int_equal(V1, V2);
+    assert_memory_equal(a, b, sizeof(float) * (size_t)(NT * V1));
+    free(a), free(b);
+    tu_rmtree(dst);
+    free(dst), free(src);
+}
+
+/* Bad values name config.json and the key. */
+static void test_config_errors(void **st) {
+    (void)st;
+    static const char base[] = "{\"architectures\": [\"DeepseekV4ForCausalLM\"], \"vocab_size\": 128, \"hidden_size\": 64,"
+                               " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, ";
+    static const struct { const char *tail, *msg; } c[] = {
+        {"\"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\"]}", "layer_types[1]"},
+        {"\"compress_ratios\": [0, 4, 64]}", "compress_ratios[2]"},
+        {"\"compress_ratios\": [0, 4]}", "at least num_hidden_layers"},
+        {"\"mlp_layer_types\": [\"moe\", \"dense\", \"moe\"]}", "mlp_layer_types[1]"},
+        {"\"scoring_func\": \"relu\"}", "scoring_func"},
+        {"\"head_dim\": 32, \"qk_rope_head_dim\": 7}", "qk_rope_head_dim 7"},
+        {"\"compress_rates\": {\"compressed_sparse_attention\": 0}}", "compress rate"},
+        {"\"swiglu_limit\": -1}", "swiglu_limit"},
+        {"\"num_hash_layers\": -2}", "num_hash_layers"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg, "%s%s", base, c[i].tail);
+        ao_open_cfg_err("dsv4_cfg_err", cfg, MOQ_ERR_CONFIG, c[i].msg);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v4),
+        cmocka_unit_test(test_legacy_config),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
