@@ -262,6 +262,29 @@ def deepseek_v4_post(model):
 MODELS.append(("deepseek_v4", deepseek_v4, deepseek_v4_post))
 
 
+def deepseek_v32():
+    """DeepSeek-V3.2: deepseek_v3_a's shape with the DSA indexer keeping index_topk 5 of up to 20 keys
+    (16 indexer heads of 32, so that an all-zero relu score, a tie, is rare)."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+    cfg = DeepseekV32Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+        n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+        routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+        mlp_layer_types=["dense", "sparse", "sparse"],
+        q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+        index_topk=5, index_n_heads=16, index_head_dim=32,
+        max_position_embeddings=256, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 0.8},
+        rms_norm_eps=1e-6)
+    return cfg, DeepseekV32ForCausalLM
+
+
+MODELS.append(("deepseek_v32", deepseek_v32))
+
+
 def byte_level_alphabet():
     """tokenizers' ByteLevel byte -> unicode table (GPT-2's bytes_to_unicode)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))

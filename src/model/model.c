@@ -650,6 +650,8 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     struct { float **p; int64_t n; } mbufs[] = { /* MLA: its own chunk buffers */
         {&m->mws.qa, C * md->q_lora}, {&m->mws.q, C * md->A * (md->dn + md->dr)}, {&m->mws.ckv, C * (md->R + md->dr)},
         {&m->mws.att, C * md->A * md->dv}, {&m->mws.scratch, (int64_t)m->n_threads * moq_mla_scratch_floats(md, m->T)},
+        {&m->mws.iq, md->topk ? C * md->nih * md->ihd : 1}, {&m->mws.ikp, md->topk ? C * md->ihd : 1}, /* DeepSeek-V3.2 indexer */
+        {&m->mws.iw, md->topk ? C * md->nih : 1}, {&m->mws.isc, md->topk ? m->T : 1}, {&m->mws.sel, md->topk ? C * m->T : 1},
     };
     for (size_t i = 0; mla && i < sizeof mbufs / sizeof mbufs[0]; i++) {
         *mbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)mbufs[i].n * sizeof(float));
@@ -806,13 +808,6 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
                         (long long)m->I, (long long)(m->L - n_moe));
     if (m->opts.device == MOQ_DEVICE_CUDA) MOQ_TRY(gpu_refusal(m, n_moe, err));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
-    if (m->ds.index_topk > 0 && m->T > m->ds.index_topk) { /* DeepSeek-V3.2 DSA */
-        if (m->opts.ctx > 0)
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "context %lld exceeds index_topk %lld: beyond it DeepSeek sparse attention's indexer "
-                            "picks the keys, and moq has no indexer (up to index_topk it keeps every key, which is dense MLA)",
-                            (long long)m->T, (long long)m->ds.index_topk);
-        m->T = m->ds.index_topk;
-    }
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     char rope_note[320];
@@ -845,7 +840,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
-                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps};
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps, .topk = m->ds.index_topk,
+                                .nih = m->ds.index_n_heads, .ihd = m->ds.index_head_dim, .ctx = m->T};
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
     }
     m->tm.open_s = now_s() - t0;
