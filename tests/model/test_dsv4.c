@@ -16,9 +16,10 @@
  * other three change a greedy id).
  * DeepSeek-V3.2 past index_topk: hf_tiny/deepseek_v32 (the same generator; 3 MLA layers with the
  * DSA indexer keeping index_topk 5 of up to 20 keys, 16 indexer heads), the same three checks.
- * Measured: prefill 6.9e-4 (the bf16-rounded inv_freq of the generator, as deepseek_v3_a's 3.2e-4, here
- * also moving indexer scores), decode 1e-5 of prefill. Keeping every key instead (the former context cap's
- * arithmetic) moves the logits by more than 1e-3 from position 5 on.
+ * Measured: prefill 4.6e-4, decode 5.5e-4 (the generator's bf16-rounded inv_freq, as deepseek_v3_a's
+ * 3.2e-4, here also in the indexer's scores), decode vs prefill 8.8e-7. Keeping every key instead (what
+ * the former context cap computed) changes the first greedy id. The indexer's tensors are needed only
+ * when the context exceeds index_topk (test_dsa_needs_indexer).
  * Config errors: legacy spellings (compress_ratios, num_hash_layers) read as the published
  * checkpoints write them; bad values name the key.
  */
@@ -181,10 +182,43 @@ static void test_config_errors(void **st) {
     }
 }
 
+/* deepseek_v3_a's weights (no indexer) as DeepSeek-V3.2 with index_topk 4: a context of 4 opens (every
+ * key kept), 64 needs the indexer and names its first tensor. */
+static void test_dsa_needs_indexer(void **st) {
+    (void)st;
+    char *src = tu_src_data_path("hf_tiny/deepseek_v3_a"), *dst = tu_tmpdir("dsv32_idx"), path[1024];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    void *w = tu_read_file(path, &len);
+    free(tu_write_file(dst, "model.safetensors", w, len));
+    free(w);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = tu_read_file(path, &len), *arch = strstr(cfg, "DeepseekV3ForCausalLM"), out[8192];
+    assert_non_null(arch);
+    assert_true(len < 7000);
+    snprintf(out, sizeof out, "{\"index_topk\": 4, %.*sDeepseekV32ForCausalLM%s", (int)(arch - cfg - 1), cfg + 1, arch + strlen("DeepseekV3ForCausalLM"));
+    free(cfg);
+    free(tu_write_file(dst, "config.json", out, strlen(out)));
+    moq_model_opts o = moq_model_opts_default();
+    o.ctx = 4;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dst, &o, err_));
+    moq_model_free(m);
+    m = NULL;
+    o.ctx = 64;
+    moq_error e = {0};
+    const moq_status s = moq_model_open(&m, dst, &o, &e);
+    TU_ERR(&e, s, MOQ_ERR_TENSOR, "model.layers.0.self_attn.indexer.wq_b", "missing");
+    assert_null(m);
+    tu_rmtree(dst);
+    free(dst), free(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v4),
         cmocka_unit_test(test_deepseek_v32_dsa),
+        cmocka_unit_test(test_dsa_needs_indexer),
         cmocka_unit_test(test_legacy_config),
         cmocka_unit_test(test_config_errors),
     };
