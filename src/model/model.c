@@ -52,6 +52,7 @@
 #include "model/attn/mla.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
+#include "model/nn_math.h"
 #include "model/rope.h"
 #include "moe/moe.h"
 
@@ -968,13 +969,9 @@ void moq_model_free(moq_model *m) {
     free(m);
 }
 
-/* w NULL: no weight (Llama 4's L2 q/k norm, Llama4TextL2Norm: x · rsqrt(mean(x²) + eps)) */
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, double eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
-}
+/* RMSNorm is model/nn_math.h's, shared with the attn files (w NULL: no weight, Llama 4's L2 q/k norm,
+ * Llama4TextL2Norm); this file keeps calling it rmsnorm */
+#define rmsnorm moq_rmsnorm
 
 /* RoPE of one head's first R values with the layer's frequencies: rotate_half pairs, or (2i, 2i + 1)
  * (arch_row.rope_pairs) */
@@ -1039,7 +1036,7 @@ static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu)
     for (int64_t i = 0; i < M; i++)
         for (int64_t e = 0; e < I; e++) {
             const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
-            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : g / (1.0f + expf(-g)) * u;
+            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : moq_silu(g) * u;
         }
 }
 
@@ -1118,7 +1115,7 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
             for (int64_t hd = 0; hd < A; hd++)
                 for (int64_t e = 0; e < D; e++) {
                     const float g = m->qkv[i * qkvN + hd * qh + D + e];
-                    m->att[i * A * D + hd * D + e] *= 1.0f / (1.0f + expf(-g));
+                    m->att[i * A * D + hd * D + e] *= moq_sigmoid(g);
                 }
     CHECK(m->att, M, A * D, "%s.layers.%lld.self_attn (attention)", pfx, (long long)l);
     TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
@@ -1137,7 +1134,7 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
     if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
         MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
         for (int64_t i = 0; i < M; i++) {
-            const float g = 1.0f / (1.0f + expf(-m->gu[i]));
+            const float g = moq_sigmoid(m->gu[i]);
             for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
         }
     }
@@ -1172,7 +1169,7 @@ static moq_status dsv4_layer(moq_model *m, const layer *ly, int64_t l, const int
         for (int64_t i = 0; i < M; i++)
             for (int64_t e = 0; e < Is; e++) {
                 const float g = fminf(m->gu[i * 2 * Is + e], L), u = fminf(fmaxf(m->gu[i * 2 * Is + Is + e], -L), L);
-                m->act[i * Is + e] = g / (1.0f + expf(-g)) * u;
+                m->act[i * Is + e] = moq_silu(g) * u;
             }
         MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->v4sh, err));
         CHECK(m->v4sh, M, H, "%s", ly->sh_down.name);

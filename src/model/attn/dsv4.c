@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/nn_math.h"
 #include "model/rope.h"
 
 static moq_status lin(moq_layer_linear *l, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix, const char *name, int64_t N,
@@ -106,12 +107,6 @@ moq_status moq_dsv4_ws_alloc(moq_dsv4_ws *ws, const moq_dsv4_dims *d, int64_t C,
     return MOQ_OK;
 }
 
-static void rmsnorm(float *x, const float *w, int64_t n, double eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] * r * (w ? w[i] : 1.0f);
-}
 
 static float dot(const float *a, const float *b, int64_t n) {
     float s = 0.0f;
@@ -140,7 +135,7 @@ static void compress(const float *kv, const float *gate, const float *ape, int64
                 }
         out[e] = acc / s;
     }
-    rmsnorm(out, norm, Dc, eps);
+    moq_rmsnorm(out, out, norm, Dc, eps);
     moq_rope_apply_pairs(out + Dc - r, r, w * m, inv_freq, mscale);
 }
 
@@ -154,19 +149,19 @@ moq_status moq_dsv4_forward(const moq_dsv4_attn *a, const moq_dsv4_dims *d, cons
     if (p0 + M > a->ctx)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, a->wq_a.name, "positions up to %lld exceed the context of %lld", (long long)(p0 + M), (long long)a->ctx);
     MOQ_TRY(run(ws, &a->wq_a, h, M, ws->qr, err));
-    for (int64_t i = 0; i < M; i++) rmsnorm(ws->qr + i * d->q_lora, a->q_norm, d->q_lora, d->eps);
+    for (int64_t i = 0; i < M; i++) moq_rmsnorm(ws->qr + i * d->q_lora, ws->qr + i * d->q_lora, a->q_norm, d->q_lora, d->eps);
     MOQ_TRY(run(ws, &a->wq_b, ws->qr, M, ws->q, err));
     MOQ_TRY(run(ws, &a->wkv, h, M, ws->kvp, err));
     for (int64_t i = 0; i < M; i++) {
         const int64_t p = p0 + i;
         for (int64_t hd = 0; hd < A; hd++) {
             float *qh = ws->q + (i * A + hd) * D;
-            rmsnorm(qh, NULL, D, d->eps);
+            moq_rmsnorm(qh, qh, NULL, D, d->eps);
             moq_rope_apply_pairs(qh + D - r, r, p, a->inv_freq, a->mscale);
         }
         float *kv = a->kv + p * D;
         memcpy(kv, ws->kvp + i * D, (size_t)D * sizeof(float));
-        rmsnorm(kv, a->kv_norm, D, d->eps);
+        moq_rmsnorm(kv, kv, a->kv_norm, D, d->eps);
         moq_rope_apply_pairs(kv + D - r, r, p, a->inv_freq, a->mscale);
     }
     if (m > 0) { /* the compressors' projections of these positions, then every window they close */
@@ -248,7 +243,6 @@ moq_status moq_dsv4_forward(const moq_dsv4_attn *a, const moq_dsv4_dims *d, cons
     return run(ws, &a->wo_b, ws->ob, M, out, err);
 }
 
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* mix = fn · rms(x) over hc H values (no weight), f32 [n]. */
 static void hc_mix(const moq_dsv4_dims *d, const float *fn, int64_t n, const float *x, float *mix) {
@@ -271,8 +265,8 @@ void moq_dsv4_hc_pre(const moq_dsv4_attn *a, const moq_dsv4_dims *d, int site, c
         const float *xi = x + i * hc * H;
         float *mi = mix + i * (hc + hc * hc), raw[(2 + 16) * 16], pre[16];
         hc_mix(d, fn, n, xi, raw);
-        for (int64_t s = 0; s < hc; s++) pre[s] = sigm(raw[s] * sc[0] + b[s]) + eps;
-        for (int64_t s = 0; s < hc; s++) mi[s] = 2.0f * sigm(raw[hc + s] * sc[1] + b[hc + s]);
+        for (int64_t s = 0; s < hc; s++) pre[s] = moq_sigmoid(raw[s] * sc[0] + b[s]) + eps;
+        for (int64_t s = 0; s < hc; s++) mi[s] = 2.0f * moq_sigmoid(raw[hc + s] * sc[1] + b[hc + s]);
         float *cb = mi + hc;
         for (int64_t rr = 0; rr < hc; rr++) { /* softmax over each row, + eps */
             float mx = -INFINITY, sum = 0.0f;
@@ -320,7 +314,7 @@ void moq_dsv4_hc_head(const moq_dsv4_dims *d, const float *fn, const float *base
         const float *xi = x + i * hc * H;
         float mix[16];
         hc_mix(d, fn, hc, xi, mix);
-        for (int64_t s = 0; s < hc; s++) mix[s] = sigm(mix[s] * scale[0] + base[s]) + (float)d->hc_eps;
+        for (int64_t s = 0; s < hc; s++) mix[s] = moq_sigmoid(mix[s] * scale[0] + base[s]) + (float)d->hc_eps;
         for (int64_t e = 0; e < H; e++) {
             float v = 0.0f;
             for (int64_t s = 0; s < hc; s++) v += mix[s] * xi[s * H + e];

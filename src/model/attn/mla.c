@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/nn_math.h"
 #include "kernels/kernels.h"
 #include "model/rope.h"
 
@@ -115,12 +116,6 @@ int64_t moq_mla_scratch_floats(const moq_mla_dims *d, int64_t ctx) {
     return ctx + (ex > ab ? ex : ab);
 }
 
-static void rmsnorm(float *x, const float *w, int64_t n, double eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] * r * w[i];
-}
 
 /* RoPE of x f32 [dr] at pos: interleaved pairs (2i, 2i+1) (DeepSeek's apply_rotary_pos_emb_interleave,
  * whose de-interleaved output order is the same permutation for q and k, so dot products agree) or
@@ -130,12 +125,6 @@ static void rope(float *x, int64_t dr, int64_t pos, const float *inv_freq, float
     else moq_rope_apply(x, dr, pos, inv_freq, mscale);
 }
 
-static void softmax(float *s, int64_t n) {
-    float mx = -INFINITY, sum = 0;
-    for (int64_t p = 0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
-    for (int64_t p = 0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
-    for (int64_t p = 0; p < n; p++) s[p] /= sum;
-}
 
 /* Prefill order: per head, expand K_nope / V of every position once, then attend each new token. */
 static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv_cache *kv, int64_t layer, int64_t p0, int64_t M, const float *sel) {
@@ -170,7 +159,7 @@ static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv
                 for (int64_t e = 0; e < dq; e++) dot += q[e] * r[e];
                 s[p] = sel && sel[i * ws->ctx + p] == 0.0f ? -INFINITY : dot * d->scale;
             }
-            softmax(s, n);
+            moq_softmax(s, n);
             float *o = ws->att + i * A * d->dv + hd * d->dv;
             memset(o, 0, (size_t)d->dv * sizeof(float));
             for (int64_t p = 0; p < n; p++) {
@@ -202,7 +191,7 @@ static void attend_absorbed(const moq_mla *a, const moq_mla_ws *ws, const moq_kv
             for (int64_t e = 0; e < d->dr; e++) dot += q[d->dn + e] * row[R + e];
             s[p] = sel && sel[i * ws->ctx + p] == 0.0f ? -INFINITY : dot * d->scale;
         }
-        softmax(s, n);
+        moq_softmax(s, n);
         memset(ol, 0, (size_t)R * sizeof(float));
         for (int64_t p = 0; p < n; p++) {
             moq_kv_cache_read(kv, 0, layer, p, 0, R, row);
@@ -277,7 +266,7 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_IN, h, M, a->d.H);
     if (d->q_lora > 0) {
         MOQ_TRY(run(&a->q_a, ws, h, M, ws->qa, err));
-        for (int64_t i = 0; i < M; i++) rmsnorm(ws->qa + i * d->q_lora, a->q_a_norm, d->q_lora, d->eps);
+        for (int64_t i = 0; i < M; i++) moq_rmsnorm(ws->qa + i * d->q_lora, ws->qa + i * d->q_lora, a->q_a_norm, d->q_lora, d->eps);
         if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_Q_B_IN, ws->qa, M, d->q_lora);
         MOQ_TRY(run(&a->q_b, ws, ws->qa, M, ws->q, err));
     } else {
@@ -286,7 +275,7 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     MOQ_TRY(run(&a->kv_a, ws, h, M, ws->ckv, err));
     for (int64_t i = 0; i < M; i++) {
         float *ckv = ws->ckv + i * cr;
-        rmsnorm(ckv, a->kv_a_norm, d->R, d->eps);
+        moq_rmsnorm(ckv, ckv, a->kv_a_norm, d->R, d->eps);
         rope(ckv + d->R, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         for (int64_t hd = 0; hd < A; hd++) rope(ws->q + i * A * dq + hd * dq + d->dn, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         moq_kv_cache_write(kv, layer, p0 + i, ckv, NULL);
