@@ -711,6 +711,7 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
     const arch_row *r = m->arch;
     const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
                       : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
+                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
                       : n_moe > 0 ? "routed experts (the experts run on the CPU only)"
                       : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
