@@ -9,7 +9,8 @@
  * triples the gate weights). Checked, as tests/model/test_arch.c does for the other families:
  *   1. prefill of all 20 tokens vs transformers' logits (max |d| / max |ref| < 1e-3);
  *   2. prefill of the prompt, then greedy decode: ids equal transformers' greedy ids, logits within 1e-3;
- *   3. decode vs prefill (same arithmetic, other order of positions) within 1e-5.
+ *   3. decode vs prefill (same arithmetic, other order of positions) within 1e-5;
+ *   4. the prompt, then the other 8 positions in one call, vs one prefill of all: within 1e-5.
  * Measured (2026-12-01): prefill 1.6e-4, decode 1.0e-4, decode vs prefill 1.0e-6. Each of these
  * mistakes, made on purpose once, fails it: the indexer keeping every entry, no inverse RoPE of the
  * attention output, one Sinkhorn iteration (3.6e-1), no swiglu_limit on the shared expert (the
@@ -90,6 +91,12 @@ static void check_hf(const char *model, const char *arch) {
         next = (int32_t)argmax(moq_model_logits(m), V);
     }
     const double e2 = rel_err(dec + NP * V, want + NP * V, NG * V), e3 = rel_err(dec + NP * V, pre + NP * V, NG * V);
+    /* 4. two prefill calls, the second of 8 positions from 12 (windows closing inside a later chunk) */
+    moq_model_reset(m);
+    TU_OK(moq_model_prefill(m, tok, NP, dec, err_));
+    TU_OK(moq_model_prefill(m, tok + NP, NG, dec + NP * V, err_));
+    const double e4 = rel_err(dec, pre, NT * V);
+    assert_true(e4 < 1e-5);
     print_message("  %-14s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
     assert_true(e1 < 1e-3);
     assert_true(e2 < 1e-3);
