@@ -668,7 +668,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         if (!*gbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of DeltaNet workspace", (long long)gbufs[i].n);
     }
     if (m->v4) { /* DeepSeek-V4: its chunk buffers, the mHC mixes, the shared expert's output, hash ids */
-        MOQ_TRY(moq_dsv4_ws_alloc(&m->v4ws, &m->v4d, C, m->T, &m->blobs, err));
+        MOQ_TRY(moq_dsv4_ws_alloc(&m->v4ws, &m->v4d, C, m->T, m->n_threads, &m->blobs, err));
         m->v4mix = moq_blobs_alloc(&m->blobs, (size_t)(C * (m->v4d.hc + m->v4d.hc * m->v4d.hc)) * sizeof(float));
         m->v4sh = moq_blobs_alloc(&m->blobs, (size_t)(C * m->H) * sizeof(float));
         m->v4ids = moq_blobs_alloc(&m->blobs, (size_t)(C * m->topk) * sizeof(int32_t));

@@ -3,6 +3,7 @@
 #include "model/attn/dsv4.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,12 +97,13 @@ size_t moq_dsv4_linear_ws(const moq_dsv4_attn *a, const moq_dsv4_dims *d, int64_
     return ws;
 }
 
-moq_status moq_dsv4_ws_alloc(moq_dsv4_ws *ws, const moq_dsv4_dims *d, int64_t C, int64_t ctx, moq_blobs *blobs, moq_error *err) {
+moq_status moq_dsv4_ws_alloc(moq_dsv4_ws *ws, const moq_dsv4_dims *d, int64_t C, int64_t ctx, int n_threads, moq_blobs *blobs, moq_error *err) {
+    ws->n_threads = n_threads > 0 ? n_threads : 1, ws->ctx = ctx;
     struct { float **p; int64_t n; } b[] = {
         {&ws->qr, C * d->q_lora}, {&ws->q, C * d->A * d->D}, {&ws->kvp, C * d->D}, {&ws->cp, C * 2 * d->D}, {&ws->cg, C * 2 * d->D},
         {&ws->ip, C * 2 * d->ihd}, {&ws->ig, C * 2 * d->ihd}, {&ws->iq, C * d->nih * d->ihd}, {&ws->iw, C * d->nih},
         {&ws->att, C * d->A * d->D}, {&ws->oa, C * d->og * d->og * d->olr}, {&ws->ob, C * d->og * d->olr},
-        {&ws->sc, ctx + d->W + 2}, {&ws->sel, ctx + 1}, {&ws->hc, d->hc * d->H + (2 + d->hc) * d->hc},
+        {&ws->sc, (int64_t)ws->n_threads * (ctx + d->W + 2)}, {&ws->sel, C * (ctx + 1)}, {&ws->hc, d->hc * d->H + (2 + d->hc) * d->hc},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) MOQ_TRY(state(b[i].p, b[i].n, blobs, err));
     return MOQ_OK;
@@ -187,53 +189,57 @@ moq_status moq_dsv4_forward(const moq_dsv4_attn *a, const moq_dsv4_dims *d, cons
         }
     }
     const float scale = 1.0f / sqrtf((float)D);
+    const int64_t srow = ws->ctx + d->W + 2, selrow = ws->ctx + 1;
+    /* which entries each token attends: every visible one, or the indexer's index_topk best (CSA) */
+#pragma omp parallel for num_threads(ws->n_threads) schedule(dynamic, 1) if (M > 1)
     for (int64_t i = 0; i < M; i++) {
-        const int64_t p = p0 + i, lo = p - d->W + 1 > 0 ? p - d->W + 1 : 0, nvis = m > 0 ? (p + 1) / m : 0;
-        float *sel = ws->sel;
+        const int64_t p = p0 + i, nvis = m > 0 ? (p + 1) / m : 0;
+        float *sel = ws->sel + i * selrow;
         for (int64_t s = 0; s < nvis; s++) sel[s] = 1.0f;
-        if (a->indexed && nvis > d->topk) { /* the lightning indexer keeps the index_topk best entries */
-            float *iq = ws->iq + i * nih * ihd, *sc = ws->sc;
-            for (int64_t hd = 0; hd < nih; hd++) moq_rope_apply_pairs(iq + hd * ihd + ihd - r, r, p, a->inv_freq_c, a->mscale_c);
-            const float wsc = 1.0f / sqrtf((float)nih), ssc = 1.0f / sqrtf((float)ihd);
-            for (int64_t s = 0; s < nvis; s++) {
-                float v = 0.0f;
-                for (int64_t hd = 0; hd < nih; hd++) {
-                    const float qk = dot(iq + hd * ihd, a->ient + s * ihd, ihd);
-                    v += (qk > 0.0f ? qk * ssc : 0.0f) * (ws->iw[i * nih + hd] * wsc);
-                }
-                sc[s] = v, sel[s] = 0.0f;
+        if (!a->indexed || nvis <= d->topk) continue;
+        float *iq = ws->iq + i * nih * ihd, *sc = ws->sc + (int64_t)omp_get_thread_num() * srow;
+        for (int64_t hd = 0; hd < nih; hd++) moq_rope_apply_pairs(iq + hd * ihd + ihd - r, r, p, a->inv_freq_c, a->mscale_c);
+        const float wsc = 1.0f / sqrtf((float)nih), ssc = 1.0f / sqrtf((float)ihd);
+        for (int64_t s = 0; s < nvis; s++) {
+            float v = 0.0f;
+            for (int64_t hd = 0; hd < nih; hd++) {
+                const float qk = dot(iq + hd * ihd, a->ient + s * ihd, ihd);
+                v += (qk > 0.0f ? qk * ssc : 0.0f) * (ws->iw[i * nih + hd] * wsc);
             }
-            for (int64_t k = 0; k < d->topk; k++) { /* best first; the lowest index on ties */
-                int64_t b = -1;
-                for (int64_t s = 0; s < nvis; s++)
-                    if (sel[s] == 0.0f && (b < 0 || sc[s] > sc[b])) b = s;
-                sel[b] = 1.0f;
-            }
+            sc[s] = v, sel[s] = 0.0f;
         }
-        for (int64_t hd = 0; hd < A; hd++) {
-            const float *q = ws->q + (i * A + hd) * D;
-            float *o = ws->att + (i * A + hd) * D, *sc = ws->sc;
-            float mx = a->sinks[hd];
-            for (int64_t j = lo; j <= p; j++) sc[j - lo] = dot(q, a->kv + j * D, D) * scale, mx = fmaxf(mx, sc[j - lo]);
-            const int64_t nk = p - lo + 1;
+        for (int64_t k = 0; k < d->topk; k++) { /* best first; the lowest index on ties */
+            int64_t b = -1;
             for (int64_t s = 0; s < nvis; s++)
-                if (sel[s] != 0.0f) sc[nk + s] = dot(q, a->cent + s * D, D) * scale, mx = fmaxf(mx, sc[nk + s]);
-            float sum = expf(a->sinks[hd] - mx);
-            for (int64_t j = 0; j < nk; j++) sum += (sc[j] = expf(sc[j] - mx));
-            for (int64_t s = 0; s < nvis; s++)
-                if (sel[s] != 0.0f) sum += (sc[nk + s] = expf(sc[nk + s] - mx));
-            memset(o, 0, (size_t)D * sizeof(float));
-            for (int64_t j = 0; j < nk; j++) {
-                const float pj = sc[j] / sum, *v = a->kv + (lo + j) * D;
-                for (int64_t e = 0; e < D; e++) o[e] += pj * v[e];
-            }
-            for (int64_t s = 0; s < nvis; s++) {
-                if (sel[s] == 0.0f) continue;
-                const float ps = sc[nk + s] / sum, *v = a->cent + s * D;
-                for (int64_t e = 0; e < D; e++) o[e] += ps * v[e];
-            }
-            moq_rope_apply_pairs(o + D - r, r, -p, a->inv_freq, a->mscale);
+                if (sel[s] == 0.0f && (b < 0 || sc[s] > sc[b])) b = s;
+            sel[b] = 1.0f;
         }
+    }
+#pragma omp parallel for num_threads(ws->n_threads) schedule(dynamic, 1) if (M * A > 1)
+    for (int64_t t = 0; t < M * A; t++) {
+        const int64_t i = t / A, hd = t % A, p = p0 + i, lo = p - d->W + 1 > 0 ? p - d->W + 1 : 0, nvis = m > 0 ? (p + 1) / m : 0;
+        const float *sel = ws->sel + i * selrow, *q = ws->q + (i * A + hd) * D;
+        float *o = ws->att + (i * A + hd) * D, *sc = ws->sc + (int64_t)omp_get_thread_num() * srow;
+        float mx = a->sinks[hd];
+        for (int64_t j = lo; j <= p; j++) sc[j - lo] = dot(q, a->kv + j * D, D) * scale, mx = fmaxf(mx, sc[j - lo]);
+        const int64_t nk = p - lo + 1;
+        for (int64_t s = 0; s < nvis; s++)
+            if (sel[s] != 0.0f) sc[nk + s] = dot(q, a->cent + s * D, D) * scale, mx = fmaxf(mx, sc[nk + s]);
+        float sum = expf(a->sinks[hd] - mx);
+        for (int64_t j = 0; j < nk; j++) sum += (sc[j] = expf(sc[j] - mx));
+        for (int64_t s = 0; s < nvis; s++)
+            if (sel[s] != 0.0f) sum += (sc[nk + s] = expf(sc[nk + s] - mx));
+        memset(o, 0, (size_t)D * sizeof(float));
+        for (int64_t j = 0; j < nk; j++) {
+            const float pj = sc[j] / sum, *v = a->kv + (lo + j) * D;
+            for (int64_t e = 0; e < D; e++) o[e] += pj * v[e];
+        }
+        for (int64_t s = 0; s < nvis; s++) {
+            if (sel[s] == 0.0f) continue;
+            const float ps = sc[nk + s] / sum, *v = a->cent + s * D;
+            for (int64_t e = 0; e < D; e++) o[e] += ps * v[e];
+        }
+        moq_rope_apply_pairs(o + D - r, r, -p, a->inv_freq, a->mscale);
     }
     /* grouped output projection: row (i, g) of att is group g of token i; keep block g of its output */
     const int64_t G = d->og, NO = G * d->olr;

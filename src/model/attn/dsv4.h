@@ -63,9 +63,13 @@ typedef struct moq_dsv4_attn {
 
 /* Per-chunk workspace (shared by the layers), allocated by moq_dsv4_ws_alloc for C tokens. */
 typedef struct moq_dsv4_ws {
-    float  *qr, *q, *kvp, *cp, *cg, *ip, *ig, *iq, *iw, *att, *oa, *ob, *sc, *sel, *hc;
+    float  *qr, *q, *kvp, *cp, *cg, *ip, *ig, *iq, *iw, *att, *oa, *ob, *hc;
+    float  *sc;               /* per thread: scores [ctx + sliding_window + 2]                  */
+    float  *sel;              /* per token: 1 at the compressed entries it attends [C, ctx + 1] */
     void   *lws;
     size_t  lws_size;
+    int     n_threads;        /* attention over (token, head) pairs                             */
+    int64_t ctx;
 } moq_dsv4_ws;
 
 /* Opens layer `prefix` ("model.layers.3"): projections through the loader, norms, sinks, the
@@ -75,7 +79,7 @@ moq_status moq_dsv4_open(moq_dsv4_attn *a, const moq_checkpoint *c, const moq_qc
                          int64_t m, bool indexed, int64_t ctx, const moq_linear_opts *lo, moq_blobs *blobs, moq_error *err);
 void       moq_dsv4_close(moq_dsv4_attn *a);
 size_t     moq_dsv4_linear_ws(const moq_dsv4_attn *a, const moq_dsv4_dims *d, int64_t C);
-moq_status moq_dsv4_ws_alloc(moq_dsv4_ws *ws, const moq_dsv4_dims *d, int64_t C, int64_t ctx, moq_blobs *blobs, moq_error *err);
+moq_status moq_dsv4_ws_alloc(moq_dsv4_ws *ws, const moq_dsv4_dims *d, int64_t C, int64_t ctx, int n_threads, moq_blobs *blobs, moq_error *err);
 
 /* M tokens at positions p0.. of h f32 [M, H] -> out f32 [M, H] (wo_b output). Never allocates. */
 moq_status moq_dsv4_forward(const moq_dsv4_attn *a, const moq_dsv4_dims *d, const moq_dsv4_ws *ws, const float *h, int64_t M, int64_t p0,
