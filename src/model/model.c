@@ -499,8 +499,7 @@ static moq_status load_norm(moq_model *m, float **out, const char *name, int64_t
 }
 
 /* DeepSeek-V4: the compress RoPE and the attention dimensions (model/attn/dsv4.h). */
-static moq_status open_dsv4_dims(moq_model *m, const moq_rope_params *rp, moq_error *err) {
-    (void)rp;
+static moq_status open_dsv4_dims(moq_model *m, moq_error *err) {
     const moq_dsv4_cfg *v = m->v4;
     m->inv_freq_c = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
     if (!m->inv_freq_c) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
@@ -831,7 +830,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
         MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
     }
-    if (m->v4) MOQ_TRY(open_dsv4_dims(m, &rp, err));
+    if (m->v4) MOQ_TRY(open_dsv4_dims(m, err));
     for (int64_t l = 0; l < m->L; l++) { /* sliding Gemma layers use the local RoPE */
         m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
         m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
