@@ -755,6 +755,10 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->v4 = moq_blobs_alloc(&m->blobs, sizeof *m->v4);
         if (!m->v4) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for the DeepSeek-V4 config");
         MOQ_TRY(moq_deepseek_v4_read(m->ckpt, m->L, m->v4, err));
+        if (!moq_checkpoint_tensor(m->ckpt, "model.embed_tokens.weight") && moq_checkpoint_tensor(m->ckpt, "embed.weight"))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "embed.weight", "DeepSeek's own tensor layout (embed, layers.N, norm, hc_head_fn; no `model.` "
+                            "prefix); moq reads DeepSeek-V4 in the layout transformers' save_pretrained writes (model.embed_tokens, "
+                            "model.layers.N.attn..., model.hc_head.hc_fn, head)");
         m->D = m->v4->head_dim;
         m->KV = 1;
         m->Is = m->v4->n_shared_experts > 0 ? m->Ie : 0;

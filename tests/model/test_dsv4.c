@@ -221,6 +221,26 @@ static void test_dsa_needs_indexer(void **st) {
     free(dst), free(src);
 }
 
+/* DeepSeek's own layout (embed.weight, no `model.` prefix) is refused by name, not as a missing tensor. */
+static void test_native_layout_refused(void **st) {
+    (void)st;
+    char *dst = tu_tmpdir("dsv4_native");
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    static const uint16_t one[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    TU_OK(moq_writer_add(w, "embed.weight", MOQ_DT_BF16, 2, (const int64_t[]){2, 2}, one, 8, err_));
+    TU_OK(moq_writer_file(w, "config.json", k_legacy, err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_model *m = NULL;
+    moq_error e = {0};
+    const moq_status s = moq_model_open(&m, dst, NULL, &e);
+    TU_ERR(&e, s, MOQ_ERR_UNSUPPORTED, "embed.weight", "own tensor layout");
+    assert_null(m);
+    tu_rmtree(dst);
+    free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v4),
@@ -228,6 +248,7 @@ int main(void) {
         cmocka_unit_test(test_dsa_needs_indexer),
         cmocka_unit_test(test_legacy_config),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_native_layout_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
