@@ -577,6 +577,8 @@ typedef struct moq_moe moq_moe;
 typedef enum moq_moe_scoring {
     MOQ_MOE_SCORE_SOFTMAX = 0, /* softmax over all E logits, then top-k                    */
     MOQ_MOE_SCORE_SIGMOID,     /* sigmoid per logit, then top-k (DeepSeek-V3, Llama-4)     */
+    MOQ_MOE_SCORE_SQRTSOFTPLUS,/* sqrt(softplus(logit)) (torch softplus: x above 20 stays x),
+                                  then top-k (DeepSeek-V4 "sqrtsoftplus")                   */
     MOQ_MOE_SCORE_COUNT
 } moq_moe_scoring;
 

@@ -4,9 +4,11 @@
 #define MOQ_MODEL_MODEL_PRIV_H
 
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
+#include "model/attn/dsv4.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
 #include "model/kv_cache.h"
@@ -43,6 +45,8 @@ typedef struct layer {
     float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
     float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
+    moq_dsv4_attn    v4;                 /* ATTN_DSV4 layers: attention, compressors, mHC       */
+    int32_t         *hash_ids;           /* DeepSeek-V4 hash_moe layer: tid2eid i32 [V, topk]    */
 } layer;
 
 struct moq_model {
@@ -66,6 +70,14 @@ struct moq_model {
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
     moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
     moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
+    moq_dsv4_cfg     *v4;                /* FAM_DEEPSEEK_V4 rows (in blobs), else NULL         */
+    moq_dsv4_dims     v4d;
+    moq_dsv4_ws       v4ws;
+    float            *inv_freq_c;        /* DeepSeek-V4 compress RoPE [Drot/2]               */
+    float             mscale_c;
+    float            *v4mix, *v4sh;      /* mHC mixes [chunk, hc + hc²], shared expert out [chunk, H] */
+    int32_t          *v4ids;             /* hash routing ids [chunk, topk]                   */
+    float            *hc_fn, *hc_base, *hc_scale; /* DeepseekV4HyperHead                        */
     bool             *moe_list;          /* MOE_LAYER_LIST: which layers hold experts        */
     float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
     float             mscale_local;

@@ -761,7 +761,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             moq_weight rw;
             weight_init(&rw, pair_of_elem(e), m->E, m->H, m->router_q, NULL);
             snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router);
-            const moq_tensor *rb = moq_checkpoint_tensor(ck, nm);
+            const moq_tensor *rb = o.routing.use_correction_bias ? NULL : moq_checkpoint_tensor(ck, nm); /* else it is the selection bias */
             if (rb) { /* gpt-oss: logits = W x + b */
                 m->router_b = malloc((size_t)m->E * sizeof(float));
                 if (!m->router_b) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
@@ -777,6 +777,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         }
         if (o.routing.use_correction_bias && !o.routing.correction_bias) {
             snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
+            if (!moq_checkpoint_tensor(ck, nm)) snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router); /* DeepSeek-V4's name */
             const moq_tensor *b;
             if ((st = get_tensor(ck, nm, "DeepSeek-V3 router selection bias", &b, err)) != MOQ_OK) goto fail;
             if ((st = want_dtype(b, MOQ_DT_F32, MOQ_DT_BF16, "selection bias", err)) != MOQ_OK) goto fail;
@@ -906,8 +907,8 @@ static moq_status run_expert(const moq_moe *m, const moe_expert *ex, int64_t g, 
     return moq_linear_run(ex->l2, a_in, xe, c, out, MOQ_ELEM_F32, lws, lin_ws, err);
 }
 
-moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
-                       void *ws, size_t ws_size, moq_error *err) {
+static moq_status moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, const int32_t *fixed,
+                          void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err) {
     if (!m || !x || !y || T < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m ? m->name : "", "m, x, y must not be NULL and T >= 1 (T=%lld)", (long long)T);
     if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
@@ -928,8 +929,11 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
     /* Small steps stay on one thread: at decode a parallel region costs more than the work. */
     const bool par_tok = T * E >= 4096, par_rows = T * k * H >= 65536;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par_tok)
-    for (int64_t t = 0; t < T; t++)
-        moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E));
+    for (int64_t t = 0; t < T; t++) {
+        float *scr = w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E);
+        if (fixed) moq_moe_route_fixed(&m->routing, E, logits + t * E, fixed + t * k, w.ids + t * k, w.wts + t * k, scr);
+        else moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, scr);
+    }
 
     /* Counting sort by local expert: rows of one expert contiguous, tokens ascending. */
     memset(w.off, 0, (size_t)(L + 1) * 8);
@@ -1011,6 +1015,21 @@ int         moq_moe_warning_count(const moq_moe *m) { return m ? m->n_warn : 0; 
 const char *moq_moe_warning(const moq_moe *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : NULL; }
 
 /* ---- synthetic experts (bench) ------------------------------------------------------------- */
+moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
+                       void *ws, size_t ws_size, moq_error *err) {
+    return moe_run(m, x, x_elem, T, router_logits, NULL, y, y_elem, ws, ws_size, err);
+}
+
+moq_status moq_moe_run_fixed(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const int32_t *ids, void *y, moq_elem y_elem,
+                             void *ws, size_t ws_size, moq_error *err) {
+    if (!m || !ids) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m ? m->name : "moq_moe_run_fixed", "m and ids must not be NULL");
+    for (int64_t a = 0; a < T * m->routing.top_k; a++)
+        if (ids[a] < 0 || ids[a] >= m->E)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "fixed expert id %d at token %lld, expected 0..%lld", ids[a],
+                            (long long)(a / m->routing.top_k), (long long)m->E - 1);
+    return moe_run(m, x, x_elem, T, NULL, ids, y, y_elem, ws, ws_size, err);
+}
+
 static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17; return *s; }
 
 /* Bytes of one projection [N, K]: weight, block scales (SC_GROUP / SC_BLK128); scalars apart. */

@@ -39,6 +39,11 @@ typedef struct moq_moe_view {
 void moq_moe_get_view(const moq_moe *m, moq_moe_view *v);
 /* The canonical weight of local expert l: w13 (which = 0) or w2 (1); NULL when out of range. */
 const moq_weight *moq_moe_expert_weight(const moq_moe *m, int64_t l, int which);
+/* moq_moe_run with the experts of each token given (DeepSeek-V4 hash_moe: ids i32 [T, k] from
+ * tid2eid[token], each < E, else MOQ_ERR_INVALID_ARG); the checkpoint router still gives the scores
+ * whose values at those ids are the weights (moq_moe_route_fixed). */
+moq_status moq_moe_run_fixed(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const int32_t *ids, void *y, moq_elem y_elem,
+                             void *ws, size_t ws_size, moq_error *err);
 
 /* Calibration hook: fn(user, tag, global expert id, 0 = the expert's input rows [c, H] | 1 = its
  * down-projection input [c, I'], values, c, cols) for every expert a step routes tokens to (f32
