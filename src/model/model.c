@@ -11,6 +11,8 @@
  *               x += t (Gemma: x += rmsnorm(t))
  *               h = rmsnorm(x) ; MLP: dense (silu or gelu-tanh)·up, or routed experts (src/moe)
  *               (+ shared expert, × sigmoid(gate) for Qwen3.5) ; x += out (Gemma: normalized first)
+ *               (Gemma 4: x ×= layer_scalar; its global layers have their own head_dim and KV heads,
+ *               v = k_proj(h) with attention_k_eq_v, v / rms(v), softmax scale 1)
  *   logits = rmsnorm(x) · Wlm_headᵀ (Gemma: soft-capped)   f32 [M, V]
  *
  * Every dense linear is opened by the loader (moq_linear_layer_open: resolution, contract,
@@ -44,6 +46,7 @@
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/gdn.h"
@@ -97,7 +100,7 @@ typedef enum router_kind {
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_GEMMA4, FAM_LLAMA4 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -169,6 +172,10 @@ static const arch_row arch_rows[] = {
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
     {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    /* Gemma 4 text: Gemma 3's blocks with x·w norms, a weightless v norm, softmax scale 1, global layers with
+     * their own head_dim / KV heads, k_eq_v and proportional RoPE, a per-layer scalar (model/arch/gemma4.c) */
+    {"Gemma4ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma4TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA4,      true,  false, false, true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Gemma4ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma4TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA4,      true,  false, false, true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Llama 4 text: top-1 sigmoid routing on the experts' input + a shared expert, NoPE layers with
      * attention temperature, chunked attention on RoPE layers, L2 q/k norm (model/arch/llama4.c) */
     {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
@@ -187,7 +194,7 @@ bool moq_model_rope_theta_default(const char *architecture, double *theta, const
     return false;
 }
 
-static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
+static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"}; /* k_eq_v layers: the first two */
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
 
 bool moq_model_architecture_supported(const char *name) {
@@ -492,7 +499,7 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
         } else {
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.qkv_proj", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, ly->k_eq_v ? 2 : 3, lo, &m->blobs, err));
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.o_proj", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
@@ -504,15 +511,15 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             snprintf(p, sizeof p, "%s.layers.%lld.%s.down_proj", m->arch->prefix, (long long)l, m->arch->mlp);
             MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
         }
-        const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
+        const int64_t qkvN = m->A * ly->qh + (ly->k_eq_v ? 1 : 2) * ly->KV * ly->D; /* rows of the fused projection */
         const bool gqa = ly->qkv.lin != NULL;
-        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->qh))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + 2 x %lld x %lld rows, q %lld, K = hidden %lld",
-                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->qh,
-                            (long long)m->KV, (long long)m->D, (long long)(m->A * m->qh), (long long)m->H);
-        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
+        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * ly->qh))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + %d x %lld x %lld rows, q %lld, K = hidden %lld",
+                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)ly->qh,
+                            ly->k_eq_v ? 1 : 2, (long long)ly->KV, (long long)ly->D, (long long)(m->A * ly->qh), (long long)m->H);
+        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * ly->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
-                            (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
+                            (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * ly->D));
         if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
@@ -533,9 +540,15 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
-            MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
+            MOQ_TRY(load_norm(m, &ly->q_norm, n, ly->D, err));
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.k_norm.weight", m->arch->prefix, (long long)l);
-            MOQ_TRY(load_norm(m, &ly->k_norm, n, m->D, err));
+            MOQ_TRY(load_norm(m, &ly->k_norm, n, ly->D, err));
+        }
+        if (m->arch->family == FAM_GEMMA4) { /* layer_scalar [1] */
+            float *sc = NULL;
+            snprintf(n, sizeof n, "%s.layers.%lld.layer_scalar", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&sc, c, n, 1, &m->blobs, err));
+            ly->scalar = sc[0];
         }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
     }
@@ -557,11 +570,11 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = m->A * m->qh + 2 * m->KV * m->D, I = m->I > m->Is ? m->I : m->Is;
+    const int64_t C = m->chunk, qkvN = m->qkv_max, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
-        {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
+        {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->Dmax}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
-        {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
+        {&m->scratch, (int64_t)m->n_threads * (m->T + m->Dmax)}, {&m->kpad, m->kv_row}, {&m->vpad, m->kv_row},
     };
     const moq_mla_dims *md = &m->mla;
     const bool mla = m->arch->attn == ATTN_MLA;
@@ -618,7 +631,7 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
     const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
                       : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
                       : n_moe > 0 ? "routed experts (the experts run on the CPU only)"
-                      : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
+                      : r->sandwich || r->gelu || r->embed_scale ? "Gemma's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
                       : NULL;
     if (!why) return MOQ_OK;
@@ -670,6 +683,20 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->family == FAM_GEMMA3) { /* which layers slide; their RoPE is read here, made below */
         MOQ_TRY(moq_gemma3_read(m->ckpt, m->L, (double)a->max_position_embeddings, &m->gc, per_layer, err));
     }
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].D = m->D, m->layers[l].KV = m->KV, m->layers[l].scalar = 1.0f;
+    if (m->arch->family == FAM_GEMMA4) { /* Gemma 3's facts + per-layer head sizes, k_eq_v */
+        int64_t *hd = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *hd), *kvh = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *kvh);
+        if (!hd || !kvh) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+        MOQ_TRY(moq_gemma4_read(m->ckpt, m->L, (double)a->max_position_embeddings, m->D, m->KV, &m->g4, per_layer, hd, kvh, err));
+        m->gc = m->g4.g;
+        for (int64_t l = 0; l < m->L; l++) {
+            layer *ly = &m->layers[l];
+            ly->D = hd[l], ly->KV = kvh[l], ly->v_norm = true, ly->k_eq_v = m->g4.k_eq_v && !per_layer[l];
+            if (m->A % ly->KV)
+                return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer %lld: %lld attention heads, %lld KV heads; expected heads %% kv_heads == 0",
+                                (long long)l, (long long)m->A, (long long)ly->KV);
+        }
+    }
     if (m->arch->family == FAM_QWEN3_5) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
         MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, per_layer, err));
         for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = per_layer[l];
@@ -697,7 +724,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
-    for (int64_t l = 0; m->arch->family == FAM_GEMMA3 && l < m->L; l++) m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
+    for (int64_t l = 0; (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) && l < m->L; l++)
+        m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
     if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
                         (long long)m->E, (long long)m->topk, (long long)m->Ie);
@@ -717,7 +745,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     char rope_note[320];
-    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
+    if (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
     else MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
     if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
         char *w = moq_blobs_alloc(&m->blobs, sizeof rope_note);
@@ -729,7 +757,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
     m->inv_freq_local = m->inv_freq, m->mscale_local = m->mscale;
-    if (m->arch->family == FAM_GEMMA3) {
+    if (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) {
         m->inv_freq_local = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
         if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
         MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
@@ -738,9 +766,25 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
         m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
     }
-    m->attn_scale = m->arch->family == FAM_GEMMA3 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar)) : 1.0f / sqrtf((float)m->D);
+    m->Dmax = 0, m->qkv_max = 0, m->kv_row = 0;
+    for (int64_t l = 0; l < m->L; l++) { /* per-layer head sizes (all m's but for Gemma 4's global layers) */
+        layer *ly = &m->layers[l];
+        ly->qh = ly->D == m->D ? m->qh : ly->D;
+        ly->Drot = ly->D == m->D ? m->Drot : ly->D;
+        ly->qkvN = m->A * ly->qh + 2 * ly->KV * ly->D;
+        if (ly->D > m->Dmax) m->Dmax = ly->D;
+        if (ly->qkvN > m->qkv_max) m->qkv_max = ly->qkvN;
+        if (ly->KV * ly->D > m->kv_row) m->kv_row = ly->KV * ly->D;
+        if (ly->D == m->D) continue;
+        /* a global Gemma 4 layer with its own head_dim: RoPE frequencies of that size */
+        float *f = moq_blobs_alloc(&m->blobs, (size_t)ly->D / 2 * sizeof(float));
+        if (!f) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)ly->D / 2);
+        MOQ_TRY(moq_rope_inv_freq(ly->window > 0 ? &m->gc.rope_local : &m->gc.rope_global, ly->D, f, &ly->mscale, err));
+        ly->inv_freq = f;
+    }
+    m->attn_scale = m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar))
+                                                                                 : 1.0f / sqrtf((float)m->D);
     m->embed_mult = m->arch->embed_scale ? moq_bf16_decode(moq_bf16_encode_rne(sqrtf((float)m->H))) : 1.0f;
-    m->kv_row = m->KV * m->D;
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
@@ -896,15 +940,16 @@ static inline int64_t row_slot(const moq_model *m, int64_t i, int64_t p) {
  * (window W > 0) sees positions npos - W .. npos - 1 (the last W, the current one included;
  * arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t M) {
-    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
+    const layer *ly = &m->layers[l];
+    const int64_t A = m->A, D = ly->D, grp = A / ly->KV, qkvN = ly->qkvN, W = ly->window, qh = ly->qh;
     const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = m->rpos[i] + 1;
         const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */
-        float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
-        const float *q = m->qkv + i * qkvN + hd * m->qh;
+        float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + m->Dmax), *row = s + m->T;
+        const float *q = m->qkv + i * qkvN + hd * qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
             moq_kv_cache_read(m->rkv, 0, kl, row_slot(m, i, p), kvh * D, D, row);
@@ -984,10 +1029,16 @@ static moq_status check_at(const moq_model *m, bool locate, const float *p, int6
 
 /* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
 static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M, bool locate, moq_error *err) {
-    const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
+    const int64_t D = ly->D, A = m->A, KV = ly->KV, qh = ly->qh, qkvN = ly->qkvN, R = ly->Drot;
     const char *pfx = m->arch->prefix;
     TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, m->H);
     MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+    if (ly->k_eq_v) /* [q | k] rows -> [q | k | v = k], last row first (in place: the new rows are longer) */
+        for (int64_t i = M - 1; i >= 0; i--) {
+            const int64_t n = A * qh + KV * D;
+            memmove(m->qkv + i * qkvN, m->qkv + i * n, (size_t)n * sizeof(float));
+            memcpy(m->qkv + i * qkvN + n, m->qkv + i * qkvN + A * qh, (size_t)(KV * D) * sizeof(float));
+        }
     CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
@@ -1004,9 +1055,15 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
             if (!ly->nope) rope(m, k + hd * D, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
+            if (ly->v_norm) rmsnorm(v + hd * D, v + hd * D, NULL, D, m->eps); /* Gemma 4: v / rms(v), no weight */
         }
         TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
         TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
+        if (KV * D < m->kv_row) { /* a layer with a shorter row than the cache's (Gemma 4): padded */
+            memcpy(m->kpad, k, (size_t)(KV * D) * sizeof(float));
+            memcpy(m->vpad, v, (size_t)(KV * D) * sizeof(float));
+            k = m->kpad, v = m->vpad;
+        }
         moq_kv_cache_write(m->rkv, ly->kvl, row_slot(m, i, m->rpos[i]), k, v);
     }
     CHECK(m->qkv, M, qkvN, "%s.layers.%lld.self_attn (q/k norm and rope)", pfx, (long long)l);
@@ -1080,6 +1137,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
             MOQ_TRY(moe_block(m, ly, M, err));
             CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
             if (ly->has_shared) MOQ_TRY(shared_block(m, ly, l, M, err));
+            for (int64_t e = 0; ly->scalar != 1.0f && e < M * H; e++) m->x[e] *= ly->scalar;
             CHECK(m->x, M, H, "%s.layers.%lld (residual after the experts)", pfx, (long long)l);
             continue;
         }
@@ -1094,6 +1152,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         if (m->arch->sandwich)
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        for (int64_t e = 0; ly->scalar != 1.0f && e < M * H; e++) m->x[e] *= ly->scalar; /* Gemma 4 layer_scalar */
         CHECK(m->x, M, H, "%s.layers.%lld (residual after the MLP)", pfx, (long long)l);
     }
     /* logits of the rows asked for (none: a prefill chunk that is not a prompt's last) */
