@@ -9,6 +9,12 @@ fused-group input scale of a k_eq_v global layer is over q_proj and k_proj (it h
 group_input_scale already does (it takes the prefixes present). Kept apart from that script so the
 architecture lists of parallel branches do not collide.
 
+gemma4_text_fp8_kv adds ModelOpt's calibrated FP8 KV cache (mtq.FP8_KV_CFG, as
+scripts/modelopt_fixtures.py's llama_fp8_kv): ModelOpt writes a k_eq_v layer's v scale as
+self_attn.v_proj.v_scale although the layer has no v_proj. Its oracle quantizes K (after k_norm and
+RoPE) and V (after the v norm) as the cache stores them, D4(E4s(x / scale)) · scale, by wrapping
+transformers' Gemma 4 eager_attention_forward (as modelopt_fixtures.py's oracle does for Llama).
+
 Usage (CPU is enough; nvidia-modelopt 0.47 importable, `pulp` stubbed as tests/data/modelopt_real/README.md says):
     python3 scripts/modelopt_gemma4_fixtures.py OUT [--only NAME,...] [--oracle-only]
 writes OUT/gemma4_text_{nvfp4,fp8}/ and OUT/provenance_gemma4.json.
@@ -22,8 +28,48 @@ import modelopt_arch_fixtures as ma  # noqa: E402
 ma.FIXTURES.clear()
 ma.FIXTURES["gemma4_text_nvfp4"] = ("gemma4_text", "NVFP4_DEFAULT_CFG")
 ma.FIXTURES["gemma4_text_fp8"] = ("gemma4_text", "FP8_DEFAULT_CFG")
+ma.FIXTURES["gemma4_text_fp8_kv"] = ("gemma4_text", "MOQ_GEMMA4_FP8_KV_CFG")  # set below on mtq
+
+_oracle = ma.oracle_logits
+
+
+def oracle_kv(d, tokens):
+    """ma.oracle_logits with the FP8 KV cache of hf_quant_config.json emulated per layer."""
+    import json
+    import torch
+    from safetensors.torch import load_file
+    import transformers.models.gemma4.modeling_gemma4 as g4
+    hq = json.load(open(os.path.join(d, "hf_quant_config.json")))
+    if str(hq["quantization"].get("kv_cache_quant_algo") or "").upper() != "FP8":
+        return _oracle(d, tokens)
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    one = torch.tensor(1.0)
+    kv = {}
+    for k in sd:
+        if k.endswith("self_attn.k_proj.k_scale") or k.endswith("self_attn.v_proj.v_scale"):
+            kv[(int(k.split(".layers.")[1].split(".")[0]), k.endswith("v_scale"))] = sd[k].to(torch.float32)
+    eager = g4.eager_attention_forward
+
+    def kv_attention(module, query, key, value, attention_mask, **kw):
+        ks, vs = kv.get((module.layer_idx, False), one), kv.get((module.layer_idx, True), one)
+        key = ma.mf.e4m3_sat(key / ks) * ks
+        value = ma.mf.e4m3_sat(value / vs) * vs
+        return eager(module, query, key, value, attention_mask, **kw)
+
+    g4.eager_attention_forward = kv_attention
+    try:
+        return _oracle(d, tokens)
+    finally:
+        g4.eager_attention_forward = eager
+
+
+ma.oracle_logits = oracle_kv
 
 if __name__ == "__main__":
+    if "--oracle-only" not in sys.argv:
+        import copy
+        import modelopt.torch.quantization as mtq
+        mtq.MOQ_GEMMA4_FP8_KV_CFG = mtq.update_quant_cfg_with_kv_cache_quant(copy.deepcopy(mtq.FP8_DEFAULT_CFG), mtq.FP8_KV_CFG["quant_cfg"])
     _write = ma.mf.write_provenance
     ma.mf.write_provenance = lambda path, *a: _write(os.path.join(os.path.dirname(path), "provenance_gemma4.json"), *a)
     ma.main()
