@@ -203,6 +203,25 @@ bool moq_model_architecture_supported(const char *name) {
     return false;
 }
 
+moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err) {
+    const moq_arch *a = moq_checkpoint_arch(c);
+    const arch_row *r = NULL;
+    for (size_t i = 0; a && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+        if (strcmp(arch_rows[i].name, a->architecture) == 0) r = &arch_rows[i];
+    if (!r || r->family != FAM_GEMMA4 || a->num_hidden_layers < 1 || a->num_hidden_layers > 100000) return MOQ_OK;
+    const int64_t L = a->num_hidden_layers, A = a->num_attention_heads;
+    bool *sl = malloc((size_t)L * sizeof *sl);
+    int64_t *hd = malloc((size_t)L * sizeof *hd), *kv = malloc((size_t)L * sizeof *kv);
+    moq_gemma4_cfg g;
+    moq_status st = !sl || !hd || !kv ? MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory for %lld layers", (long long)L)
+                                      : moq_gemma4_read(c, L, (double)a->max_position_embeddings, a->head_dim ? a->head_dim : (A ? a->hidden_size / A : 0),
+                                                        a->num_key_value_heads ? a->num_key_value_heads : A, &g, sl, hd, kv, err);
+    free(sl);
+    free(hd);
+    free(kv);
+    return st;
+}
+
 const char *moq_model_arch_name(size_t i) { return i < sizeof arch_rows / sizeof arch_rows[0] ? arch_rows[i].name : NULL; }
 
 size_t moq_model_arch_count(void) { return sizeof arch_rows / sizeof arch_rows[0]; }

@@ -254,12 +254,37 @@ static void test_config_refusals(void **st) {
 }
 #undef BASE
 
+/* `moq inspect` on NVIDIA's two Gemma 4 configs: the 31B runs, the 26B-A4B's MoE block is named as
+ * what `moq run` refuses (inspect exits 0 either way: it is informational). */
+static void test_inspect_nvidia_configs(void **st) {
+    (void)st;
+    static const struct { const char *file; bool refused; } k[] = {
+        {"modelopt_configs/nvidia--Gemma-4-31B-IT-NVFP4_config.json", false},
+        {"modelopt_configs/nvidia--Gemma-4-26B-A4B-NVFP4_config.json", true},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char *p = tu_data_path(k[i].file), *dir = NULL, *text = read_text(p);
+        moq_checkpoint *c = cfg_ckpt(k[i].refused ? "g4_inspect26" : "g4_inspect31", text, &dir);
+        moq_checkpoint_free(c);
+        char cmd[1024], out[16384];
+        snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", tu_moq_bin(), dir);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        const bool refused = strstr(out, "refuses it") != NULL;
+        if (refused != k[i].refused || (refused && !strstr(out, "enable_moe_block is true"))) fail_msg("%s:\n%s", cmd, out);
+        tu_rmtree(dir);
+        free(dir);
+        free(text);
+        free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vs_transformers),
         cmocka_unit_test(test_multimodal_layout),
         cmocka_unit_test(test_nvidia_31b_config),
         cmocka_unit_test(test_config_refusals),
+        cmocka_unit_test(test_inspect_nvidia_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
