@@ -602,6 +602,10 @@ typedef struct moq_moe_routing {
     float routed_scaling_factor;  /* weights are multiplied by it after renormalization (1 = off) */
     bool  weight_on_input;        /* Llama-4: x is multiplied by the weight before the expert,
                                      the expert output is added with weight 1                   */
+    const float *expert_scale;    /* f32 [E]: each weight × expert_scale[its expert] after the
+                                     renormalization and routed_scaling_factor (Gemma 4's
+                                     router.per_expert_scale); NULL = none. Borrowed during
+                                     moq_moe_create only (copied).                              */
 } moq_moe_routing;
 
 /* Expert formats (ModelOpt quant_algo of the experts; the config resolver picks one). */

@@ -4,8 +4,8 @@
 Same method as scripts/gen_arch_fixtures.py (whose make() and init_weights() it reuses; seed 1234,
 bf16 save_pretrained, transformers' eager forward and greedy generate): run where torch +
 transformers >= 5.17 are installed,
-    python3 scripts/gen_gemma4_fixtures.py OUTDIR
-writes OUTDIR/gemma4_text.tar.gz. The config follows NVIDIA's published Gemma 4 checkpoints
+    python3 scripts/gen_gemma4_fixtures.py OUTDIR [NAME ...]
+writes OUTDIR/NAME.tar.gz for gemma4_text and gemma4_moe (default: both). The config follows NVIDIA's published Gemma 4 checkpoints
 (nvidia/Gemma-4-31B-IT-NVFP4 config.json): attention_k_eq_v (global layers have no v_proj: v is
 the raw k projection), global layers with their own head_dim (global_head_dim) and KV heads
 (num_global_key_value_heads), proportional RoPE with partial_rotary_factor 0.25 on global layers,
@@ -39,6 +39,22 @@ def gemma4():
     return cfg, Gemma4ForCausalLM
 
 
+def gemma4_moe():
+    """The 26B-A4B shape (enable_moe_block): every layer's MLP plus 4 routed experts, top-2."""
+    cfg, cls = gemma4()
+    from transformers import Gemma4TextConfig
+    kw = cfg.to_dict()
+    cfg = Gemma4TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+        attention_k_eq_v=True, sliding_window=4, final_logit_softcapping=30.0, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        hidden_size_per_layer_input=0, num_kv_shared_layers=0, tie_word_embeddings=True,
+        enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+        rope_parameters=kw["rope_parameters"])
+    return cfg, cls
+
+
 def gemma4_post(model):
     import torch
     gen = torch.Generator().manual_seed(g.SEED + 2)
@@ -47,6 +63,11 @@ def gemma4_post(model):
             if name.endswith("layer_scalar"):
                 b.copy_(0.5 + torch.rand(b.shape, generator=gen))
         model.model.embed_tokens.weight.mul_(0.125)
+        for name, p in model.named_parameters():  # MoE: router logits of O(1), scales away from 1
+            if name.endswith("router.proj.weight"):
+                p.mul_(16.0)
+            elif name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
 
 
 def real_config_form(d):
@@ -81,7 +102,7 @@ def real_config_form(d):
                         "transformers": __import__("transformers").__version__, "torch": torch.__version__,
                         "device": "cpu", "n_prompt": str(len(g.PROMPT)),
                         "model": "Gemma4ForCausalLM.from_pretrained(folder, float32, eager)"})
-    print("gemma4_text (reloaded, f32) greedy", greedy, "logit absmax", float(logits.abs().max()), flush=True)
+    print(os.path.basename(d), "(reloaded, f32) greedy", greedy, "logit absmax", float(logits.abs().max()), flush=True)
     with tarfile.open(d + ".tar.gz", "w:gz") as t:
         t.add(d, arcname=os.path.basename(d))
 
@@ -92,11 +113,14 @@ def main():
     import torch
     import transformers
     print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
-    torch.manual_seed(g.SEED)
-    cfg, cls = gemma4()
-    g.make(g.WORK, "gemma4_text", cfg, cls, gemma4_post)
-    real_config_form(os.path.join(g.WORK, "gemma4_text"))
-    os.replace(os.path.join(g.WORK, "gemma4_text.tar.gz"), os.path.join(out, "gemma4_text.tar.gz"))
+    for name, fn in (("gemma4_text", gemma4), ("gemma4_moe", gemma4_moe)):
+        if sys.argv[2:] and name not in sys.argv[2:]:
+            continue
+        torch.manual_seed(g.SEED)
+        cfg, cls = fn()
+        g.make(g.WORK, name, cfg, cls, gemma4_post)
+        real_config_form(os.path.join(g.WORK, name))
+        os.replace(os.path.join(g.WORK, name + ".tar.gz"), os.path.join(out, name + ".tar.gz"))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,11 @@ transformers' Gemma 4 eager_attention_forward (as modelopt_fixtures.py's oracle 
 
 Usage (CPU is enough; nvidia-modelopt 0.47 importable, `pulp` stubbed as tests/data/modelopt_real/README.md says):
     python3 scripts/modelopt_gemma4_fixtures.py OUT [--only NAME,...] [--oracle-only]
-writes OUT/gemma4_text_{nvfp4,fp8}/ and OUT/provenance_gemma4.json.
+writes OUT/gemma4_text_{nvfp4,fp8,fp8_kv}/, OUT/gemma4_moe_{nvfp4,fp8}/ and OUT/provenance_gemma4.json.
+gemma4_moe (the 26B-A4B shape): ModelOpt 0.47 writes Gemma4TextExperts one module per expert
+(experts.N.{gate,up,down}_proj) and keeps router.proj in BF16; the oracle's per-expert path
+(modelopt_fixtures.per_expert / make_expert_forward, which calls the module's own act_fn: GELU-tanh
+here) restates Gemma4TextExperts.forward, transformers' Gemma4TextRouter runs as is.
 """
 import os
 import sys
@@ -29,6 +33,8 @@ ma.FIXTURES.clear()
 ma.FIXTURES["gemma4_text_nvfp4"] = ("gemma4_text", "NVFP4_DEFAULT_CFG")
 ma.FIXTURES["gemma4_text_fp8"] = ("gemma4_text", "FP8_DEFAULT_CFG")
 ma.FIXTURES["gemma4_text_fp8_kv"] = ("gemma4_text", "MOQ_GEMMA4_FP8_KV_CFG")  # set below on mtq
+ma.FIXTURES["gemma4_moe_nvfp4"] = ("gemma4_moe", "NVFP4_DEFAULT_CFG")
+ma.FIXTURES["gemma4_moe_fp8"] = ("gemma4_moe", "FP8_DEFAULT_CFG")
 
 _oracle = ma.oracle_logits
 

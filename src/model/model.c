@@ -436,7 +436,8 @@ static const moq_moe_compat moe_compat_of[MOQ_COMPAT_COUNT] = {
 static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[256], e[300];
-    snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
+    if (m->arch->moe_block) snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
+    else snprintf(p, sizeof p, "%s.layers.%lld", m->arch->prefix, (long long)l); /* Gemma 4: <layer>.experts, <layer>.router */
     snprintf(e, sizeof e, "%s.experts", p);
     moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
     if (m->q) MOQ_TRY(moq_resolve(m->q, e, MOQ_KIND_MOE, NULL, 0, &res, err));
@@ -462,6 +463,17 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     }
     mo.num_experts = m->E;
     mo.router = m->arch->router_name;
+    if (m->arch->family == FAM_GEMMA4) { /* Gemma4TextRouter: logits from forward (gemma4_moe), × per_expert_scale; GeGLU experts */
+        char st[320];
+        snprintf(st, sizeof st, "%s.experts.gate_up_proj", p);
+        if (moq_checkpoint_tensor(m->ckpt, st))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, st, "Gemma 4's stacked experts [E, 2I, H] (transformers' own layout) are not read; "
+                            "expected experts.N.{gate,up,down}_proj, as ModelOpt exports them");
+        mo.router = NULL;
+        mo.act = MOQ_MOE_ACT_GELU_TANH;
+        mo.routing.renormalize = true;
+        mo.routing.expert_scale = ly->expert_scale;
+    }
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
@@ -569,6 +581,26 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_layers_f32(&sc, c, n, 1, &m->blobs, err));
             ly->scalar = sc[0];
         }
+        if (ly->g4moe) { /* Gemma4TextDecoderLayer with enable_moe_block */
+            static const struct { const char *name; size_t off; } norms[] = {
+                {"post_feedforward_layernorm_1", offsetof(layer, post_ffn1)}, {"pre_feedforward_layernorm_2", offsetof(layer, pre_ffn2)},
+                {"post_feedforward_layernorm_2", offsetof(layer, post_ffn2)},
+            };
+            for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+                snprintf(n, sizeof n, "%s.layers.%lld.%s.weight", m->arch->prefix, (long long)l, norms[i].name);
+                MOQ_TRY(load_norm(m, (float **)(void *)((char *)ly + norms[i].off), n, m->H, err));
+            }
+            snprintf(n, sizeof n, "%s.layers.%lld.router.scale", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->router_scale, c, n, m->H, &m->blobs, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.router.per_expert_scale", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->expert_scale, c, n, m->E, &m->blobs, err));
+            snprintf(p, sizeof p, "%s.layers.%lld.router.proj", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->g4_router, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            if (ly->g4_router.w.N != m->E || ly->g4_router.w.K != m->H)
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->g4_router.name, "shape [%lld, %lld], expected [num_experts %lld, hidden_size %lld]",
+                                (long long)ly->g4_router.w.N, (long long)ly->g4_router.w.K, (long long)m->E, (long long)m->H);
+            MOQ_TRY(open_moe(m, l, lo, err));
+        }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
     }
     return MOQ_OK;
@@ -594,6 +626,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->Dmax}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->Dmax)}, {&m->kpad, m->kv_row}, {&m->vpad, m->kv_row},
+        {&m->rin, m->g4.moe ? C * m->H : 1}, {&m->rlog, m->g4.moe ? C * m->E : 1}, {&m->moe_out, m->g4.moe ? C * m->H : 1},
     };
     const moq_mla_dims *md = &m->mla;
     const bool mla = m->arch->attn == ATTN_MLA;
@@ -625,10 +658,10 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate};
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate, &ly->g4_router};
         if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
         if (ly->linear && moq_gdn_linear_ws(&ly->gdn, C) > ws) ws = moq_gdn_linear_ws(&ly->gdn, C);
-        for (int i = 0; i < 7; i++) {
+        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
@@ -708,9 +741,10 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         if (!hd || !kvh) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
         MOQ_TRY(moq_gemma4_read(m->ckpt, m->L, (double)a->max_position_embeddings, m->D, m->KV, &m->g4, per_layer, hd, kvh, err));
         m->gc = m->g4.g;
+        if (m->g4.moe) m->E = m->g4.n_experts, m->topk = m->g4.top_k, m->Ie = m->g4.moe_I, m->norm_topk = true;
         for (int64_t l = 0; l < m->L; l++) {
             layer *ly = &m->layers[l];
-            ly->D = hd[l], ly->KV = kvh[l], ly->v_norm = true, ly->k_eq_v = m->g4.k_eq_v && !per_layer[l];
+            ly->D = hd[l], ly->KV = kvh[l], ly->v_norm = true, ly->k_eq_v = m->g4.k_eq_v && !per_layer[l], ly->g4moe = m->g4.moe;
             if (m->A % ly->KV)
                 return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer %lld: %lld attention heads, %lld KV heads; expected heads %% kv_heads == 0",
                                 (long long)l, (long long)m->A, (long long)ly->KV);
@@ -918,6 +952,7 @@ void moq_model_free(moq_model *m) {
         moq_mla_close(&m->layers[l].mla);
         moq_gdn_close(&m->layers[l].gdn);
         moq_layers_close_linear(&m->layers[l].sh_gate);
+        moq_layers_close_linear(&m->layers[l].g4_router);
         moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
@@ -1119,6 +1154,33 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
     return MOQ_OK;
 }
 
+/* Gemma 4's MoE block beside the MLP whose output is in m->tmp (Gemma4TextDecoderLayer):
+ * tmp = post_ffn1(tmp) + post_ffn2(experts(pre_ffn2(x))), the experts routed by
+ * softmax top-k of router.proj(x / rms(x) · router.scale · H^-1/2), renormalized, × per_expert_scale
+ * (src/moe with the logits given); x is the residual stream before the MLP. */
+static moq_status gemma4_moe(moq_model *m, const layer *ly, int64_t l, int64_t M, bool locate, moq_error *err) {
+    const int64_t H = m->H;
+    const float rs = (float)(1.0 / sqrt((double)H)); /* Gemma4TextRouter.scalar_root_size */
+    const char *pfx = m->arch->prefix;
+    for (int64_t i = 0; i < M; i++) {
+        float *r = m->rin + i * H;
+        rmsnorm(r, m->x + i * H, NULL, H, m->eps);
+        for (int64_t e = 0; e < H; e++) r[e] = r[e] * ly->router_scale[e] * rs;
+    }
+    MOQ_TRY(run_linear(m, &ly->g4_router, m->rin, M, m->rlog, err));
+    CHECK(m->rlog, M, m->E, "%s", ly->g4_router.name);
+    for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->pre_ffn2, H, m->eps);
+    TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
+    MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, m->rlog, m->moe_out, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    CHECK(m->moe_out, M, H, "%s.layers.%lld.experts", pfx, (long long)l);
+    for (int64_t i = 0; i < M; i++) {
+        rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn1, H, m->eps);
+        rmsnorm(m->moe_out + i * H, m->moe_out + i * H, ly->post_ffn2, H, m->eps);
+        for (int64_t e = 0; e < H; e++) m->tmp[i * H + e] += m->moe_out[i * H + e];
+    }
+    return MOQ_OK;
+}
+
 /* One chunk of M <= chunk rows under the row plan (m->rkv, rpos, rtab, rpage); the logits of rows
  * lrows[0..nl) go to m->logits_ws [nl, V]. MLA and DeltaNet layers take one sequence at consecutive
  * positions from rpos[0] (moq_model_forward_rows refuses other plans for them).
@@ -1168,6 +1230,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
         CHECK(m->tmp, M, H, "%s", ly->down.name);
+        if (ly->g4moe) MOQ_TRY(gemma4_moe(m, ly, l, M, locate, err));
         if (m->arch->sandwich)
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];

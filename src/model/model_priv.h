@@ -45,6 +45,10 @@ typedef struct layer {
                                             only, v = the k projection before k_norm              */
     bool             v_norm;             /* Gemma 4: v / rms(v) per head (no weight)               */
     float            scalar;             /* Gemma 4 layer_scalar: x × this at the layer's end (1)  */
+    bool             g4moe;              /* Gemma 4 MoE block: routed experts beside the MLP       */
+    moq_layer_linear g4_router;          /* router.proj [E, H]                                    */
+    float *router_scale, *expert_scale;  /* router.scale [H], router.per_expert_scale [E]         */
+    float *post_ffn1, *pre_ffn2, *post_ffn2; /* post_feedforward_layernorm_1, pre_/post_..._2 [H] */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
@@ -76,6 +80,8 @@ struct moq_model {
     moq_gemma4_cfg    g4;                /* FAM_GEMMA4 rows                                  */
     int64_t           Dmax, qkv_max;     /* largest head_dim and qkv row over the layers     */
     float            *kpad, *vpad;       /* [kv_row]: a layer's K/V row padded to the cache row */
+    float            *rin, *rlog, *moe_out; /* Gemma 4 MoE: router input [C, H], logits [C, E],
+                                            expert output [C, H]                                */
     moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
     bool             *moe_list;          /* MOE_LAYER_LIST: which layers hold experts        */
     float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */

@@ -93,6 +93,7 @@ void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits,
         for (int j = 0; j < r->top_k; j++) weights[j] /= sum;
     if (r->routed_scaling_factor != 1.0f)
         for (int j = 0; j < r->top_k; j++) weights[j] *= r->routed_scaling_factor;
+    for (int j = 0; r->expert_scale && j < r->top_k; j++) weights[j] *= r->expert_scale[ids[j]];
 }
 
 /*                                         name          gated */

@@ -41,8 +41,10 @@ typedef struct ref {
     int64_t         V;
 } ref;
 
-static void load_ref(ref *r) {
-    char *p = tu_src_data_path("hf_tiny/gemma4_text/ref.safetensors");
+static void load_ref(ref *r, const char *model) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "hf_tiny/%s/ref.safetensors", model);
+    char *p = tu_src_data_path(rel);
     TU_OK(moq_checkpoint_open(&r->ck, p, NULL, err_));
     free(p);
     const moq_tensor *t = moq_checkpoint_tensor(r->ck, "tokens"), *g = moq_checkpoint_tensor(r->ck, "greedy"),
@@ -76,11 +78,10 @@ static int argmax(const float *x, int64_t n) {
     return b;
 }
 
-static void test_vs_transformers(void **st) {
-    (void)st;
+/* Prefill of all 20 tokens, then prompt + greedy decode, against transformers' logits of `model`. */
+static void check_dir(const char *model, const char *dir) {
     ref r;
-    load_ref(&r);
-    char *dir = tu_src_data_path("hf_tiny/gemma4_text");
+    load_ref(&r, model);
     moq_model_opts o = moq_model_opts_default();
     o.n_threads = 2;
     o.ctx = 64;
@@ -102,7 +103,7 @@ static void test_vs_transformers(void **st) {
         next = (int32_t)argmax(moq_model_logits(m), V);
     }
     const double e2 = rel(dec + NP * V, r.logits + NP * V, NG * V), e3 = rel(dec + NP * V, pre + NP * V, NG * V);
-    print_message("  gemma4_text prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", e1, e2, e3);
+    print_message("  %s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
     assert_true(e1 < 1e-3);
     assert_true(e2 < 1e-3);
     assert_true(e3 < 1e-5);
@@ -110,7 +111,67 @@ static void test_vs_transformers(void **st) {
     free(dec);
     moq_model_free(m);
     moq_checkpoint_free(r.ck);
+}
+
+static void test_vs_transformers(void **st) {
+    (void)st;
+    char *dir = tu_src_data_path("hf_tiny/gemma4_text");
+    check_dir("gemma4_text", dir);
     free(dir);
+}
+
+/* The MoE block (hf_tiny/gemma4_moe, the 26B-A4B shape: 4 layers, 4 experts top-2 of intermediate 32,
+ * router.scale and per_expert_scale in [0.5, 1.5), router logits of O(1)). transformers saves the
+ * experts stacked (experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]), which moq refuses by name;
+ * ModelOpt writes them one module per expert, the layout moq reads, so the test splits them so
+ * (gate = rows [0, I), up = rows [I, 2I), as Gemma4TextExperts' chunk(2)) and compares with
+ * transformers' logits of the stacked model. */
+static void test_moe_vs_transformers(void **st) {
+    (void)st;
+    char *src = tu_src_data_path("hf_tiny/gemma4_moe"), *dst = tu_tmpdir("gemma4_moe_split");
+    moq_model *m = NULL;
+    moq_error e = {0};
+    moq_model_opts o = moq_model_opts_default();
+    o.ctx = 32;
+    const moq_status st0 = moq_model_open(&m, src, &o, &e);
+    TU_ERR(&e, st0, MOQ_ERR_UNSUPPORTED, "model.layers.0.experts.gate_up_proj", "stacked experts [E, 2I, H]");
+    assert_null(m);
+    moq_checkpoint *ck = NULL;
+    TU_OK(moq_checkpoint_open(&ck, src, NULL, err_));
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, dst, err_));
+    int n_split = 0;
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(ck); i++) {
+        const moq_tensor *t = moq_checkpoint_tensor_at(ck, i);
+        const char *x = strstr(t->name, ".experts.");
+        if (!x) {
+            TU_OK(moq_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err_));
+            continue;
+        }
+        assert_int_equal(t->dtype, MOQ_DT_BF16);
+        assert_int_equal(t->ndim, 3);
+        const int64_t E = t->shape[0], N = t->shape[1], K = t->shape[2];
+        const bool gu = strcmp(x, ".experts.gate_up_proj") == 0;
+        const int64_t rows = gu ? N / 2 : N;
+        for (int64_t ex = 0; ex < E; ex++)
+            for (int part = 0; part < (gu ? 2 : 1); part++) {
+                char nm[320];
+                snprintf(nm, sizeof nm, "%.*s.experts.%lld.%s.weight", (int)(x - t->name), t->name, (long long)ex,
+                         gu ? (part ? "up_proj" : "gate_proj") : "down_proj");
+                const uint8_t *p = (const uint8_t *)t->data + ((size_t)(ex * N + part * rows) * (size_t)K) * 2;
+                TU_OK(moq_writer_add(w, nm, MOQ_DT_BF16, 2, (const int64_t[]){rows, K}, p, (uint64_t)(rows * K) * 2, err_));
+                n_split++;
+            }
+    }
+    assert_int_equal(n_split, 4 * 4 * 3); /* 4 layers x 4 experts x gate, up, down */
+    TU_OK(moq_writer_file(w, "config.json", moq_checkpoint_json_text(ck, "config.json"), err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    check_dir("gemma4_moe", dst);
+    moq_checkpoint_free(ck);
+    tu_rmtree(dst);
+    free(dst);
+    free(src);
 }
 
 /* NVIDIA's layout: Gemma4ForConditionalGeneration, weights under model.language_model, the text
@@ -140,7 +201,7 @@ static void test_multimodal_layout(void **st) {
     moq_writer_free(w);
     free(cfg);
     ref r;
-    load_ref(&r);
+    load_ref(&r, "gemma4_text");
     moq_model_opts o = moq_model_opts_default();
     o.ctx = 32;
     moq_model *m = NULL;
@@ -224,6 +285,35 @@ static void test_nvidia_31b_config(void **st) {
     free(p);
 }
 
+/* nvidia/Gemma-4-26B-A4B-NVFP4: 30 layers, the MoE block (128 experts, top 8, intermediate 704)
+ * beside an MLP of 2112, global layers head_dim 512 with 2 KV heads. */
+static void test_nvidia_26b_config(void **st) {
+    (void)st;
+    char *p = tu_data_path("modelopt_configs/nvidia--Gemma-4-26B-A4B-NVFP4_config.json"), *dir = NULL;
+    char *text = read_text(p);
+    moq_checkpoint *c = cfg_ckpt("gemma4_26b", text, &dir);
+    const moq_arch *a = moq_checkpoint_arch(c);
+    enum { L = 30 };
+    assert_int_equal(a->num_hidden_layers, L);
+    bool sl[L];
+    int64_t hd[L], kv[L];
+    moq_gemma4_cfg g;
+    TU_OK(moq_gemma4_read(c, L, (double)a->max_position_embeddings, a->head_dim, a->num_key_value_heads, &g, sl, hd, kv, err_));
+    assert_true(g.moe);
+    assert_int_equal(g.n_experts, 128);
+    assert_int_equal(g.top_k, 8);
+    assert_int_equal(g.moe_I, 704);
+    for (int l = 0; l < L; l++) {
+        assert_int_equal(hd[l], (l + 1) % 6 == 0 ? 512 : 256);
+        assert_int_equal(kv[l], (l + 1) % 6 == 0 ? 2 : 8);
+    }
+    moq_checkpoint_free(c);
+    tu_rmtree(dir);
+    free(dir);
+    free(text);
+    free(p);
+}
+
 /* A Gemma 4 config feature moq does not run: moq_model_open fails naming config.json and the key. */
 static void refused(const char *tag, const char *cfg, moq_status code, const char *msg) { ao_open_cfg_err(tag, cfg, code, msg); }
 
@@ -231,11 +321,8 @@ static void refused(const char *tag, const char *cfg, moq_status code, const cha
              "\"vocab_size\": 8, \"intermediate_size\": 8"
 static void test_config_refusals(void **st) {
     (void)st;
-    char *p = tu_data_path("modelopt_configs/nvidia--Gemma-4-26B-A4B-NVFP4_config.json");
-    char *text = read_text(p);
-    refused("gemma4_26b", text, MOQ_ERR_UNSUPPORTED, "enable_moe_block is true");
-    free(text);
-    free(p);
+    refused("g4_moe", "{\"architectures\": [\"Gemma4ForCausalLM\"], " BASE ", \"enable_moe_block\": true, \"num_experts\": 4, \"top_k_experts\": 5, "
+            "\"moe_intermediate_size\": 8}", MOQ_ERR_CONFIG, "top_k_experts 5");
     refused("g4_ple", "{\"architectures\": [\"Gemma4ForCausalLM\"], " BASE ", \"hidden_size_per_layer_input\": 256}", MOQ_ERR_UNSUPPORTED,
             "hidden_size_per_layer_input is 256");
     refused("g4_shared", "{\"architectures\": [\"Gemma4ForCausalLM\"], " BASE ", \"num_kv_shared_layers\": 1}", MOQ_ERR_UNSUPPORTED,
@@ -254,23 +341,28 @@ static void test_config_refusals(void **st) {
 }
 #undef BASE
 
-/* `moq inspect` on NVIDIA's two Gemma 4 configs: the 31B runs, the 26B-A4B's MoE block is named as
- * what `moq run` refuses (inspect exits 0 either way: it is informational). */
+/* `moq inspect` on NVIDIA's two Gemma 4 configs: both run (no "refuses it"); a config with per-layer
+ * embeddings is named as what `moq run` refuses (inspect exits 0 either way: it is informational). */
 static void test_inspect_nvidia_configs(void **st) {
     (void)st;
     static const struct { const char *file; bool refused; } k[] = {
         {"modelopt_configs/nvidia--Gemma-4-31B-IT-NVFP4_config.json", false},
-        {"modelopt_configs/nvidia--Gemma-4-26B-A4B-NVFP4_config.json", true},
+        {"modelopt_configs/nvidia--Gemma-4-26B-A4B-NVFP4_config.json", false},
+        {NULL, true},
     };
-    for (size_t i = 0; i < 2; i++) {
-        char *p = tu_data_path(k[i].file), *dir = NULL, *text = read_text(p);
-        moq_checkpoint *c = cfg_ckpt(k[i].refused ? "g4_inspect26" : "g4_inspect31", text, &dir);
+    for (size_t i = 0; i < 3; i++) {
+        char *p = k[i].file ? tu_data_path(k[i].file) : NULL, *dir = NULL;
+        char *text = p ? read_text(p) : strdup("{\"architectures\": [\"Gemma4ForCausalLM\"], \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                                               "\"num_hidden_layers\": 2, \"vocab_size\": 8, \"hidden_size_per_layer_input\": 256}");
+        char tag[32];
+        snprintf(tag, sizeof tag, "g4_inspect%zu", i);
+        moq_checkpoint *c = cfg_ckpt(tag, text, &dir);
         moq_checkpoint_free(c);
         char cmd[1024], out[16384];
         snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", tu_moq_bin(), dir);
         assert_int_equal(tu_run(cmd, out, sizeof out), 0);
         const bool refused = strstr(out, "refuses it") != NULL;
-        if (refused != k[i].refused || (refused && !strstr(out, "enable_moe_block is true"))) fail_msg("%s:\n%s", cmd, out);
+        if (refused != k[i].refused || (refused && !strstr(out, "hidden_size_per_layer_input is 256"))) fail_msg("%s:\n%s", cmd, out);
         tu_rmtree(dir);
         free(dir);
         free(text);
@@ -281,8 +373,10 @@ static void test_inspect_nvidia_configs(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vs_transformers),
+        cmocka_unit_test(test_moe_vs_transformers),
         cmocka_unit_test(test_multimodal_layout),
         cmocka_unit_test(test_nvidia_31b_config),
+        cmocka_unit_test(test_nvidia_26b_config),
         cmocka_unit_test(test_config_refusals),
         cmocka_unit_test(test_inspect_nvidia_configs),
     };

@@ -54,7 +54,8 @@ static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
     {"deepseek_v3_a_fp8", FQ_KEPT}, {"deepseek_v3_a_nvfp4", FQ_NONE}, {"qwen3_5_moe_fp8", FQ_KEPT}, {"qwen3_5_moe_nvfp4", FQ_NONE},
     {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE}, {"llama4_a_w4a16_nvfp4", FQ_NONE},
     /* Gemma 4 (k_eq_v global layers with their own head_dim), scripts/modelopt_gemma4_fixtures.py */
-    {"gemma4_text_fp8", FQ_BOUND}, {"gemma4_text_nvfp4", FQ_NONE}, {"gemma4_text_fp8_kv", FQ_BOUND},
+    {"gemma4_text_fp8", FQ_BOUND}, {"gemma4_text_nvfp4", FQ_NONE}, {"gemma4_text_fp8_kv", FQ_BOUND}, {"gemma4_moe_fp8", FQ_KEPT},
+    {"gemma4_moe_nvfp4", FQ_NONE},
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 

@@ -29,7 +29,7 @@ static void rope_init(moq_rope_params *p, const char *type, double theta, double
 
 /* Features of the Gemma 4 family moq does not run: refused with the key that asks for them. */
 static moq_status refuse_unrun(const cJSON *j, moq_error *err) {
-    bool p = false, moe = false;
+    bool p = false;
     int64_t ple = 0, shared = 0;
     const char *bidi = NULL, *act = NULL;
     MOQ_TRY(moq_json_int(j, "hidden_size_per_layer_input", &ple, &p, "config.json", NULL, err));
@@ -39,10 +39,6 @@ static moq_status refuse_unrun(const cJSON *j, moq_error *err) {
     MOQ_TRY(moq_json_int(j, "num_kv_shared_layers", &shared, &p, "config.json", NULL, err));
     if (shared > 0)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "num_kv_shared_layers is %lld: KV-shared layers are not run by moq; expected 0", (long long)shared);
-    MOQ_TRY(moq_json_bool(j, "enable_moe_block", &moe, &p, "config.json", NULL, err));
-    if (moe)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "enable_moe_block is true: Gemma 4's MoE block (dense MLP + router-scaled experts, "
-                        "26B-A4B) is not run by moq yet; expected false");
     MOQ_TRY(moq_json_str(j, "use_bidirectional_attention", &bidi, &p, "config.json", NULL, err));
     if (p && strcmp(bidi, "all") == 0)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "use_bidirectional_attention is \"all\"; expected null or \"vision\" (causal text attention)");
@@ -79,6 +75,16 @@ static moq_status read_all(const cJSON *j, int64_t L, double max_pos, int64_t ba
     MOQ_TRY(moq_json_num(j, "final_logit_softcapping", &d->g.final_logit_softcapping, &p, "config.json", NULL, err));
     MOQ_TRY(moq_json_int(j, "sliding_window", &d->g.sliding_window, &p, "config.json", NULL, err));
     MOQ_TRY(moq_json_bool(j, "attention_k_eq_v", &d->k_eq_v, &p, "config.json", NULL, err));
+    MOQ_TRY(moq_json_bool(j, "enable_moe_block", &d->moe, &p, "config.json", NULL, err));
+    if (d->moe) { /* Gemma4TextRouter / Gemma4TextExperts sizes */
+        MOQ_TRY(moq_json_int(j, "num_experts", &d->n_experts, &p, "config.json", NULL, err));
+        MOQ_TRY(moq_json_int(j, "top_k_experts", &d->top_k, &p, "config.json", NULL, err));
+        MOQ_TRY(moq_json_int(j, "moe_intermediate_size", &d->moe_I, &p, "config.json", NULL, err));
+        if (d->n_experts < 1 || d->top_k < 1 || d->top_k > d->n_experts || d->moe_I < 1)
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "enable_moe_block with num_experts %lld, top_k_experts %lld, moe_intermediate_size %lld; "
+                            "expected 1 <= top_k_experts <= num_experts and a positive size", (long long)d->n_experts, (long long)d->top_k,
+                            (long long)d->moe_I);
+    }
     if (d->g.sliding_window < 1 || d->g.final_logit_softcapping < 0)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "sliding_window %lld, final_logit_softcapping %g; expected a positive window and a "
                         "soft-capping >= 0 or null", (long long)d->g.sliding_window, d->g.final_logit_softcapping);

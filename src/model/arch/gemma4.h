@@ -5,9 +5,10 @@
  * and KV heads (per_layer_config as transformers writes it, else global_head_dim (default 512) and,
  * with attention_k_eq_v, num_global_key_value_heads for the global layers), attention_k_eq_v (global
  * layers have no v_proj: v is the raw k projection), final soft-capping. The softmax scale is 1 (q and
- * k are RMS-normalized per head). Refused, naming the key: per-layer embeddings
- * (hidden_size_per_layer_input > 0), KV-shared layers (num_kv_shared_layers > 0), the MoE block
- * (enable_moe_block), bidirectional attention "all", an activation other than gelu_pytorch_tanh.
+ * k are RMS-normalized per head), the MoE block (enable_moe_block: num_experts, top_k_experts,
+ * moe_intermediate_size). Refused, naming the key: per-layer embeddings
+ * (hidden_size_per_layer_input > 0), KV-shared layers (num_kv_shared_layers > 0), bidirectional
+ * attention "all", an activation other than gelu_pytorch_tanh.
  * Defaults are Gemma4TextConfig's (transformers 5.17). Tested by tests/model/test_arch_gemma4.c. */
 #ifndef MOQ_MODEL_ARCH_GEMMA4_H
 #define MOQ_MODEL_ARCH_GEMMA4_H
@@ -22,6 +23,8 @@ typedef struct moq_gemma4_cfg {
     moq_gemma3_cfg g;        /* sliding_window (default 512), final_logit_softcapping, rope_global /
                                 rope_local; query_pre_attn_scalar and attn soft-capping unused      */
     bool           k_eq_v;   /* attention_k_eq_v: global layers take v = k_proj(h) (before k_norm)  */
+    bool           moe;      /* enable_moe_block: every layer adds routed experts beside its MLP    */
+    int64_t        n_experts, top_k, moe_I; /* num_experts, top_k_experts, moe_intermediate_size */
 } moq_gemma4_cfg;
 
 /* For L layers: sliding[l], head_dim[l] and kv_heads[l] (base_D / base_KV: the config's head_dim and
