@@ -11,7 +11,9 @@
  * final soft-cap 30, tied embeddings. Checked as tests/model/test_arch.c does: prefill of all 20
  * tokens vs transformers, greedy decode ids equal transformers' and its logits vs transformers, decode
  * vs prefill; the same weights under Gemma4ForConditionalGeneration's layout (model.language_model,
- * config in text_config) give the same logits.
+ * config in text_config) give the same logits. hf_tiny/gemma4_moe adds the MoE block (26B-A4B shape),
+ * checked the same way after its stacked experts are split per expert (measured 4.0e-6; without
+ * per_expert_scale, router.scale or post_feedforward_layernorm_2 the greedy ids differ).
  *
  * Tolerance (max |d| / max |ref|): 1e-3 vs transformers, as test_arch.c (there the oracle's RoPE
  * inv_freq was rounded to bf16; here transformers computed it in f32 as moq does: measured 2.9e-6
@@ -22,8 +24,8 @@
  *
  * Config (model/arch/gemma4.c): the text_config of nvidia/Gemma-4-31B-IT-NVFP4 (tests/data/
  * modelopt_configs.tar.xz) read by moq_gemma4_read: per-layer head sizes, layer types, RoPE, k_eq_v;
- * nvidia/Gemma-4-26B-A4B-NVFP4 (MoE block), per-layer embeddings, KV-shared layers and bidirectional
- * attention are refused naming the key.
+ * nvidia/Gemma-4-26B-A4B-NVFP4's MoE sizes; per-layer embeddings, KV-shared layers and bidirectional
+ * attention are refused naming the key, also by `moq inspect`.
  */
 #include <math.h>
 

@@ -1,4 +1,7 @@
-/* gemma4.c — Gemma 4 text config fields (see gemma4.h). The blocks are Gemma 3's (model.c's row):
+/* gemma4.c — Gemma 4 text config fields (see gemma4.h). With enable_moe_block every layer also has
+ * router.{proj, scale, per_expert_scale}, experts.N.{gate,up,down}_proj (as ModelOpt exports them)
+ * and post_feedforward_layernorm_1, pre_/post_feedforward_layernorm_2 (model.c gemma4_moe).
+ * The blocks are Gemma 3's (model.c's row):
  * self_attn.{q,k,v,o}_proj with q_norm / k_norm (global k_eq_v layers: no v_proj) and a weightless
  * RMS norm of v, mlp.{gate,up,down}_proj with gelu_pytorch_tanh, the four sandwich norms, and per layer
  * a `layer_scalar` [1] that multiplies the residual stream at the layer's end. Unlike Gemma 3 the
