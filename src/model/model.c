@@ -216,6 +216,11 @@ moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err) {
     moq_status st = !sl || !hd || !kv ? MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory for %lld layers", (long long)L)
                                       : moq_gemma4_read(c, L, (double)a->max_position_embeddings, a->head_dim ? a->head_dim : (A ? a->hidden_size / A : 0),
                                                         a->num_key_value_heads ? a->num_key_value_heads : A, &g, sl, hd, kv, err);
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.layers.0.experts.gate_up_proj", r->prefix);
+    if (st == MOQ_OK && g.moe && moq_checkpoint_tensor(c, nm)) /* as open_moe refuses it */
+        st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "Gemma 4's stacked experts [E, 2I, H] (transformers' own layout) are not read; "
+                      "expected experts.N.{gate,up,down}_proj, as ModelOpt exports them");
     free(sl);
     free(hd);
     free(kv);

@@ -138,6 +138,10 @@ static void test_moe_vs_transformers(void **st) {
     const moq_status st0 = moq_model_open(&m, src, &o, &e);
     TU_ERR(&e, st0, MOQ_ERR_UNSUPPORTED, "model.layers.0.experts.gate_up_proj", "stacked experts [E, 2I, H]");
     assert_null(m);
+    char cmd[1024], out[16384]; /* inspect says so too (and exits non-zero: the stacked shapes are problems for `moq check`) */
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", tu_moq_bin(), src);
+    assert_int_not_equal(tu_run(cmd, out, sizeof out), 0);
+    if (!strstr(out, "stacked experts [E, 2I, H]") || !strstr(out, "refuses it")) fail_msg("%s:\n%s", cmd, out);
     moq_checkpoint *ck = NULL;
     TU_OK(moq_checkpoint_open(&ck, src, NULL, err_));
     moq_writer *w = NULL;
