@@ -289,7 +289,8 @@ MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
 /* Chat formats built in (no template engine: Debian packages no C Jinja library). The text of
  * tokenizer_config.json's chat_template (or chat_template.jinja) picks one by a marker it contains:
  * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3, "<start_of_turn>" -> Gemma,
- * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM. Templates of
+ * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM, "<|turn>" ->
+ * Gemma 4, and ChatML with a "<think>\n" generation prompt -> ChatML-think (Qwen3.5). Templates of
  * other formats (gpt-oss harmony, Mistral [INST], anything else) are MOQ_ERR_UNSUPPORTED saying so;
  * tool calls, reasoning_content and template variables other than messages, bos_token and
  * add_generation_prompt are not rendered. */
@@ -304,6 +305,12 @@ typedef enum moq_chat_format {
                            (DeepSeek-V3 / R1; assistant text after the last </think>)      */
     MOQ_CHAT_LLAMA4,    /* bos<|header_start|>role<|header_end|>\n\ncontent<|eot|> (Llama 4) */
     MOQ_CHAT_GLM,       /* [gMASK]<sop><|role|>\ncontent (GLM-4)                          */
+    MOQ_CHAT_GEMMA4,    /* bos<|turn>role\ncontent<turn|>\n, assistant written "model", content
+                           trimmed, its <|channel>..<channel|> thoughts dropped; generation
+                           <|turn>model\n<|channel>thought\n<channel|> (Gemma 4)          */
+    MOQ_CHAT_CHATML_THINK, /* ChatML whose generation prompt opens <think>\n (Qwen3.5 / 3.6);
+                           assistant turns before the last user turn keep only the text after
+                           their last </think>, leading newlines dropped                    */
     MOQ_CHAT_FORMAT_COUNT
 } moq_chat_format;
 
@@ -597,6 +604,10 @@ typedef struct moq_moe_routing {
     float routed_scaling_factor;  /* weights are multiplied by it after renormalization (1 = off) */
     bool  weight_on_input;        /* Llama-4: x is multiplied by the weight before the expert,
                                      the expert output is added with weight 1                   */
+    const float *expert_scale;    /* f32 [E]: each weight × expert_scale[its expert] after the
+                                     renormalization and routed_scaling_factor (Gemma 4's
+                                     router.per_expert_scale); NULL = none. Borrowed during
+                                     moq_moe_create only (copied).                              */
 } moq_moe_routing;
 
 /* Expert formats (ModelOpt quant_algo of the experts; the config resolver picks one). */

@@ -6,6 +6,7 @@
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/dsv4.h"
@@ -39,6 +40,17 @@ typedef struct layer {
     bool             nope;               /* Llama 4 NoPE layer: no RoPE                           */
     bool             l2_qk;              /* Llama 4: q, k / rms(q, k) after RoPE (no weight)       */
     bool             temp;               /* Llama 4: q × the attention temperature of its position */
+    int64_t          D, KV, qh, Drot;    /* this layer's head_dim, KV heads, q values per head and
+                                            rotary part (m's, except Gemma 4's global layers)     */
+    int64_t          qkvN;               /* values per token of the qkv buffer: A qh + 2 KV D      */
+    bool             k_eq_v;             /* Gemma 4 attention_k_eq_v global layer: fused [q | k]
+                                            only, v = the k projection before k_norm              */
+    bool             v_norm;             /* Gemma 4: v / rms(v) per head (no weight)               */
+    float            scalar;             /* Gemma 4 layer_scalar: x × this at the layer's end (1)  */
+    bool             g4moe;              /* Gemma 4 MoE block: routed experts beside the MLP       */
+    moq_layer_linear g4_router;          /* router.proj [E, H]                                    */
+    float *router_scale, *expert_scale;  /* router.scale [H], router.per_expert_scale [E]         */
+    float *post_ffn1, *pre_ffn2, *post_ffn2; /* post_feedforward_layernorm_1, pre_/post_..._2 [H] */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
@@ -68,7 +80,12 @@ struct moq_model {
     moq_gdn_ws        gws;
     int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
-    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows (FAM_GEMMA4: its Gemma 3 part)    */
+    moq_gemma4_cfg    g4;                /* FAM_GEMMA4 rows                                  */
+    int64_t           Dmax, qkv_max;     /* largest head_dim and qkv row over the layers     */
+    float            *kpad, *vpad;       /* [kv_row]: a layer's K/V row padded to the cache row */
+    float            *rin, *rlog, *moe_out; /* Gemma 4 MoE: router input [C, H], logits [C, E],
+                                            expert output [C, H]                                */
     moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
     moq_dsv4_cfg     *v4;                /* FAM_DEEPSEEK_V4 rows (in blobs), else NULL         */
     moq_dsv4_dims     v4d;

@@ -98,6 +98,7 @@ struct moq_moe {
     moq_moe_act_params  ap;
     moq_moe_routing     routing;     /* correction_bias points at bias when read from the file */
     float              *bias;        /* f32 [E] owned, or NULL                                  */
+    float              *escale;      /* f32 [E] owned copy of routing.expert_scale, or NULL      */
     int64_t             E, H, I, Ip, N13, n_local;
     bool                stacked;     /* unquantized experts as transformers' stacked parameters  */
     bool                interleaved; /* stacked gate_up_proj: gate and up in alternating columns */
@@ -575,7 +576,7 @@ void moq_moe_free(moq_moe *m) {
     if (m->has_shared) expert_free(&m->shared);
     moq_linear_free(m->router);
     free(m->router_b);
-    free(m->router_q), free(m->bias), free(m->local_of), free(m->global_of), free(m->ex), free(m);
+    free(m->router_q), free(m->bias), free(m->escale), free(m->local_of), free(m->global_of), free(m->ex), free(m);
 }
 
 /* Input scales of expert g: {w13 gate, w13 up, w2}. Missing and g not local: *present = false. */
@@ -801,6 +802,12 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         if (!m->bias) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
         memcpy(m->bias, m->routing.correction_bias, (size_t)m->E * sizeof(float));
         m->routing.correction_bias = m->bias;
+    }
+    if (o.routing.expert_scale) { /* borrowed only during create */
+        m->escale = malloc((size_t)m->E * sizeof(float));
+        if (!m->escale) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+        memcpy(m->escale, o.routing.expert_scale, (size_t)m->E * sizeof(float));
+        m->routing.expert_scale = m->escale;
     }
     *out = m;
     return MOQ_OK;

@@ -101,6 +101,7 @@ static moq_status gpu_open(moq_moe_gpu *g, const moq_moe *m, int64_t Tmax, moq_e
     if (v->has_shared)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "a shared expert inside the MoE layer: the GPU layer runs the routed experts only");
     if (v->n_local < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "no local experts");
+    if (r->expert_scale) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "per-expert weight scales (Gemma 4's per_expert_scale) are not applied by the GPU routing");
     if (r->scoring != MOQ_MOE_SCORE_SOFTMAX && r->scoring != MOQ_MOE_SCORE_SIGMOID)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "scoring function %d: the GPU routing runs softmax and sigmoid scores", (int)r->scoring);
     if (E > MOQ_CUDA_MOE_MAX_E || A > MOQ_CUDA_MOE_MAX_A || g->k > 32 || r->num_expert_group > MOQ_CUDA_MOE_MAX_GROUPS)
