@@ -7,7 +7,8 @@
  * f32 sums of K <= 400 terms, ~sqrt(K)·2^-24 ≈ 1e-6), NaN never passes. bf16 outputs: within
  * 2^-8 (one bf16 rounding of nearly equal f32 values). The AVX2 and AVX-512 NVFP4 W4A4 integer rows
  * must also agree bit for bit (test_nvfp4_maddubs_equals_vnni). Rows whose CPU features are missing are
- * skipped with a message; the registry's choice under cpu masks is checked too.
+ * skipped with a message; the registry's choice under cpu masks is checked too. The packed GEMM
+ * rows are also run on shapes that cross their cache blocks (test_gemm_cache_blocks).
  *
  * Test names read linear/<row>/x_<dtype>.y_<dtype>/m<M>_n<N>_k<K> (STYLE.md §10). */
 #include "tu.h"
@@ -104,6 +105,25 @@ static void test_every_fast_row(void **state) {
         check_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
+}
+
+/* The packed GEMM rows (*_gemm, M > 16) block the work into items of 256 output rows × <= 256
+ * tokens and panels of 256 columns: M = 270 (two token blocks, a partial 6/12-token group), N = 300
+ * (two row blocks, the second of 3 tiles: an odd one for the AVX-512 32-row micro-kernel) and K over
+ * a panel boundary (not a multiple of 4 where the format allows) reach every edge. */
+static void test_gemm_cache_blocks(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    int rows = 0;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+        const tpair p = tpair_of(k->pair);
+        const int64_t K = p == TP_FP8_BLK128 ? 384 : p == TP_MXFP8 ? 288 : 259;
+        check_row(k, 270, 300, K, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        rows++;
+    }
+    print_message("%d gemm rows checked on cache-block edges\n", rows);
 }
 
 /* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
@@ -237,6 +257,7 @@ int main(void) {
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
+        cmocka_unit_test(test_gemm_cache_blocks),
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),

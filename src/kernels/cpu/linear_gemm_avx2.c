@@ -1,0 +1,291 @@
+/* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
+ * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
+ *
+ *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx2).
+ *   2..16       small-M (issue 15): each 8-row half of a 16-row tile is read and decoded in
+ *               registers once for up to 12 tokens (12 accumulators), three integer ops per 8
+ *               weights; M = 13..16 runs two token groups over each 256-k chunk (read from memory
+ *               once, decoded twice). Block-scaled pairs: a block's sum, times weight scale × the
+ *               token's block scale, is added to a per-thread C in L1 after every block. Numerics
+ *               of the k4fma row (exact products D·2^-120 × D·2^112, f32 sums per block).
+ *   M > 16      packed GEMM (issue 14), BLIS-style: per (NC = 256 rows, MC <= 256 tokens) item and
+ *               KC = 256 columns, the weight block is decoded once into an f32 panel [NC/16][KC][16]
+ *               (exact D(code) = dec·2^120; times the weight block scale for 128x128 / MXFP8),
+ *               then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts
+ *               per k) runs over activations packed [M/6][K][6] once per call (the pair's reference
+ *               quantizer, dequantized with the group scales folded: moq_act_dequant_row). C is an
+ *               f32 [MC, NC] block per thread; items are split over threads in 2-D (N × M).
+ *               Exactness: products of e4m3 values are exact in f32 (per-tensor, per-channel, MXFP8
+ *               in the scale range the tests draw); 128x128 rounds D·s_w and D·s_x once each, as
+ *               the dequant_fma panel row does. Sums in f32, another order than `_ref`.
+ * NaN codes: rows flagged at pack time give NaN (as `_ref`).
+ * Reference: linear_ref.c (cpu_ref_*). Test: tests/kernels/test_linear.c.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MR 6       /* GEMM tokens per micro-kernel        */
+#define KC 256     /* GEMM columns per panel              */
+#define NC 256     /* GEMM rows per item (16 tiles)       */
+#define MCMAX 256  /* GEMM tokens per item (rounded to MR) */
+#define MTS 12     /* small-M tokens per pass             */
+#define X_SCALE 0x1p112f
+
+static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
+static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
+static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
+static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
+ *   shared  X f32 [ceil(M/12)·12, K4] (small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
+ *   thread  row f32 [K4] + quantizer scratch 2K + 64; GEMM also B f32 [NC·KC] + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
+}
+static size_t thread_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+}
+
+size_t moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads) {
+    const size_t a = moq_linear_fp8_k4_workspace(w, M, n_threads), b = shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w, M);
+    return a > b ? a : b;
+}
+
+/* Code (r, 4g+j) of 8 rows -> f32 D(code)·2^-120 (linear_fp8_avx2.c). */
+static inline __m256 dec(__m256i v, __m256i idx) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, idx), 4), _mm256_set1_epi32((int)0x87F00000u)));
+}
+static inline __m256 e8m0x8(__m128i c8) {
+    const __m256i v = _mm256_cvtepu8_epi32(c8);
+    const __m256i z = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
+}
+#define IDX(j) _mm256_setr_epi8(-1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j, -1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j)
+
+/* y[m, n] for one tile's rows from v[r] (already scaled to the true dot product). */
+static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, int nr, const float *v, float sm) {
+    const moq_weight *w = l->w;
+    for (int r = 0; r < nr && n0 + r < w->N; r++) {
+        const int64_t n = n0 + r;
+        float y = nan[n] ? NAN : v[r] * sm * l->row_scale[n];
+        if (w->bias) y += w->bias[n];
+        moq_y_store(l->y, l->y_elem, w->N, m, n, y);
+    }
+}
+
+/* ---- small M ---------------------------------------------------------------------------------- */
+
+/* Token rows quantized as the k4fma row does (codes -> D·2^112; block scales apart in SX [M, nblk]),
+ * stored k-major: X[k·M + m]. */
+static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, float *xr, uint8_t *tmp) {
+    const int64_t K = l->w->K, K4 = k4(l->w), M = l->M, bk = bk_of(l->w);
+    float *sx = SX + m * (K / (bk > 0 ? bk : 32));
+    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
+    sm[m] = 1.0f;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break;
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
+    default: {
+        uint8_t *sf = tmp + K;
+        moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+        for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
+        break;
+    }
+    }
+    for (int64_t k = 0; k < K; k++) X[k * M + m] = tab[tmp[k]];
+    for (int64_t k = K; k < K4; k++) X[k * M + m] = 0.0f;
+}
+
+#define NA(mt) ((mt) <= 2 ? 4 : (mt) <= 4 ? 2 : 1) /* accumulator chains per token */
+
+/* Columns [g0, g1) of groups of one 8-row half (W: the tile's codes + 32·h) for tokens i0..i0+mt.
+ * sc == NULL: C[i] (+)= sum; else C[i] += sum · sc[h-vector] · sx[i]. */
+static inline __attribute__((always_inline)) void small_pass(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0,
+                                                            const int mt, float *C, int first, const __m256 *sc, const float *sx) {
+    const int na = NA(mt);
+    __m256 acc[MTS][4];
+    for (int i = 0; i < mt; i++)
+        for (int a = 0; a < na; a++) acc[i][a] = _mm256_setzero_ps();
+    const __m256i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
+    for (int64_t g = g0; g < g1; g++) {
+        const __m256i v = _mm256_load_si256((const __m256i *)(W + 64 * g));
+        const float *x = X + 4 * g * M + i0;
+        __m256 wv[4] = {dec(v, i0v), dec(v, i1v), dec(v, i2v), dec(v, i3v)};
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < mt; i++) acc[i][j % na] = _mm256_fmadd_ps(wv[j], _mm256_broadcast_ss(x + j * M + i), acc[i][j % na]);
+    }
+    for (int i = 0; i < mt; i++) {
+        __m256 s = acc[i][0];
+        for (int a = 1; a < na; a++) s = _mm256_add_ps(s, acc[i][a]);
+        float *c = C + 8 * (i0 + i);
+        if (sc) _mm256_store_ps(c, _mm256_fmadd_ps(s, _mm256_mul_ps(*sc, _mm256_set1_ps(sx[i])), _mm256_load_ps(c)));
+        else _mm256_store_ps(c, first ? s : _mm256_add_ps(s, _mm256_load_ps(c)));
+    }
+}
+
+static void small_pass_any(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0, int mt, float *C, int first,
+                           const __m256 *sc, const float *sx) {
+    switch (mt) {
+#define CASE(n) case n: small_pass(W, g0, g1, X, M, i0, n, C, first, sc, sx); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11)
+#undef CASE
+    default: small_pass(W, g0, g1, X, M, i0, 12, C, first, sc, sx); break;
+    }
+}
+
+static void small_tile(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, int64_t t) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), G = K4 / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
+    const uint8_t *W = (const uint8_t *)l->packed + t * G * 64, *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
+    const int64_t ng = (M + MTS - 1) / MTS, mt = (M + ng - 1) / ng;
+    /* chunk of groups: one block (block-scaled pairs), all of K (one token group) or 64 groups */
+    const int64_t cg = bk ? bk / 4 : ng == 1 ? G : 64;
+    _Alignas(32) float C[16 * 8];
+    float sx[MTS], v[8];
+    for (int h = 0; h < 2; h++) {
+        if (bk) memset(C, 0, sizeof C);
+        for (int64_t g0 = 0; g0 < G; g0 += cg) {
+            const int64_t g1 = g0 + cg < G ? g0 + cg : G, kb = g0 * 4 / (bk ? bk : 1);
+            __m256 sc;
+            if (bk) sc = row_scales(w) ? e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h)))
+                                       : _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
+            for (int64_t i0 = 0; i0 < M; i0 += mt) {
+                const int n = (int)(M - i0 < mt ? M - i0 : mt);
+                if (bk)
+                    for (int i = 0; i < n; i++) sx[i] = SX[(i0 + i) * nblk + kb];
+                small_pass_any(W + 32 * h, g0, g1, X, M, i0, n, C, g0 == 0, bk ? &sc : NULL, sx);
+            }
+        }
+        for (int64_t m = 0; m < M; m++) {
+            _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_load_ps(C + 8 * m), _mm256_set1_ps(256.0f)));
+            store_rows(l, nan, m, 16 * t + 8 * h, 8, v, sm[m]);
+        }
+    }
+}
+
+/* ---- GEMM (M > 16) ---------------------------------------------------------------------------- */
+
+/* Rows [16·t0, 16·t0 + 16·nt) × columns [k0, k0 + kc) -> B [nt][kc][16], exact values (× block scale). */
+static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t k0, int kc, float *B) {
+    const moq_weight *w = l->w;
+    const int64_t G = k4(w) / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
+    const __m256i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
+    const __m256 two120 = _mm256_set1_ps(0x1p120f);
+    for (int tt = 0; tt < nt; tt++) {
+        const int64_t t = t0 + tt;
+        const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+        const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
+        float *P = B + (size_t)tt * KC * 16;
+        __m256 s0 = two120, s1 = two120;
+        for (int kk = 0; kk < kc; kk += 4) {
+            const int64_t k = k0 + kk, g = k / 4;
+            if (bk && (kk == 0 || k % bk == 0)) {
+                const int64_t kb = k / bk;
+                if (row_scales(w)) {
+                    s0 = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb))), two120);
+                    s1 = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8))), two120);
+                } else {
+                    s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * 0x1p120f);
+                }
+            }
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
+            float *p = P + 16 * kk;
+            _mm256_store_ps(p, _mm256_mul_ps(dec(v0, i0v), s0)), _mm256_store_ps(p + 8, _mm256_mul_ps(dec(v1, i0v), s1));
+            _mm256_store_ps(p + 16, _mm256_mul_ps(dec(v0, i1v), s0)), _mm256_store_ps(p + 24, _mm256_mul_ps(dec(v1, i1v), s1));
+            _mm256_store_ps(p + 32, _mm256_mul_ps(dec(v0, i2v), s0)), _mm256_store_ps(p + 40, _mm256_mul_ps(dec(v1, i2v), s1));
+            _mm256_store_ps(p + 48, _mm256_mul_ps(dec(v0, i3v), s0)), _mm256_store_ps(p + 56, _mm256_mul_ps(dec(v1, i3v), s1));
+        }
+    }
+}
+
+/* C [mr][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]. */
+static inline __attribute__((always_inline)) void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const int mr) {
+    __m256 a0[MR], a1[MR];
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
+        for (int i = 0; i < mr; i++) {
+            const __m256 x = _mm256_broadcast_ss(A + MR * k + i);
+            a0[i] = _mm256_fmadd_ps(x, w0, a0[i]);
+            a1[i] = _mm256_fmadd_ps(x, w1, a1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        if (!first) a0[i] = _mm256_add_ps(a0[i], _mm256_load_ps(c)), a1[i] = _mm256_add_ps(a1[i], _mm256_load_ps(c + 8));
+        _mm256_store_ps(c, a0[i]), _mm256_store_ps(c + 8, a1[i]);
+    }
+}
+
+static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr) {
+    switch (mr) {
+#define CASE(n) case n: micro(P, A, kc, C, ldc, first, n); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
+#undef CASE
+    default: micro(P, A, kc, C, ldc, first, MR); break;
+    }
+}
+
+static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
+    const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
+    const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
+    const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    for (int64_t k0 = 0; k0 < K4; k0 += KC) {
+        const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
+        decode_block(l, t0, nt, k0, kc, B);
+        for (int tt = 0; tt < nt; tt++)
+            for (int64_t m = m0; m < m1; m += MR)
+                micro_any(B + (size_t)tt * KC * 16, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
+                          (int)(m1 - m < MR ? m1 - m : MR));
+    }
+    for (int64_t m = m0; m < m1; m++)
+        for (int tt = 0; tt < nt; tt++) store_rows(l, nan, m, 16 * (t0 + tt), 16, C + (m - m0) * NC + 16 * tt, sm[m]);
+}
+
+moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
+    if (M == 1) return moq_linear_fp8_k4_run_avx2(l, err);
+    float *X = l->ws;
+    float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
+    float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    const size_t tb = thread_bytes(w, M);
+    if (M <= 16) {
+        float tab[256];
+        for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
+        for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
+#pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 4)
+        for (int64_t t = 0; t < tiles; t++) small_tile(l, X, sm, SX, t);
+        return MOQ_OK;
+    }
+    const int64_t nmb = (M + MCMAX - 1) / MCMAX, mc = ((M + nmb - 1) / nmb + MR - 1) / MR * MR, nnb = (tiles + NC / 16 - 1) / (NC / 16);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
+        float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
+        uint8_t *tmp = mine + al64((size_t)K4 * 4);
+        float *C = B + (size_t)NC * KC;
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) {
+            moq_act_dequant_row(l, m, xr, &sm[m], tmp);
+            float *a = X + (m / MR) * K4 * MR + m % MR;
+            for (int64_t k = 0; k < K; k++) a[k * MR] = xr[k];
+            for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
+        }
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t jc = 0; jc < nnb; jc++)
+            for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);
+    }
+    return MOQ_OK;
+}

@@ -1,0 +1,278 @@
+/* linear_gemm_avx512.c — the AVX-512 form of linear_gemm_avx2.c (same rows16k4 pack, same workspace
+ * hook, same numerics), on 16-row zmm vectors: one 64-byte line of the layout is k 4g..4g+3 of a
+ * whole tile.
+ *
+ *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx512).
+ *   2..16       small-M: each tile read and decoded in registers once for all M <= 16 tokens (16
+ *               accumulators), three integer ops per 16 weights, one FMA per token; block-scaled
+ *               pairs add each block's sum × (weight scale × token block scale) to a C in L1.
+ *   M > 16      packed GEMM: f32 panels as on AVX2 ([NC/16][KC][16], decoded once per item and KC),
+ *               a 12 × 32 micro-kernel (two tiles' panels, 24 zmm accumulators, two loads and twelve
+ *               broadcasts per k); activations by the AVX-512 quantizers (bit-identical to the
+ *               reference ones), packed [M/12][K][12].
+ * Reference: linear_ref.c (cpu_ref_*). Test: tests/kernels/test_linear.c.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MR 12      /* GEMM tokens per micro-kernel                               */
+#define KC 256     /* GEMM columns per panel                                     */
+#define NC 256     /* GEMM rows per item (16 tiles); must match linear_gemm_avx2.c */
+#define MCMAX 256  /* GEMM tokens per item (rounded to MR)                       */
+#define MTS 16     /* small-M tokens per pass                                    */
+#define X_SCALE 0x1p112f
+
+static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
+static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
+static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
+static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* Must match moq_linear_gemm_workspace (linear_gemm_avx2.c). */
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
+}
+static size_t thread_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+}
+
+/* Code (r, 4g+j) of 16 rows -> f32 D(code)·2^-120 (linear_fp8_avx512.c). */
+static inline __m512 dec(__m512i v, __m512i idx) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_srai_epi32(_mm512_shuffle_epi8(v, idx), 4), _mm512_set1_epi32((int)0x87F00000u)));
+}
+static inline __m512 e8m0x16(__m128i c) {
+    const __m512i v = _mm512_cvtepu8_epi32(c);
+    const __mmask16 z = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512());
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(v, 23), z, _mm512_set1_epi32(0x00400000)));
+}
+#define IDX(j) _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j))
+
+static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, int nr, const float *v, float sm) {
+    const moq_weight *w = l->w;
+    for (int r = 0; r < nr && n0 + r < w->N; r++) {
+        const int64_t n = n0 + r;
+        float y = nan[n] ? NAN : v[r] * sm * l->row_scale[n];
+        if (w->bias) y += w->bias[n];
+        moq_y_store(l->y, l->y_elem, w->N, m, n, y);
+    }
+}
+
+/* ---- small M ---------------------------------------------------------------------------------- */
+
+/* As linear_fp8_avx512.c's prepare_row, stored k-major: X[k·M + m] = D·2^112. */
+static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, float *xr, uint8_t *tmp) {
+    const int64_t K = l->w->K, K4 = k4(l->w), M = l->M, bk = bk_of(l->w);
+    if (!bk) {
+        moq_act_dequant_row_avx512(l, m, xr, &sm[m], tmp);
+        for (int64_t k = 0; k < K; k++) X[k * M + m] = xr[k] * X_SCALE;
+    } else {
+        float *sx = SX + m * (K / bk);
+        moq_x_row_f32(l->x, l->x_elem, K, m, xr);
+        sm[m] = 1.0f;
+        if (l->pair == MOQ_PAIR_FP8_BLK128) {
+            moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx);
+        } else {
+            uint8_t *sf = tmp + K;
+            moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+            for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
+        }
+        for (int64_t k = 0; k < K; k++) X[k * M + m] = tab[tmp[k]];
+    }
+    for (int64_t k = K; k < K4; k++) X[k * M + m] = 0.0f;
+}
+
+#define NA(mt) ((mt) <= 2 ? 4 : (mt) <= 4 ? 2 : 1) /* accumulator chains per token */
+
+static inline __attribute__((always_inline)) void small_pass(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0,
+                                                            const int mt, float *C, int first, const __m512 *sc, const float *sx) {
+    const int na = NA(mt);
+    __m512 acc[MTS][4];
+    for (int i = 0; i < mt; i++)
+        for (int a = 0; a < na; a++) acc[i][a] = _mm512_setzero_ps();
+    const __m512i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
+    for (int64_t g = g0; g < g1; g++) {
+        const __m512i v = _mm512_load_si512(W + 64 * g);
+        const float *x = X + 4 * g * M + i0;
+        const __m512 wv[4] = {dec(v, i0v), dec(v, i1v), dec(v, i2v), dec(v, i3v)};
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < mt; i++) acc[i][j % na] = _mm512_fmadd_ps(wv[j], _mm512_set1_ps(x[j * M + i]), acc[i][j % na]);
+    }
+    for (int i = 0; i < mt; i++) {
+        __m512 s = acc[i][0];
+        for (int a = 1; a < na; a++) s = _mm512_add_ps(s, acc[i][a]);
+        float *c = C + 16 * (i0 + i);
+        if (sc) _mm512_store_ps(c, _mm512_fmadd_ps(s, _mm512_mul_ps(*sc, _mm512_set1_ps(sx[i])), _mm512_load_ps(c)));
+        else _mm512_store_ps(c, first ? s : _mm512_add_ps(s, _mm512_load_ps(c)));
+    }
+}
+
+static void small_pass_any(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0, int mt, float *C, int first,
+                           const __m512 *sc, const float *sx) {
+    switch (mt) {
+#define CASE(n) case n: small_pass(W, g0, g1, X, M, i0, n, C, first, sc, sx); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15)
+#undef CASE
+    default: small_pass(W, g0, g1, X, M, i0, MTS, C, first, sc, sx); break;
+    }
+}
+
+static void small_tile(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, int64_t t) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), G = K4 / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
+    const uint8_t *W = (const uint8_t *)l->packed + t * G * 64, *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
+    const int64_t cg = bk ? bk / 4 : G; /* M <= 16: one token group */
+    _Alignas(64) float C[16 * 16];
+    float sx[MTS], v[16];
+    if (bk) memset(C, 0, sizeof C);
+    for (int64_t g0 = 0; g0 < G; g0 += cg) {
+        const int64_t g1 = g0 + cg < G ? g0 + cg : G, kb = g0 * 4 / (bk ? bk : 1);
+        __m512 sc;
+        if (bk) {
+            sc = row_scales(w) ? e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb)))
+                               : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
+            for (int64_t i = 0; i < M; i++) sx[i] = SX[i * nblk + kb];
+        }
+        small_pass_any(W, g0, g1, X, M, 0, (int)M, C, g0 == 0, bk ? &sc : NULL, sx);
+    }
+    for (int64_t m = 0; m < M; m++) {
+        _mm512_storeu_ps(v, _mm512_mul_ps(_mm512_load_ps(C + 16 * m), _mm512_set1_ps(256.0f)));
+        store_rows(l, nan, m, 16 * t, 16, v, sm[m]);
+    }
+}
+
+/* ---- GEMM (M > 16) ---------------------------------------------------------------------------- */
+
+static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t k0, int kc, float *B) {
+    const moq_weight *w = l->w;
+    const int64_t G = k4(w) / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
+    const __m512i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
+    const __m512 two120 = _mm512_set1_ps(0x1p120f);
+    for (int tt = 0; tt < nt; tt++) {
+        const int64_t t = t0 + tt;
+        const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+        const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
+        float *P = B + (size_t)tt * KC * 16;
+        __m512 s = two120;
+        for (int kk = 0; kk < kc; kk += 4) {
+            const int64_t k = k0 + kk, g = k / 4;
+            if (bk && (kk == 0 || k % bk == 0)) {
+                const int64_t kb = k / bk;
+                s = row_scales(w) ? _mm512_mul_ps(e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb))), two120)
+                                  : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * 0x1p120f);
+            }
+            const __m512i v = _mm512_load_si512(W + 64 * g);
+            float *p = P + 16 * kk;
+            _mm512_store_ps(p, _mm512_mul_ps(dec(v, i0v), s));
+            _mm512_store_ps(p + 16, _mm512_mul_ps(dec(v, i1v), s));
+            _mm512_store_ps(p + 32, _mm512_mul_ps(dec(v, i2v), s));
+            _mm512_store_ps(p + 48, _mm512_mul_ps(dec(v, i3v), s));
+        }
+    }
+}
+
+/* C [mr][16·nr] (ldc floats between tokens) (+)= A [kc][MR] · (P0 | P1) [kc][16]. */
+static inline __attribute__((always_inline)) void micro(const float *P0, const float *P1, const float *A, int kc, float *C, int64_t ldc,
+                                                       int first, const int mr, const int nr) {
+    __m512 a0[MR], a1[MR];
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        const __m512 w0 = _mm512_load_ps(P0 + 16 * k), w1 = nr == 2 ? _mm512_load_ps(P1 + 16 * k) : w0;
+        for (int i = 0; i < mr; i++) {
+            const __m512 x = _mm512_set1_ps(A[MR * k + i]);
+            a0[i] = _mm512_fmadd_ps(x, w0, a0[i]);
+            if (nr == 2) a1[i] = _mm512_fmadd_ps(x, w1, a1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        if (!first) a0[i] = _mm512_add_ps(a0[i], _mm512_load_ps(c));
+        _mm512_store_ps(c, a0[i]);
+        if (nr == 2) {
+            if (!first) a1[i] = _mm512_add_ps(a1[i], _mm512_load_ps(c + 16));
+            _mm512_store_ps(c + 16, a1[i]);
+        }
+    }
+}
+
+static void micro_any(const float *P0, const float *P1, const float *A, int kc, float *C, int64_t ldc, int first, int mr, int nr) {
+    if (nr == 2) {
+        switch (mr) {
+#define CASE(n) case n: micro(P0, P1, A, kc, C, ldc, first, n, 2); break;
+            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11)
+#undef CASE
+        default: micro(P0, P1, A, kc, C, ldc, first, MR, 2); break;
+        }
+    } else {
+        switch (mr) {
+#define CASE(n) case n: micro(P0, P1, A, kc, C, ldc, first, n, 1); break;
+            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11)
+#undef CASE
+        default: micro(P0, P1, A, kc, C, ldc, first, MR, 1); break;
+        }
+    }
+}
+
+static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
+    const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
+    const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
+    const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    for (int64_t k0 = 0; k0 < K4; k0 += KC) {
+        const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
+        decode_block(l, t0, nt, k0, kc, B);
+        for (int tt = 0; tt < nt; tt += 2) {
+            const int nr = nt - tt >= 2 ? 2 : 1;
+            const float *P0 = B + (size_t)tt * KC * 16, *P1 = P0 + (size_t)KC * 16;
+            for (int64_t m = m0; m < m1; m += MR)
+                micro_any(P0, P1, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
+                          (int)(m1 - m < MR ? m1 - m : MR), nr);
+        }
+    }
+    for (int64_t m = m0; m < m1; m++)
+        for (int tt = 0; tt < nt; tt++) store_rows(l, nan, m, 16 * (t0 + tt), 16, C + (m - m0) * NC + 16 * tt, sm[m]);
+}
+
+moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
+    if (M == 1) return moq_linear_fp8_k4_run_avx512(l, err);
+    float *X = l->ws;
+    float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
+    float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    const size_t tb = thread_bytes(w, M);
+    if (M <= 16) {
+        float tab[256];
+        for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
+        for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
+#pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 4)
+        for (int64_t t = 0; t < tiles; t++) small_tile(l, X, sm, SX, t);
+        return MOQ_OK;
+    }
+    const int64_t nmb = (M + MCMAX - 1) / MCMAX, mc = ((M + nmb - 1) / nmb + MR - 1) / MR * MR, nnb = (tiles + NC / 16 - 1) / (NC / 16);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
+        float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
+        uint8_t *tmp = mine + al64((size_t)K4 * 4);
+        float *C = B + (size_t)NC * KC;
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) {
+            moq_act_dequant_row_avx512(l, m, xr, &sm[m], tmp);
+            float *a = X + (m / MR) * K4 * MR + m % MR;
+            for (int64_t k = 0; k < K; k++) a[k * MR] = xr[k];
+            for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
+        }
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t jc = 0; jc < nnb; jc++)
+            for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);
+    }
+    return MOQ_OK;
+}
