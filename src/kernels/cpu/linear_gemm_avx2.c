@@ -8,12 +8,12 @@
  *               once, decoded twice). Block-scaled pairs: a block's sum, times weight scale × the
  *               token's block scale, is added to a per-thread C in L1 after every block. Numerics
  *               of the k4fma row (exact products D·2^-120 × D·2^112, f32 sums per block).
- *   M > 16      packed GEMM (issue 14), BLIS-style: per (NC = 256 rows, MC <= 256 tokens) item and
+ *   M > 16      packed GEMM (issue 14), BLIS-style: per (NC = 256 rows, MC <= 512 tokens) item and
  *               KC = 256 columns, the weight block is decoded once into an f32 panel [NC/16][KC][16]
  *               (exact D(code) = dec·2^120; times the weight block scale for 128x128 / MXFP8),
  *               then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts
  *               per k) runs over activations packed [M/6][K][6] once per call (the pair's reference
- *               quantizer, dequantized with the group scales folded: moq_act_dequant_row). C is an
+ *               quantizer; codes decoded by a table, the block scales folded in). C is an
  *               f32 [MC, NC] block per thread; items are split over threads in 2-D (N × M).
  *               Exactness: products of e4m3 values are exact in f32 (per-tensor, per-channel, MXFP8
  *               in the scale range the tests draw); 128x128 rounds D·s_w and D·s_x once each, as
@@ -33,7 +33,7 @@
 #define MR 6       /* GEMM tokens per micro-kernel        */
 #define KC 256     /* GEMM columns per panel              */
 #define NC 256     /* GEMM rows per item (16 tiles)       */
-#define MCMAX 256  /* GEMM tokens per item (rounded to MR) */
+#define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
 #define MTS 12     /* small-M tokens per pass             */
 #define X_SCALE 0x1p112f
 
@@ -81,15 +81,14 @@ static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m
 
 /* ---- small M ---------------------------------------------------------------------------------- */
 
-/* Token rows quantized as the k4fma row does (codes -> D·2^112; block scales apart in SX [M, nblk]),
- * stored k-major: X[k·M + m]. */
-static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, float *xr, uint8_t *tmp) {
-    const int64_t K = l->w->K, K4 = k4(l->w), M = l->M, bk = bk_of(l->w);
-    float *sx = SX + m * (K / (bk > 0 ? bk : 32));
+/* Token row m quantized by the pair's reference quantizer: e4m3 codes in tmp [K], the per-token
+ * scale in sm[m] (1 when none), block scales (128x128: f32 per 128; MXFP8: 2^(c-127) per 32) in sx. */
+static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *tmp, float *sm, float *sx) {
+    const int64_t K = l->w->K;
     moq_x_row_f32(l->x, l->x_elem, K, m, xr);
     sm[m] = 1.0f;
     switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break;
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break; /* s_in lives in row_scale */
     case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
     case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
     default: {
@@ -99,6 +98,12 @@ static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float
         break;
     }
     }
+}
+
+/* Small M: codes -> D·2^112 (tab), block scales apart in SX [M, nblk], stored k-major: X[k·M + m]. */
+static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, float *xr, uint8_t *tmp) {
+    const int64_t K = l->w->K, K4 = k4(l->w), M = l->M, bk = bk_of(l->w);
+    quantize_row(l, m, xr, tmp, sm, SX + m * (K / (bk > 0 ? bk : 32)));
     for (int64_t k = 0; k < K; k++) X[k * M + m] = tab[tmp[k]];
     for (int64_t k = K; k < K4; k++) X[k * M + m] = 0.0f;
 }
@@ -206,32 +211,41 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     }
 }
 
-/* C [mr][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]. */
-static inline __attribute__((always_inline)) void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const int mr) {
-    __m256 a0[MR], a1[MR];
-    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
+/* C [MR][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]; twelve named accumulators
+ * (arrays of vectors were kept on the stack by GCC). Partial token groups: A is zero-padded and the
+ * caller passes a scratch C. */
+#define ACC_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define ACC_FMA(i)                                                 \
+    {                                                              \
+        const __m256 x = _mm256_broadcast_ss(A + MR * k + i);      \
+        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);                 \
+        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);                 \
+    }
+#define ACC_STORE(i)                                                                                            \
+    {                                                                                                           \
+        float *c = C + i * ldc;                                                                                 \
+        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
+        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
+    }
+static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first) {
+    ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
     for (int k = 0; k < kc; k++) {
         const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
-        for (int i = 0; i < mr; i++) {
-            const __m256 x = _mm256_broadcast_ss(A + MR * k + i);
-            a0[i] = _mm256_fmadd_ps(x, w0, a0[i]);
-            a1[i] = _mm256_fmadd_ps(x, w1, a1[i]);
-        }
+        ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)
     }
-    for (int i = 0; i < mr; i++) {
-        float *c = C + i * ldc;
-        if (!first) a0[i] = _mm256_add_ps(a0[i], _mm256_load_ps(c)), a1[i] = _mm256_add_ps(a1[i], _mm256_load_ps(c + 8));
-        _mm256_store_ps(c, a0[i]), _mm256_store_ps(c + 8, a1[i]);
-    }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
 }
 
+/* mr < MR tokens: through a scratch C, then the mr rows added (or stored) into C. */
 static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr) {
-    switch (mr) {
-#define CASE(n) case n: micro(P, A, kc, C, ldc, first, n); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
-#undef CASE
-    default: micro(P, A, kc, C, ldc, first, MR); break;
+    if (mr == MR) {
+        micro(P, A, kc, C, ldc, first);
+        return;
     }
+    _Alignas(32) float T[MR * 16];
+    micro(P, A, kc, T, 16, 1);
+    for (int i = 0; i < mr; i++)
+        for (int r = 0; r < 16; r++) C[i * ldc + r] = first ? T[16 * i + r] : C[i * ldc + r] + T[16 * i + r];
 }
 
 static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
@@ -261,9 +275,9 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
+    float tab[256]; /* e4m3 code -> D·2^112 (small M, the k4fma numerics) or D (GEMM) */
+    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * (M <= 16 ? X_SCALE : 1.0f);
     if (M <= 16) {
-        float tab[256];
-        for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
         for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
 #pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 4)
         for (int64_t t = 0; t < tiles; t++) small_tile(l, X, sm, SX, t);
@@ -276,13 +290,24 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
         float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
         uint8_t *tmp = mine + al64((size_t)K4 * 4);
         float *C = B + (size_t)NC * KC;
+        /* A packed [M/MR][K4][MR]: codes -> D (tab) × block scale (exact for MXFP8; 128x128 rounds
+         * once, as moq_act_dequant_row) */
+        const int64_t bk = bk_of(w);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
-            moq_act_dequant_row(l, m, xr, &sm[m], tmp);
+            float *sx = SX + m * (K / 32 + 1);
+            quantize_row(l, m, xr, tmp, sm, sx);
             float *a = X + (m / MR) * K4 * MR + m % MR;
-            for (int64_t k = 0; k < K; k++) a[k * MR] = xr[k];
+            if (bk)
+                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]] * sx[k / bk];
+            else
+                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]];
             for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
         }
+        /* tokens of the last partial MR group: zero (the micro-kernel runs all MR) */
+#pragma omp single
+        for (int64_t m = M; m < (M + MR - 1) / MR * MR; m++)
+            for (int64_t k = 0; k < K4; k++) X[(m / MR) * K4 * MR + k * MR + m % MR] = 0.0f;
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t jc = 0; jc < nnb; jc++)
             for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);

@@ -24,7 +24,7 @@
 #define MR 12      /* GEMM tokens per micro-kernel                               */
 #define KC 256     /* GEMM columns per panel                                     */
 #define NC 256     /* GEMM rows per item (16 tiles); must match linear_gemm_avx2.c */
-#define MCMAX 256  /* GEMM tokens per item (rounded to MR)                       */
+#define MCMAX 512  /* GEMM tokens per item (rounded to MR)                       */
 #define MTS 16     /* small-M tokens per pass                                    */
 #define X_SCALE 0x1p112f
 
