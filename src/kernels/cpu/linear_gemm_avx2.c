@@ -1,23 +1,21 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx2).
- *   2..16       small-M (issue 15): each 8-row half of a 16-row tile is read and decoded in
- *               registers once for up to 12 tokens (12 accumulators), three integer ops per 8
- *               weights; M = 13..16 runs two token groups over each 256-k chunk (read from memory
- *               once, decoded twice). Block-scaled pairs: a block's sum, times weight scale × the
- *               token's block scale, is added to a per-thread C in L1 after every block. Numerics
- *               of the k4fma row (exact products D·2^-120 × D·2^112, f32 sums per block).
- *   M > 16      packed GEMM (issue 14), BLIS-style: per (NC = 256 rows, MC <= 512 tokens) item and
- *               KC = 256 columns, the weight block is decoded once into an f32 panel [NC/16][KC][16]
- *               (exact D(code) = dec·2^120; times the weight block scale for 128x128 / MXFP8),
- *               then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts
- *               per k) runs over activations packed [M/6][K][6] once per call (the pair's reference
- *               quantizer; codes decoded by a table, the block scales folded in). C is an
- *               f32 [MC, NC] block per thread; items are split over threads in 2-D (N × M).
- *               Exactness: products of e4m3 values are exact in f32 (per-tensor, per-channel, MXFP8
- *               in the scale range the tests draw); 128x128 rounds D·s_w and D·s_x once each, as
- *               the dequant_fma panel row does. Sums in f32, another order than `_ref`.
+ *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma row (moq_linear_fp8_k4_run_avx2),
+ *               measured faster there (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
+ *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
+ *               broadcast of x then feeds one FMA instead of two).
+ *   M > 16 of 128x128 and MXFP8: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
+ *               item and KC = 128 columns, the weight block is decoded once into an f32 panel
+ *               [NC/16][KC][16] (exact D(code) = dec·2^120, times the weight block scale), then a
+ *               6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts per k)
+ *               runs over activations packed [M/6][K4][6] once per call (the pair's reference
+ *               quantizer; codes decoded by a table, the block scales folded in). C is an f32
+ *               [MC, NC] block per thread; items are split over threads in 2-D (N × M). The k4fma
+ *               row's block sums need block + total accumulators and fit only 3 tokens per pass.
+ *               Exactness: e4m3 × e4m3 products are exact in f32; D·2^(e-127) is exact for MXFP8 in
+ *               the scale range the tests draw; 128x128 rounds D·s_w and D·s_x once each, as the
+ *               dequant_fma panel row does. Sums in f32, another order than `_ref`.
  * NaN codes: rows flagged at pack time give NaN (as `_ref`).
  * Reference: linear_ref.c (cpu_ref_*). Test: tests/kernels/test_linear.c.
  */
@@ -31,11 +29,9 @@
 #include "kernels/layout/layout.h"
 
 #define MR 6       /* GEMM tokens per micro-kernel        */
-#define KC 256     /* GEMM columns per panel              */
+#define KC 128     /* GEMM columns per panel              */
 #define NC 256     /* GEMM rows per item (16 tiles)       */
 #define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
-#define MTS 12     /* small-M tokens per pass             */
-#define X_SCALE 0x1p112f
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
@@ -43,7 +39,7 @@ static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 /* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
- *   shared  X f32 [ceil(M/12)·12, K4] (small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
+ *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
  *   thread  row f32 [K4] + quantizer scratch 2K + 64; GEMM also B f32 [NC·KC] + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
 static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
@@ -79,8 +75,6 @@ static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m
     }
 }
 
-/* ---- small M ---------------------------------------------------------------------------------- */
-
 /* Token row m quantized by the pair's reference quantizer: e4m3 codes in tmp [K], the per-token
  * scale in sm[m] (1 when none), block scales (128x128: f32 per 128; MXFP8: 2^(c-127) per 32) in sx. */
 static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *tmp, float *sm, float *sx) {
@@ -97,82 +91,6 @@ static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8
         for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
         break;
     }
-    }
-}
-
-/* Small M: codes -> D·2^112 (tab), block scales apart in SX [M, nblk], stored k-major: X[k·M + m]. */
-static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, float *xr, uint8_t *tmp) {
-    const int64_t K = l->w->K, K4 = k4(l->w), M = l->M, bk = bk_of(l->w);
-    quantize_row(l, m, xr, tmp, sm, SX + m * (K / (bk > 0 ? bk : 32)));
-    for (int64_t k = 0; k < K; k++) X[k * M + m] = tab[tmp[k]];
-    for (int64_t k = K; k < K4; k++) X[k * M + m] = 0.0f;
-}
-
-#define NA(mt) ((mt) <= 2 ? 4 : (mt) <= 4 ? 2 : 1) /* accumulator chains per token */
-
-/* Columns [g0, g1) of groups of one 8-row half (W: the tile's codes + 32·h) for tokens i0..i0+mt.
- * sc == NULL: C[i] (+)= sum; else C[i] += sum · sc[h-vector] · sx[i]. */
-static inline __attribute__((always_inline)) void small_pass(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0,
-                                                            const int mt, float *C, int first, const __m256 *sc, const float *sx) {
-    const int na = NA(mt);
-    __m256 acc[MTS][4];
-    for (int i = 0; i < mt; i++)
-        for (int a = 0; a < na; a++) acc[i][a] = _mm256_setzero_ps();
-    const __m256i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
-    for (int64_t g = g0; g < g1; g++) {
-        const __m256i v = _mm256_load_si256((const __m256i *)(W + 64 * g));
-        const float *x = X + 4 * g * M + i0;
-        __m256 wv[4] = {dec(v, i0v), dec(v, i1v), dec(v, i2v), dec(v, i3v)};
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < mt; i++) acc[i][j % na] = _mm256_fmadd_ps(wv[j], _mm256_broadcast_ss(x + j * M + i), acc[i][j % na]);
-    }
-    for (int i = 0; i < mt; i++) {
-        __m256 s = acc[i][0];
-        for (int a = 1; a < na; a++) s = _mm256_add_ps(s, acc[i][a]);
-        float *c = C + 8 * (i0 + i);
-        if (sc) _mm256_store_ps(c, _mm256_fmadd_ps(s, _mm256_mul_ps(*sc, _mm256_set1_ps(sx[i])), _mm256_load_ps(c)));
-        else _mm256_store_ps(c, first ? s : _mm256_add_ps(s, _mm256_load_ps(c)));
-    }
-}
-
-static void small_pass_any(const uint8_t *W, int64_t g0, int64_t g1, const float *X, int64_t M, int64_t i0, int mt, float *C, int first,
-                           const __m256 *sc, const float *sx) {
-    switch (mt) {
-#define CASE(n) case n: small_pass(W, g0, g1, X, M, i0, n, C, first, sc, sx); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11)
-#undef CASE
-    default: small_pass(W, g0, g1, X, M, i0, 12, C, first, sc, sx); break;
-    }
-}
-
-static void small_tile(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, int64_t t) {
-    const moq_weight *w = l->w;
-    const int64_t M = l->M, K4 = k4(w), G = K4 / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
-    const uint8_t *W = (const uint8_t *)l->packed + t * G * 64, *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
-    const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
-    const int64_t ng = (M + MTS - 1) / MTS, mt = (M + ng - 1) / ng;
-    /* chunk of groups: one block (block-scaled pairs), all of K (one token group) or 64 groups */
-    const int64_t cg = bk ? bk / 4 : ng == 1 ? G : 64;
-    _Alignas(32) float C[16 * 8];
-    float sx[MTS], v[8];
-    for (int h = 0; h < 2; h++) {
-        if (bk) memset(C, 0, sizeof C);
-        for (int64_t g0 = 0; g0 < G; g0 += cg) {
-            const int64_t g1 = g0 + cg < G ? g0 + cg : G, kb = g0 * 4 / (bk ? bk : 1);
-            __m256 sc;
-            if (bk) sc = row_scales(w) ? e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h)))
-                                       : _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
-            for (int64_t i0 = 0; i0 < M; i0 += mt) {
-                const int n = (int)(M - i0 < mt ? M - i0 : mt);
-                if (bk)
-                    for (int i = 0; i < n; i++) sx[i] = SX[(i0 + i) * nblk + kb];
-                small_pass_any(W + 32 * h, g0, g1, X, M, i0, n, C, g0 == 0, bk ? &sc : NULL, sx);
-            }
-        }
-        for (int64_t m = 0; m < M; m++) {
-            _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_load_ps(C + 8 * m), _mm256_set1_ps(256.0f)));
-            store_rows(l, nan, m, 16 * t + 8 * h, 8, v, sm[m]);
-        }
     }
 }
 
@@ -269,20 +187,15 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
-    if (M == 1) return moq_linear_fp8_k4_run_avx2(l, err);
+    /* M <= 16, and every M of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
+    if (M <= 16 || !bk_of(w)) return moq_linear_fp8_k4_run_avx2(l, err);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
-    float tab[256]; /* e4m3 code -> D·2^112 (small M, the k4fma numerics) or D (GEMM) */
-    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * (M <= 16 ? X_SCALE : 1.0f);
-    if (M <= 16) {
-        for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
-#pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 4)
-        for (int64_t t = 0; t < tiles; t++) small_tile(l, X, sm, SX, t);
-        return MOQ_OK;
-    }
+    float tab[256]; /* e4m3 code -> D */
+    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c);
     const int64_t nmb = (M + MCMAX - 1) / MCMAX, mc = ((M + nmb - 1) / nmb + MR - 1) / MR * MR, nnb = (tiles + NC / 16 - 1) / (NC / 16);
 #pragma omp parallel num_threads(l->n_threads)
     {
