@@ -127,6 +127,21 @@ static void test_gemm_cache_blocks(void **state) {
     print_message("%d gemm rows checked on cache-block edges\n", rows);
 }
 
+/* MXFP8 weight block scales far above 2^0 (codes 135..146: 2^8..2^19): every MXFP8 row, on the
+ * decode, small-M and GEMM paths (a panel decoder that folded 2^120 into the e8m0 scale overflowed
+ * there). */
+static void test_mxfp8_large_weight_scales(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    g_mx_scale_lo = 135;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->target == MOQ_TARGET_CPU_REF || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need || k->pair != MOQ_PAIR_MXFP8) continue;
+        for (int64_t M = 1; M <= 21; M += 10) check_row(k, M, 36, 288, MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+    g_mx_scale_lo = 118;
+}
+
 /* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
 static void test_e4m3_subnormal_weights(void **state) {
     (void)state;
@@ -259,6 +274,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
         cmocka_unit_test(test_gemm_cache_blocks),
+        cmocka_unit_test(test_mxfp8_large_weight_scales),
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),

@@ -107,24 +107,27 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
         float *P = B + (size_t)tt * KC * 16;
-        __m256 s0 = two120, s1 = two120;
+        __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
         for (int kk = 0; kk < kc; kk += 4) {
             const int64_t k = k0 + kk, g = k / 4;
             if (bk && (kk == 0 || k % bk == 0)) {
                 const int64_t kb = k / bk;
                 if (row_scales(w)) {
-                    s0 = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb))), two120);
-                    s1 = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8))), two120);
+                    s0 = e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb)));
+                    s1 = e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8)));
                 } else {
-                    s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * 0x1p120f);
+                    s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
                 }
             }
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
             float *p = P + 16 * kk;
-            _mm256_store_ps(p, _mm256_mul_ps(dec(v0, i0v), s0)), _mm256_store_ps(p + 8, _mm256_mul_ps(dec(v1, i0v), s1));
-            _mm256_store_ps(p + 16, _mm256_mul_ps(dec(v0, i1v), s0)), _mm256_store_ps(p + 24, _mm256_mul_ps(dec(v1, i1v), s1));
-            _mm256_store_ps(p + 32, _mm256_mul_ps(dec(v0, i2v), s0)), _mm256_store_ps(p + 40, _mm256_mul_ps(dec(v1, i2v), s1));
-            _mm256_store_ps(p + 48, _mm256_mul_ps(dec(v0, i3v), s0)), _mm256_store_ps(p + 56, _mm256_mul_ps(dec(v1, i3v), s1));
+            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for e8m0 in range) */
+#define D(v, i, sc) _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc)
+            _mm256_store_ps(p, D(v0, i0v, s0)), _mm256_store_ps(p + 8, D(v1, i0v, s1));
+            _mm256_store_ps(p + 16, D(v0, i1v, s0)), _mm256_store_ps(p + 24, D(v1, i1v, s1));
+            _mm256_store_ps(p + 32, D(v0, i2v, s0)), _mm256_store_ps(p + 40, D(v1, i2v, s1));
+            _mm256_store_ps(p + 48, D(v0, i3v, s0)), _mm256_store_ps(p + 56, D(v1, i3v, s1));
+#undef D
         }
     }
 }

@@ -194,20 +194,20 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
         float *P = B + (size_t)tt * KC * 16;
-        __m512 s = two120;
+        __m512 s = _mm512_set1_ps(1.0f);
         for (int kk = 0; kk < kc; kk += 4) {
             const int64_t k = k0 + kk, g = k / 4;
             if (bk && (kk == 0 || k % bk == 0)) {
                 const int64_t kb = k / bk;
-                s = row_scales(w) ? _mm512_mul_ps(e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb))), two120)
-                                  : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * 0x1p120f);
+                s = row_scales(w) ? e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb)))
+                                  : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
             }
             const __m512i v = _mm512_load_si512(W + 64 * g);
-            float *p = P + 16 * kk;
-            _mm512_store_ps(p, _mm512_mul_ps(dec(v, i0v), s));
-            _mm512_store_ps(p + 16, _mm512_mul_ps(dec(v, i1v), s));
-            _mm512_store_ps(p + 32, _mm512_mul_ps(dec(v, i2v), s));
-            _mm512_store_ps(p + 48, _mm512_mul_ps(dec(v, i3v), s));
+            float *p = P + 16 * kk; /* D(code) = dec·2^120 exactly, then × the block scale */
+            _mm512_store_ps(p, _mm512_mul_ps(_mm512_mul_ps(dec(v, i0v), two120), s));
+            _mm512_store_ps(p + 16, _mm512_mul_ps(_mm512_mul_ps(dec(v, i1v), two120), s));
+            _mm512_store_ps(p + 32, _mm512_mul_ps(_mm512_mul_ps(dec(v, i2v), two120), s));
+            _mm512_store_ps(p + 48, _mm512_mul_ps(_mm512_mul_ps(dec(v, i3v), two120), s));
         }
     }
 }
