@@ -3,12 +3,14 @@
  * whole tile.
  *
  *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx512).
- *   2..16       small-M (issue 15): two tiles (32 rows) per pass, their codes read and decoded in
+ *   2..64       small-M (issue 15): two tiles (32 rows) per pass, their codes read and decoded in
  *               registers once for all M <= 8 tokens (16 accumulators, each broadcast of x feeding
- *               two FMAs); M = 9..16 runs two token groups of <= 8 over each 256-k chunk (read once,
- *               decoded twice). Block-scaled pairs add each block's sum × (weight scale × token
- *               block scale) to a C in L1. Numerics of the k4fma row (exact D·2^-120 × D·2^112).
- *   M > 16      FP8 per-tensor / per-channel: the k4fma row (8 tokens × 16 rows, decoded in
+ *               two FMAs); M = 9..64 runs token groups of <= 8 over each 256-k chunk (codes read
+ *               from memory once, decoded once per group). Block-scaled pairs add each block's sum
+ *               × (weight scale × token block scale) to a C in L1. Numerics of the k4fma row (exact
+ *               D·2^-120 × D·2^112). Measured faster than k4fma up to M = 64 (fp8_tensor 35 vs 40
+ *               ms at M = 64) and than the GEMM up to M = 32 for MXFP8 (a tie at 64).
+ *   M > 64      FP8 per-tensor / per-channel: the k4fma row (8 tokens × 16 rows, decoded in
  *               registers), measured faster than the panel GEMM there. 128x128 and MXFP8: the
  *               packed GEMM of the AVX2 file with a 12 × 32 micro-kernel (two tiles' panels, 24 zmm
  *               accumulators, two loads and twelve broadcasts per k); activations by the AVX-512
@@ -28,7 +30,8 @@
 #define KC 128     /* GEMM columns per panel                                     */
 #define NC 256     /* GEMM rows per item (16 tiles); must match linear_gemm_avx2.c */
 #define MCMAX 512  /* GEMM tokens per item (rounded to MR)                       */
-#define MTS 16     /* small-M tokens per pass                                    */
+#define MTS 16     /* small-M tokens per pass (at most 8 are used)               */
+#define SMALL_MAX 64 /* M <= SMALL_MAX: the small-M pass (measured, see the header)  */
 #define X_SCALE 0x1p112f
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
@@ -144,7 +147,7 @@ static void small_pass_any(const uint8_t *const *W, int nt, int64_t g0, int64_t 
 }
 
 /* Unit p: tiles 2p, 2p + 1 (the last may be alone). M <= 8: all tokens in one pass over all of K;
- * M = 9..16: two token groups over each 256-k chunk (codes read from memory once, decoded twice). */
+ * M = 9..64: token groups of <= 8 over each 256-k chunk (codes read from memory once). */
 static void small_unit(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, int64_t p) {
     const int tpu = 2;
     const moq_weight *w = l->w;
@@ -152,14 +155,14 @@ static void small_unit(const moq_linear_launch *l, const float *X, const float *
     const int nt = t0 + tpu <= tiles ? tpu : 1;
     const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
     const uint8_t *W[2], *SFW[2];
-    _Alignas(64) float Cb[2][16 * 16];
+    _Alignas(64) float Cb[2][SMALL_MAX * 16];
     float *C[2] = {Cb[0], Cb[1]};
     for (int u = 0; u < nt; u++) {
         W[u] = (const uint8_t *)l->packed + (t0 + u) * G * 64;
         SFW[u] = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + (t0 + u) * nblk * 16;
     }
     const int64_t ng = (M + 7) / 8, mt = (M + ng - 1) / ng, cg = bk ? bk / 4 : ng == 1 ? G : 64;
-    float sx[MTS], v[16];
+    float sx[SMALL_MAX], v[16];
     if (bk) memset(Cb, 0, sizeof Cb);
     for (int64_t g0 = 0; g0 < G; g0 += cg) {
         const int64_t g1 = g0 + cg < G ? g0 + cg : G, kb = g0 * 4 / (bk ? bk : 1);
@@ -182,7 +185,7 @@ static void small_unit(const moq_linear_launch *l, const float *X, const float *
         }
 }
 
-/* ---- GEMM (M > 16) ---------------------------------------------------------------------------- */
+/* ---- GEMM (M > 64, 128x128 and MXFP8) ---------------------------------------------------------- */
 
 static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t k0, int kc, float *B) {
     const moq_weight *w = l->w;
@@ -287,14 +290,14 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
 moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
-    /* M = 1, and M > 16 of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
-    if (M == 1 || (M > 16 && !bk_of(w))) return moq_linear_fp8_k4_run_avx512(l, err);
+    /* M = 1, and M > SMALL_MAX of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
+    if (M == 1 || (M > SMALL_MAX && !bk_of(w))) return moq_linear_fp8_k4_run_avx512(l, err);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
-    if (M <= 16) {
+    if (M <= SMALL_MAX) {
         float tab[256];
         for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
         for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
