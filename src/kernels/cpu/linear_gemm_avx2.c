@@ -62,7 +62,7 @@ static inline __m256 e8m0x8(__m128i c8) {
     const __m256i z = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
     return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
 }
-#define IDX(j) _mm256_setr_epi8(-1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j, -1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j)
+#define IDX(j) _mm256_setr_epi8(-1, -1, -1, (j), -1, -1, -1, 4 + (j), -1, -1, -1, 8 + (j), -1, -1, -1, 12 + (j), -1, -1, -1, (j), -1, -1, -1, 4 + (j), -1, -1, -1, 8 + (j), -1, -1, -1, 12 + (j))
 
 /* y[m, n] for one tile's rows from v[r] (already scaled to the true dot product). */
 static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, int nr, const float *v, float sm) {
@@ -138,13 +138,13 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
 #define ACC_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
 #define ACC_FMA(i)                                                 \
     {                                                              \
-        const __m256 x = _mm256_broadcast_ss(A + MR * k + i);      \
+        const __m256 x = _mm256_broadcast_ss(A + MR * k + (i));      \
         c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);                 \
         c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);                 \
     }
 #define ACC_STORE(i)                                                                                            \
     {                                                                                                           \
-        float *c = C + i * ldc;                                                                                 \
+        float *c = C + (i) * ldc;                                                                                 \
         if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
         _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
     }

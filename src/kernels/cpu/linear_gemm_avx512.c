@@ -56,7 +56,7 @@ static inline __m512 e8m0x16(__m128i c) {
     const __mmask16 z = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512());
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(v, 23), z, _mm512_set1_epi32(0x00400000)));
 }
-#define IDX(j) _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, j, -1, -1, -1, 4 + j, -1, -1, -1, 8 + j, -1, -1, -1, 12 + j))
+#define IDX(j) _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (j), -1, -1, -1, 4 + (j), -1, -1, -1, 8 + (j), -1, -1, -1, 12 + (j)))
 
 static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, int nr, const float *v, float sm) {
     const moq_weight *w = l->w;
@@ -221,13 +221,13 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
 #define ACC_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
 #define ACC_FMA(i)                                             \
     {                                                          \
-        const __m512 x = _mm512_set1_ps(A[MR * k + i]);        \
+        const __m512 x = _mm512_set1_ps(A[MR * k + (i)]);        \
         c##i##0 = _mm512_fmadd_ps(x, w0, c##i##0);             \
         if (nr == 2) c##i##1 = _mm512_fmadd_ps(x, w1, c##i##1); \
     }
 #define ACC_STORE(i)                                                                   \
     {                                                                                  \
-        float *c = C + i * ldc;                                                        \
+        float *c = C + (i) * ldc;                                                        \
         if (!first) c##i##0 = _mm512_add_ps(c##i##0, _mm512_load_ps(c));               \
         _mm512_store_ps(c, c##i##0);                                                   \
         if (nr == 2) {                                                                 \
