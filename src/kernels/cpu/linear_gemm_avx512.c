@@ -300,9 +300,19 @@ moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err
     if (M <= SMALL_MAX) {
         float tab[256];
         for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
-        for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
-#pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 2)
-        for (int64_t p = 0; p < (tiles + 1) / 2; p++) small_unit(l, X, sm, SX, p);
+        /* M <= 4: rows prepared before the team starts (the join is then the only sync point) */
+        if (M <= 4)
+            for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)thr0, thr0 + al64((size_t)K4 * 4));
+#pragma omp parallel num_threads(l->n_threads)
+        {
+            uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
+            if (M > 4) {
+#pragma omp for schedule(static)
+                for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)mine, mine + al64((size_t)K4 * 4));
+            }
+#pragma omp for schedule(dynamic, 2)
+            for (int64_t p = 0; p < (tiles + 1) / 2; p++) small_unit(l, X, sm, SX, p);
+        }
         return MOQ_OK;
     }
     const int64_t nmb = (M + MCMAX - 1) / MCMAX, mc = ((M + nmb - 1) / nmb + MR - 1) / MR * MR, nnb = (tiles + NC / 16 - 1) / (NC / 16);
