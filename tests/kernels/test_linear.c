@@ -1,5 +1,5 @@
 /* test_linear.c — every fast linear row of the registry against its pair's `_ref` row over the
- * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128; N not a multiple of 16; K of several
+ * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128 (and 5, 6, 8); N not a multiple of 16; K of several
  * panel chunks and not a power of two (as far as the format allows); a partial last 128-row
  * FP8 block; fused shards with different scales; f32 and bf16 activations; bias. Fresh random
  * data each run, outputs poisoned with NaN first, relative Frobenius error <= 1e-5 (f32 out;
@@ -103,6 +103,9 @@ static void test_every_fast_row(void **state) {
                 check_row(k, M, NK[s][0], NK[s][1], (mi + s) & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
             }
         check_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16);
+        /* bf16 x at M = 6 and 8: the bf16dot decode path runs up to M = 8 (exact bf16 activations only) */
+        check_row(k, 6, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
+        check_row(k, 8, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
