@@ -40,12 +40,13 @@ static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 /* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
  *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
- *   thread  row f32 [K4] + quantizer scratch 2K + 64; GEMM also B f32 [NC·KC] + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
+ *   thread  row f32 [K4] + quantizer scratch 2K + 64; block-scaled pairs at M > 16 (the GEMM) also B f32 [NC·KC]
+ *           + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
 static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
 }
 static size_t thread_bytes(const moq_weight *w, int64_t M) {
-    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 && bk_of(w) ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
 }
 
 size_t moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads) {

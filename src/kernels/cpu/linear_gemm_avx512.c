@@ -44,7 +44,7 @@ static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
 }
 static size_t thread_bytes(const moq_weight *w, int64_t M) {
-    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 && bk_of(w) ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
 }
 
 /* Code (r, 4g+j) of 16 rows -> f32 D(code)·2^-120 (linear_fp8_avx512.c). */
