@@ -276,11 +276,13 @@ static void bench_linear_help(FILE *out) {
 static void bench_model_help(FILE *out) {
     fprintf(out,
             "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--device cpu|cuda|auto]\n"
-            "                       [--batch B] [--nvfp4-as nvfp4|fp8|fp8-channel] [--json]\n\n"
+            "                       [--batch B] [--nvfp4-as nvfp4|fp8|fp8-channel] [--tp G [--ep] [--tp-backend cpu|nccl]]\n"
+            "                       [--json]\n\n"
             "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
             "whole model, and the decode bytes per token (weights read per step) against DRAM read bandwidth\n"
             "(--device cuda: against the GPU's measured device-to-device copy bandwidth). --batch B (GPU):\n"
-            "then B sequences, each prefilled with the prompt, advanced N steps together; total decode tok/s.\n");
+            "then B sequences, each prefilled with the prompt, advanced N steps together; total decode tok/s.\n"
+            "--tp G: the model split over G ranks as `moq run --tp` does (decode bytes are rank 0's share).\n");
 }
 
 void cmd_bench_help(FILE *out) {

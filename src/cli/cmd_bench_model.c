@@ -69,7 +69,7 @@ static int gpu_copy_gbs(double *gbs) {
 int cmd_bench_model(int argc, char **argv) {
     static const struct option lo[] = {{"prompt", 1, 0, 'p'}, {"decode", 1, 0, 'd'}, {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'},
                                        {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'},
-                                       {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
+                                       {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, CLI_TP_OPTIONS, {0, 0, 0, 0}};
     long P = 128, N = 32, B = 1;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();

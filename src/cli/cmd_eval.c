@@ -48,7 +48,7 @@ static int64_t argmax_f(const float *x, int64_t n) {
 int cmd_eval(int argc, char **argv) {
     static const struct option lo[] = {{"text", 1, 0, 'x'}, {"ref", 1, 0, 'r'}, {"tokenizer", 1, 0, 'z'}, {"json", 0, 0, 'j'},
                                        {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'}, {"kv-scales-default", 1, 0, 'K'},
-                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS},
+                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, CLI_TP_OPTIONS,
                                        {0, 0, 0, 0}};
     const char *file = NULL, *ref_dir = NULL, *tok_path = NULL;
     bool json = false;
