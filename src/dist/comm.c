@@ -67,7 +67,7 @@ moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G
     const int n = moq_nccl_device_count();
     if (n < G) {
         moq_comm_group_free(g);
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "nccl", "%d ranks need %d GPUs and %d %s visible (NCCL refuses two ranks on one GPU)", G, G, n,
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "nccl", "--tp %d needs a GPU per rank and %d %s visible (NCCL refuses two ranks on one GPU)", G, n,
                         n == 1 ? "is" : "are");
     }
     char msg[200];
