@@ -132,16 +132,18 @@ static moq_status aborted(moq_error *err) {
     return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "tensor parallel group", "another rank failed; this collective was abandoned");
 }
 
-moq_status moq_comm_bind(moq_comm *c, moq_error *err) {
+moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err) {
 #ifdef MOQ_HAVE_NCCL
-    if (c && c->g->b == MOQ_COMM_NCCL) {
-        const char *e = moq_nccl_bind(c->rank);
-        if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "cudaSetDevice(%d): %s", c->rank, e);
+    if (b == MOQ_COMM_NCCL) {
+        const char *e = moq_nccl_bind(rank);
+        if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "cudaSetDevice(%d): %s", rank, e);
     }
 #endif
-    (void)c, (void)err;
+    (void)b, (void)rank, (void)err;
     return MOQ_OK;
 }
+
+moq_status moq_comm_bind(moq_comm *c, moq_error *err) { return c ? moq_comm_bind_rank(c->g->b, c->rank, err) : MOQ_OK; }
 
 moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err) {
     moq_comm_group *g = c->g;

@@ -42,8 +42,11 @@ int        moq_comm_size(const moq_comm *c);
 int        moq_comm_rank_of(const moq_comm *c);
 const char *moq_comm_backend_name(moq_comm_backend b);   /* "cpu", "nccl" */
 
-/* NCCL: makes this thread's current GPU the rank's (call once in the rank's thread); CPU: no-op. */
+/* NCCL: makes this thread's current GPU the rank's (call once in each thread that runs the rank);
+ * CPU: no-op. bind_rank does the same before the group exists (a rank's model is opened on its GPU
+ * first, and the group is sized from it). */
 moq_status moq_comm_bind(moq_comm *c, moq_error *err);
+moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err);
 /* buf f32 [n] on every rank <- the elementwise sum over ranks (n <= max_floats). */
 moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err);
 /* recv f32 [G, n] <- every rank's send f32 [n], in rank order. */

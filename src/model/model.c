@@ -676,8 +676,9 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
 static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
     const arch_row *r = m->arch;
     const char *why = r->attn == ATTN_MLA ? "multi-head latent attention" : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
-                      : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers" : m->opts.device == MOQ_DEVICE_CUDA
-                      ? "the GPU forward (--device cuda; tensor parallelism runs the CPU forward, NCCL or not)" : NULL;
+                      : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers"
+                      : m->opts.device == MOQ_DEVICE_CUDA && m->opts.tp_backend != MOQ_COMM_NCCL
+                      ? "--device cuda with CPU collectives (the GPU forward sums through NCCL: --tp-backend nccl)" : NULL;
     if (why) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s under --tp %d: tensor parallelism splits GQA attention, dense and "
                              "routed MLPs (Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, gpt-oss, Gemma 3) and this checkpoint has %s", r->name, m->tp.G, why);
     const moq_tp_dims d = {.A = m->A, .KV = m->KV, .I = n_moe == m->L ? 0 : m->I, .Ie = m->Ie, .Is = m->Is, .E = n_moe ? m->E : 0, .V = m->V};
@@ -1248,7 +1249,9 @@ moq_status moq_model_prefill_rank(moq_model *m, const int32_t *tokens, int64_t n
         const int64_t chunk = moq_gpu_chunk(m);
         for (int64_t i = 0; i < n; i += chunk) {
             const int64_t M = n - i < chunk ? n - i : chunk;
-            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+            /* --tp: every rank gathers the same rows (a worker asked for all rows keeps them in lrows_h) */
+            float *dst = logits_all ? logits_all + i * m->V : all_rows ? m->lrows_h : NULL;
+            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, dst, err));
         }
         return MOQ_OK;
     }

@@ -50,6 +50,7 @@ struct moq_gpu {
     int32_t   *h_ids;                    /* host staging of the same                 */
     int32_t   *block_table;              /* device [n_seqs, max_pages]               */
     float     *table, *final_norm, *inv_freq;
+    float     *lg_d, *lg_h;              /* --tp: gathered logits [G, chunk v_per], device and host */
     gpu_layer *ly;
     void     **mem;                      /* every device allocation, freed together  */
     size_t     n_mem, cap_mem;
@@ -85,15 +86,25 @@ static moq_status cuda_ok(const char *e, const char *where, moq_error *err) {
     return e ? MOQ_FAIL(err, MOQ_ERR_DEVICE, where, "%s", e) : MOQ_OK;
 }
 
-/* The embedding table as f32 rows (moq_weight_dequant_row, as the CPU gathers them), in slices. */
+/* The embedding table as f32 rows (moq_weight_dequant_row, as the CPU gathers them), in slices.
+ * --tp: this rank's rows [v0, v0 + v_n) and one zero row after them, which tokens of the other ranks
+ * gather (gpu_step maps them), so the all-reduce of the embeddings is exact. */
 static moq_status upload_table(moq_model *m, moq_gpu *g, moq_error *err) {
-    MOQ_TRY(dev_alloc(g, (void **)&g->table, (size_t)(m->V * m->H) * sizeof(float), "the embedding table", err));
+    const int64_t V = m->embed.w.N, zero = m->tp.G > 1;
+    MOQ_TRY(dev_alloc(g, (void **)&g->table, (size_t)((V + zero) * m->H) * sizeof(float), "the embedding table", err));
+    if (zero) {
+        float *z = calloc((size_t)m->H, sizeof(float));
+        moq_status st = z ? moq_device_upload(MOQ_DEVICE_CUDA, g->table + V * m->H, z, (size_t)m->H * sizeof(float), err)
+                          : MOQ_FAIL(err, MOQ_ERR_NOMEM, m->embed.name, "out of host memory");
+        free(z);
+        MOQ_TRY(st);
+    }
     const int64_t rows = 256;
     float *buf = malloc((size_t)(rows * m->H) * sizeof(float));
     double *row = malloc((size_t)m->H * sizeof(double));
     moq_status st = buf && row ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, m->embed.name, "out of host memory for the embedding upload");
-    for (int64_t r0 = 0; st == MOQ_OK && r0 < m->V; r0 += rows) {
-        const int64_t n = m->V - r0 < rows ? m->V - r0 : rows;
+    for (int64_t r0 = 0; st == MOQ_OK && r0 < V; r0 += rows) {
+        const int64_t n = V - r0 < rows ? V - r0 : rows;
         for (int64_t r = 0; r < n; r++) {
             moq_weight_dequant_row(&m->embed.w, r0 + r, row);
             for (int64_t e = 0; e < m->H; e++) buf[r * m->H + e] = (float)row[e];
@@ -134,6 +145,11 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(3 * C) * sizeof(int32_t), "token ids", err));
+    if (m->tp.G > 1) { /* the vocabulary-parallel lm_head's gather */
+        const size_t n = (size_t)(C * m->tp.v_per * m->tp.G);
+        MOQ_TRY(dev_alloc(g, (void **)&g->lg_d, n * sizeof(float), "the gathered logits", err));
+        if (!(g->lg_h = malloc(n * sizeof(float)))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of host memory");
+    }
     size_t ws = lin_ws(m->lm_head, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -196,7 +212,7 @@ void moq_gpu_free(moq_model *m) {
     if (!g) return;
     free_kv(g, m->L);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
-    free(g->mem), free(g->ly), free(g->h_ids), free(g);
+    free(g->mem), free(g->ly), free(g->h_ids), free(g->lg_h), free(g);
     m->gpu = NULL;
 }
 
@@ -206,12 +222,22 @@ static moq_status lin(const moq_gpu *g, const moq_layer_linear *l, const float *
     return moq_linear_run(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, g->ws, g->ws_size, err);
 }
 
+/* --tp G (NCCL, one GPU per rank; model_tp.c): the all-reduce of a row-parallel output, in place on
+ * the device. Nothing without --tp. */
+static moq_status tp_sum_d(moq_model *m, float *x_d, int64_t n, moq_error *err) {
+    return m->tp.G > 1 ? moq_comm_all_reduce(m->comm, x_d, (size_t)n, err) : MOQ_OK;
+}
+
 /* One step of M tokens: tok, slot, pos host arrays [M]; span = most keys any token attends. */
 static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot, const int32_t *pos, int64_t M, int64_t span,
                            int64_t r0, float *logits_out, moq_error *err) {
     moq_gpu *g = m->gpu;
     const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, C = g->chunk;
     memcpy(g->h_ids, tok, (size_t)M * sizeof *tok);
+    for (int64_t i = 0; m->tp.G > 1 && i < M; i++) { /* --tp: this rank's table rows; the zero row for the others' */
+        const int64_t r = tok[i] - m->tp.v0;
+        g->h_ids[i] = (int32_t)(r >= 0 && r < m->tp.v_n ? r : m->tp.v_n);
+    }
     memcpy(g->h_ids + C, slot, (size_t)M * sizeof *slot);
     memcpy(g->h_ids + 2 * C, pos, (size_t)M * sizeof *pos);
     MOQ_TRY(moq_device_upload(MOQ_DEVICE_CUDA, g->ids, g->h_ids, (size_t)(3 * C) * sizeof(int32_t), err));
@@ -221,6 +247,7 @@ static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot
     if (split_keys < 64) split_keys = 64;
     const int64_t n_split = (span + split_keys - 1) / split_keys;
     MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x), m->embed.name, err));
+    MOQ_TRY(tp_sum_d(m, g->x, M * H, err));
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         const gpu_layer *gl = &g->ly[l];
@@ -234,15 +261,28 @@ static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot
         MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, split_keys, g->part, g->att),
                         ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
+        MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel o_proj */
         MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h), where, err));
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
         MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));
+        MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel down_proj */
     }
     const int64_t nr = M - r0;
     MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x + r0 * H, g->tmp + r0 * H, g->final_norm, nr, H, m->eps, g->h), where, err));
     MOQ_TRY(lin(g, m->lm_head, g->h, nr, g->logits, err));
-    MOQ_TRY(moq_device_download(MOQ_DEVICE_CUDA, logits_out, g->logits, (size_t)(nr * m->V) * sizeof(float), err));
+    if (m->tp.G > 1) { /* vocabulary-parallel: [nr, v_n] per rank, gathered [G][nr, v_per], unpacked [nr, V] */
+        const int64_t vp = m->tp.v_per;
+        MOQ_TRY(moq_comm_all_gather(m->comm, g->logits, g->lg_d, (size_t)(nr * vp), err));
+        MOQ_TRY(moq_device_download(MOQ_DEVICE_CUDA, g->lg_h, g->lg_d, (size_t)(nr * vp * m->tp.G) * sizeof(float), err));
+        for (int r = 0; r < m->tp.G; r++) {
+            const int64_t v0 = r * vp, vn = m->V - v0 < vp ? m->V - v0 : vp;
+            for (int64_t j = 0; j < nr; j++)
+                memcpy(logits_out + j * m->V + v0, g->lg_h + (int64_t)r * nr * vp + j * vn, (size_t)vn * sizeof(float));
+        }
+    } else {
+        MOQ_TRY(moq_device_download(MOQ_DEVICE_CUDA, logits_out, g->logits, (size_t)(nr * m->V) * sizeof(float), err));
+    }
     for (int64_t c = 0; c < nr * m->V; c++)
         if (!isfinite(logits_out[c]))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,

@@ -105,6 +105,7 @@ struct moq_model {
     moq_comm         *comm;              /* the rank's communicator, set before the first forward */
     moq_tp_group     *grp;               /* rank 0: the other ranks and their threads, else NULL  */
     float            *lg, *lgl;          /* f32 [chunk, G v_per] gathered / [chunk, v_per] local logits */
+    float            *lrows_h;           /* GPU ranks 1..G-1: f32 [GPU chunk, V], the rows of an all-rows step */
     moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
     void              *obs_user;
 };

@@ -75,7 +75,8 @@ static void *open_one(void *arg) {
     const int nt = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
     o.n_threads = nt / r->g->G > 0 ? nt / r->g->G : 1; /* the cores shared among the ranks */
     if (r->rank) o.progress = NULL;                       /* rank 0 reports */
-    r->st = moq_model_open_rank(&r->m, r->g->dir, &o, r->g->G, r->rank, &r->err);
+    r->st = moq_comm_bind_rank((moq_comm_backend)o.tp_backend, r->rank, &r->err); /* NCCL: the rank's GPU holds its layers */
+    if (r->st == MOQ_OK) r->st = moq_model_open_rank(&r->m, r->g->dir, &o, r->g->G, r->rank, &r->err);
     return NULL;
 }
 
@@ -137,7 +138,8 @@ moq_status moq_tp_open(moq_model **out, const char *dir, const moq_model_opts *o
     moq_status st = pick_error(g, err);
     moq_model *m0 = g->r[0].m;
     if (st == MOQ_OK) { /* the largest all-reduce: a chunk of hidden rows; the gather: a chunk of vocabulary rows */
-        const size_t h = (size_t)(m0->chunk * m0->H), v = (size_t)(m0->chunk * m0->tp.v_per);
+        const int64_t C = m0->gpu ? moq_gpu_chunk(m0) : m0->chunk; /* rows of a step: the GPU's chunk is larger */
+        const size_t h = (size_t)(C * m0->H), v = (size_t)(C * m0->tp.v_per);
         st = moq_comm_group_create(&g->cg, (moq_comm_backend)opts->tp_backend, G, h > v ? h : v, err);
     }
     if (st != MOQ_OK) {
@@ -146,7 +148,10 @@ moq_status moq_tp_open(moq_model **out, const char *dir, const moq_model_opts *o
         return st;
     }
     for (int i = 0; i < G; i++) g->r[i].m->comm = moq_comm_rank(g->cg, i);
-    st = moq_comm_bind(m0->comm, err);
+    for (int i = 1; st == MOQ_OK && i < G; i++) /* GPU workers: where the rows of an all-rows step land */
+        if (g->r[i].m->gpu && !(g->r[i].m->lrows_h = moq_blobs_alloc(&g->r[i].m->blobs, (size_t)(moq_gpu_chunk(g->r[i].m) * m0->V) * sizeof(float))))
+            st = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for rank %d's logits rows", i);
+    if (st == MOQ_OK) st = moq_comm_bind(m0->comm, err);
     for (int i = 1; st == MOQ_OK && i < G; i++) {
         if (pthread_create(&g->th[i], NULL, worker, &g->r[i]) != 0) {
             st = MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "could not start the thread of rank %d", i);
