@@ -40,7 +40,8 @@ moq_status moq_tp_plan_make(moq_tp_plan *p, const moq_tp_dims *d, int G, int ran
         MOQ_TRY(divides(d->Ie, G, "moe_intermediate_size", "each expert's w13 rows and w2 columns are split; --ep keeps experts whole", err));
         p->ie_n = d->Ie / G, p->ie0 = (int64_t)rank * p->ie_n, p->e0 = 0, p->e_n = d->E;
     }
-    const int64_t al = v_align > 1 ? v_align : 1;
+    int64_t al = v_align > 1 ? v_align : 1;
+    if ((int64_t)(G - 1) * (((d->V + G - 1) / G + al - 1) / al * al) >= d->V) al = 1; /* aligned shards would leave a rank none */
     p->v_per = ((d->V + G - 1) / G + al - 1) / al * al;
     p->v0 = (int64_t)rank * p->v_per;
     p->v_n = d->V - p->v0 < p->v_per ? d->V - p->v0 : p->v_per;

@@ -9,7 +9,9 @@
  *   intermediate [i0, i0 + I/G) of the dense MLP, [ie0, ie0 + Ie/G) of each expert (TP experts),
  *                of the shared expert [is0, is0 + Is/G)      I % G == 0, else an error
  *   vocabulary   rows [v0, v0 + v_n), v_per = ceil(V/G) rounded up to v_align (the lm_head's row
- *                block); the last ranks may hold fewer rows, none may hold zero
+ *                block) unless that would leave the last rank no rows (then not rounded: a quantized
+ *                lm_head whose blocks that cuts is refused by the loader, naming it); the last rank
+ *                may hold fewer rows, none may hold zero
  *   experts      --ep: experts [e0, e0 + e_n), E split as evenly as possible (the first E % G ranks
  *                one more), expert_map[e] = e - e0 there, -1 elsewhere; each expert whole
  *

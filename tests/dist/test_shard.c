@@ -44,10 +44,16 @@ static void test_plan_heads(void **s) {
             assert_int_equal(p.v0, vcov); /* vocabulary: disjoint ranges covering [0, V) */
             vcov += p.v_n;
             assert_true(p.v_n >= 1 && p.v_n <= p.v_per);
-            if (G <= 4) assert_int_equal(p.v_per % 128, 0); /* whole 128-row blocks when V >= 128 G */
+            assert_int_equal(p.v_per % 128, 0); /* whole 128-row blocks (rank 7 of 8 holds 1000 - 7 x 128 = 104) */
         }
         assert_int_equal(vcov, 1000);
     }
+    moq_tp_plan p; /* 600 rows in 256-row shards would leave rank 3 none: unaligned 150 each */
+    const moq_tp_dims d6 = {.A = 8, .KV = 2, .I = 64, .V = 600};
+    TU_OK(moq_tp_plan_make(&p, &d6, 4, 3, false, 128, err_));
+    assert_int_equal(p.v_per, 150);
+    assert_int_equal(p.v0, 450);
+    assert_int_equal(p.v_n, 150);
 }
 
 static void test_plan_experts(void **s) {
