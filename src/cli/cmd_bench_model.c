@@ -91,6 +91,7 @@ int cmd_bench_model(int argc, char **argv) {
     if (P < 1 || N < 1 || P > (1L << 20) || N > (1L << 20)) return cli_usage_error("bench model", "--prompt and --decode must be in 1..1048576");
     if (B < 1 || B > 256) return cli_usage_error("bench model", "--batch %ld, expected 1..256", B);
     if (B > 1 && mo.device != MOQ_DEVICE_CUDA) return cli_usage_error("bench model", "--batch needs --device cuda (batched decode runs on the GPU)");
+    if (B > 1 && mo.tp > 1) return cli_usage_error("bench model", "--batch with --tp %d: batched decode runs on one GPU (tensor parallelism decodes one sequence)", mo.tp);
     if (mo.ctx <= 0) mo.ctx = P + N;
     const int threads = mo.n_threads > 0 ? mo.n_threads : omp_get_max_threads();
     moq_model *m = NULL;
