@@ -135,6 +135,10 @@ static moq_status aborted(moq_error *err) {
 moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err) {
 #ifdef MOQ_HAVE_NCCL
     if (b == MOQ_COMM_NCCL) {
+        const int n = moq_nccl_device_count();
+        if (rank >= n)
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "nccl", "rank %d needs GPU %d and %d %s visible (NCCL: one GPU per rank; it refuses two ranks on one GPU)",
+                            rank, rank, n, n == 1 ? "is" : "are");
         const char *e = moq_nccl_bind(rank);
         if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "cudaSetDevice(%d): %s", rank, e);
     }
