@@ -2,7 +2,8 @@
  * used by src/dist/comm.c). ncclCommInitAll makes all G communicators in one call, so no unique id
  * has to travel between processes; each rank's thread then calls the collectives on its own
  * communicator, on the legacy default stream of its device, which orders them after the forward's
- * kernels and before the synchronous copies that follow. Host buffers (the CPU forward) are staged
+ * kernels and before the kernels and synchronous copies that follow: on device buffers nothing waits
+ * on the host (the GPU step keeps its one synchronisation, the logits download). Host buffers (the CPU forward) are staged
  * through the rank's device buffer; device buffers (the GPU forward) are used in place.
  * Tested by tests/dist/test_comm.c (skips without a GPU). */
 #include <cuda_runtime.h>
@@ -72,7 +73,8 @@ extern "C" const char *moq_nccl_all_reduce(void *comm, float *buf, size_t n, flo
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_reduce in)", msg, msg_len);
     const ncclResult_t r = ncclAllReduce(p, p, n, ncclFloat, ncclSum, (ncclComm_t)comm, 0);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllReduce", msg, msg_len);
-    e = dev ? cudaStreamSynchronize(0) : cudaMemcpy(buf, p, n * sizeof(float), cudaMemcpyDeviceToHost);
+    if (dev) return NULL; /* enqueued on the default stream: the forward's next kernels wait for it, the host does not */
+    e = cudaMemcpy(buf, p, n * sizeof(float), cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? NULL : cuda_err(e, "all_reduce out", msg, msg_len);
 }
 
@@ -91,7 +93,8 @@ extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send,
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_gather in)", msg, msg_len);
     const ncclResult_t r = ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)comm, 0);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllGather", msg, msg_len);
-    e = dev ? cudaStreamSynchronize(0) : cudaMemcpy(recv, out, (size_t)G * n * sizeof(float), cudaMemcpyDeviceToHost);
+    if (dev) return NULL; /* ordered before the caller's download on the default stream */
+    e = cudaMemcpy(recv, out, (size_t)G * n * sizeof(float), cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? NULL : cuda_err(e, "all_gather out", msg, msg_len);
 }
 
