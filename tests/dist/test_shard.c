@@ -217,11 +217,61 @@ static void test_slice_view(void **s) {
     assert_int_equal(v.shape[0], 8);
 }
 
+/* Tensor-parallel experts (moq_moe_opts.inter_slice): the G slices' outputs summed equal the whole
+ * layer's up to f32 reassociation of w2's sum over I (the routing, w13 rows and the activation are the
+ * whole layer's exactly), for every expert format whose activation groups stay within a slice; and
+ * a slice edge inside an FP8_PB_WO 128-row block is refused naming the expert tensor. */
+static void test_moe_slices(void **s) {
+    (void)s;
+    static const struct { const char *algo; moq_moe_format f; } fm[] = {
+        {"BF16", MOQ_MOE_FMT_UNQUANTIZED}, {"FP8", MOQ_MOE_FMT_FP8}, {"FP8_PB_WO", MOQ_MOE_FMT_FP8_PB_WO}, {"NVFP4", MOQ_MOE_FMT_NVFP4},
+        {"W4A16_NVFP4", MOQ_MOE_FMT_W4A16_NVFP4}, {"MXFP8", MOQ_MOE_FMT_MXFP8}, {"NVFP4_AWQ", MOQ_MOE_FMT_NVFP4_AWQ}};
+    enum { T = 6, H = 512 };
+    for (size_t i = 0; i < sizeof fm / sizeof fm[0]; i++) {
+        char args[160];
+        snprintf(args, sizeof args, "--algo %s --arch qwen3moe --experts 4 --hidden %d --inter 512 --heads 4 --kv-heads 4", fm[i].algo, H);
+        char *dir = synth("shard_moe", args);
+        moq_checkpoint *c = NULL;
+        TU_OK(moq_checkpoint_open(&c, dir, NULL, err_));
+        moq_moe_opts o = moq_moe_opts_default();
+        o.format = fm[i].f, o.num_experts = 4, o.n_threads = 1;
+        float x[T * H], whole[T * H], part[T * H], sum[T * H] = {0};
+        for (int k = 0; k < T * H; k++) x[k] = (float)sin(0.37 * k) * 0.8f;
+        moq_moe *m = NULL;
+        TU_OK(moq_moe_create(&m, c, "model.layers.0.mlp", &o, err_));
+        size_t wsz = moq_moe_workspace_size(m, T);
+        void *ws = malloc(wsz);
+        TU_OK(moq_moe_run(m, x, MOQ_ELEM_F32, T, NULL, whole, MOQ_ELEM_F32, ws, wsz, err_));
+        moq_moe_free(m), free(ws);
+        for (int r = 0; r < 2; r++) {
+            o.inter_slice = (moq_moe_slice){256 * r, 256, r == 0};
+            TU_OK(moq_moe_create(&m, c, "model.layers.0.mlp", &o, err_));
+            wsz = moq_moe_workspace_size(m, T), ws = malloc(wsz);
+            TU_OK(moq_moe_run(m, x, MOQ_ELEM_F32, T, NULL, part, MOQ_ELEM_F32, ws, wsz, err_));
+            for (int k = 0; k < T * H; k++) sum[k] += part[k];
+            moq_moe_free(m), free(ws);
+        }
+        double mx = 0, d = 0;
+        for (int k = 0; k < T * H; k++) mx = fmax(mx, fabs(whole[k])), d = fmax(d, fabs((double)whole[k] - sum[k]));
+        if (!(d <= 1e-5 * mx)) fail_msg("%s experts split 2 ways: max |sum of slices - whole| %.3g of max %.3g", fm[i].algo, d, mx);
+        if (fm[i].f == MOQ_MOE_FMT_FP8_PB_WO) { /* 64-row slices cut the experts' 128-row blocks */
+            moq_error e;
+            o.inter_slice = (moq_moe_slice){64, 64, false};
+            TU_ERR(&e, moq_moe_create(&m, c, "model.layers.0.mlp", &o, &e), MOQ_ERR_UNSUPPORTED, "experts.0.gate_proj.weight",
+                   "a shard edge at row 64 cuts a 128x128 quantization block");
+            assert_null(m);
+        }
+        moq_checkpoint_free(c);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_heads),        cmocka_unit_test(test_plan_experts), cmocka_unit_test(test_plan_errors),
         cmocka_unit_test(test_slice_view),        cmocka_unit_test(test_loader_every_format),
-        cmocka_unit_test(test_loader_block_cut),
+        cmocka_unit_test(test_loader_block_cut), cmocka_unit_test(test_moe_slices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
