@@ -8,12 +8,13 @@
 #      FP8_PB_WO blocks stay whole at G = 2, 4) run greedy with `--device cuda --tp G --tp-backend nccl`
 #      against one GPU (token ids), and `moq eval --ref` of both against the CPU forward (KL of TP on G
 #      GPUs vs KL of one GPU: they must be of the same size, the issue's "within the tolerance of a
-#      different reduction order"); MoE (the GPU forward has no experts): the CPU forward with NCCL
-#      collectives, --tp G and --tp G --ep, ids against the CPU collectives;
+#      different reduction order"); MoE: --tp G and --tp G --ep on the GPU against one GPU
+#      (ids), and the CPU forward with NCCL collectives against the CPU collectives (ids);
 #   3. speed: 8B-shaped (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocab 128256; LAYERS
 #      of the 32, default 32) NVFP4 and FP8 checkpoints written by `moq synth` meanwhile, `moq bench
 #      model --device cuda` at batch 1 with --tp 1, 2 (and 4 on -x4): decode and prefill tok/s and the
-#      ratio to one GPU (issue 16: TP 2 >= 1.6x, TP 4 >= 2.5x decode).
+#      ratio to one GPU (issue 16: TP 2 >= 1.6x, TP 4 >= 2.5x decode); then a Qwen3-30B-A3B-shaped
+#      NVFP4 MoE (MOE_LAYERS of the 48, default 12) with --tp G and --tp G --ep.
 # NVLink multicast stays off (KINDS.md): the variables are exported here and moq sets them again in its
 # own process before NCCL starts. Usage: OUT=/tmp/out scripts/device_tp.sh
 set -u
@@ -27,6 +28,7 @@ export MOQ_BIN=$BIN/moq MOQ_TMP=/tmp/moq_tmp OMP_WAIT_POLICY=passive
 mkdir -p "$MOQ_TMP"
 LIMIT=${LIMIT:-570}  # seconds by which the script must have ended (the call's timeout is 600)
 LAYERS=${LAYERS:-32}
+MOE_LAYERS=${MOE_LAYERS:-12}
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*"; }
 NG=$(nvidia-smi -L 2>/dev/null | wc -l)
 GS=""; for g in 2 4 8; do [ "$g" -le "$NG" ] && GS="$GS $g"; done
@@ -38,6 +40,9 @@ for a in NVFP4 FP8; do  # the speed checkpoints, written while the tests run
       > "$OUT/synth_8b_$a.log" 2>&1 ) &
   PID[$a]=$!
 done
+( "$BIN/moq" synth "$S/a3b" --arch qwen3moe --algo NVFP4 --layers "$MOE_LAYERS" --hidden 2048 --inter 768 --heads 32 --kv-heads 4 --experts 128 \
+    --top-k 8 --vocab 151936 > "$OUT/synth_a3b.log" 2>&1 ) &
+PID[a3b]=$!
 SUM=$OUT/summary.txt
 : > "$SUM"
 {
@@ -60,8 +65,11 @@ SUM=$OUT/summary.txt
   for arch in qwen3moe mixtral; do
     d=$S/moe_$arch
     "$BIN/moq" synth "$d" --arch "$arch" --algo NVFP4 --layers 2 --hidden 1024 --inter 1024 --heads 8 --kv-heads 8 --experts 8 --vocab 4096 > /dev/null 2>&1
+    one=$(timeout 30 "$BIN/moq" run "$d" --device cuda -p "It is a truth" -n 16 --ctx 64 --json 2>&1 | grep -o '"ids":[^]]*]\|moq:.*')
     for G in $GS; do
       for ep in "" "--ep"; do
+        gg=$(timeout 60 "$BIN/moq" run "$d" --device cuda --tp "$G" $ep --tp-backend nccl -p "It is a truth" -n 16 --ctx 64 --json 2>&1 | grep -o '"ids":[^]]*]\|moq:.*')
+        echo "moe $arch tp$G $ep (GPU): ids vs one GPU $([ "$gg" = "$one" ] && echo equal || echo "DIFFER: $gg vs $one")" | tee -a "$SUM"
         c=$(timeout 60 "$BIN/moq" run "$d" --tp "$G" $ep -p "It is a truth" -n 16 --ctx 64 --json 2>&1 | grep -o '"ids":[^]]*]\|moq:.*')
         n=$(timeout 60 "$BIN/moq" run "$d" --tp "$G" $ep --tp-backend nccl -p "It is a truth" -n 16 --ctx 64 --json 2>&1 | grep -o '"ids":[^]]*]\|moq:.*')
         echo "moe $arch tp$G $ep (CPU forward): NCCL vs CPU collectives ids $([ "$c" = "$n" ] && echo equal || echo "DIFFER: $n vs $c")" | tee -a "$SUM"
@@ -86,4 +94,22 @@ for a in NVFP4 FP8; do
     echo "speed 8B-shaped ($LAYERS layers) $a tp$G: decode ${dec:-?} tok/s (x${ratio:-?} of 1 GPU), prefill ${pre:-?} tok/s" | tee -a "$SUM"
   done
 done
+while kill -0 "${PID[a3b]}" 2>/dev/null && [ $SECONDS -lt $((LIMIT - 60)) ]; do sleep 1; done
+if kill -0 "${PID[a3b]}" 2>/dev/null; then log "synth a3b not done: no bench" | tee -a "$OUT/tests.log" "$SUM"
+else
+  base=""
+  for G in 1 $GS; do
+    for ep in "" "--ep"; do
+      [ "$G" = 1 ] && [ -n "$ep" ] && continue
+      left=$((LIMIT - SECONDS))
+      if [ $left -lt 40 ]; then log "no time left for bench a3b tp$G $ep" | tee -a "$OUT/tests.log" "$SUM"; continue; fi
+      r=$(timeout $((left - 10)) "$BIN/moq" bench model "$S/a3b" --device cuda --tp "$G" $ep --tp-backend nccl --prompt 512 --decode 64 --json 2>>"$OUT/tests.log" | tail -1)
+      echo "$r" >> "$OUT/tests.log"
+      dec=$(echo "$r" | grep -o '"decode_tok_s":[0-9.]*' | cut -d: -f2); pre=$(echo "$r" | grep -o '"prefill_tok_s":[0-9.]*' | cut -d: -f2)
+      [ "$G" = 1 ] && base=$dec
+      ratio=$( [ -n "$base" ] && [ -n "$dec" ] && awk -v a="$dec" -v b="$base" 'BEGIN{printf "%.2f", a / b}' )
+      echo "speed Qwen3-30B-A3B-shaped ($MOE_LAYERS layers) NVFP4 tp$G $ep: decode ${dec:-?} tok/s (x${ratio:-?} of 1 GPU), prefill ${pre:-?} tok/s" | tee -a "$SUM"
+    done
+  done
+fi
 echo "== summary"; cat "$SUM"

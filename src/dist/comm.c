@@ -39,7 +39,7 @@ struct moq_comm_group {
 
 const char *moq_comm_backend_name(moq_comm_backend b) { return b == MOQ_COMM_NCCL ? "nccl" : "cpu"; }
 
-moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G, size_t max_floats, moq_error *err) {
+moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G, size_t max_floats, bool host_buffers, moq_error *err) {
     *out = NULL;
     if (G < 1 || G > MOQ_COMM_MAX_RANKS || (unsigned)b >= MOQ_COMM_BACKEND_COUNT)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_comm_group_create", "%d ranks on backend %d, expected 1..%d ranks on cpu or nccl", G, (int)b,
@@ -71,8 +71,8 @@ moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G
                         n == 1 ? "is" : "are");
     }
     char msg[200];
-    const size_t stage = max_floats > 0 ? max_floats : 1;
-    const char *e = moq_nccl_init(G, stage * (size_t)G, g->nccl, g->stage, msg, sizeof msg);
+    const size_t stage = host_buffers && max_floats > 0 ? max_floats * (size_t)G : 0;
+    const char *e = moq_nccl_init(G, stage, g->nccl, g->stage, msg, sizeof msg);
     if (e) {
         moq_comm_group_free(g);
         return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "%s", e);
@@ -80,6 +80,7 @@ moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G
     *out = g;
     return MOQ_OK;
 #else
+    (void)host_buffers;
     moq_comm_group_free(g);
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "nccl", "this build has no NCCL (CMake found no nccl.h and libnccl in the CUDA toolkit); use the cpu backend");
 #endif
@@ -149,7 +150,13 @@ moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err) {
 
 moq_status moq_comm_bind(moq_comm *c, moq_error *err) { return c ? moq_comm_bind_rank(c->g->b, c->rank, err) : MOQ_OK; }
 
-moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err) {
+moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err) { return moq_comm_all_reduce_on(c, buf, n, NULL, err); }
+
+moq_status moq_comm_all_gather(moq_comm *c, const float *send, float *recv, size_t n, moq_error *err) {
+    return moq_comm_all_gather_on(c, send, recv, n, NULL, err);
+}
+
+moq_status moq_comm_all_reduce_on(moq_comm *c, float *buf, size_t n, void *stream, moq_error *err) {
     moq_comm_group *g = c->g;
     if (g->G == 1) return MOQ_OK;
     if (n > g->max_floats)
@@ -158,10 +165,11 @@ moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err
     if (g->b == MOQ_COMM_NCCL) {
         char msg[200];
         if (!g->nccl[c->rank]) return aborted(err);
-        const char *e = moq_nccl_all_reduce(g->nccl[c->rank], buf, n, g->stage[c->rank], msg, sizeof msg);
+        const char *e = moq_nccl_all_reduce(g->nccl[c->rank], buf, n, g->stage[c->rank], stream, msg, sizeof msg);
         return e ? MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "%s", e) : MOQ_OK;
     }
 #endif
+    (void)stream;
     g->post[c->rank] = buf;
     if (!barrier(g)) return aborted(err);
     /* reduce-scatter: this rank's 1/G of the elements, summed over ranks in rank order */
@@ -176,7 +184,7 @@ moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err
     return barrier(g) ? MOQ_OK : aborted(err); /* the shared sum is free again */
 }
 
-moq_status moq_comm_all_gather(moq_comm *c, const float *send, float *recv, size_t n, moq_error *err) {
+moq_status moq_comm_all_gather_on(moq_comm *c, const float *send, float *recv, size_t n, void *stream, moq_error *err) {
     moq_comm_group *g = c->g;
 #ifdef MOQ_HAVE_NCCL
     if (g->b == MOQ_COMM_NCCL && g->G > 1) {
@@ -184,10 +192,11 @@ moq_status moq_comm_all_gather(moq_comm *c, const float *send, float *recv, size
         if (n > g->max_floats)
             return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "tensor parallel group", "all_gather of %zu floats per rank, the group was sized for %zu", n, g->max_floats);
         if (!g->nccl[c->rank]) return aborted(err);
-        const char *e = moq_nccl_all_gather(g->nccl[c->rank], g->G, send, recv, n, g->stage[c->rank], msg, sizeof msg);
+        const char *e = moq_nccl_all_gather(g->nccl[c->rank], g->G, send, recv, n, g->stage[c->rank], stream, msg, sizeof msg);
         return e ? MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "%s", e) : MOQ_OK;
     }
 #endif
+    (void)stream;
     g->post[c->rank] = send;
     if (!barrier(g)) return aborted(err);
     for (int r = 0; r < g->G; r++) memcpy(recv + (size_t)r * n, g->post[r], n * sizeof(float));

@@ -33,9 +33,11 @@ typedef enum moq_comm_backend { MOQ_COMM_CPU = 0, MOQ_COMM_NCCL, MOQ_COMM_BACKEN
 typedef struct moq_comm_group moq_comm_group;
 typedef struct moq_comm       moq_comm;
 
-/* G ranks (1..64); max_floats: the largest all_reduce. NCCL: MOQ_ERR_UNSUPPORTED when the build has
- * no NCCL or fewer than G GPUs are visible (saying which). */
-moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G, size_t max_floats, moq_error *err);
+/* G ranks (1..64); max_floats: the largest all_reduce (and per-rank all_gather). NCCL: host_buffers
+ * says whether collectives will see host memory (the CPU forward), which needs a device staging
+ * buffer of G max_floats per GPU; MOQ_ERR_UNSUPPORTED when the build has no NCCL or fewer than G GPUs
+ * are visible (saying which). */
+moq_status moq_comm_group_create(moq_comm_group **out, moq_comm_backend b, int G, size_t max_floats, bool host_buffers, moq_error *err);
 void       moq_comm_group_free(moq_comm_group *g);
 moq_comm  *moq_comm_rank(moq_comm_group *g, int rank);
 int        moq_comm_size(const moq_comm *c);
@@ -51,6 +53,10 @@ moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err);
 moq_status moq_comm_all_reduce(moq_comm *c, float *buf, size_t n, moq_error *err);
 /* recv f32 [G, n] <- every rank's send f32 [n], in rank order. */
 moq_status moq_comm_all_gather(moq_comm *c, const float *send, float *recv, size_t n, moq_error *err);
+/* The same on device buffers, enqueued on `stream` (a cudaStream_t; NULL: the default stream) without
+ * waiting for it: the GPU forward's next kernels on that stream see the result. CPU: as above. */
+moq_status moq_comm_all_reduce_on(moq_comm *c, float *buf, size_t n, void *stream, moq_error *err);
+moq_status moq_comm_all_gather_on(moq_comm *c, const float *send, float *recv, size_t n, void *stream, moq_error *err);
 /* Wakes every rank waiting in a collective of the group; they and later calls fail. */
 void       moq_comm_abort(moq_comm *c);
 

@@ -661,13 +661,15 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
     const arch_row *r = m->arch;
     const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
                       : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
-                      : n_moe > 0 ? "routed experts (the experts run on the CPU only)"
+                      : n_moe > 0 && (r->shared_expert || r->router != ROUTER_SOFTMAX || r->family == FAM_LLAMA4 || r->sinks)
+                          ? "routed experts with shared experts, sigmoid routing, NoPE layers or attention sinks (the GPU runs "
+                            "Qwen3-MoE's and Mixtral's softmax top-k experts)"
                       : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
                       : NULL;
     if (!why) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "
-                    "(Llama, Mistral, Qwen2, Qwen3) and this checkpoint has %s; use --device cpu", r->name, why);
+                    "(Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral) and this checkpoint has %s; use --device cpu", r->name, why);
 }
 
 /* --tp G: what this rank holds (dist/plan.h); the runner's A, KV, I, Is become the rank's, V stays
@@ -1225,7 +1227,7 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
-bool moq_model_batchable(const moq_model *m) { return !m->gpu && !m->grp && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
+bool moq_model_batchable(const moq_model *m) { return !m->grp && m->tp.G < 2 && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 

@@ -117,7 +117,8 @@ struct moq_model {
  * forward_chunk (logits_rows NULL: the last row only, into m->logits). */
 moq_status moq_gpu_open(moq_model *m, moq_error *err);
 void       moq_gpu_free(moq_model *m);
-int64_t    moq_gpu_chunk(const moq_model *m); /* tokens per GPU step */
+int64_t    moq_gpu_chunk(const moq_model *m);       /* most tokens of one GPU step (a prefill) */
+int64_t    moq_gpu_batch_chunk(const moq_model *m); /* most rows of one moq_batch forward      */
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err);
 /* Batched decode on the GPU (the server's step; the public API is the lead's to settle): the KV
  * cache holds n sequence slots of ctx positions each (reserving frees what the slots held; slot 0
@@ -129,6 +130,19 @@ moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err);
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err);
 moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
                                 moq_error *err);
+/* moq_batch on the GPU (batch.c): a pool of n_pages pages of `page` positions per layer (K and V,
+ * the model's GPU encoding: 2 bytes bf16 or 1 byte e4m3 per element) and its block-table staging;
+ * forward_rows is moq_model_forward_rows for it (rows of one sequence consecutive, tabs[i] that
+ * sequence's page ids), logits row j into dst[j]. Decode steps (every row wants logits, <= 64 rows)
+ * replay a CUDA graph captured per row count on this pool. */
+typedef struct moq_gpu_kv moq_gpu_kv;
+int        moq_gpu_kv_elem_bytes(const moq_model *m);
+moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err);
+void       moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv);
+moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
+                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
+/* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
+uint64_t   moq_gpu_mem_used(void);
 /* model_tp.c: rank 0 of --tp G opens the G ranks (threads), each through moq_model_open_rank, and
  * runs every prefill on all of them; tp_prefill is the prefill of a rank alone. */
 moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err);

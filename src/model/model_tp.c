@@ -140,7 +140,7 @@ moq_status moq_tp_open(moq_model **out, const char *dir, const moq_model_opts *o
     if (st == MOQ_OK) { /* the largest all-reduce: a chunk of hidden rows; the gather: a chunk of vocabulary rows */
         const int64_t C = m0->gpu ? moq_gpu_chunk(m0) : m0->chunk; /* rows of a step: the GPU's chunk is larger */
         const size_t h = (size_t)(C * m0->H), v = (size_t)(C * m0->tp.v_per);
-        st = moq_comm_group_create(&g->cg, (moq_comm_backend)opts->tp_backend, G, h > v ? h : v, err);
+        st = moq_comm_group_create(&g->cg, (moq_comm_backend)opts->tp_backend, G, h > v ? h : v, !m0->gpu, err);
     }
     if (st != MOQ_OK) {
         for (int i = 0; i < G; i++) moq_model_free(g->r[i].m), g->r[i].m = NULL;

@@ -108,6 +108,8 @@ struct moq_moe {
     moe_expert          shared;
     bool                has_shared;
     moq_linear         *router;
+    moq_weight          router_w;    /* the router's canonical weight (the GPU layer reads it)    */
+    bool                rcpa;        /* opts.rcpa_corr was given                                  */
     void               *router_q;    /* owned copy of the router weight                         */
     float              *router_b;    /* f32 [E] router bias (gpt-oss), or NULL                    */
     int                 n_threads;
@@ -655,6 +657,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
     m->ap = (moq_moe_act_params){o.swiglu_limit, o.swiglu_alpha, o.swiglu_beta};
     m->routing = o.routing;
     m->E = o.num_experts;
+    m->rcpa = o.rcpa_corr != NULL;
     m->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
     const bool gated = moq_moe_act_table[o.act].gated;
     const moe_fmt *f = m->fmt;
@@ -825,6 +828,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             moq_linear_opts lo = moq_linear_opts_default();
             lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
             if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;
+            m->router_w = rw;
         }
         if (o.routing.use_correction_bias && !o.routing.correction_bias) {
             snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
@@ -1131,6 +1135,17 @@ moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, 
             }
         }
     return MOQ_OK;
+}
+
+void moq_moe_get_view(const moq_moe *m, moq_moe_view *v) {
+    *v = (moq_moe_view){.name = m->name, .E = m->E, .H = m->H, .I = m->I, .Ip = m->Ip, .N13 = m->N13, .n_local = m->n_local, .local_of = m->local_of,
+                        .routing = &m->routing, .act = m->act, .act_limit = m->ap.limit, .act_alpha = m->ap.alpha, .act_beta = m->ap.beta,
+                        .has_shared = m->has_shared, .rcpa = m->rcpa, .pre_scale = m->fmt->pqs, .router = m->router ? &m->router_w : NULL};
+}
+
+const moq_weight *moq_moe_expert_weight(const moq_moe *m, int64_t l, int which) {
+    if (!m || l < 0 || l >= m->n_local) return NULL;
+    return which ? &m->ex[l].w2 : &m->ex[l].w13;
 }
 
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which) {

@@ -41,7 +41,7 @@ static void *body(void *arg) {
 
 static void run_group(moq_comm_backend b, int G, int aborter, job *jobs) {
     moq_comm_group *g = NULL;
-    TU_OK(moq_comm_group_create(&g, b, G, N, err_));
+    TU_OK(moq_comm_group_create(&g, b, G, N, true, err_));
     assert_int_equal(moq_comm_size(moq_comm_rank(g, 0)), G);
     pthread_t th[GMAX];
     for (int r = 0; r < G; r++) {
@@ -86,9 +86,9 @@ static void test_errors(void **s) {
     (void)s;
     moq_comm_group *g = NULL;
     moq_error e;
-    TU_ERR(&e, moq_comm_group_create(&g, MOQ_COMM_CPU, 0, 16, &e), MOQ_ERR_INVALID_ARG, "moq_comm_group_create", "expected 1..64 ranks");
-    TU_ERR(&e, moq_comm_group_create(&g, MOQ_COMM_CPU, 65, 16, &e), MOQ_ERR_INVALID_ARG, "moq_comm_group_create", "expected 1..64 ranks");
-    TU_OK(moq_comm_group_create(&g, MOQ_COMM_CPU, 2, 16, err_));
+    TU_ERR(&e, moq_comm_group_create(&g, MOQ_COMM_CPU, 0, 16, true, &e), MOQ_ERR_INVALID_ARG, "moq_comm_group_create", "expected 1..64 ranks");
+    TU_ERR(&e, moq_comm_group_create(&g, MOQ_COMM_CPU, 65, 16, true, &e), MOQ_ERR_INVALID_ARG, "moq_comm_group_create", "expected 1..64 ranks");
+    TU_OK(moq_comm_group_create(&g, MOQ_COMM_CPU, 2, 16, true, err_));
     float x[32] = {0};
     TU_ERR(&e, moq_comm_all_reduce(moq_comm_rank(g, 0), x, 32, &e), MOQ_ERR_INTERNAL, "tensor parallel group", "the group was sized for 16");
     moq_comm_group_free(g);
@@ -103,7 +103,7 @@ static void test_nccl(void **s) {
     (void)s;
     moq_comm_group *g = NULL;
     moq_error e;
-    const moq_status st = moq_comm_group_create(&g, MOQ_COMM_NCCL, 1, N, &e);
+    const moq_status st = moq_comm_group_create(&g, MOQ_COMM_NCCL, 1, N, true, &e);
     if (st != MOQ_OK || !gpus()) {
         moq_comm_group_free(g);
         print_message("SKIP nccl: %s\n", st != MOQ_OK ? e.msg : "no usable GPU");
@@ -114,7 +114,7 @@ static void test_nccl(void **s) {
     int G = 1; /* the most ranks NCCL accepts here: one per visible GPU */
     for (int k = 2; k <= GMAX; k++) {
         moq_comm_group *t = NULL;
-        if (moq_comm_group_create(&t, MOQ_COMM_NCCL, k, N, &e) != MOQ_OK) {
+        if (moq_comm_group_create(&t, MOQ_COMM_NCCL, k, N, true, &e) != MOQ_OK) {
             if (k == 2) TU_ERR(&e, MOQ_ERR_UNSUPPORTED, MOQ_ERR_UNSUPPORTED, "nccl", "NCCL refuses two ranks on one GPU");
             break;
         }

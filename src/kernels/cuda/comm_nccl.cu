@@ -45,8 +45,9 @@ extern "C" const char *moq_nccl_init(int G, size_t stage_floats, void **comms, f
     ncclResult_t r = ncclCommInitAll(c, G, NULL);
     if (r != ncclSuccess) return nccl_err(r, "ncclCommInitAll", msg, msg_len);
     for (int i = 0; i < G; i++) {
+        stage[i] = NULL;
         cudaError_t e = cudaSetDevice(i);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&stage[i], (stage_floats ? stage_floats : 1) * sizeof(float));
+        if (e == cudaSuccess && stage_floats) e = cudaMalloc((void **)&stage[i], stage_floats * sizeof(float));
         if (e != cudaSuccess) return cuda_err(e, "cudaMalloc (NCCL staging buffer)", msg, msg_len);
     }
     cudaSetDevice(0);
@@ -66,21 +67,26 @@ extern "C" const char *moq_nccl_bind(int dev) {
     return e == cudaSuccess ? NULL : cudaGetErrorString(e);
 }
 
-extern "C" const char *moq_nccl_all_reduce(void *comm, float *buf, size_t n, float *stage, char *msg, size_t msg_len) {
+extern "C" const char *moq_nccl_all_reduce(void *comm, float *buf, size_t n, float *stage, void *stream, char *msg, size_t msg_len) {
     const bool dev = on_device(buf);
+    if (!dev && !stage) return "a host buffer, and the group was made for device buffers only";
     float *p = dev ? buf : stage;
+    cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = dev ? cudaSuccess : cudaMemcpy(p, buf, n * sizeof(float), cudaMemcpyHostToDevice);
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_reduce in)", msg, msg_len);
-    const ncclResult_t r = ncclAllReduce(p, p, n, ncclFloat, ncclSum, (ncclComm_t)comm, 0);
+    const ncclResult_t r = ncclAllReduce(p, p, n, ncclFloat, ncclSum, (ncclComm_t)comm, s);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllReduce", msg, msg_len);
-    if (dev) return NULL; /* enqueued on the default stream: the forward's next kernels wait for it, the host does not */
-    e = cudaMemcpy(buf, p, n * sizeof(float), cudaMemcpyDeviceToHost);
+    if (dev) return NULL; /* enqueued on the stream: the forward's next kernels wait for it, the host does not */
+    e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess) e = cudaMemcpy(buf, p, n * sizeof(float), cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? NULL : cuda_err(e, "all_reduce out", msg, msg_len);
 }
 
-extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send, float *recv, size_t n, float *stage, char *msg,
+extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send, float *recv, size_t n, float *stage, void *stream, char *msg,
                                            size_t msg_len) {
     const bool dev = on_device(recv);
+    if ((!dev || !on_device(send)) && !stage) return "a host buffer, and the group was made for device buffers only";
+    cudaStream_t s = (cudaStream_t)stream;
     float *out = dev ? recv : stage;
     const float *in = send;
     cudaError_t e = cudaSuccess;
@@ -91,10 +97,11 @@ extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send,
         in = out + (size_t)rank * n;
     }
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_gather in)", msg, msg_len);
-    const ncclResult_t r = ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)comm, 0);
+    const ncclResult_t r = ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)comm, s);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllGather", msg, msg_len);
-    if (dev) return NULL; /* ordered before the caller's download on the default stream */
-    e = cudaMemcpy(recv, out, (size_t)G * n * sizeof(float), cudaMemcpyDeviceToHost);
+    if (dev) return NULL; /* ordered before the caller's download on the stream */
+    e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess) e = cudaMemcpy(recv, out, (size_t)G * n * sizeof(float), cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? NULL : cuda_err(e, "all_gather out", msg, msg_len);
 }
 
