@@ -652,6 +652,13 @@ typedef enum moq_moe_input_scale {
     MOQ_MOE_INPUT_SCALE_PER_EXPERT /* expert e uses its own (max of gate/up for w13)              */
 } moq_moe_input_scale;
 
+/* Tensor-parallel experts: intermediate rows [start, start + count) of every expert's w1/w3 and the
+ * same input columns of its w2 (count 0: whole). The outputs of the G slices sum to the expert's. */
+typedef struct moq_moe_slice {
+    int64_t start, count;
+    bool    bias;                     /* unused by the experts moq reads slices of (no biases)  */
+} moq_moe_slice;
+
 typedef struct moq_moe_opts {
     moq_moe_format      format;
     moq_moe_act         act;
@@ -672,6 +679,7 @@ typedef struct moq_moe_opts {
                                          transformers' layout, as saved or as ModelOpt 0.47 exports
                                          it): gate and up in alternating columns (gpt-oss), else
                                          [gate | up] (Llama 4) */
+    moq_moe_slice       inter_slice;  /* this rank's part of each expert (tensor parallelism)  */
 } moq_moe_opts;
 /* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
  * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
@@ -739,7 +747,13 @@ typedef struct moq_model_opts {
                                            the cache is bf16 there (kv_elem f32 gets bf16), or FP8 as
                                            the config declares                                       */
     moq_nvfp4_as    nvfp4_as;           /* NVFP4 linears as stored (default) or re-quantized to FP8  */
-    int             reserved[6];
+    int             tp;                 /* tensor parallelism: G ranks (<= 1: one), each a thread of
+                                           this process holding 1/G of every layer (heads, MLP,
+                                           vocabulary); the handle is rank 0 and runs them all      */
+    int             tp_ep;              /* nonzero: MoE experts spread whole over the ranks (expert
+                                           parallelism) instead of each split G ways                 */
+    int             tp_backend;         /* 0: CPU collectives (threads), 1: NCCL (one GPU per rank)  */
+    int             reserved[3];
 } moq_model_opts;
 MOQ_API moq_model_opts moq_model_opts_default(void);
 

@@ -83,12 +83,18 @@ moq_status moq_layers_scalar(float *out, bool *found, const moq_checkpoint *c, c
 moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
                                   moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
                                   moq_blobs *blobs, moq_error *err) {
+    return moq_layers_load_linear_sliced(out, c, q, prefix, kind, shards, n_shards, lopts, NULL, blobs, err);
+}
+
+moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                         moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                         const moq_slice *slices, moq_blobs *blobs, moq_error *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", prefix);
     const char *dot = strrchr(prefix, '.');
     const moq_packed pk = {dot ? dot + 1 : prefix, shards, n_shards};
     const double t0 = now_s();
-    const moq_status st = moq_linear_layer_open(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, err);
+    const moq_status st = moq_linear_layer_open_sliced(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, slices, err);
     blobs->pack_s += now_s() - t0;
     if (st != MOQ_OK) return st;
     out->w = *moq_linear_layer_weight(out->ll);

@@ -206,6 +206,24 @@ bool moq_model_rope_theta_default(const char *architecture, double *theta, const
 }
 
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"}; /* k_eq_v layers: the first two */
+
+/* Tensor parallelism (plan.h): which part of each matrix this rank loads. Column-parallel layers
+ * keep rows (q heads, kv heads, intermediate), row-parallel ones keep the matching input columns
+ * and rank 0 keeps their bias; NULL when the model is whole. */
+static const moq_slice *tp_rows(const moq_model *m, moq_slice *s, int n, const int64_t *start, const int64_t *count) {
+    if (m->tp.G < 2) return NULL;
+    for (int i = 0; i < n; i++) s[i] = (moq_slice){MOQ_SLICE_ROWS, start[i], count[i], false};
+    return s;
+}
+static const moq_slice *tp_cols(const moq_model *m, moq_slice *s, int64_t start, int64_t count) {
+    if (m->tp.G < 2) return NULL;
+    *s = (moq_slice){MOQ_SLICE_COLS, start, count, m->tp.rank == 0};
+    return s;
+}
+/* One collective of the forward (nothing when the model is whole). */
+static moq_status tp_sum(moq_model *m, float *x, int64_t n, moq_error *err) {
+    return m->tp.G > 1 ? moq_comm_all_reduce(m->comm, x, (size_t)n, err) : MOQ_OK;
+}
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
 static const char *const w13_shards[] = {"w1", "w3"}; /* DeepSeek-V4's shared expert: w1 gate, w3 up, w2 down */
 
@@ -500,6 +518,13 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
+    int32_t *map = NULL;
+    if (m->tp.G > 1 && m->tp.ep) { /* expert parallelism: this rank's experts whole (the seeds' expert_map) */
+        if (!(map = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *map))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, p, "out of memory for the expert map");
+        for (int64_t g = 0; g < m->E; g++) map[g] = moq_tp_plan_expert(&m->tp, g);
+        mo.expert_map = map;
+    }
+    if (m->tp.G > 1 && !m->tp.ep) mo.inter_slice = (moq_moe_slice){m->tp.ie0, m->tp.ie_n, m->tp.rank == 0};
     ly->moe_fmt = mo.format;
     const double t0 = now_s();
     const moq_status st = moq_moe_create(&ly->moe, m->ckpt, p, &mo, err);
@@ -515,9 +540,13 @@ static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo
     char p[320];
     const bool v4 = m->arch->family == FAM_DEEPSEEK_V4;
     snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w13" : "gate_up_proj");
-    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, v4 ? w13_shards : gate_up_shards, 2, lo, &m->blobs, err));
+    moq_slice sg[2], sd;
+    const int64_t s0[2] = {m->tp.is0, m->tp.is0}, sn[2] = {m->tp.is_n, m->tp.is_n};
+    MOQ_TRY(moq_layers_load_linear_sliced(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, v4 ? w13_shards : gate_up_shards, 2, lo,
+                                          tp_rows(m, sg, 2, s0, sn), &m->blobs, err));
     snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w2" : "down_proj");
-    MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+    MOQ_TRY(moq_layers_load_linear_sliced(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &sd, m->tp.is0, m->tp.is_n),
+                                          &m->blobs, err));
     if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
         ly->sh_down.w.K != m->Is)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_down.name, "shared expert shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
@@ -617,17 +646,26 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
         } else {
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.qkv_proj", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, ly->k_eq_v ? 2 : 3, lo, &m->blobs, err));
+            snprintf(n, sizeof n, "%s.weight", p);
+            if (m->tp.G > 1 && moq_checkpoint_tensor(c, n)) /* one tensor: the q/k/v edges are not where the slices expect them */
+                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, n, "a fused qkv_proj on disk under --tp %d; tensor parallelism reads q_proj, k_proj and v_proj", m->tp.G);
+            moq_slice qs[3], os;
+            const int64_t q0[3] = {m->tp.a0 * m->qh, m->tp.kv0 * m->D, m->tp.kv0 * m->D}, qn[3] = {m->A * m->qh, m->KV * m->D, m->KV * m->D};
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, ly->k_eq_v ? 2 : 3, lo, tp_rows(m, qs, 3, q0, qn), &m->blobs, err));
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.o_proj", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &os, m->tp.a0 * m->D, m->A * m->D),
+                                                  &m->blobs, err));
         }
         if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
+            moq_slice gs[2], ds;
+            const int64_t g0[2] = {m->tp.i0, m->tp.i0}, gn[2] = {m->I, m->I};
             snprintf(p, sizeof p, "%s.layers.%lld.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->mlp);
-            MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, tp_rows(m, gs, 2, g0, gn), &m->blobs,
+                                                  err));
             snprintf(p, sizeof p, "%s.layers.%lld.%s.down_proj", m->arch->prefix, (long long)l, m->arch->mlp);
-            MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &ds, m->tp.i0, m->I), &m->blobs, err));
         }
         const int64_t qkvN = m->A * ly->qh + (ly->k_eq_v ? 1 : 2) * ly->KV * ly->D; /* rows of the fused projection */
         const bool gqa = ly->qkv.lin != NULL;
@@ -654,7 +692,8 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         }
         if (m->arch->sinks && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.sinks", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->A, &m->blobs, err));
+            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->tp.G > 1 ? m->tp.G * m->A : m->A, &m->blobs, err));
+            ly->sinks += m->tp.a0; /* this rank's heads */
         }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
@@ -747,6 +786,11 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
     }
+    if (m->tp.G > 1) { /* the lm_head's local rows and every rank's, gathered */
+        m->lgl = moq_blobs_alloc(&m->blobs, (size_t)(C * m->tp.v_per) * sizeof(float));
+        m->lg = moq_blobs_alloc(&m->blobs, (size_t)(C * m->tp.v_per * m->tp.G) * sizeof(float));
+        if (!m->lgl || !m->lg) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for the gathered logits");
+    }
     m->erow = moq_blobs_alloc(&m->blobs, (size_t)m->H * sizeof(double));
     m->rpos = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rpos);
     m->rtab = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rtab);
@@ -790,6 +834,30 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
     if (!why) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "
                     "(Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral) and this checkpoint has %s; use --device cpu", r->name, why);
+}
+
+/* --tp G: what this rank holds (dist/plan.h); the runner's A, KV, I, Is become the rank's, V stays
+ * the model's (the logits are gathered whole). Architectures whose attention or routing has parts
+ * not split here are refused by name. */
+static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
+    const arch_row *r = m->arch;
+    const char *why = r->attn == ATTN_MLA ? "multi-head latent attention" : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
+                      : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers"
+                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
+                      : r->family == FAM_GEMMA4 ? "Gemma 4's per-layer head sizes and k_eq_v global layers"
+                      : m->opts.device == MOQ_DEVICE_CUDA && m->opts.tp_backend != MOQ_COMM_NCCL
+                      ? "--device cuda with CPU collectives (the GPU forward sums through NCCL: --tp-backend nccl)" : NULL;
+    if (why) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s under --tp %d: tensor parallelism splits GQA attention, dense and "
+                             "routed MLPs (Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, gpt-oss, Gemma 3) and this checkpoint has %s", r->name, m->tp.G, why);
+    const moq_tp_dims d = {.A = m->A, .KV = m->KV, .I = n_moe == m->L ? 0 : m->I, .Ie = m->Ie, .Is = m->Is, .E = n_moe ? m->E : 0, .V = m->V};
+    const int G = m->tp.G, rank = m->tp.rank;
+    const bool ep = m->tp.ep;
+    /* vocabulary shards in whole 128-row blocks (an FP8_PB_WO lm_head) when every rank gets one */
+    MOQ_TRY(moq_tp_plan_make(&m->tp, &d, G, rank, ep, m->V >= 128 * (int64_t)G ? 128 : 1, err));
+    m->A = m->tp.a_n, m->KV = m->tp.kv_n, m->Is = m->tp.is_n;
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].KV = m->KV; /* one head size everywhere (Gemma 4 is refused above) */
+    if (d.I) m->I = m->tp.i_n;
+    return MOQ_OK;
 }
 
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
@@ -899,6 +967,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->I < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
                         (long long)m->I, (long long)(m->L - n_moe));
+    if (m->tp.G > 1) MOQ_TRY(tp_setup(m, n_moe, err));
     if (m->opts.device == MOQ_DEVICE_CUDA) MOQ_TRY(gpu_refusal(m, n_moe, err));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
@@ -991,18 +1060,22 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     const bool tied = !moq_checkpoint_tensor(m->ckpt, nm) && a->tie_word_embeddings;
     if (tied) lo_embed.device = m->opts.device;
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
-    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, &m->blobs, err));
-    if (m->embed.w.N != m->V || m->embed.w.K != m->H)
+    moq_slice vs; /* vocabulary-parallel embedding and lm_head: rows [v0, v0 + v_n) */
+    const int64_t Vl = m->tp.G > 1 ? m->tp.v_n : m->V;
+    MOQ_TRY(moq_layers_load_linear_sliced(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, tp_rows(m, &vs, 1, &m->tp.v0, &Vl),
+                                          &m->blobs, err));
+    if (m->embed.w.N != Vl || m->embed.w.K != m->H)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->embed.name, "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
     snprintf(nm, sizeof nm, "%s.norm.weight", m->arch->prefix);
     MOQ_TRY(load_norm(m, &m->final_norm, nm, m->H, err));
     if (!tied) {
-        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
-        if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
+        MOQ_TRY(moq_layers_load_linear_sliced(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo,
+                                              tp_rows(m, &vs, 1, &m->tp.v0, &Vl), &m->blobs, err));
+        if (m->lm_head_own.w.N != Vl || m->lm_head_own.w.K != m->H)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head_own.name, "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
-                            (long long)m->lm_head_own.w.K, (long long)m->V, (long long)m->H);
+                            (long long)m->lm_head_own.w.K, (long long)Vl, (long long)m->H);
         m->lm_head = &m->lm_head_own;
     } else {
         m->lm_head = &m->embed;
@@ -1029,9 +1102,16 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
 moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err) {
     if (!out || !dir) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_open", "out and dir must not be NULL");
     *out = NULL;
+    if (opts && opts->tp > 1) return moq_tp_open(out, dir, opts, err); /* model_tp.c: G ranks, this handle rank 0 */
+    return moq_model_open_rank(out, dir, opts, 1, 0, err);
+}
+
+moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err) {
+    *out = NULL;
     moq_model *m = calloc(1, sizeof *m);
     if (!m) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory");
     m->opts = opts ? *opts : moq_model_opts_default();
+    if (G > 1) m->tp.G = G, m->tp.rank = rank, m->tp.ep = m->opts.tp_ep != 0;
     if (m->opts.kv_elem != MOQ_ELEM_F32 && m->opts.kv_elem != MOQ_ELEM_BF16) {
         free(m);
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "kv_elem %s, expected f32 or bf16", moq_elem_name(opts->kv_elem));
@@ -1054,6 +1134,7 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
 
 void moq_model_free(moq_model *m) {
     if (!m) return;
+    moq_tp_close(m);
     moq_gpu_free(m);
     for (int64_t l = 0; m->layers && l < m->L; l++) {
         moq_layers_close_linear(&m->layers[l].qkv);
@@ -1153,6 +1234,7 @@ static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu)
 /* Routed experts on h [M, H] (src/moe: router, top-k, each expert once over its tokens), added into x. */
 static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
     MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, NULL, m->tmp, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    MOQ_TRY(tp_sum(m, m->tmp, M * m->H, err)); /* --tp: this rank's experts (--ep) or expert slices */
     for (int64_t c = 0; c < M * m->H; c++) m->x[c] += m->tmp[c];
     return MOQ_OK;
 }
@@ -1260,6 +1342,7 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
             for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
         }
     }
+    MOQ_TRY(tp_sum(m, m->tmp, M * m->H, err)); /* row-parallel shared down_proj */
     for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
     return MOQ_OK;
 }
@@ -1338,10 +1421,16 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     const char *pfx = m->arch->prefix;
     const int64_t ns = m->v4 ? m->v4d.hc : 1; /* residual streams (DeepSeek-V4 mHC: the embedding in each) */
     for (int64_t i = 0; i < M; i++) {
-        moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
+        const int64_t row = tok[i] - m->tp.v0; /* --tp: rows outside this rank's vocabulary are zero, summed below */
+        if (m->tp.G > 1 && (row < 0 || row >= m->tp.v_n)) {
+            memset(m->x + i * ns * H, 0, (size_t)(ns * H) * sizeof(float));
+            continue;
+        }
+        moq_weight_dequant_row(&m->embed.w, row, m->erow);
         for (int64_t s = 0; s < ns; s++)
             for (int64_t e = 0; e < H; e++) m->x[(i * ns + s) * H + e] = (float)m->erow[e] * m->embed_mult;
     }
+    MOQ_TRY(tp_sum(m, m->x, M * H, err)); /* one rank holds each row: the sum is exact */
     CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -1360,6 +1449,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         } else {
             MOQ_TRY(gqa_block(m, ly, l, M, locate, err));
         }
+        MOQ_TRY(tp_sum(m, m->tmp, M * H, err)); /* row-parallel o_proj: the ranks' partial sums */
         if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
@@ -1383,6 +1473,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         CHECK(m->act, M, I, "%s.layers.%lld.mlp (act(gate) * up)", pfx, (long long)l);
         TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
+        MOQ_TRY(tp_sum(m, m->tmp, M * H, err)); /* row-parallel down_proj */
         CHECK(m->tmp, M, H, "%s", ly->down.name);
         if (ly->g4moe) MOQ_TRY(gemma4_moe(m, ly, l, M, locate, err));
         if (m->arch->sandwich)
@@ -1398,7 +1489,18 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     if (m->v4) moq_dsv4_hc_head(&m->v4d, m->hc_fn, m->hc_base, m->hc_scale, m->x, M, m->tmp), xf = m->tmp; /* DeepseekV4HyperHead */
     for (int64_t j = 0; j < nl; j++) rmsnorm(m->h + j * H, xf + lrows[j] * H, m->final_norm, H, m->eps);
     CHECK(m->h, nr, H, "%s.norm", pfx);
-    MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    if (m->tp.G > 1) { /* vocabulary-parallel lm_head: [nr, v_n] here, gathered [G][nr, v_per], unpacked [nr, V] */
+        MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->lgl, err));
+        const int64_t vp = m->tp.v_per;
+        MOQ_TRY(moq_comm_all_gather(m->comm, m->lgl, m->lg, (size_t)(nr * vp), err));
+        for (int r = 0; r < m->tp.G; r++) {
+            const int64_t v0 = r * vp, vn = m->V - v0 < vp ? m->V - v0 : vp;
+            for (int64_t j = 0; j < nr; j++)
+                memcpy(m->logits_ws + j * m->V + v0, m->lg + (int64_t)r * nr * vp + j * vn, (size_t)vn * sizeof(float));
+        }
+    } else {
+        MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    }
     const float cap = (float)m->gc.final_logit_softcapping;
     for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
@@ -1424,12 +1526,19 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
 bool moq_model_batchable(const moq_model *m) {
-    return m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
+    return !m->grp && m->tp.G < 2 && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
 }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
+    if (m && m->grp) return moq_tp_prefill(m, tokens, n, logits_all, err); /* --tp: every rank (model_tp.c) */
+    return moq_model_prefill_rank(m, tokens, n, logits_all != NULL, logits_all, err);
+}
+
+/* all_rows: logits of every row (into logits_all when not NULL); every rank of --tp must agree, as
+ * the lm_head's all-gather is sized by it. */
+moq_status moq_model_prefill_rank(moq_model *m, const int32_t *tokens, int64_t n, bool all_rows, float *logits_all, moq_error *err) {
     if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
     if (m->pos + n > m->T)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, moq_checkpoint_path(m->ckpt), "%lld cached + %lld new tokens exceed the context of %lld positions",
@@ -1442,15 +1551,17 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
         const int64_t chunk = moq_gpu_chunk(m);
         for (int64_t i = 0; i < n; i += chunk) {
             const int64_t M = n - i < chunk ? n - i : chunk;
-            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+            /* --tp: every rank gathers the same rows (a worker asked for all rows keeps them in lrows_h) */
+            float *dst = logits_all ? logits_all + i * m->V : all_rows ? m->lrows_h : NULL;
+            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, dst, err));
         }
         return MOQ_OK;
     }
     int64_t lrows[MOQ_MODEL_CHUNK];
     m->rkv = &m->kv, m->rpage = 1;
     for (int64_t i = 0; i < n; i += m->chunk) {
-        const int64_t M = n - i < m->chunk ? n - i : m->chunk, nl = logits_all ? M : 1;
-        for (int64_t r = 0; r < M; r++) m->rpos[r] = m->pos + r, m->rtab[r] = NULL, lrows[r] = logits_all ? r : M - 1;
+        const int64_t M = n - i < m->chunk ? n - i : m->chunk, nl = all_rows ? M : 1;
+        for (int64_t r = 0; r < M; r++) m->rpos[r] = m->pos + r, m->rtab[r] = NULL, lrows[r] = all_rows ? r : M - 1;
         MOQ_TRY(forward_chunk(m, tokens + i, M, lrows, nl, false, err));
         if (logits_all) memcpy(logits_all + i * m->V, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
         memcpy(m->logits, m->logits_ws + (nl - 1) * m->V, (size_t)m->V * sizeof(float));
@@ -1463,6 +1574,7 @@ moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err) { retur
 const float *moq_model_logits(const moq_model *m) { return m ? m->logits : NULL; }
 void moq_model_reset(moq_model *m) {
     if (!m) return;
+    moq_tp_reset(m);
     m->pos = 0;
     for (int64_t l = 0; l < m->L; l++) /* recurrent state belongs to the sequence */
         if (m->layers[l].linear) moq_gdn_reset(&m->layers[l].gdn);

@@ -3,6 +3,8 @@
 #ifndef MOQ_MODEL_MODEL_PRIV_H
 #define MOQ_MODEL_MODEL_PRIV_H
 
+#include "dist/comm.h"
+#include "dist/plan.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
@@ -21,6 +23,7 @@
 
 typedef struct arch_row arch_row;   /* model.c */
 typedef struct moq_gpu moq_gpu;     /* model_gpu.c */
+typedef struct moq_tp_group moq_tp_group; /* model_tp.c */
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
@@ -126,6 +129,12 @@ struct moq_model {
     const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
     int         n_warn;
     moq_gpu           *gpu;              /* the GPU forward (opts.device CUDA), else NULL */
+    /* tensor parallelism (model_tp.c): this rank's part; tp.G == 0 when the model is whole */
+    moq_tp_plan       tp;
+    moq_comm         *comm;              /* the rank's communicator, set before the first forward */
+    moq_tp_group     *grp;               /* rank 0: the other ranks and their threads, else NULL  */
+    float            *lg, *lgl;          /* f32 [chunk, G v_per] gathered / [chunk, v_per] local logits */
+    float            *lrows_h;           /* GPU ranks 1..G-1: f32 [GPU chunk, V], the rows of an all-rows step */
     moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
     void              *obs_user;
 };
@@ -163,6 +172,15 @@ moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok
                                 const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
 /* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
 uint64_t   moq_gpu_mem_used(void);
+/* model_tp.c: rank 0 of --tp G opens the G ranks (threads), each through moq_model_open_rank, and
+ * runs every prefill on all of them; tp_prefill is the prefill of a rank alone. */
+moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err);
+moq_status moq_tp_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err);
+moq_status moq_tp_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err);
+void       moq_tp_reset(moq_model *m);
+void       moq_tp_close(moq_model *m);
+moq_status moq_model_prefill_rank(moq_model *m, const int32_t *tokens, int64_t n, bool all_rows, float *logits_all, moq_error *err);
+
 /* Whether this build has the GPU forward (false without CUDA in the build). */
 bool       moq_gpu_built(void);
 

@@ -254,8 +254,8 @@ moq_status moq_moe_gpu_open(moq_moe_gpu **out, const moq_moe *m, int64_t max_tok
 void     moq_moe_gpu_free(moq_moe_gpu *g) { (void)g; }
 uint64_t moq_moe_gpu_bytes(const moq_moe_gpu *g) { (void)g; return 0; }
 uint64_t moq_moe_gpu_expert_bytes(const moq_moe_gpu *g) { (void)g; return 0; }
-moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, moq_error *err) {
-    (void)g, (void)x_d, (void)T, (void)logits_d, (void)y_d;
+moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
+    (void)g, (void)x_d, (void)T, (void)logits_d, (void)y_d, (void)stream;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_run", "this libmoq was built without CUDA");
 }
 moq_status moq_moe_gpu_route(const moq_moe_routing *r, int64_t E, const float *logits, int64_t T, int32_t *ids, float *weights, moq_error *err) {
