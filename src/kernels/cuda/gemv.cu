@@ -248,37 +248,45 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 }
             }
             if (sk<KIND>::SB) {
+                /* the chunk's scales first (weight rows g, g + 8 of each tile; tokens 2t, 2t + 1 of
+                 * each n8 half), so their loads are in flight during the mma steps */
+                const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
+                float swv[GV_T][2], sxv[NT][2];
+#pragma unroll
+                for (int i = 0; i < GV_T; i++) {
+                    if (KIND == MOQ_CK_MXFP8) {
+                        const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 32) + k0 / 32;
+                        swv[i][0] = d_e8m0_dec(s[0]), swv[i][1] = d_e8m0_dec(s[8 * (Kp / 32)]);
+                    } else {
+                        swv[i][0] = swv[i][1] = ((const float *)a.scales_d)[((nb + 16 * i) / 128) * (Kp / 128) + k0 / 128];
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int64_t m = nt * 8 + 2 * t + j;
+                        if (KIND == MOQ_CK_MXFP8)
+                            sxv[nt][j] = !FUSED ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32])
+                                         : m < a.M ? d_e8m0_dec(fz_s[m * LC + lc]) : 0.0f;
+                        else
+                            sxv[nt][j] = !FUSED ? tok_s[m * (Kp / 128) + k0 / 128] : m < a.M ? ((const float *)fz_s)[m * LC + lc] : 0.0f;
+                    }
                 float tmp[R / 4][4];
 #pragma unroll
                 for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
                 steps<KIND, 0, NT>(tmp, w[u], act, sc);
-                const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
 #pragma unroll
-                for (int i = 0; i < GV_T; i++) {
-                    float swg, swg8;
-                    if (KIND == MOQ_CK_MXFP8) {
-                        const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 32) + k0 / 32;
-                        swg = d_e8m0_dec(s[0]), swg8 = d_e8m0_dec(s[8 * (Kp / 32)]);
-                    } else {
-                        swg = swg8 = ((const float *)a.scales_d)[((nb + 16 * i) / 128) * (Kp / 128) + k0 / 128];
-                    }
+                for (int i = 0; i < GV_T; i++)
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int64_t m = nt * 8 + 2 * t + (e & 1);
-                            const float sw = e < 2 ? swg : swg8;
+                            const float sw = swv[i][e >> 1], sx = sxv[nt][e & 1];
                             float &o = acc[i * NT + nt][e];
-                            if (KIND == MOQ_CK_MXFP8) {
-                                const float sx = !FUSED ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32])
-                                                 : m < a.M ? d_e8m0_dec(fz_s[m * LC + lc]) : 0.0f;
-                                o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
-                            } else {
-                                const float sx = !FUSED ? tok_s[m * (Kp / 128) + k0 / 128] : m < a.M ? ((const float *)fz_s)[m * LC + lc] : 0.0f;
-                                o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
-                            }
+                            if (KIND == MOQ_CK_MXFP8) o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
+                            else o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
                         }
-                }
             } else {
                 steps<KIND, 0, NT>(acc, w[u], act, sc);
             }
@@ -347,24 +355,26 @@ static int knob(const char *name, int dflt, int lo, int hi) {
 }
 static int g_warps = -1; /* 0: the table */
 
-/* MOQ_CUDA_GEMV_FUSE_M: the largest M (0..8) at which the kernel quantizes its own activation
- * (FUSED) instead of running after the quantizer kernel. Every block of a row of tiles then
- * quantizes the same K slice again (tiles times the quantizer's work), which the launch and the
- * dependency it saves outweigh only at small M: default 2 (docs/PERFORMANCE.md). */
-#define GV_FUSE_M_DEFAULT 2
+/* Fusion per pair kind: whether the kernel can quantize its own activation (FUSED: the
+ * quantizer's arithmetic needs nothing beyond the block's K slice; FP8 per-token needs the whole
+ * row's amax, not fused) and up to which M it does by default: where it measured faster than the
+ * quantizer kernel + this kernel (H200, N = K = 8192, docs/PERFORMANCE.md 2026-12-01 19:00). Every
+ * block of a row of tiles quantizes the same K slice again (tiles times the quantizer's work)
+ * before its first chunk: that serial step costs more than the launch it saves for NVFP4, BF16
+ * and at M >= 2 (FP8) or 4 (FP8 128-blocks). MXFP8 at M <= 2 runs gemv_fma.cu, never fused.
+ * MOQ_CUDA_GEMV_FUSE_M (0..8, for measurements) replaces max_m of every fusable kind. */
+static const struct { bool fusable; int max_m; } gv_fuse[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = {true, 0},       [MOQ_CK_FP8_TENSOR] = {true, 1},  [MOQ_CK_FP8_ROW] = {false, 0}, [MOQ_CK_FP8_BLK128] = {true, 2},
+    [MOQ_CK_NVFP4] = {true, 0},      [MOQ_CK_NVFP4_W4A16] = {true, 0}, [MOQ_CK_MXFP8] = {true, 0},
+};
 #define GV_FUSE_SMEM (40 << 10) /* activation slices per block, within the 48 KiB default */
-static int g_fuse_m = -1;
-/* per pair kind, host copies of the kernel's constants; fusable: the quantizer's arithmetic needs
- * nothing beyond the block's own K slice (FP8 per-token needs the whole row's amax: not fused) */
+static int g_fuse_m = -2;       /* -1: the table */
+/* per pair kind, host copies of the kernel's constants */
 #define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0}
 static const struct { int ck, u, vby, sby; } gv_kind[MOQ_CK_COUNT] = {
     [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
     [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
-};
-static const bool gv_fusable[MOQ_CK_COUNT] = {
-    [MOQ_CK_BF16] = true, [MOQ_CK_FP8_TENSOR] = true, [MOQ_CK_FP8_ROW] = false, [MOQ_CK_FP8_BLK128] = true,
-    [MOQ_CK_NVFP4] = true, [MOQ_CK_NVFP4_W4A16] = true, [MOQ_CK_MXFP8] = true,
 };
 
 /* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
@@ -372,7 +382,7 @@ static const bool gv_fusable[MOQ_CK_COUNT] = {
 typedef struct gv_plan { int64_t tiles, ks; bool fused; size_t smem; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
-    if (g_fuse_m < 0) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", GV_FUSE_M_DEFAULT, 0, 8);
+    if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
     gv_plan p = {a->Np / (16 * GV_T), 1, false, 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
@@ -386,7 +396,8 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     p.ks = ks;
     const int64_t lc = GV_WARPS * cdiv(nch, ks * GV_WARPS);
     const size_t smem = (size_t)(a->M * lc) * (size_t)(gv_kind[k].ck * gv_kind[k].vby + gv_kind[k].sby);
-    if (a->M <= g_fuse_m && gv_fusable[k] && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM) p.fused = true, p.smem = smem;
+    const int max_m = g_fuse_m >= 0 ? g_fuse_m : gv_fuse[k].max_m;
+    if (gv_fuse[k].fusable && a->M <= max_m && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM) p.fused = true, p.smem = smem;
     return p;
 }
 
@@ -414,7 +425,7 @@ template <int KIND, int NT, bool FUSED> static const char *launch1(const moq_cud
 }
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     const gv_plan p = plan_of(a);
-    if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fusable */
+    if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
         if (p.fused) return launch1<KIND, 1, true>(a, p); /* M <= 8 */
     return a->M <= 8 ? launch1<KIND, 1, false>(a, p) : launch1<KIND, 2, false>(a, p);
 }
