@@ -7,6 +7,8 @@
 # `moq bench linear --device cuda` (N = K = 8192) at M = 1, 2, 4 with fusion off (FUSE_M=0) and on,
 # and `moq bench model --device cuda` on 8B-shaped Llamas (NVFP4, FP8) with fusion off and on.
 # DATA: the tests/data folder (default: this checkout's). Full logs under $OUT; the summary last.
+# Knobs: FUSES (MOQ_CUDA_GEMV_FUSE_M values of the linear benches, default "0 8"; -1 = gemv.cu's
+# table), MS (default "1 2 4"), WARPS_RUNS=0 skips the K-split runs, MODEL=0 the 8B model benches.
 # Usage: OUT=/tmp/out LIMIT=seconds DATA=dir scripts/device_gemv.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
@@ -21,6 +23,11 @@ export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$DATA MOQ_TMP=/tmp/moq_tmp TM
 mkdir -p "$MOQ_TMP"
 LIMIT=${LIMIT:-280}
 ALGOS=${ALGOS:-"NVFP4 FP8"}
+FUSES=${FUSES:-"0 8"}
+MS=${MS:-"1 2 4"}
+WARPS_RUNS=${WARPS_RUNS:-1}
+MODEL=${MODEL:-1}
+[ "$MODEL" = 1 ] || ALGOS=""
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*"; }
 left() { echo $((LIMIT - SECONDS)); }
 R=$DATA/modelopt_real
@@ -38,20 +45,21 @@ t() { local name=$1 lim=$2; shift 2; ( timeout "$lim" "$@" > "$OUT/$name.log" 2>
 t test_linear_cuda 150 "$BIN/test_linear_cuda"
 MOQ_CUDA_GEMV_FUSE_M=8 t test_linear_fuse8 150 "$BIN/test_linear_cuda"
 t test_model_cuda 150 "$BIN/test_model_cuda"
+t test_moe_cuda 120 "$BIN/test_moe_cuda"
 if command -v compute-sanitizer >/dev/null; then
   t memcheck_nvfp4 120 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
   t memcheck_fp8 120 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_fp8" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
 fi
 for j in $(jobs -p); do case " ${SP[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done
 log "tests done" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_linear_fuse8 test_model_cuda memcheck_nvfp4 memcheck_fp8; do
+for f in test_linear_cuda test_linear_fuse8 test_model_cuda test_moe_cuda memcheck_nvfp4 memcheck_fp8; do
   [ -f "$OUT/$f.log" ] || continue
   grep -E "PASSED|FAILED|SKIPPED|ERROR SUMMARY|rc=|^FAIL|CUDA rows checked" "$OUT/$f.log" | tail -8 | sed "s/^/$f: /" | tee -a "$OUT/summary.log"
 done
 # speed, alone on the GPU: M = 1, 2, 4 with fusion off and on (FUSE_M = 8 covers M <= 8)
 for a in fp8_tensor nvfp4_w4a4 nvfp4_w4a16 fp8_blk128 mxfp8 bf16 fp8_row; do
-  for m in 1 2 4; do
-    for f in 0 8; do
+  for m in $MS; do
+    for f in $FUSES; do
       [ "$(left)" -lt 100 ] && break 3
       r=$(MOQ_CUDA_GEMV_FUSE_M=$f timeout 10 "$BIN/moq" bench linear --device cuda --algo "$a" --m $m --n 8192 --k 8192 --json 2>&1 | tail -1)
       echo "{\"fuse_m\":$f,${r#\{}" >> "$OUT/linear.jsonl"
@@ -59,7 +67,7 @@ for a in fp8_tensor nvfp4_w4a4 nvfp4_w4a16 fp8_blk128 mxfp8 bf16 fp8_row; do
     done
   done
 done
-for a in fp8_tensor nvfp4_w4a4; do # the K split's demand (warps per SM) with fusion on, M = 1
+[ "$WARPS_RUNS" = 1 ] && for a in fp8_tensor nvfp4_w4a4; do # the K split's demand (warps per SM) with fusion on, M = 1
   for wp in 8 32; do
     [ "$(left)" -lt 90 ] && break 2
     r=$(MOQ_CUDA_GEMV_WARPS=$wp timeout 10 "$BIN/moq" bench linear --device cuda --algo "$a" --m 1 --n 8192 --k 8192 --json 2>&1 | tail -1)
@@ -78,7 +86,7 @@ for a in $ALGOS; do
 done
 log "end" | tee -a "$OUT/summary.log"
 # at most 8 files come back: the test logs and the model benches in one file each
-for f in test_linear_cuda test_linear_fuse8 test_model_cuda memcheck_nvfp4 memcheck_fp8; do
+for f in test_linear_cuda test_linear_fuse8 test_model_cuda test_moe_cuda memcheck_nvfp4 memcheck_fp8; do
   [ -f "$OUT/$f.log" ] && { echo "######## $f"; cat "$OUT/$f.log"; rm "$OUT/$f.log"; } >> "$OUT/tests.log"
 done
 for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "######## $f"; cat "$f"; rm "$f"; } >> "$OUT/bench_model.log"; done

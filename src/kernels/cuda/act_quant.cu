@@ -28,16 +28,18 @@ __device__ float block_amax(float v) {
 
 #define AQ_THREADS 512
 
-/* One block per activation row (rows M..Mp-1 get zeros); each thread quantizes 8 consecutive
+/* Blocks (row m, slice blockIdx.y) (rows M..Mp-1 get zeros); each thread quantizes 8 consecutive
  * values per step (aq8, act_quant.cuh), so every load of a step is in flight at once and groups
- * of 16/32/128 values reduce across 2/4/16 lanes. */
+ * of 16/32/128 values reduce across 2/4/16 lanes. A slice is AQ_THREADS · 8 values (one step per
+ * thread: at decode M the quantizer is latency, not work), except for FP8 per-token, whose row
+ * amax needs the whole row in one block (gridDim.y = 1, the slice = the row). */
 template <int KIND>
 __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, int xb, int64_t M, int64_t K, int64_t Kp, float a_scale, int approx,
                                                                 aq_out o) {
     /* the decode kernel after this one (gemv.cu, programmatic dependent launch) may start now: it
      * streams its first weights and waits (griddepcontrol.wait) for this grid's results */
     asm volatile("griddepcontrol.launch_dependents;");
-    const int64_t m = blockIdx.x, nch = Kp / 8;
+    const int64_t m = blockIdx.x, nch = KIND == MOQ_CK_FP8_ROW ? Kp / 8 : min(Kp / 8, (int64_t)(blockIdx.y + 1) * AQ_THREADS);
     const bool live = m < M;
     const int64_t base = m * K;
     __nv_bfloat16 *A = o.A + m * Kp;
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
         tok = aq_token_scale(block_amax(a));
     }
     const aq_consts cs = aq_consts_of<KIND>(a_scale, approx, tok);
-    for (int64_t c0 = 0; c0 < nch; c0 += AQ_THREADS) { /* uniform trip count: shuffles see every lane */
+    for (int64_t c0 = KIND == MOQ_CK_FP8_ROW ? 0 : (int64_t)blockIdx.y * AQ_THREADS; c0 < nch; c0 += AQ_THREADS) { /* uniform trip count */
         const int64_t c = c0 + threadIdx.x, k0 = 8 * c;
         const bool act = c < nch;
         float v[8], d[8], gscale;
@@ -73,14 +75,15 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
         if (KIND == MOQ_CK_FP8_TENSOR || KIND == MOQ_CK_FP8_ROW || KIND == MOQ_CK_FP8_BLK128 || KIND == MOQ_CK_MXFP8)
             *(uint2 *)(o.q + m * Kp + k0) = aq_u8x8(q);
     }
-    if (threadIdx.x == 0) o.tok[m] = live ? tok : 0.0f;
+    if (threadIdx.x == 0 && blockIdx.y == 0) o.tok[m] = live ? tok : 0.0f;
 }
 
 extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
     char *ws = (char *)a->ws_d;
     aq_out o = {(__nv_bfloat16 *)(ws + a->ws.a), (uint8_t *)(ws + a->ws.q), (uint8_t *)(ws + a->ws.sf), (float *)(ws + a->ws.tok),
                 (float *)(ws + a->ws.gs), a->skip_a};
-    const dim3 grid((unsigned)moq_cuda_mpad(a->M)), block(AQ_THREADS);
+    const int64_t slices = a->kind == MOQ_CK_FP8_ROW ? 1 : cdiv(a->Kp / 8, AQ_THREADS);
+    const dim3 grid((unsigned)moq_cuda_mpad(a->M), (unsigned)slices), block(AQ_THREADS);
 #define AQ(k) act_quant_kernel<k><<<grid, block, 0, (cudaStream_t)a->stream>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
     switch (a->kind) {
     case MOQ_CK_BF16: AQ(MOQ_CK_BF16);
