@@ -8,7 +8,8 @@
 # and `moq bench model --device cuda` on 8B-shaped Llamas (NVFP4, FP8) with fusion off and on.
 # DATA: the tests/data folder (default: this checkout's). Full logs under $OUT; the summary last.
 # Knobs: FUSES (MOQ_CUDA_GEMV_FUSE_M values of the linear benches, default "0 8"; -1 = gemv.cu's
-# table), MS (default "1 2 4"), WARPS_RUNS=0 skips the K-split runs, MODEL=0 the 8B model benches.
+# table), MS (default "1 2 4"), WARPS_RUNS=0 skips the K-split runs, MODEL=0 the 8B model benches,
+# LINEAR_RESERVE (default 100) the seconds kept for the model benches.
 # Usage: OUT=/tmp/out LIMIT=seconds DATA=dir scripts/device_gemv.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
@@ -60,7 +61,7 @@ done
 for a in fp8_tensor nvfp4_w4a4 nvfp4_w4a16 fp8_blk128 mxfp8 bf16 fp8_row; do
   for m in $MS; do
     for f in $FUSES; do
-      [ "$(left)" -lt 100 ] && break 3
+      [ "$(left)" -lt "${LINEAR_RESERVE:-100}" ] && break 3
       r=$(MOQ_CUDA_GEMV_FUSE_M=$f timeout 10 "$BIN/moq" bench linear --device cuda --algo "$a" --m $m --n 8192 --k 8192 --json 2>&1 | tail -1)
       echo "{\"fuse_m\":$f,${r#\{}" >> "$OUT/linear.jsonl"
       echo "$a m=$m fuse_m=$f $(echo "$r" | grep -o '"cold_us":[0-9.]*,"cold_weight_gbs":[0-9.]*,"cold_of_copy":[0-9.]*')" | tee -a "$OUT/summary.log"
