@@ -247,9 +247,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                     fp4_scales(*(const uint16_t *)(s + 8 * (Kp / 16)), sc[i][2], sc[i][3]);
                 }
             }
-            if (sk<KIND>::SB) {
-                /* the chunk's scales first (weight rows g, g + 8 of each tile; tokens 2t, 2t + 1 of
-                 * each n8 half), so their loads are in flight during the mma steps */
+            if (sk<KIND>::SB && !FUSED) {
+                /* after the quantizer kernel: the chunk's scales first (weight rows g, g + 8 of each
+                 * tile; tokens 2t, 2t + 1 of each n8 half), in flight during the mma steps (measured:
+                 * MXFP8 M = 16 79 -> 63 us, FP8 128x128 M = 16 42 -> 39 us, with the sliced quantizer) */
                 const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
                 float swv[GV_T][2], sxv[NT][2];
 #pragma unroll
@@ -266,11 +267,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         const int64_t m = nt * 8 + 2 * t + j;
-                        if (KIND == MOQ_CK_MXFP8)
-                            sxv[nt][j] = !FUSED ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32])
-                                         : m < a.M ? d_e8m0_dec(fz_s[m * LC + lc]) : 0.0f;
-                        else
-                            sxv[nt][j] = !FUSED ? tok_s[m * (Kp / 128) + k0 / 128] : m < a.M ? ((const float *)fz_s)[m * LC + lc] : 0.0f;
+                        sxv[nt][j] = KIND == MOQ_CK_MXFP8 ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32]) : tok_s[m * (Kp / 128) + k0 / 128];
                     }
                 float tmp[R / 4][4];
 #pragma unroll
@@ -287,6 +284,37 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                             if (KIND == MOQ_CK_MXFP8) o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
                             else o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
                         }
+            } else if (sk<KIND>::SB) {
+                /* FUSED: the scales after the steps (loaded first, M = 1 measured 28 -> 34 us) */
+                float tmp[R / 4][4];
+#pragma unroll
+                for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
+                steps<KIND, 0, NT>(tmp, w[u], act, sc);
+#pragma unroll
+                for (int i = 0; i < GV_T; i++) {
+                    float swg, swg8;
+                    if (KIND == MOQ_CK_MXFP8) {
+                        const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 32) + k0 / 32;
+                        swg = d_e8m0_dec(s[0]), swg8 = d_e8m0_dec(s[8 * (Kp / 32)]);
+                    } else {
+                        swg = swg8 = ((const float *)a.scales_d)[((nb + 16 * i) / 128) * (Kp / 128) + k0 / 128];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int64_t m = nt * 8 + 2 * t + (e & 1);
+                            const float sw = e < 2 ? swg : swg8;
+                            float &o = acc[i * NT + nt][e];
+                            if (KIND == MOQ_CK_MXFP8) {
+                                const float sx = m < a.M ? d_e8m0_dec(fz_s[m * LC + lc]) : 0.0f;
+                                o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
+                            } else {
+                                const float sx = m < a.M ? ((const float *)fz_s)[m * LC + lc] : 0.0f;
+                                o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
+                            }
+                        }
+                }
             } else {
                 steps<KIND, 0, NT>(acc, w[u], act, sc);
             }
