@@ -6,7 +6,8 @@
 # memcheck over `moq run --device cuda` of a dense NVFP4 and FP8 export), then alone on the GPU:
 # `moq bench linear --device cuda` (N = K = 8192) at M = 1, 2, 4 with fusion off (FUSE_M=0) and on,
 # and `moq bench model --device cuda` on 8B-shaped Llamas (NVFP4, FP8) with fusion off and on.
-# DATA: the tests/data folder (default: this checkout's). Full logs under $OUT; the summary last.
+# DATA: the tests/data folder (default: this checkout's). Logs under $OUT (summary.log, tests.log,
+# linear.jsonl, bench_model.log: at most 8 files come back); the summary last.
 # Knobs: FUSES (MOQ_CUDA_GEMV_FUSE_M values of the linear benches, default "0 8"; -1 = gemv.cu's
 # table), MS (default "1 2 4"), WARPS_RUNS=0 skips the K-split runs, MODEL=0 the 8B model benches,
 # LINEAR_RESERVE (default 100) the seconds kept for the model benches.
