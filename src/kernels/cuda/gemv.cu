@@ -20,7 +20,9 @@
  * shared memory, the cluster's rank 0 reads its peers' through distributed shared memory, in a
  * fixed order (deterministic), and writes y = acc · undo · row_scale[n] · tok[m] (+ bias[n]).
  * Launched with programmatic dependent launch: the first weight loads are issued before
- * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. */
+ * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. Where gv_fuse
+ * says so (FP8 per-tensor M = 1, FP8 128x128 M <= 2: measured faster) there is no quantizer
+ * kernel: the blocks quantize their own K slices of x into shared memory (FUSED). */
 #include "kernels/cuda/act_quant.cuh"
 
 #include <cooperative_groups.h>
