@@ -82,6 +82,10 @@ const char *moq_cuda_act_quant(const moq_cuda_args *a);
  * K split over warps and a thread-block cluster, weights streamed once; launched as a programmatic
  * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
+/* 1 when this call's decode kernel quantizes its own activation (gemv.cu's gv_fuse table: FP8
+ * per-tensor at M = 1, FP8 128x128 at M <= 2): then the caller skips moq_cuda_act_quant and the
+ * workspace's A, q, sf, tok, gs are not written. */
+int moq_cuda_gemv_fuses(const moq_cuda_args *a);
 /* 1 when the decode path for (kind, M) reads the activation codes q (FP8 kinds) and not A: the
  * quantizer skips A then. */
 int moq_cuda_gemv_reads_q(int kind, int64_t M);

@@ -20,8 +20,10 @@
  * shared memory, the cluster's rank 0 reads its peers' through distributed shared memory, in a
  * fixed order (deterministic), and writes y = acc · undo · row_scale[n] · tok[m] (+ bias[n]).
  * Launched with programmatic dependent launch: the first weight loads are issued before
- * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. */
-#include "kernels/cuda/common.cuh"
+ * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. Where gv_fuse
+ * says so (FP8 per-tensor M = 1, FP8 128x128 M <= 2: measured faster) there is no quantizer
+ * kernel: the blocks quantize their own K slices of x into shared memory (FUSED). */
+#include "kernels/cuda/act_quant.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -54,14 +56,15 @@ template <int KIND> struct skd {
 
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-template <int WB> __device__ __forceinline__ void ldvec(uint32_t *w, const uint8_t *p) {
+/* WB words from p: global memory through the read-only path, or shared memory (SMEM) */
+template <int WB, bool SMEM = false> __device__ __forceinline__ void ldvec(uint32_t *w, const uint8_t *p) {
     if (WB == 2) {
-        const uint2 v = __ldg((const uint2 *)p);
+        const uint2 v = SMEM ? *(const uint2 *)p : __ldg((const uint2 *)p);
         w[0] = v.x, w[1] = v.y;
     } else {
 #pragma unroll
         for (int i = 0; i < WB / 4; i++) {
-            const uint4 v = __ldg((const uint4 *)p + i);
+            const uint4 v = SMEM ? ((const uint4 *)p)[i] : __ldg((const uint4 *)p + i);
             w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
         }
     }
@@ -146,7 +149,12 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
     }
 }
 
-template <int KIND, int NT>
+/* FUSED: no quantizer kernel before this one; each block quantizes the activation slices of its
+ * own K chunks (every token m < M) into shared memory first (aq8, the quantizer's arithmetic),
+ * laid out [m][local chunk][chunk values] (codes for the f16 path, bf16 A otherwise), then the
+ * per-chunk block scales (MXFP8 e8m0 u8, FP8 128-block f32) [m][local chunk]. Local chunk
+ * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w. */
+template <int KIND, int NT, bool FUSED>
 __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
     constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
@@ -183,19 +191,50 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
     wbuf w;
     load_w(w, kw);  /* weights do not depend on the previous kernel: in flight before the wait */
     griddep_wait(); /* the activation is the previous kernel's output */
+    extern __shared__ __align__(16) uint8_t fz[];
+    constexpr int VBY = sk<KIND>::F16 ? 1 : 2; /* activation bytes per value in fz */
+    const int LC = GV_WARPS * (int)cdiv(nch, KW);
+    uint8_t *fz_s = fz + (size_t)a.M * LC * CK * VBY; /* block scales after the values */
+    if constexpr (FUSED) {
+        constexpr int SPC = CK / 8; /* 8-value slots per chunk; a scale group never straddles two */
+        const int64_t total = a.M * LC * SPC;
+        const aq_consts cs = aq_consts_of<KIND>(a.a_scale, a.rcp_approx, 1.0f);
+        for (int64_t s0 = 0; s0 < total; s0 += GV_WARPS * 32) { /* uniform trip count: aq8 shuffles */
+            const int64_t s = s0 + threadIdx.x;
+            const bool on = s < total;
+            const int64_t m = on ? s / ((int64_t)LC * SPC) : 0;
+            const int lc = on ? (int)((s / SPC) % LC) : 0, o = (int)(s % SPC);
+            const int64_t c = (int64_t)(lc / GV_WARPS) * KW + blockIdx.y * GV_WARPS + lc % GV_WARPS, k0 = c * CK + o * 8;
+            const bool live = on && c < nch;
+            float v[8], d[8], gscale;
+            uint8_t q[8], scode;
+            uint32_t packed;
+            aq_load8(a.x_d, a.x_bf16, live, m * a.K, a.K, live ? k0 : 0, v);
+            aq8<KIND>(v, cs, q, d, packed, gscale, scode);
+            (void)packed;
+            if (!live) continue;
+            uint8_t *dst = fz + ((m * LC + lc) * CK + o * 8) * VBY;
+            if (sk<KIND>::F16) *(uint2 *)dst = aq_u8x8(q);
+            else *(uint4 *)dst = aq_bf16x8(d);
+            if (KIND == MOQ_CK_MXFP8 && o == 0) fz_s[m * LC + lc] = scode;
+            if (KIND == MOQ_CK_FP8_BLK128 && o == 0) ((float *)fz_s)[m * LC + lc] = k0 < a.K ? gscale : 0.0f;
+        }
+        __syncthreads();
+    }
     for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
         if (c0 != kw) load_w(w, c0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW, k0 = c * CK;
             if (c >= nch) break;
+            const int lc = (int)((c - kw) / KW) * GV_WARPS + warp; /* FUSED: the chunk's slot in fz */
             uint32_t act[NT][AW];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const int64_t m = nt * 8 + g;
                 if (m < a.M) {
-                    const uint8_t *p = act_base + m * act_rowb + (sk<KIND>::F16 ? k0 + t * D::VPT : (k0 + t * D::VPT) * 2);
-                    ldvec<AW>(act[nt], p);
+                    if (FUSED) ldvec<AW, true>(act[nt], fz + ((m * LC + lc) * CK + t * D::VPT) * VBY);
+                    else ldvec<AW>(act[nt], act_base + m * act_rowb + (sk<KIND>::F16 ? k0 + t * D::VPT : (k0 + t * D::VPT) * 2));
                 } else {
 #pragma unroll
                     for (int q = 0; q < AW; q++) act[nt][q] = 0;
@@ -210,12 +249,49 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                     fp4_scales(*(const uint16_t *)(s + 8 * (Kp / 16)), sc[i][2], sc[i][3]);
                 }
             }
-            if (sk<KIND>::SB) {
+            if (sk<KIND>::SB && !FUSED) {
+                /* after the quantizer kernel: the chunk's scales first (weight rows g, g + 8 of each
+                 * tile; tokens 2t, 2t + 1 of each n8 half), in flight during the mma steps (measured:
+                 * MXFP8 M = 16 79 -> 63 us, FP8 128x128 M = 16 42 -> 39 us, with the sliced quantizer) */
+                const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
+                float swv[GV_T][2], sxv[NT][2];
+#pragma unroll
+                for (int i = 0; i < GV_T; i++) {
+                    if (KIND == MOQ_CK_MXFP8) {
+                        const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 32) + k0 / 32;
+                        swv[i][0] = d_e8m0_dec(s[0]), swv[i][1] = d_e8m0_dec(s[8 * (Kp / 32)]);
+                    } else {
+                        swv[i][0] = swv[i][1] = ((const float *)a.scales_d)[((nb + 16 * i) / 128) * (Kp / 128) + k0 / 128];
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int64_t m = nt * 8 + 2 * t + j;
+                        sxv[nt][j] = KIND == MOQ_CK_MXFP8 ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32]) : tok_s[m * (Kp / 128) + k0 / 128];
+                    }
                 float tmp[R / 4][4];
 #pragma unroll
                 for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
                 steps<KIND, 0, NT>(tmp, w[u], act, sc);
-                const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
+#pragma unroll
+                for (int i = 0; i < GV_T; i++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float sw = swv[i][e >> 1], sx = sxv[nt][e & 1];
+                            float &o = acc[i * NT + nt][e];
+                            if (KIND == MOQ_CK_MXFP8) o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
+                            else o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
+                        }
+            } else if (sk<KIND>::SB) {
+                /* FUSED: the scales after the steps (loaded first, M = 1 measured 28 -> 34 us) */
+                float tmp[R / 4][4];
+#pragma unroll
+                for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
+                steps<KIND, 0, NT>(tmp, w[u], act, sc);
 #pragma unroll
                 for (int i = 0; i < GV_T; i++) {
                     float swg, swg8;
@@ -233,10 +309,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                             const float sw = e < 2 ? swg : swg8;
                             float &o = acc[i * NT + nt][e];
                             if (KIND == MOQ_CK_MXFP8) {
-                                const float sx = d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32]);
+                                const float sx = m < a.M ? d_e8m0_dec(fz_s[m * LC + lc]) : 0.0f;
                                 o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
                             } else {
-                                o = fmaf(tmp[i * NT + nt][e], sw * tok_s[m * (Kp / 128) + k0 / 128], o);
+                                const float sx = m < a.M ? ((const float *)fz_s)[m * LC + lc] : 0.0f;
+                                o = fmaf(tmp[i * NT + nt][e], sw * sx, o);
                             }
                         }
                 }
@@ -267,7 +344,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
             const int i = r / (NT * 4), nt = (r / 4) % NT, ce = r % 4;
             const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = nt * 8 + 2 * (ln & 3) + (ce & 1);
             if (n >= a.N || m >= a.M) continue;
-            const float y = fmaf(v * undo * a.row_scale_d[n], tok[m], a.bias_d[n]);
+            const float y = fmaf(v * undo * a.row_scale_d[n], FUSED ? 1.0f : tok[m], a.bias_d[n]); /* fused kinds: tok = 1 */
             if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
             else ((float *)a.y_d)[m * a.N + n] = y;
         }
@@ -308,29 +385,66 @@ static int knob(const char *name, int dflt, int lo, int hi) {
 }
 static int g_warps = -1; /* 0: the table */
 
-template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
-    using D = skd<KIND>;
+/* Fusion per pair kind: whether the kernel can quantize its own activation (FUSED: the
+ * quantizer's arithmetic needs nothing beyond the block's K slice; FP8 per-token needs the whole
+ * row's amax, not fused) and up to which M it does by default: where it measured faster than the
+ * quantizer kernel + this kernel (H200, N = K = 8192, docs/PERFORMANCE.md 2026-12-01 19:00). Every
+ * block of a row of tiles quantizes the same K slice again (tiles times the quantizer's work)
+ * before its first chunk: that serial step costs more than the launch it saves for NVFP4, BF16
+ * and at M >= 2 (FP8) or 4 (FP8 128-blocks). MXFP8 at M <= 2 runs gemv_fma.cu, never fused.
+ * MOQ_CUDA_GEMV_FUSE_M (0..8, for measurements) replaces max_m of every fusable kind. */
+static const struct { bool fusable; int max_m; } gv_fuse[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = {true, 0},       [MOQ_CK_FP8_TENSOR] = {true, 1},  [MOQ_CK_FP8_ROW] = {false, 0}, [MOQ_CK_FP8_BLK128] = {true, 2},
+    [MOQ_CK_NVFP4] = {true, 0},      [MOQ_CK_NVFP4_W4A16] = {true, 0}, [MOQ_CK_MXFP8] = {true, 0},
+};
+#define GV_FUSE_SMEM (40 << 10) /* activation slices per block, within the 48 KiB default */
+static int g_fuse_m = -2;       /* -1: the table */
+/* per pair kind, host copies of the kernel's constants */
+#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0}
+static const struct { int ck, u, vby, sby; } gv_kind[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
+    [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
+    [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
+};
+
+/* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
+ * its dynamic shared memory. */
+typedef struct gv_plan { int64_t tiles, ks; bool fused; size_t smem; } gv_plan;
+static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
-    const int64_t tiles = a->Np / (16 * GV_T), nch = a->Kp / D::CK;
+    if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
+    gv_plan p = {a->Np / (16 * GV_T), 1, false, 0};
+    const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
+    const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
-    const int warps = g_warps ? g_warps : demand_warps[KIND][NT - 1];
-    int64_t ks = cdiv((int64_t)sm_count() * warps, tiles * GV_WARPS);
-    const int64_t kmax = nch / (GV_WARPS * D::U);
+    const int warps = g_warps ? g_warps : demand_warps[k][nt - 1];
+    int64_t ks = cdiv((int64_t)sm_count() * warps, p.tiles * GV_WARPS);
+    const int64_t kmax = nch / (GV_WARPS * gv_kind[k].u);
     if (ks > kmax) ks = kmax;
     if (ks > 8) ks = 8;
     if (ks < 1) ks = 1;
+    p.ks = ks;
+    const int64_t lc = GV_WARPS * cdiv(nch, ks * GV_WARPS);
+    const size_t smem = (size_t)(a->M * lc) * (size_t)(gv_kind[k].ck * gv_kind[k].vby + gv_kind[k].sby);
+    const int max_m = g_fuse_m >= 0 ? g_fuse_m : gv_fuse[k].max_m;
+    if (gv_fuse[k].fusable && a->M <= max_m && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM) p.fused = true, p.smem = smem;
+    return p;
+}
+
+template <int KIND, int NT, bool FUSED> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)tiles, (unsigned)ks, 1);
+    cfg.gridDim = dim3((unsigned)p.tiles, (unsigned)p.ks, 1);
     cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
+    cfg.dynamicSmemBytes = FUSED ? p.smem : 0;
     cfg.stream = (cudaStream_t)a->stream;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = (unsigned)ks, at[0].val.clusterDim.z = 1;
+    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = (unsigned)p.ks, at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT>;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED>;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
@@ -340,7 +454,10 @@ template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
     return moq_cuda_launch_check("gemv kernel launch");
 }
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
-    return a->M <= 8 ? launch1<KIND, 1>(a) : launch1<KIND, 2>(a);
+    const gv_plan p = plan_of(a);
+    if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
+        if (p.fused) return launch1<KIND, 1, true>(a, p); /* M <= 8 */
+    return a->M <= 8 ? launch1<KIND, 1, false>(a, p) : launch1<KIND, 2, false>(a, p);
 }
 
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
@@ -357,6 +474,11 @@ extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
     case MOQ_CK_MXFP8: return launch_gemv<MOQ_CK_MXFP8>(a);
     default: return "gemv: unknown pair kind";
     }
+}
+
+extern "C" int moq_cuda_gemv_fuses(const moq_cuda_args *a) {
+    if (a->M > 16 || a->kind < 0 || a->kind >= MOQ_CK_COUNT || a->Np % (16 * GV_T)) return 0;
+    return (int)plan_of(a).fused;
 }
 
 /* Whether the decode path reads the activation codes q (fp8 kinds, this kernel) rather than A. */
