@@ -19,6 +19,8 @@ cd "$ROOT"
 [ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
 BIN=$ROOT/.devbin
 export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# libnccl.so.2 is dlopen'ed (comm_nccl.cu): the toolkit's, or the image's PyTorch wheel (nvidia-nccl-cu13)
+ncl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ncl
 export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
 mkdir -p "$MOQ_TMP"
 LIMIT=${LIMIT:-360}

@@ -24,6 +24,8 @@ mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.devbin
 export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# libnccl.so.2 is dlopen'ed (comm_nccl.cu): the toolkit's, or the image's PyTorch wheel (nvidia-nccl-cu13)
+ncl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ncl
 export MOQ_BIN=$BIN/moq MOQ_TMP=/tmp/moq_tmp OMP_WAIT_POLICY=passive
 mkdir -p "$MOQ_TMP"
 LIMIT=${LIMIT:-570}  # seconds by which the script must have ended (the call's timeout is 600)

@@ -5,15 +5,49 @@
  * kernels and before the kernels and synchronous copies that follow: on device buffers nothing waits
  * on the host (the GPU step keeps its one synchronisation, the logits download). Host buffers (the CPU forward) are staged
  * through the rank's device buffer; device buffers (the GPU forward) are used in place.
+ * NCCL (hundreds of MB of address space) is dlopen'ed at the first moq_nccl_init, not linked: a
+ * process that never asks for --tp-backend nccl never maps it (nccl.h gives the types only).
  * Tested by tests/dist/test_comm.c (skips without a GPU). */
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "kernels/cuda/nccl_api.h"
 
+/* The NCCL entry points moq calls, resolved once (nccl_load). */
+static struct {
+    const char *(*error_string)(ncclResult_t);
+    ncclResult_t (*init_all)(ncclComm_t *, int, const int *);
+    ncclResult_t (*destroy)(ncclComm_t);
+    ncclResult_t (*abort)(ncclComm_t);
+    ncclResult_t (*user_rank)(const ncclComm_t, int *);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+} nc;
+static const char *g_nccl_err;
+static pthread_once_t g_nccl_once = PTHREAD_ONCE_INIT;
+
+static void nccl_load_once(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        g_nccl_err = "libnccl.so.2 not found (the CUDA toolkit's lib directory on LD_LIBRARY_PATH, or --tp-backend cpu)";
+        return;
+    }
+#define SYM(f, name) if (!(*(void **)&nc.f = dlsym(h, name))) { g_nccl_err = "libnccl lacks " name; return; }
+    SYM(error_string, "ncclGetErrorString") SYM(init_all, "ncclCommInitAll") SYM(destroy, "ncclCommDestroy") SYM(abort, "ncclCommAbort")
+    SYM(user_rank, "ncclCommUserRank") SYM(all_reduce, "ncclAllReduce") SYM(all_gather, "ncclAllGather")
+#undef SYM
+}
+static const char *nccl_load(void) {
+    pthread_once(&g_nccl_once, nccl_load_once);
+    return g_nccl_err;
+}
+
 static const char *nccl_err(ncclResult_t r, const char *call, char *msg, size_t n) {
-    snprintf(msg, n, "%s: %s", call, ncclGetErrorString(r));
+    snprintf(msg, n, "%s: %s", call, nc.error_string(r));
     return msg;
 }
 
@@ -42,7 +76,9 @@ extern "C" int moq_nccl_device_count(void) {
 
 extern "C" const char *moq_nccl_init(int G, size_t stage_floats, void **comms, float **stage, char *msg, size_t msg_len) {
     ncclComm_t *c = (ncclComm_t *)comms;
-    ncclResult_t r = ncclCommInitAll(c, G, NULL);
+    const char *le = nccl_load();
+    if (le) return le;
+    ncclResult_t r = nc.init_all(c, G, NULL);
     if (r != ncclSuccess) return nccl_err(r, "ncclCommInitAll", msg, msg_len);
     for (int i = 0; i < G; i++) {
         stage[i] = NULL;
@@ -57,7 +93,7 @@ extern "C" const char *moq_nccl_init(int G, size_t stage_floats, void **comms, f
 extern "C" void moq_nccl_free(int G, void **comms, float **stage) {
     for (int i = 0; i < G; i++) {
         if (stage[i]) cudaSetDevice(i), cudaFree(stage[i]);
-        if (comms[i]) ncclCommDestroy((ncclComm_t)comms[i]);
+        if (comms[i]) nc.destroy((ncclComm_t)comms[i]);
     }
     cudaSetDevice(0);
 }
@@ -74,7 +110,7 @@ extern "C" const char *moq_nccl_all_reduce(void *comm, float *buf, size_t n, flo
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = dev ? cudaSuccess : cudaMemcpy(p, buf, n * sizeof(float), cudaMemcpyHostToDevice);
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_reduce in)", msg, msg_len);
-    const ncclResult_t r = ncclAllReduce(p, p, n, ncclFloat, ncclSum, (ncclComm_t)comm, s);
+    const ncclResult_t r = nc.all_reduce(p, p, n, ncclFloat, ncclSum, (ncclComm_t)comm, s);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllReduce", msg, msg_len);
     if (dev) return NULL; /* enqueued on the stream: the forward's next kernels wait for it, the host does not */
     e = cudaStreamSynchronize(s);
@@ -92,12 +128,12 @@ extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send,
     cudaError_t e = cudaSuccess;
     if (!on_device(send)) { /* this rank's part of the staging buffer holds its input */
         int rank = 0;
-        ncclCommUserRank((ncclComm_t)comm, &rank);
+        nc.user_rank((ncclComm_t)comm, &rank);
         e = cudaMemcpy(out + (size_t)rank * n, send, n * sizeof(float), cudaMemcpyHostToDevice);
         in = out + (size_t)rank * n;
     }
     if (e != cudaSuccess) return cuda_err(e, "cudaMemcpy (all_gather in)", msg, msg_len);
-    const ncclResult_t r = ncclAllGather(in, out, n, ncclFloat, (ncclComm_t)comm, s);
+    const ncclResult_t r = nc.all_gather(in, out, n, ncclFloat, (ncclComm_t)comm, s);
     if (r != ncclSuccess) return nccl_err(r, "ncclAllGather", msg, msg_len);
     if (dev) return NULL; /* ordered before the caller's download on the stream */
     e = cudaStreamSynchronize(s);
@@ -105,4 +141,6 @@ extern "C" const char *moq_nccl_all_gather(void *comm, int G, const float *send,
     return e == cudaSuccess ? NULL : cuda_err(e, "all_gather out", msg, msg_len);
 }
 
-extern "C" void moq_nccl_abort(void *comm) { ncclCommAbort((ncclComm_t)comm); }
+extern "C" void moq_nccl_abort(void *comm) {
+    if (comm && nc.abort) nc.abort((ncclComm_t)comm);
+}
