@@ -241,6 +241,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) { /* this process, all threads */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 moq_model_opts moq_model_opts_default(void) {
     moq_model_opts o;
     memset(&o, 0, sizeof o);
@@ -627,7 +633,7 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
 }
 
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     MOQ_TRY(moq_checkpoint_open(&m->ckpt, dir, NULL, err));
     const moq_arch *a = moq_checkpoint_arch(m->ckpt);
     if (!a) return MOQ_FAIL(err, MOQ_ERR_CONFIG, dir, "no config.json, expected one naming the architecture");
@@ -748,10 +754,11 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
     }
     m->tm.open_s = now_s() - t0;
+    m->tm.open_cpu_s = cpu_s() - c0;
 
     /* validate: every module of the checkpoint against its resolved scheme's contract, all at once
      * (the `moq check` pass); the first problem is the error */
-    const double tv = now_s();
+    const double tv = now_s(), cv = cpu_s();
     moq_modules mods;
     memset(&mods, 0, sizeof mods);
     moq_status vst = moq_modules_build(&mods, m->ckpt, m->q, err);
@@ -772,6 +779,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     moq_modules_free(&mods);
     m->tm.validate_s = now_s() - tv;
+    m->tm.validate_cpu_s = cpu_s() - cv;
+    const double cp = cpu_s();
     MOQ_TRY(vst);
 
     moq_linear_opts lo = moq_linear_opts_default();
@@ -802,6 +811,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->lm_head = &m->embed;
     }
     m->tm.pack_s = m->blobs.validate_s + m->blobs.pack_s; /* loading and packing every layer */
+    m->tm.pack_cpu_s = cpu_s() - cp;
 
     /* KV cache: the config's kv_cache_quant_algo picks the encoding (kv_cache.c table) */
     moq_elem ke;
@@ -1176,7 +1186,7 @@ int moq_model_warning_count(const moq_model *m) { return m ? m->n_warn : 0; }
 const char *moq_model_warning(const moq_model *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : ""; }
 
 moq_model_timings moq_model_load_timings(const moq_model *m) {
-    moq_model_timings t = {0, 0, 0};
+    moq_model_timings t = {0};
     return m ? m->tm : t;
 }
 
@@ -1186,6 +1196,28 @@ static uint64_t weight_bytes(const moq_weight *w) {
     if (w->w.scale_elem != MOQ_ELEM_NONE && w->w.group_cols > 0)
         b += nk / (uint64_t)w->w.group_cols / (uint64_t)(w->w.group_rows > 0 ? w->w.group_rows : 1) * (uint64_t)moq_elem_bits(w->w.scale_elem) / 8;
     return b;
+}
+
+moq_model_memory moq_model_memory_usage(const moq_model *m) {
+    moq_model_memory mm = {0};
+    if (!m) return mm;
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(m->ckpt); i++) mm.file += moq_checkpoint_tensor_at(m->ckpt, i)->nbytes;
+    mm.owned = m->blobs.bytes; /* norms, f32 tables, warnings */
+    moq_layers_memory(&m->embed, &mm);
+    if (m->lm_head == &m->lm_head_own) moq_layers_memory(&m->lm_head_own, &mm);
+    for (int64_t l = 0; l < m->L; l++) {
+        const layer *ly = &m->layers[l];
+        const moq_layer_linear *all[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->mla.q_a, &ly->mla.q_b,
+                                         &ly->mla.kv_a, &ly->mla.kv_b, &ly->mla.o, &ly->sh_gate, &ly->gdn.qkv, &ly->gdn.z, &ly->gdn.b,
+                                         &ly->gdn.a, &ly->gdn.out};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) moq_layers_memory(all[i], &mm);
+        if (ly->moe) {
+            uint64_t p, o;
+            moq_moe_memory(ly->moe, &p, &o);
+            mm.packed += p, mm.owned += o;
+        }
+    }
+    return mm;
 }
 
 uint64_t moq_model_decode_bytes(const moq_model *m) {

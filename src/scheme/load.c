@@ -18,13 +18,19 @@
 
 #include "config/modules.h"
 #include "core/error.h"
+#include "io/mmap.h"
 #include "kernels/kernels.h"
 
 struct moq_linear_layer {
     moq_weight     w;
     moq_linear    *lin;
     moq_resolution res;
-    void          *arena;                              /* the one allocation (may be NULL) */
+    void          *arena;                              /* f32 scales, bias (may be NULL)   */
+    void          *codes;                              /* built codes + u8 block scales    */
+    size_t         arena_bytes, codes_bytes;
+    const moq_tensor *src[2 * MOQ_MAX_SHARDS];         /* shards' weight and scale tensors */
+    int            n_src;
+    bool           dropped;
     char           notes[MOQ_LOAD_MAX_NOTES][320];
     int            n_notes;
 };
@@ -93,12 +99,20 @@ const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *b
     return buf;
 }
 
-const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
-                                 moq_error *err) {
+void *moq_load_take_codes(moq_load_ctx *x, size_t bytes) {
+    const size_t need = (bytes + 63) & ~(size_t)63;
+    if (!x->codes || x->codes_size - x->codes_used < need) return NULL;
+    void *p = x->codes + x->codes_used;
+    x->codes_used += need;
+    return p;
+}
+
+const void *moq_load_concat_codes(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
+                                  moq_error *err) {
     if (x->n == 1) return t[0]->data;
     size_t total = 0;
     for (int s = 0; s < x->n; s++) total += (size_t)rows[s] * row_bytes;
-    uint8_t *dst = moq_load_take(x, total), *p = dst;
+    uint8_t *dst = moq_load_take_codes(x, total), *p = dst;
     if (!dst) {
         MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small for %zu bytes", total);
         return NULL;
@@ -129,7 +143,7 @@ static moq_status canon_unquantized(moq_load_ctx *x, moq_error *err) {
     /* A single shard is borrowed only when its data is aligned for its element type. */
     if (x->n == 1 && ((uintptr_t)t[0]->data % keys[i].bytes) == 0) x->w->q = t[0]->data;
     else {
-        uint8_t *dst = moq_load_take(x, (size_t)x->N * (size_t)x->K * keys[i].bytes), *p = dst;
+        uint8_t *dst = moq_load_take_codes(x, (size_t)x->N * (size_t)x->K * keys[i].bytes), *p = dst;
         if (!dst) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
         for (int s = 0; s < x->n; s++) {
             const size_t b = (size_t)rows[s] * (size_t)x->K * keys[i].bytes;
@@ -313,13 +327,17 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         if ((st = first_problem(&sink, err)) != MOQ_OK) goto fail;
     }
 
-    /* 3. the layer's one allocation: a bound on everything a hook may build */
-    size_t bound = 64 * 16 + (size_t)x.N * 2 * sizeof(float);
+    /* 3. the layer's two allocations: bounds on everything a hook may build (codes + u8 block
+     * scales in one, freed once packed; f32 scales, bias, AWQ scale in the other). Pages a hook
+     * does not write are never touched, so a loose bound costs no resident memory. */
+    size_t bound = 64 * 16 + (size_t)x.N * 2 * sizeof(float), cbound = 64 * 4;
     for (int s = 0; s < x.n; s++) {
-        bound += (size_t)x.sh[s].weight->nbytes + 64;
-        if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64;
+        cbound += (size_t)x.sh[s].weight->nbytes + 64;
+        if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64, cbound += (size_t)x.sh[s].scale->nbytes + 64;
+        l->src[l->n_src++] = x.sh[s].weight;
+        if (x.sh[s].scale) l->src[l->n_src++] = x.sh[s].scale;
     }
-    if (meth == MOQ_METHOD_MXFP8_LINEAR) bound += (size_t)x.N * (size_t)(x.K / 32) + 64;
+    if (meth == MOQ_METHOD_MXFP8_LINEAR) cbound += (size_t)x.N * (size_t)(x.K / 32) + 64;
     bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
     const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
@@ -328,12 +346,13 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         goto fail;
     }
     /* a re-canonicalization writes e4m3 codes [N, K], f32 scales and f64 amax per group, a shard map */
-    if (o.nvfp4_as != MOQ_NVFP4_AS_NVFP4) bound += (size_t)x.N * (size_t)x.K + (size_t)x.N * (4 + 8 + 4) + 4 * 64;
-    if (!(l->arena = x.arena = aligned_alloc(64, (bound + 63) & ~(size_t)63))) {
-        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound);
+    if (o.nvfp4_as != MOQ_NVFP4_AS_NVFP4) bound += (size_t)x.N * (size_t)(4 + 8 + 4) + 4 * 64, cbound += (size_t)x.N * (size_t)x.K + 64;
+    bound = (bound + 63) & ~(size_t)63, cbound = (cbound + 63) & ~(size_t)63;
+    if (!(l->arena = x.arena = aligned_alloc(64, bound)) || !(l->codes = x.codes = aligned_alloc(64, cbound))) {
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound + cbound);
         goto fail;
     }
-    x.arena_size = bound;
+    x.arena_size = bound, x.codes_size = cbound;
 
     /* 4. canonical weight */
     l->w.N = x.N, l->w.K = x.K, l->w.n_shards = x.n;
@@ -355,6 +374,8 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     if ((st = moq_linear_create_from_weight(&l->lin, &l->w, &ko, err)) != MOQ_OK) goto fail;
     memcpy(l->notes, x.notes, sizeof l->notes);
     l->n_notes = x.n_notes;
+    l->arena_bytes = x.arena_used, l->codes_bytes = x.codes_used;
+    if (!x.codes_used) free(l->codes), l->codes = NULL; /* nothing built: everything is borrowed */
     *out = l;
     return MOQ_OK;
 fail:
@@ -367,7 +388,46 @@ void moq_linear_layer_free(moq_linear_layer *l) {
     if (!l) return;
     moq_linear_free(l->lin);
     free(l->arena);
+    free(l->codes);
     free(l);
+}
+
+/* Is p inside the data of one of the layer's checkpoint tensors (borrowed from the mapping)? */
+static bool borrowed(const moq_linear_layer *l, const void *p) {
+    for (int i = 0; p && i < l->n_src; i++) {
+        const uint8_t *d = l->src[i]->data;
+        if ((const uint8_t *)p >= d && (const uint8_t *)p < d + l->src[i]->nbytes) return true;
+    }
+    return false;
+}
+
+bool moq_linear_layer_drop_canonical(moq_linear_layer *l, bool keep_codes) {
+    if (!l || l->dropped) return l && l->dropped;
+    const unsigned gone = keep_codes ? 0 : moq_linear_forget_canonical(l->lin);
+    if (gone & MOQ_CANON_CODES) {
+        l->w.q = NULL;
+        if (gone & MOQ_CANON_BLOCK_SCALES) l->w.scale = NULL;
+        free(l->codes); /* only codes and u8 block scales live there */
+        l->codes = NULL, l->codes_bytes = 0;
+        l->dropped = true;
+    }
+    /* Packing (or the concatenation) touched these pages; the layer reads them again only when it
+     * keeps a borrowed canonical weight (an embedding gathers rows, a `_ref` row runs on them). */
+    if (gone || keep_codes)
+        for (int i = 0; i < l->n_src; i++) moq_map_release(l->src[i]->data, l->src[i]->nbytes);
+    return l->dropped;
+}
+
+void moq_linear_layer_memory(const moq_linear_layer *l, uint64_t *packed, uint64_t *owned, uint64_t *mapped) {
+    *packed = *owned = *mapped = 0;
+    if (!l) return;
+    *packed = moq_linear_packed_bytes(l->lin);
+    *owned = l->arena_bytes + l->codes_bytes;
+    if (l->dropped) return;
+    const uint64_t nq = l->w.w.elem == MOQ_ELEM_E2M1 ? (uint64_t)l->w.N * (uint64_t)(l->w.K / 2)
+                                                     : (uint64_t)l->w.N * (uint64_t)l->w.K * (uint64_t)moq_elem_bytes(l->w.w.elem, 1);
+    if (borrowed(l, l->w.q)) *mapped += nq;
+    if (borrowed(l, l->w.scale) && l->w.w.group_cols > 1) *mapped += (uint64_t)l->w.N * (uint64_t)(l->w.K / l->w.w.group_cols);
 }
 
 const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l) { return l ? l->lin : NULL; }
