@@ -256,6 +256,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD && kind != MOQ_KIND_EMBEDDING)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "layer kind %s, expected linear, lm_head or embedding (this entry loads one matrix)",
                         moq_layer_kind_name(kind));
+    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     moq_linear_layer *l = calloc(1, sizeof *l);
     if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory");
     moq_load_ctx x = {.c = c, .rules = q ? q->r : &moq_compat_table[MOQ_COMPAT_MOQ], .layer = prefix, .w = &l->w};
@@ -304,6 +305,8 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         }
         sh->weight = role_tensor(c, sh->name, "weight");
         sh->scale = role_tensor(c, sh->name, "weight_scale");
+        if (!o.plan_only) moq_map_prefetch(sh->weight->data, sh->weight->nbytes); /* read once below: no fault per page */
+        if (sh->scale) moq_map_prefetch(sh->scale->data, sh->scale->nbytes);
         sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
         sh->in_scale = role_tensor(c, sh->name, "input_scale");
         if (sh->weight->ndim != 2 || sh->weight->shape[0] < 1 || sh->weight->shape[1] < 1) {
@@ -340,7 +343,6 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     if (meth == MOQ_METHOD_MXFP8_LINEAR) cbound += (size_t)x.N * (size_t)(x.K / 32) + 64;
     bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
-    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     if ((unsigned)o.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
         st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", (int)o.nvfp4_as);
         goto fail;
