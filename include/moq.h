@@ -759,12 +759,12 @@ MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json a
  * `moq bench model` divides by the measured bandwidth. */
 MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
 /* Weight memory of an open model, bytes (docs/ARCHITECTURE.md "Weight memory"): `packed` kernel
- * layouts (host or device), `owned` canonical data the model still holds in its own allocations
- * (f32 scales, biases, norms, router weights, codes of rows that run on the canonical form),
+ * layouts (host or device), `owned` canonical data the layers still hold in their own allocations
+ * (f32 scales, biases, AWQ scales, router weights, codes of rows that run on the canonical form),
  * `mapped` checkpoint bytes layers still read in place from the mapping (rows that run on the
  * canonical weight, embedding tables gathered by row), `file` the checkpoint's tensor bytes.
  * After a load every packed weight is counted once: its canonical codes are neither owned nor
- * mapped. KV cache and workspaces are not counted. */
+ * mapped. Norm vectors, the KV cache and workspaces are not counted. */
 typedef struct moq_model_memory { uint64_t packed, owned, mapped, file; } moq_model_memory;
 MOQ_API moq_model_memory moq_model_memory_usage(const moq_model *m);
 

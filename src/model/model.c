@@ -1202,7 +1202,6 @@ moq_model_memory moq_model_memory_usage(const moq_model *m) {
     moq_model_memory mm = {0};
     if (!m) return mm;
     for (size_t i = 0; i < moq_checkpoint_tensor_count(m->ckpt); i++) mm.file += moq_checkpoint_tensor_at(m->ckpt, i)->nbytes;
-    mm.owned = m->blobs.bytes; /* norms, f32 tables, warnings */
     moq_layers_memory(&m->embed, &mm);
     if (m->lm_head == &m->lm_head_own) moq_layers_memory(&m->lm_head_own, &mm);
     for (int64_t l = 0; l < m->L; l++) {
