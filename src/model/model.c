@@ -793,6 +793,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
     const bool tied = !moq_checkpoint_tensor(m->ckpt, nm) && a->tie_word_embeddings;
     if (tied) lo_embed.device = m->opts.device;
+    /* an untied embedding is only gathered by row from its canonical weight: no layout to build */
+    lo_embed.plan_only = !tied;
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
     MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, &m->blobs, err));
     if (m->embed.w.N != m->V || m->embed.w.K != m->H)

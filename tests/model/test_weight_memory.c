@@ -10,7 +10,7 @@
  *   2. the library's accounting (moq_model_memory_usage): the canonical codes of packed weights
  *      are neither owned nor read from the mapping: owned stays below 5 % of the file (f32 scales,
  *      norms) and everything held is at most 1.1x the file. A surviving concatenated copy of the
- *      fused shards (60 % of the weights here) or an expert's canonical buffers fail it.
+ *      fused shards (more than half of the weights here) or an expert's canonical buffers fail it.
  *   3. the weights still run: the logits equal those of the same checkpoint opened on the `_ref`
  *      rows (cpu_mask 0: they run on the canonical weight, read in place from the mapping) within
  *      2e-3 of the largest logit (test_model.c explains that limit: a flipped activation code).
@@ -21,7 +21,7 @@
 #include <math.h>
 #include <unistd.h>
 
-enum { LAYERS = 2, HIDDEN = 512, INTER = 1024, VOCAB = 300, NTOK = 4 };
+enum { LAYERS = 2, HIDDEN = 512, INTER = 512, VOCAB = 300, NTOK = 4 };
 
 static char *synth(const char *tag, const char *algo, const char *arch) {
     char *dir = tu_tmpdir(tag);
