@@ -90,17 +90,6 @@ char *moq_path_join(const char *dir, const char *name) {
     return p;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
-void moq_map_prefetch(const void *p, uint64_t n) {
-    const long pg = sysconf(_SC_PAGESIZE);
-    if (!p || !n || pg <= 0) return;
-    const uintptr_t a = (uintptr_t)p & ~((uintptr_t)pg - 1), e = (uintptr_t)p + (uintptr_t)n;
-    if (madvise((void *)a, (size_t)(e - a), MADV_POPULATE_READ) != 0) (void)madvise((void *)a, (size_t)(e - a), MADV_WILLNEED);
-}
-
 void moq_map_release(const void *p, uint64_t n) {
     const long pg = sysconf(_SC_PAGESIZE);
     if (!p || pg <= 0 || n < (uint64_t)pg) return;

@@ -20,11 +20,6 @@ void       moq_map_close(moq_map *m);
  * cache if touched again). Used by streaming passes so resident memory stays near one tensor. */
 void       moq_map_release(const void *p, uint64_t n);
 
-/* Maps the pages of [p, p + n) of a read-only mapping into the page table now, in one call
- * (madvise MADV_POPULATE_READ, Linux 5.14; MADV_WILLNEED read-ahead where it is refused): a loader
- * about to read a tensor once pays no page fault per 4 KiB. */
-void       moq_map_prefetch(const void *p, uint64_t n);
-
 /* Reads a whole file into a NUL-terminated malloc'd buffer, refusing files over max_bytes.
  * Returns MOQ_ERR_IO with errno text when the file cannot be read. */
 moq_status moq_read_file(const char *path, const char *where, uint64_t max_bytes, char **out,

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -222,12 +221,9 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
     if (k->packed_size && !o.plan_only) {
         /* Packed on the host; a device row's layout is then uploaded once and the host copy freed. */
         const size_t sz = (k->packed_size(w) + 63) & ~(size_t)63;
-        /* Large layouts on 2 MiB boundaries, as transparent huge pages: packing writes each page
-         * once, and 512x fewer page faults is most of what a pack costs beyond the copy (issue 14). */
-        const bool huge = sz >= ((size_t)4 << 20);
-        const size_t al = huge ? ((size_t)2 << 20) : 64;
-        void *host = aligned_alloc(al, huge ? (sz + al - 1) & ~(al - 1) : sz ? sz : 64);
-        if (host && huge) (void)madvise(host, (sz + al - 1) & ~(al - 1), MADV_HUGEPAGE);
+        /* Plain pages: MADV_HUGEPAGE here made a 1.2 GB FP8 load cost 2.8 s of CPU instead of 0.9
+         * (this kernel's THP defrag=madvise compacts memory synchronously on fault; docs/PERFORMANCE.md). */
+        void *host = aligned_alloc(64, sz ? sz : 64);
         if (!host) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory packing %zu bytes for %s", sz, k->name); }
         k->pack(w, host);
         l->packed_bytes = sz;

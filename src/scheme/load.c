@@ -305,8 +305,6 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         }
         sh->weight = role_tensor(c, sh->name, "weight");
         sh->scale = role_tensor(c, sh->name, "weight_scale");
-        if (!o.plan_only) moq_map_prefetch(sh->weight->data, sh->weight->nbytes); /* read once below: no fault per page */
-        if (sh->scale) moq_map_prefetch(sh->scale->data, sh->scale->nbytes);
         sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
         sh->in_scale = role_tensor(c, sh->name, "input_scale");
         if (sh->weight->ndim != 2 || sh->weight->shape[0] < 1 || sh->weight->shape[1] < 1) {
