@@ -579,6 +579,8 @@ typedef struct moq_moe moq_moe;
 typedef enum moq_moe_scoring {
     MOQ_MOE_SCORE_SOFTMAX = 0, /* softmax over all E logits, then top-k                    */
     MOQ_MOE_SCORE_SIGMOID,     /* sigmoid per logit, then top-k (DeepSeek-V3, Llama-4)     */
+    MOQ_MOE_SCORE_SQRTSOFTPLUS,/* sqrt(softplus(logit)) (torch softplus: x above 20 stays x),
+                                  then top-k (DeepSeek-V4 "sqrtsoftplus")                   */
     MOQ_MOE_SCORE_COUNT
 } moq_moe_scoring;
 
@@ -661,6 +663,9 @@ typedef struct moq_moe_opts {
                                          transformers' layout, as saved or as ModelOpt 0.47 exports
                                          it): gate and up in alternating columns (gpt-oss), else
                                          [gate | up] (Llama 4) */
+    bool                keep_canonical; /* keep each expert's canonical weights after its CPU rows
+                                         packed them (default: freed, one copy of each weight;
+                                         the GPU MoE layer packs from them) */
 } moq_moe_opts;
 /* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
  * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED

@@ -219,6 +219,72 @@ MODELS = [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_
           ("gpt_oss", gpt_oss, gpt_oss_post)]
 
 
+def deepseek_v4():
+    """DeepSeek-V4: sliding (W 4) / CSA (m 4, index_topk 2 of up to 5 entries) / HCA (m' 8) layers,
+    mHC with 4 streams, hash-routed first layer, sqrtsoftplus routing, swiglu_limit 2 (binds)."""
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    cfg = DeepseekV4Config(
+        vocab_size=128, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, q_lora_rank=32,
+        partial_rotary_factor=0.25, num_experts_per_tok=2, n_routed_experts=8, n_shared_experts=1,
+        scoring_func="sqrtsoftplus", norm_topk_prob=True, routed_scaling_factor=1.5,
+        max_position_embeddings=256, rope_theta=10000.0,
+        layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+        compress_rope_theta=160000.0, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6,
+        mlp_layer_types=["hash_moe", "moe", "moe"], swiglu_limit=2.0, sliding_window=4,
+        o_groups=2, o_lora_rank=16, index_n_heads=8, index_head_dim=16, index_topk=2,
+        num_nextn_predict_layers=0, tie_word_embeddings=False, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16,
+                         "beta_fast": 32, "beta_slow": 1})
+    return cfg, DeepseekV4ForCausalLM
+
+
+def deepseek_v4_post(model):
+    """Sinks ~ N(0, 1), hc scale ~ 1 + N(0, 0.1^2), a hash table of distinct experts per token, the
+    expert gate/up weights x3 so some pass swiglu_limit."""
+    import torch
+    g = torch.Generator().manual_seed(SEED + 2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith("_hc.scale") or name.endswith("hc_scale"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("experts.gate_up_proj") or name.endswith("shared_experts.gate_proj.weight"):
+                p.mul_(3.0)
+        for name, b in model.named_buffers():
+            if name.endswith("tid2eid"):
+                E = model.config.n_routed_experts
+                b.copy_(torch.stack([torch.randperm(E, generator=g)[: b.shape[1]] for _ in range(b.shape[0])]))
+
+
+MODELS.append(("deepseek_v4", deepseek_v4, deepseek_v4_post))
+
+
+def deepseek_v32():
+    """DeepSeek-V3.2: deepseek_v3_a's shape with the DSA indexer keeping index_topk 5 of up to 20 keys
+    (16 indexer heads of 32, so that an all-zero relu score, a tie, is rare)."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+    cfg = DeepseekV32Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+        n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+        routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+        mlp_layer_types=["dense", "sparse", "sparse"],
+        q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=24,
+        index_topk=5, index_n_heads=16, index_head_dim=32,
+        max_position_embeddings=256, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 0.8},
+        rms_norm_eps=1e-6)
+    return cfg, DeepseekV32ForCausalLM
+
+
+MODELS.append(("deepseek_v32", deepseek_v32))
+
+
 def byte_level_alphabet():
     """tokenizers' ByteLevel byte -> unicode table (GPT-2's bytes_to_unicode)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))

@@ -2,7 +2,10 @@
  * deterministic pseudo-random ids, decode tokens/s over N greedy steps, and the decode roofline:
  * bytes of weights one decode step reads (moq_model_decode_bytes: every linear's codes and scales,
  * one embedding row) against the DRAM read bandwidth measured in the same run, before the model
- * is opened (cli_dram_read_gbs, 256 MiB). bound = bandwidth / bytes per token; the report gives decode as % of it.
+ * is opened (cli_dram_read_gbs, 256 MiB; on the GPU the device-to-device copy bandwidth), plus the
+ * KV cache bytes a step reads at the mean position. bound = bandwidth / bytes per token; the report
+ * gives decode as % of it. --batch B (GPU) adds B sequences of a moq_batch decoding together, and
+ * the GPU memory peak.
  */
 #include <getopt.h>
 #include <omp.h>
@@ -19,30 +22,47 @@ static int32_t argmax_row(const float *x, int64_t n) {
     return b;
 }
 
-/* --batch B (GPU): B sequence slots, each prefilled with the prompt, then N steps that advance all B
- * by one greedy token in one forward (moq_gpu_decode_batch); *tok_s = B · N / time of the steps. */
-static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B, double *tok_s) {
+/* --batch B: B sequences of a moq_batch (the API `moq serve` runs on), each prefilled with
+ * the prompt, then N steps (moq_batch_step) that advance all B by one greedy token in one forward;
+ * *tok_s = B · N / time of the steps (the first step, which captures the step's CUDA graph, is a
+ * warm-up outside the timing). */
+static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B, double *tok_s, double *gpu_mib) {
     moq_error err;
     const int64_t V = moq_model_vocab_size(m);
-    int32_t *slot = malloc((size_t)B * sizeof *slot), *tok = malloc((size_t)B * sizeof *tok), *pos = malloc((size_t)B * sizeof *pos);
+    moq_seq **seq = calloc((size_t)B, sizeof(moq_seq *));
+    int32_t *tok = malloc((size_t)B * sizeof *tok);
     float *lg = malloc((size_t)B * (size_t)V * sizeof *lg);
-    int rc = 0;
-    if (!slot || !tok || !pos || !lg) {
-        free(slot), free(tok), free(pos), free(lg);
+    moq_batch *b = NULL;
+    if (!seq || !tok || !lg) {
+        free(seq), free(tok), free(lg);
         return cli_usage_error("bench model", "out of memory for --batch %ld", B);
     }
-    if (moq_gpu_reserve_seqs(m, B, &err) != MOQ_OK) rc = cli_report(&err);
-    for (long b = 0; !rc && b < B; b++) {
-        if (moq_gpu_prefill_slot(m, (int32_t)b, ids, P, 0, lg, &err) != MOQ_OK) rc = cli_report(&err);
-        slot[b] = (int32_t)b, tok[b] = argmax_row(lg, V), pos[b] = (int32_t)P;
+    int rc = 0;
+    moq_batch_opts bo = moq_batch_opts_default();
+    bo.max_rows = B;
+    if (!rc && moq_batch_create(&b, m, &bo, &err) != MOQ_OK) rc = cli_report(&err); /* probe: the page size and bytes */
+    if (!rc) {
+        bo.kv_bytes = (uint64_t)B * (uint64_t)moq_batch_pages_for(b, P + N + 1) * moq_batch_page_bytes(b);
+        moq_batch_free(b), b = NULL;
+        if (moq_batch_create(&b, m, &bo, &err) != MOQ_OK) rc = cli_report(&err);
     }
-    const double t0 = cli_now_s();
-    for (long i = 0; !rc && i < N; i++) {
-        if (moq_gpu_decode_batch(m, B, slot, tok, pos, lg, &err) != MOQ_OK) rc = cli_report(&err);
-        for (long b = 0; !rc && b < B; b++) tok[b] = argmax_row(lg + (size_t)b * (size_t)V, V), pos[b]++;
+    for (long i = 0; !rc && i < B; i++) {
+        if (moq_seq_create(&seq[i], b, &err) != MOQ_OK || moq_seq_reserve(seq[i], P + N + 1, &err) != MOQ_OK ||
+            moq_seq_prefill(b, seq[i], ids, P, lg, &err) != MOQ_OK)
+            rc = cli_report(&err);
+        else tok[i] = argmax_row(lg, V);
+    }
+    double t0 = cli_now_s();
+    for (long i = 0; !rc && i <= N; i++) {
+        if (i == 1) t0 = cli_now_s();
+        if (moq_batch_step(b, seq, tok, B, lg, &err) != MOQ_OK) rc = cli_report(&err);
+        for (long j = 0; !rc && j < B; j++) tok[j] = argmax_row(lg + (size_t)j * (size_t)V, V);
     }
     *tok_s = (double)B * (double)N / (cli_now_s() - t0);
-    free(slot), free(tok), free(pos), free(lg);
+    *gpu_mib = (double)moq_gpu_mem_used() / 1048576.0; /* the batch's pool is still held: the run's peak */
+    for (long i = 0; i < B; i++) moq_seq_free(seq[i]);
+    moq_batch_free(b);
+    free(seq), free(tok), free(lg);
     return rc;
 }
 
@@ -68,9 +88,9 @@ static int gpu_copy_gbs(double *gbs) {
 
 int cmd_bench_model(int argc, char **argv) {
     static const struct option lo[] = {{"prompt", 1, 0, 'p'}, {"decode", 1, 0, 'd'}, {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'},
-                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'},
+                                       {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'}, {"batch-prompt", 1, 0, 'B'},
                                        {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
-    long P = 128, N = 32, B = 1;
+    long P = 128, N = 32, B = 1, BP = 0;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();
     int ch;
@@ -81,6 +101,7 @@ int cmd_bench_model(int argc, char **argv) {
         case 'd': N = atol(optarg); break;
         case 'j': json = true; break;
         case 'b': B = atol(optarg); break;
+        case 'B': BP = atol(optarg); break;
         default: {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "bench model");
             if (rc) return rc;
@@ -90,8 +111,9 @@ int cmd_bench_model(int argc, char **argv) {
     if (optind != argc - 1) return cli_usage_error("bench model", "expected one DIR");
     if (P < 1 || N < 1 || P > (1L << 20) || N > (1L << 20)) return cli_usage_error("bench model", "--prompt and --decode must be in 1..1048576");
     if (B < 1 || B > 256) return cli_usage_error("bench model", "--batch %ld, expected 1..256", B);
-    if (B > 1 && mo.device != MOQ_DEVICE_CUDA) return cli_usage_error("bench model", "--batch needs --device cuda (batched decode runs on the GPU)");
-    if (mo.ctx <= 0) mo.ctx = P + N;
+    if (BP < 0 || BP > P) return cli_usage_error("bench model", "--batch-prompt %ld, expected 1..--prompt (%ld)", BP, P);
+    if (BP == 0) BP = P;
+    if (mo.ctx <= 0) mo.ctx = P + N + 1;
     const int threads = mo.n_threads > 0 ? mo.n_threads : omp_get_max_threads();
     /* DRAM bandwidth first, before the model exists: its buffer is freed before the weights load,
      * so the peak resident set is the model's (issue 14 measures it) */
@@ -109,11 +131,13 @@ int cmd_bench_model(int argc, char **argv) {
         st ^= st << 13, st ^= st >> 7, st ^= st << 17;
         ids[i] = (int32_t)(st % (uint64_t)V);
     }
-    if (P + N > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
+    if (P + N + 1 > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
     const double t0 = cli_now_s();
     if (moq_model_prefill(m, ids, P, NULL, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
-    const double t1 = cli_now_s();
-    for (long i = 0; i < N; i++) {
+    const double t1p = cli_now_s();
+    double t1 = t1p;
+    for (long i = 0; i <= N; i++) { /* step 0 is a warm-up (on the GPU it captures the step's graph) */
+        if (i == 1) t1 = cli_now_s();
         const float *lg = moq_model_logits(m);
         int32_t b = 0;
         for (int64_t v = 1; v < V; v++)
@@ -121,18 +145,26 @@ int cmd_bench_model(int argc, char **argv) {
         if (moq_model_decode(m, b, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     }
     const double t2 = cli_now_s();
-    double batch_tok_s = 0;
-    if (B > 1 && (rc = bench_batch(m, ids, P, N, B, &batch_tok_s))) goto done;
-    double bw = bw_cpu;
+    double batch_tok_s = 0, batch_mib = 0;
+    if (B > 1 && (rc = bench_batch(m, ids, BP, N, B, &batch_tok_s, &batch_mib))) goto done;
+    double bw = bw_cpu, gpu_mib = 0;
+    if (gpu) gpu_mib = (double)moq_gpu_mem_used() / 1048576.0; /* device total - free: the model, its pool (and the batch's) */
+    if (batch_mib > gpu_mib) gpu_mib = batch_mib;
     if (gpu && (rc = gpu_copy_gbs(&bw))) goto done;
-    const double bytes = (double)moq_model_decode_bytes(m);
-    const double pre = (double)P / (t1 - t0), dec = (double)N / (t2 - t1), bound = bw * 1e9 / bytes;
+    /* KV bytes a decode step reads per sequence, at the mean position of the timed steps */
+    const double kv_eb = gpu ? (double)moq_gpu_kv_elem_bytes(m) : (double)m->kv.elem_bytes;
+    const double kv_tok = ((double)P + 1.0 + (double)N / 2.0) * (double)m->kv.n_layers * 2.0 * (double)m->kv.row * kv_eb;
+    const double wbytes = (double)moq_model_decode_bytes(m), bytes = wbytes + kv_tok;
+    const double pre = (double)P / (t1p - t0), dec = (double)N / (t2 - t1), bound = bw * 1e9 / bytes;
+    const double kv_tok_b = kv_tok * ((double)BP + 1.0 + (double)N / 2.0) / ((double)P + 1.0 + (double)N / 2.0); /* at the batch's positions */
+    const double bound_b = bw * 1e9 * (double)B / (wbytes + (double)B * kv_tok_b); /* total tok/s bound at batch B */
     if (json) {
         printf("{\"architecture\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%ld,\"decode\":%ld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
-               "\"decode_bytes_per_token\":%.0f,\"dram_read_gbs\":%.2f,\"decode_bound_tok_s\":%.3f,\"decode_of_bound\":%.4f}\n",
-               moq_model_architecture(m), moq_device_name(mo.device), threads, P, N, pre, dec, bytes, bw, bound, dec / bound);
-        if (B > 1) printf("{\"batch\":%ld,\"batch_decode_tok_s\":%.3f,\"per_sequence_tok_s\":%.3f,\"vs_batch1\":%.3f}\n", B, batch_tok_s,
-                          batch_tok_s / (double)B, batch_tok_s / dec);
+               "\"decode_bytes_per_token\":%.0f,\"kv_bytes_per_token\":%.0f,\"dram_read_gbs\":%.2f,\"decode_bound_tok_s\":%.3f,"
+               "\"decode_of_bound\":%.4f,\"gpu_mem_mib\":%.1f}\n",
+               moq_model_architecture(m), moq_device_name(mo.device), threads, P, N, pre, dec, bytes, kv_tok, bw, bound, dec / bound, gpu_mib);
+        if (B > 1) printf("{\"batch\":%ld,\"batch_prompt\":%ld,\"batch_decode_tok_s\":%.3f,\"per_sequence_tok_s\":%.3f,\"vs_batch1\":%.3f,\"batch_bound_tok_s\":%.3f}\n", B,
+                          BP, batch_tok_s, batch_tok_s / (double)B, batch_tok_s / dec, bound_b);
     } else {
         char b1[32];
         char info[160] = "";
@@ -141,11 +173,14 @@ int cmd_bench_model(int argc, char **argv) {
         else printf("moq bench model: %s, %d threads, cpu: %s\n", moq_model_architecture(m), threads, moq_cpu_features_str());
         printf("prefill  %6ld tokens  %10.2f tok/s\n", P, pre);
         printf("decode   %6ld tokens  %10.2f tok/s\n", N, dec);
-        printf("decode reads %s per token; %s %.2f GB/s -> bound %.2f tok/s; decode at %.1f %% of it\n",
-               cli_bytes((unsigned long long)bytes, b1, sizeof b1), gpu ? "GPU copy (read + write)" : "DRAM read", bw, bound, 100.0 * dec / bound);
+        char b2[32];
+        printf("decode reads %s per token (%s of it KV); %s %.2f GB/s -> bound %.2f tok/s; decode at %.1f %% of it\n",
+               cli_bytes((unsigned long long)bytes, b1, sizeof b1), cli_bytes((unsigned long long)kv_tok, b2, sizeof b2),
+               gpu ? "GPU copy (read + write)" : "DRAM read", bw, bound, 100.0 * dec / bound);
         if (B > 1)
-            printf("decode batch %ld: %.2f tok/s total, %.2f per sequence, %.1fx batch 1\n", B, batch_tok_s, batch_tok_s / (double)B,
-                   batch_tok_s / dec);
+            printf("decode batch %ld (prompts of %ld): %.2f tok/s total, %.2f per sequence, %.1fx batch 1 (bound at this batch %.2f tok/s, %.1f %% of it)\n", B, BP,
+                   batch_tok_s, batch_tok_s / (double)B, batch_tok_s / dec, bound_b, 100.0 * batch_tok_s / bound_b);
+        if (gpu) printf("GPU memory in use at the peak (device total - free): %.1f MiB\n", gpu_mib);
     }
 done:
     free(ids);

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "kernels/kernels.h"
 #include "moe/moe.h"
+#include "moe/moe_gpu.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -48,19 +49,104 @@ void cmd_bench_moe_help(FILE *out) {
             "  --algo A      a kernel pair with an expert format, or its ModelOpt quant_algo, any case:\n"
             "                %s\n"
             "  --threads N   OpenMP threads (default: all)\n"
-            "  --hot         decode: the same k experts every call (weights stay in cache)\n",
+            "  --hot         decode: the same k experts every call (weights stay in cache)\n"
+            "  --device cuda the layer on the GPU (src/moe/moe_gpu.c): decode = selected-expert bytes/s against\n"
+            "                the GPU's device-to-device copy bandwidth; prefill = GFLOP/s (times: 200 calls / sync)\n",
             cli_bench_algo_list(list, sizeof list, 1));
 }
 
 static uint64_t g_s = 0x9E3779B97F4A7C15ull;
+static float frand(void);
+
+/* GPU copy bandwidth, GB/s of bytes read + written (as `moq bench model --device cuda`). */
+static int gpu_copy_gbs(double *gbs) {
+    moq_error err;
+    const size_t gib = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    int rc = 0;
+    if (moq_device_alloc(MOQ_DEVICE_CUDA, gib, &a, &err) || moq_device_alloc(MOQ_DEVICE_CUDA, gib, &b, &err) ||
+        moq_device_copy(MOQ_DEVICE_CUDA, b, a, gib, &err) || moq_device_sync(MOQ_DEVICE_CUDA, &err)) {
+        rc = cli_report(&err);
+    } else {
+        const double t0 = now_s();
+        for (int i = 0; i < 5 && !rc; i++)
+            if (moq_device_copy(MOQ_DEVICE_CUDA, b, a, gib, &err)) rc = cli_report(&err);
+        if (!rc && moq_device_sync(MOQ_DEVICE_CUDA, &err)) rc = cli_report(&err);
+        *gbs = 5.0 * 2.0 * (double)gib / (now_s() - t0) / 1e9;
+    }
+    moq_device_free(MOQ_DEVICE_CUDA, a), moq_device_free(MOQ_DEVICE_CUDA, b);
+    return rc;
+}
+
+/* The layer on the GPU: R distinct router-logit sets uploaded once (decode: set r routes to experts
+ * [r·K, r·K + K) mod E, so consecutive calls never reuse an expert until a full cycle, > L2 for the
+ * default shape), then `n` calls timed between two synchronisations. */
+static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, long long E, long long K, long long H, long long I, long long T, int hot, int json) {
+    enum { R = 64 };
+    moq_error err = {0};
+    moq_moe_gpu *g = NULL;
+    float *lg = malloc((size_t)(R * T * E) * 4), *x = malloc((size_t)(T * H) * 4);
+    void *lg_d = NULL, *x_d = NULL, *y_d = NULL;
+    double bw = 0;
+    if (!lg || !x) {
+        free(lg), free(x);
+        return cli_usage_error("bench moe", "out of memory for %lld router logits", R * T * E);
+    }
+    int rc = gpu_copy_gbs(&bw);
+    if (!rc && moq_moe_gpu_open(&g, l, T, &err)) rc = cli_report(&err);
+    if (!rc) {
+        const long long sets = E / K;
+        for (long long r = 0; r < R; r++)
+            for (long long t = 0; t < T; t++)
+                for (long long e = 0; e < E; e++) {
+                    const long long set = hot ? 0 : r % sets;
+                    lg[(r * T + t) * E + e] = T == 1 ? ((e / K == set) ? 4.0f + 0.01f * (float)(e % K) : frand()) : 4 * frand();
+                }
+        for (long long i = 0; i < T * H; i++) x[i] = 4 * frand() - 2;
+        if (moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(R * T * E) * 4, &lg_d, &err) || moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(T * H) * 4, &x_d, &err) ||
+            moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(T * H) * 4, &y_d, &err) ||
+            moq_device_upload(MOQ_DEVICE_CUDA, lg_d, lg, (size_t)(R * T * E) * 4, &err) || moq_device_upload(MOQ_DEVICE_CUDA, x_d, x, (size_t)(T * H) * 4, &err))
+            rc = cli_report(&err);
+    }
+    const int n = T == 1 ? 400 : 40;
+    double t = 0;
+    for (int pass = 0; !rc && pass < 2; pass++) { /* pass 0 warms up */
+        const double t0 = now_s();
+        for (int i = 0; i < (pass ? n : 8) && !rc; i++)
+            if (moq_moe_gpu_run(g, x_d, T, (const float *)lg_d + (size_t)((i % R) * T * E), y_d, NULL, &err)) rc = cli_report(&err);
+        if (!rc && moq_device_sync(MOQ_DEVICE_CUDA, &err)) rc = cli_report(&err);
+        t = (now_s() - t0) / n;
+    }
+    if (!rc) {
+        const uint64_t per = moq_moe_expert_bytes(fmt, H, I);
+        const double sel = (double)per * (double)K, flop = 2.0 * (double)T * (double)K * 3.0 * (double)H * (double)I;
+        if (json)
+            printf("{\"algo\":\"%s\",\"device\":\"cuda\",\"experts\":%lld,\"topk\":%lld,\"hidden\":%lld,\"inter\":%lld,\"tokens\":%lld,"
+                   "\"expert_bytes\":%llu,\"gpu_copy_gbs\":%.1f,\"time_us\":%.2f,\"selected_gbs\":%.1f,\"of_copy\":%.3f,\"gflops\":%.1f}\n",
+                   algo, E, K, H, I, T, (unsigned long long)per, bw, t * 1e6, sel / t / 1e9, sel / t / 1e9 / bw, flop / t / 1e9);
+        else {
+            printf("moq bench moe --device cuda: %s E=%lld top-%lld H=%lld I=%lld T=%lld; GPU copy (read + write) %.1f GB/s; %.1f MiB on the GPU\n",
+                   algo, E, K, H, I, T, bw, (double)moq_moe_gpu_bytes(g) / 1048576.0);
+            if (T == 1)
+                printf("decode: %.2f us per layer call (mean of %d); %lld experts' stored bytes %.2f MB -> %.1f GB/s = %.0f %% of copy bandwidth "
+                       "(bound %.2f us)\n", t * 1e6, n, K, sel / 1e6, sel / t / 1e9, 100.0 * sel / t / 1e9 / bw, sel / (bw * 1e9) * 1e6);
+            else printf("prefill: %.1f us per call (mean of %d) = %.1f GFLOP/s\n", t * 1e6, n, flop / t / 1e9);
+        }
+    }
+    moq_moe_gpu_free(g);
+    moq_device_free(MOQ_DEVICE_CUDA, lg_d), moq_device_free(MOQ_DEVICE_CUDA, x_d), moq_device_free(MOQ_DEVICE_CUDA, y_d);
+    free(lg), free(x);
+    return rc;
+}
+
 static float frand(void) { g_s ^= g_s << 13, g_s ^= g_s >> 7, g_s ^= g_s << 17; return (float)(g_s >> 40) / 16777216.0f; }
 
 int cmd_bench_moe(int argc, char **argv) {
     const char *algo = NULL;
     long long E = 128, K = 8, H = 2048, I = 768, T = 1;
-    int threads = omp_get_max_threads(), json = 0, hot = 0;
+    int threads = omp_get_max_threads(), json = 0, hot = 0, gpu = 0;
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"experts", 1, 0, 'e'}, {"topk", 1, 0, 'k'}, {"hidden", 1, 0, 'h'},
-                                       {"inter", 1, 0, 'i'}, {"tokens", 1, 0, 't'}, {"threads", 1, 0, 'n'}, {"json", 0, 0, 'j'}, {"hot", 0, 0, 'H'}, {0, 0, 0, 0}};
+                                       {"inter", 1, 0, 'i'}, {"tokens", 1, 0, 't'}, {"threads", 1, 0, 'n'}, {"json", 0, 0, 'j'}, {"hot", 0, 0, 'H'}, {"device", 1, 0, 'D'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -74,6 +160,10 @@ int cmd_bench_moe(int argc, char **argv) {
         case 'n': threads = atoi(optarg); break;
         case 'j': json = 1; break;
         case 'H': hot = 1; break;
+        case 'D':
+            if (strcmp(optarg, "cuda") != 0 && strcmp(optarg, "cpu") != 0) return cli_usage_error("bench moe", "--device %s, expected cpu or cuda", optarg);
+            gpu = strcmp(optarg, "cuda") == 0;
+            break;
         default: return cli_usage_error("bench moe", "unknown option");
         }
     }
@@ -111,7 +201,7 @@ int cmd_bench_moe(int argc, char **argv) {
     if (moq_checkpoint_open(&ck, dir, &co, &err)) { rc = cli_report(&err); goto done; }
 
     const uint64_t per = moq_moe_expert_bytes(fmt, H, I), layer = per * (uint64_t)E;
-    copies = T == 1 && !hot ? (int)(((uint64_t)1 << 30) / layer + 1) : 1;
+    copies = T == 1 && !hot && !gpu ? (int)(((uint64_t)1 << 30) / layer + 1) : 1;
     if (copies > 16) copies = 16;
     ls = calloc((size_t)copies, sizeof(moq_moe *));
     moq_moe_opts o = moq_moe_opts_default();
@@ -124,6 +214,10 @@ int cmd_bench_moe(int argc, char **argv) {
     if (system(rmcmd) != 0) fprintf(stderr, "moq bench moe: could not remove %s\n", dir);
     dir[0] = 0;
 
+    if (gpu) {
+        rc = bench_gpu(ls[0], fmt, algo, E, K, H, I, T, hot, json);
+        goto done;
+    }
     const double bw = dram_read_gbs(threads);
     x = malloc((size_t)(T * H) * 4), y = malloc((size_t)(T * H) * 4), lg = malloc((size_t)(T * E) * 4);
     uint16_t *xb = (uint16_t *)(void *)x; /* bf16 activations, as the model runs (and linear bench's default) */

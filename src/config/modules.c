@@ -52,10 +52,11 @@ enum { N_FUSED = sizeof fused_groups / sizeof fused_groups[0] };
 /* Tensor roles that belong to the KV cache, not to the module's weight contract. */
 static bool kv_role(const char *r) { return strcmp(r, "k_scale") == 0 || strcmp(r, "v_scale") == 0; }
 
-/* Tensors a module may hold beside its weight and bias: the FP8 KV-cache scales (NUMERICS §8) and
- * DeepSeek-V3's router selection bias (mlp.gate.e_score_correction_bias, src/moe routing). */
+/* Tensors a module may hold beside its weight and bias: the FP8 KV-cache scales (NUMERICS §8),
+ * DeepSeek-V3's router selection bias (mlp.gate.e_score_correction_bias, src/moe routing) and
+ * DeepSeek-V4's hash router table (ffn.gate.tid2eid, model.c). */
 static bool side_role(const char *r) {
-    static const char *const roles[] = {"k_scale", "v_scale", "e_score_correction_bias"};
+    static const char *const roles[] = {"k_scale", "v_scale", "e_score_correction_bias", "tid2eid"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (strcmp(r, roles[i]) == 0) return true;
     return false;

@@ -6,7 +6,7 @@
  *   2. exclusion (exclude_modules / ignore), in this order, each behind a compat switch:
  *        exclude-exact, exclude-packed-shards (error when shards disagree), exclude-experts,
  *        exclude-substring, exclude-wildcard, exclude-wildcard-stripped, exclude-part,
- *        exclude-fused-pattern
+ *        exclude-fused-pattern; an LM head under another name also as "lm_head" (exclude-lm_head-alias)
  *      then vision-tower (implicit vLLM rule)       -> unquantized_linear / none
  *   3. MIXED_PRECISION: quantized_layers lookup (SGLang does it before step 2):
  *        mp-direct, mp-lm_head, mp-language_model-swap, mp-packed-shards, mp-child-prefix,
@@ -348,6 +348,13 @@ moq_status moq_resolve(const moq_qconfig *q, const char *prefix, moq_layer_kind 
     bool ex = false;
     const char *rule = NULL;
     MOQ_TRY(moq_resolve_excluded(q, prefix, lin, packed, n_packed, &ex, &rule, err));
+    /* An LM head stored under another name (DeepSeek-V4's `head`): ModelOpt lists it by transformers'
+     * module name, lm_head (0.47 on DeepseekV4ForCausalLM, measured), and the engines match their own
+     * module, also lm_head. */
+    if (!ex && kind == MOQ_KIND_LM_HEAD && strcmp(last_part(prefix), "lm_head") != 0) {
+        MOQ_TRY(moq_resolve_excluded(q, "lm_head", lin, packed, n_packed, &ex, &rule, err));
+        if (ex) rule = "exclude-lm_head-alias";
+    }
     if (ex) {
         out->excluded = true;
         return set(out, lin ? MOQ_METHOD_UNQUANTIZED_LINEAR : MOQ_METHOD_NONE, NULL, rule, 0), MOQ_OK;

@@ -27,21 +27,32 @@
                          moq_cuda_row_workspace, moq_cuda_row_run}
 #define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
                          moq_cuda_row_pack, moq_cuda_row_workspace_lt, moq_cuda_row_run}
+#define CUDA_DQ(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 2, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
+                         moq_cuda_row_pack, moq_cuda_row_workspace_dq, moq_cuda_row_run}
 #define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run}
 
 const moq_kernel moq_kernel_table[] = {
 #ifdef MOQ_HAVE_CUDA
     /* CUDA (opts.device = MOQ_DEVICE_CUDA only): activation quantizer on the GPU, then a weight-
-     * streaming decode kernel for M <= 16 and a GEMM above. FP8 per-tensor / per-token: the mma
-     * rows first (exact products, f32 sums: the CPU's result up to summation order); the cuBLASLt
+     * streaming decode kernel for M <= 16 (tensor cores, every row) and a GEMM above. FP8 per-tensor
+     * / per-token: the weight dequantized to exact bf16 + cuBLASLt bf16 first, then the mma rows
+     * (both exact products, f32 sums: the CPU's result up to summation order); the cuBLASLt fp8
      * rows (FP8 tensor cores, whose accumulation is truncated: 2e-4..4e-4 relative to the exact sum
      * at K = 256, measured on the H200, enough to flip downstream activation codes, so a model's
      * logits move by 4 % against the CPU's) only when asked for by name (opts.kernel, --kernel). */
+    CUDA_DQ("cuda_sm90_fp8_tensor_dequant_cublaslt", MOQ_PAIR_FP8_TENSOR),
+    CUDA_DQ("cuda_sm90_fp8_row_dequant_cublaslt",    MOQ_PAIR_FP8_ROW),
     CUDA_MMA("cuda_sm90_fp8_tensor_dequant_mma",  MOQ_PAIR_FP8_TENSOR),
     CUDA_MMA("cuda_sm90_fp8_row_dequant_mma",     MOQ_PAIR_FP8_ROW),
     CUDA_LT("cuda_sm90_fp8_tensor_cublaslt", MOQ_PAIR_FP8_TENSOR),
     CUDA_LT("cuda_sm90_fp8_row_cublaslt",    MOQ_PAIR_FP8_ROW),
     CUDA_MMA("cuda_sm90_fp8_blk128_dequant_mma",  MOQ_PAIR_FP8_BLK128),
+    /* NVFP4 / MXFP8 / BF16 at M > 16 likewise: the weight dequantized to exact bf16 (N-chunks in
+     * the workspace), cuBLASLt bf16 with f32 sums; the mma rows when cuBLASLt cannot be loaded. */
+    CUDA_DQ("cuda_sm90_nvfp4_w4a4_dequant_cublaslt",  MOQ_PAIR_NVFP4),
+    CUDA_DQ("cuda_sm90_nvfp4_w4a16_dequant_cublaslt", MOQ_PAIR_NVFP4_W4A16),
+    CUDA_DQ("cuda_sm90_mxfp8_dequant_cublaslt",       MOQ_PAIR_MXFP8),
+    CUDA_DQ("cuda_sm90_bf16_cublaslt",                MOQ_PAIR_BF16),
     CUDA_MMA("cuda_sm90_nvfp4_w4a4_dequant_mma",  MOQ_PAIR_NVFP4),
     CUDA_MMA("cuda_sm90_nvfp4_w4a16_dequant_mma", MOQ_PAIR_NVFP4_W4A16),
     CUDA_MMA("cuda_sm90_mxfp8_dequant_mma",       MOQ_PAIR_MXFP8),

@@ -72,6 +72,7 @@ typedef struct moq_linear_launch {
     void            *ws;         /* caller-owned, >= workspace(w, M) bytes, 64-byte aligned     */
     size_t           ws_size;
     int              n_threads;  /* >= 1                                                        */
+    void            *stream;     /* CUDA rows: the cudaStream_t to enqueue on (NULL: default)   */
 } moq_linear_launch;
 
 typedef struct moq_kernel {
@@ -92,6 +93,10 @@ typedef struct moq_kernel {
 extern const moq_kernel moq_kernel_table[];
 extern const size_t     moq_kernel_table_len;
 const moq_kernel *moq_kernel_find(const char *name);
+/* moq_linear_run with the work enqueued on a CUDA stream (cudaStream_t; NULL: the default stream;
+ * ignored by CPU rows): the GPU decoder captures its decode step into a CUDA graph on its stream. */
+moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
+                                 size_t ws_size, void *stream, moq_error *err);
 
 /* The public entry points (moq.h "linear layers") take a moq_weight; the glue "checkpoint prefix
  * -> config resolution -> moq_weight" builds one and calls moq_linear_create_from_weight. */

@@ -261,6 +261,11 @@ size_t moq_linear_workspace_size(const moq_linear *l, int64_t M) {
 
 moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
                           size_t ws_size, moq_error *err) {
+    return moq_linear_run_stream(l, x, x_elem, M, y, y_elem, ws, ws_size, NULL, err);
+}
+
+moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
+                                 size_t ws_size, void *stream, moq_error *err) {
     if (!l || !x || !y || M < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l ? l->name : "", "l, x, y must not be NULL and M >= 1 (M=%lld)", (long long)M);
     if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
@@ -284,7 +289,7 @@ moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, i
     moq_linear_launch la = {
         .k = l->k, .w = &l->w, .pair = l->pair, .packed = l->packed, .row_scale = l->row_scale, .a_scale = l->a_scale,
         .rcpa_corr = l->rcpa_corr, .x = x, .x_elem = x_elem, .M = M, .y = y, .y_elem = y_elem,
-        .ws = (void *)a, .ws_size = ws_size - (size_t)(a - (uintptr_t)ws), .n_threads = l->n_threads,
+        .ws = (void *)a, .ws_size = ws_size - (size_t)(a - (uintptr_t)ws), .n_threads = l->n_threads, .stream = stream,
     };
     return l->k->run(&la, err);
 }

@@ -10,8 +10,11 @@
  *
  * A run flattens its items into rows (item order, then token order), fills the row plan (token,
  * position, block table) and calls moq_model_forward_rows per chunk of the model's 32-row
- * workspace, so every linear runs once over all rows of a chunk. Nothing here allocates after
- * create except moq_seq_create (the handle and its table).
+ * workspace, so every linear runs once over all rows of a chunk. On a model opened on the GPU the
+ * pool is in GPU memory (moq_gpu_kv, model_gpu.c: bf16 or e4m3 pages) and a chunk is up to 256
+ * rows through moq_gpu_forward_rows, whose decode steps replay CUDA graphs; the page accounting
+ * here is the same. Nothing here allocates after create except moq_seq_create (the handle and its
+ * table).
  * Tested by tests/model/test_batch.c.
  */
 #include <stdlib.h>
@@ -19,10 +22,13 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "model/model_priv.h"
 
 struct moq_batch {
     moq_model   *m;
-    moq_kv_cache pool;
+    moq_kv_cache pool;         /* the CPU's pool; unused (empty) on the GPU */
+    moq_gpu_kv  *gkv;          /* the GPU's pool, or NULL                   */
+    uint64_t     page_bytes;
     int64_t      P, n_pages, n_free, n_seqs, max_pages_seq, chunk, V;
     int32_t     *free_pages;   /* [n_pages], the first n_free are free */
     /* row plan scratch for one chunk */
@@ -51,6 +57,7 @@ moq_batch_opts moq_batch_opts_default(void) {
 
 void moq_batch_free(moq_batch *b) {
     if (!b) return;
+    moq_gpu_kv_free(b->m, b->gkv);
     moq_kv_cache_free(&b->pool);
     free(b->free_pages);
     free(b->tok);
@@ -68,14 +75,16 @@ moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts 
     const moq_batch_opts o = opts ? *opts : moq_batch_opts_default();
     if (!moq_model_batchable(m))
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, moq_model_path(m),
-                        "%s: batched decode takes GQA models on the CPU only (not multi-head latent attention, recurrent DeltaNet layers, or --device cuda yet)",
+                        "%s: batched decode takes GQA models (not multi-head latent attention or recurrent DeltaNet layers)",
                         moq_model_architecture(m));
     if (o.page_tokens < 1 || o.page_tokens > 4096)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_batch_opts.page_tokens", "%lld, expected 1..4096", (long long)o.page_tokens);
     if (o.max_rows < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_batch_opts.max_rows", "%lld, expected >= 1", (long long)o.max_rows);
     const moq_kv_cache *kv = moq_model_kv(m);
     const int64_t P = o.page_tokens, T = moq_model_ctx(m), per_seq = (T + P - 1) / P;
-    const uint64_t page_bytes = 2ull * (uint64_t)kv->n_layers * (uint64_t)P * (uint64_t)kv->row * kv->elem_bytes;
+    const bool gpu = m->gpu != NULL;
+    const uint64_t eb = gpu ? (uint64_t)moq_gpu_kv_elem_bytes(m) : (uint64_t)kv->elem_bytes;
+    const uint64_t page_bytes = 2ull * (uint64_t)kv->n_layers * (uint64_t)P * (uint64_t)kv->row * eb;
     const uint64_t budget = o.kv_bytes ? o.kv_bytes : 4ull * (uint64_t)per_seq * page_bytes;
     const int64_t n_pages = (int64_t)(budget / page_bytes);
     if (n_pages < per_seq)
@@ -85,15 +94,17 @@ moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts 
                         (unsigned long long)((uint64_t)per_seq * page_bytes));
     moq_batch *b = calloc(1, sizeof *b);
     if (!b) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_batch_create", "out of memory");
-    b->m = m, b->P = P, b->n_pages = n_pages, b->n_free = n_pages, b->max_pages_seq = per_seq;
-    b->chunk = moq_model_chunk(m), b->V = moq_model_vocab_size(m), b->max_items = o.max_rows;
-    moq_status st = moq_kv_cache_create(&b->pool, kv->elem, kv->n_layers, n_pages * P, kv->row, err);
+    b->m = m, b->P = P, b->n_pages = n_pages, b->n_free = n_pages, b->max_pages_seq = per_seq, b->page_bytes = page_bytes;
+    b->chunk = gpu ? moq_gpu_batch_chunk(m) : moq_model_chunk(m), b->V = moq_model_vocab_size(m), b->max_items = o.max_rows;
+    moq_status st = gpu ? moq_gpu_kv_create(m, n_pages, P, &b->gkv, err) : moq_kv_cache_create(&b->pool, kv->elem, kv->n_layers, n_pages * P, kv->row, err);
     if (st != MOQ_OK) {
         moq_batch_free(b);
         return st;
     }
-    memcpy(b->pool.k_scale, kv->k_scale, (size_t)kv->n_layers * sizeof(float));
-    memcpy(b->pool.v_scale, kv->v_scale, (size_t)kv->n_layers * sizeof(float));
+    if (!gpu) {
+        memcpy(b->pool.k_scale, kv->k_scale, (size_t)kv->n_layers * sizeof(float));
+        memcpy(b->pool.v_scale, kv->v_scale, (size_t)kv->n_layers * sizeof(float));
+    }
     b->free_pages = malloc((size_t)n_pages * sizeof *b->free_pages);
     b->tok = malloc((size_t)b->chunk * sizeof *b->tok);
     b->pos = malloc((size_t)b->chunk * sizeof *b->pos);
@@ -115,9 +126,7 @@ int64_t moq_batch_pages_total(const moq_batch *b) { return b ? b->n_pages : 0; }
 int64_t moq_batch_pages_free(const moq_batch *b) { return b ? b->n_free : 0; }
 int64_t moq_batch_seq_count(const moq_batch *b) { return b ? b->n_seqs : 0; }
 int64_t moq_batch_rows_per_forward(const moq_batch *b) { return b ? b->chunk : 0; }
-uint64_t moq_batch_page_bytes(const moq_batch *b) {
-    return b ? 2ull * (uint64_t)b->pool.n_layers * (uint64_t)b->P * (uint64_t)b->pool.row * b->pool.elem_bytes : 0;
-}
+uint64_t moq_batch_page_bytes(const moq_batch *b) { return b ? b->page_bytes : 0; }
 int64_t moq_batch_pages_for(const moq_batch *b, int64_t positions) { return b && positions > 0 ? (positions + b->P - 1) / b->P : 0; }
 
 moq_status moq_seq_create(moq_seq **out, moq_batch *b, moq_error *err) {
@@ -169,6 +178,7 @@ moq_status moq_seq_reserve(moq_seq *s, int64_t positions, moq_error *err) {
 
 /* Runs the rows gathered so far (r of them) and sends their logits rows where they go. */
 static moq_status flush(moq_batch *b, int64_t r, int64_t nl, moq_error *err) {
+    if (b->gkv) return moq_gpu_forward_rows(b->m, b->gkv, b->tok, b->pos, b->tabs, r, b->lrows, nl, b->ldst, err);
     MOQ_TRY(moq_model_forward_rows(b->m, &b->pool, b->P, b->tok, b->pos, b->tabs, r, b->lrows, nl, err));
     const float *lg = moq_model_step_logits(b->m);
     for (int64_t j = 0; j < nl; j++) memcpy(b->ldst[j], lg + j * b->V, (size_t)b->V * sizeof(float));

@@ -43,13 +43,16 @@
 #include "io/json.h"
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
+#include "model/attn/dsv4.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
+#include "model/nn_math.h"
 #include "model/rope.h"
 #include "moe/moe.h"
 
@@ -76,6 +79,8 @@ typedef enum window_rule {
 typedef enum attn_kind {
     ATTN_GQA,
     ATTN_MLA,
+    ATTN_DSV4,       /* DeepSeek-V4: sliding window + compressed entries (CSA with the lightning
+                        indexer, HCA), sinks, grouped output, and mHC residual streams (model/attn/dsv4.c) */
     ATTN_HYBRID_GDN, /* Qwen3.5: layer_types picks Gated DeltaNet layers (model/attn/gdn.c) or gated
                         GQA with q_proj = [query | gate] per head and partial RoPE (this file)       */
 } attn_kind;
@@ -92,12 +97,15 @@ typedef enum router_kind {
     ROUTER_SOFTMAX,        /* softmax top-k (+ renormalize when norm_topk_prob)                     */
     ROUTER_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid, e_score_correction_bias for selection, n_group /
                               topk_group grouped top-k, renormalize, routed_scaling_factor            */
+    ROUTER_DSV4,           /* DeepSeek-V4: scoring_func (sqrtsoftplus) top-k with the selection bias
+                              `gate.bias`, renormalized, routed_scaling_factor; hash_moe layers take
+                              the experts from `gate.tid2eid[token]`; swiglu_limit on every MLP       */
     ROUTER_SIGMOID_ON_INPUT /* Llama 4 (Llama4Router): top-k logits, sigmoid, the expert's input scaled
                               by it (not its output); no renormalization                             */
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4, FAM_DEEPSEEK_V4 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -157,6 +165,9 @@ static const arch_row arch_rows[] = {
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
     {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    /* DeepSeek-V4: DeepSeek's tensor names as transformers saves them (attn, ffn, head; config
+     * fields and per-layer schedules: model/arch/deepseek_v4.c; attention and mHC: model/attn/dsv4.c) */
+    {"DeepseekV4ForCausalLM",               "ffn",              "model",                "head",                   "shared_experts", NULL,                 "DeepseekV4Config",     0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_DSV4,       ROUTER_DSV4,            FAM_DEEPSEEK_V4, false, true,  false, false, false, false, true,  "ffn",          "gate", MOQ_MOE_ACT_SWIGLU_LIMIT, false, false},
     /* Qwen3.5 / 3.6: Gated DeltaNet + gated full attention (model/arch/qwen3_5.c), softmax top-k
      * always renormalized, a shared expert behind a sigmoid gate */
     {"Qwen3_5ForCausalLM",                  NULL,               "model",                "lm_head",                NULL,             NULL,                 "Qwen3_5TextConfig",    0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_HYBRID_GDN, ROUTER_SOFTMAX,         FAM_QWEN3_5,     true,  true,  true,  false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
@@ -189,6 +200,7 @@ bool moq_model_rope_theta_default(const char *architecture, double *theta, const
 
 static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
+static const char *const w13_shards[] = {"w1", "w3"}; /* DeepSeek-V4's shared expert: w1 gate, w3 up, w2 down */
 
 bool moq_model_architecture_supported(const char *name) {
     for (size_t i = 0; name && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
@@ -435,6 +447,12 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
         mo.routing.use_correction_bias = true;
         mo.routing.routed_scaling_factor = (float)m->ds.routed_scaling_factor;
     }
+    if (m->arch->router == ROUTER_DSV4) { /* DeepseekV4TopKRouter / DeepseekV4HashRouter, clamped SwiGLU */
+        mo.routing.scoring = (moq_moe_scoring)m->v4->scoring;
+        mo.routing.use_correction_bias = !m->v4->hash[l];
+        mo.routing.routed_scaling_factor = (float)m->v4->routed_scaling_factor;
+        mo.swiglu_limit = (float)m->v4->swiglu_limit, mo.swiglu_alpha = 1.0f, mo.swiglu_beta = 0.0f;
+    }
     if (m->arch->router == ROUTER_SIGMOID_ON_INPUT) { /* Llama4Router + Llama4TextMoe */
         mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
         mo.routing.renormalize = false;
@@ -445,6 +463,7 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
+    mo.keep_canonical = m->opts.device == MOQ_DEVICE_CUDA; /* moe_gpu.c packs the experts from it */
     ly->moe_fmt = mo.format;
     const double t0 = now_s();
     const moq_status st = moq_moe_create(&ly->moe, m->ckpt, p, &mo, err);
@@ -458,9 +477,10 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
 static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[320];
-    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
-    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
-    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.down_proj", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert);
+    const bool v4 = m->arch->family == FAM_DEEPSEEK_V4;
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w13" : "gate_up_proj");
+    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, v4 ? w13_shards : gate_up_shards, 2, lo, &m->blobs, err));
+    snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w2" : "down_proj");
     MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
     if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
         ly->sh_down.w.K != m->Is)
@@ -485,7 +505,70 @@ static moq_status load_norm(moq_model *m, float **out, const char *name, int64_t
     return MOQ_OK;
 }
 
+/* DeepSeek-V4: the compress RoPE and the attention dimensions (model/attn/dsv4.h). */
+static moq_status open_dsv4_dims(moq_model *m, moq_error *err) {
+    const moq_dsv4_cfg *v = m->v4;
+    m->inv_freq_c = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
+    if (!m->inv_freq_c) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
+    MOQ_TRY(moq_rope_inv_freq(&v->rope_compress, m->Drot, m->inv_freq_c, &m->mscale_c, err));
+    if ((m->A * m->D) % v->o_groups || v->hc_mult > 16)
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_attention_heads %lld x head_dim %lld with o_groups %lld, hc_mult %lld; expected o_groups to "
+                        "divide heads x head_dim and hc_mult <= 16", (long long)m->A, (long long)m->D, (long long)v->o_groups, (long long)v->hc_mult);
+    m->v4d = (moq_dsv4_dims){.H = m->H, .A = m->A, .D = m->D, .r = m->Drot, .q_lora = v->q_lora_rank, .og = v->o_groups, .olr = v->o_lora_rank,
+                             .nih = v->index_n_heads, .ihd = v->index_head_dim, .topk = v->index_topk, .W = v->sliding_window,
+                             .hc = v->hc_mult, .hc_iters = v->hc_sinkhorn_iters, .eps = m->eps, .hc_eps = v->hc_eps};
+    return MOQ_OK;
+}
+
+/* DeepSeek-V4 layers: attention + compressors + mHC (model/attn/dsv4.c), the norms attn_norm /
+ * ffn_norm, experts with a shared expert, and a hash layer's tid2eid table (i64 or i32 [V, topk]). */
+static moq_status open_layers_dsv4(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
+    char p[256], n[320];
+    for (int64_t l = 0; l < m->L; l++) {
+        layer *ly = &m->layers[l];
+        snprintf(p, sizeof p, "%s.layers.%lld", m->arch->prefix, (long long)l);
+        MOQ_TRY(moq_dsv4_open(&ly->v4, m->ckpt, m->q, p, &m->v4d, m->v4->ratio[l], m->v4->indexed[l], m->T, lo, &m->blobs, err));
+        const bool comp = m->v4->ratio[l] > 0; /* sliding layers: the main RoPE; compressed ones: the compress RoPE */
+        ly->v4.inv_freq = comp ? m->inv_freq_c : m->inv_freq, ly->v4.mscale = comp ? m->mscale_c : m->mscale;
+        ly->v4.inv_freq_c = m->inv_freq_c, ly->v4.mscale_c = m->mscale_c;
+        if (!ly->is_moe) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, p, "DeepSeek-V4 layers all hold experts");
+        if (m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
+        MOQ_TRY(open_moe(m, l, lo, err));
+        snprintf(n, sizeof n, "%s.attn_norm.weight", p);
+        MOQ_TRY(load_norm(m, &ly->in_norm, n, m->H, err));
+        snprintf(n, sizeof n, "%s.ffn_norm.weight", p);
+        MOQ_TRY(load_norm(m, &ly->post_norm, n, m->H, err));
+        if (m->v4->hash[l]) {
+            snprintf(n, sizeof n, "%s.%s.gate.tid2eid", p, m->arch->moe_block);
+            const moq_tensor *t = moq_checkpoint_tensor(m->ckpt, n);
+            if (!t) return MOQ_FAIL(err, MOQ_ERR_TENSOR, n, "tensor missing (mlp_layer_types says hash_moe: the token -> experts table)");
+            if ((t->dtype != MOQ_DT_I64 && t->dtype != MOQ_DT_I32) || t->ndim != 2 || t->shape[0] != m->V || t->shape[1] != m->topk)
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, n, "dtype %s with %d dims, expected I64 or I32 [vocab_size %lld, num_experts_per_tok %lld]",
+                                moq_dtype_name(t->dtype), t->ndim, (long long)m->V, (long long)m->topk);
+            ly->hash_ids = moq_blobs_alloc(&m->blobs, (size_t)(m->V * m->topk) * sizeof(int32_t));
+            if (!ly->hash_ids) return MOQ_FAIL(err, MOQ_ERR_NOMEM, n, "out of memory");
+            for (int64_t i = 0; i < m->V * m->topk; i++) {
+                int64_t v = 0;
+                if (t->dtype == MOQ_DT_I64) memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+                else { int32_t w; memcpy(&w, (const uint8_t *)t->data + 4 * i, 4); v = w; }
+                if (v < 0 || v >= m->E)
+                    return MOQ_FAIL(err, MOQ_ERR_TENSOR, n, "expert id %lld at token %lld, expected 0..%lld", (long long)v, (long long)(i / m->topk), (long long)m->E - 1);
+                ly->hash_ids[i] = (int32_t)v;
+            }
+        }
+        progress(m, (uint64_t)l + 1, (uint64_t)m->L);
+    }
+    const int64_t hc = m->v4d.hc;
+    snprintf(n, sizeof n, "%s.hc_head.hc_fn", m->arch->prefix);
+    MOQ_TRY(moq_layers_f32(&m->hc_fn, m->ckpt, n, hc * hc * m->H, &m->blobs, err));
+    snprintf(n, sizeof n, "%s.hc_head.hc_base", m->arch->prefix);
+    MOQ_TRY(moq_layers_f32(&m->hc_base, m->ckpt, n, hc, &m->blobs, err));
+    snprintf(n, sizeof n, "%s.hc_head.hc_scale", m->arch->prefix);
+    return moq_layers_f32(&m->hc_scale, m->ckpt, n, 1, &m->blobs, err);
+}
+
 static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error *err) {
+    if (m->arch->attn == ATTN_DSV4) return open_layers_dsv4(m, lo, err);
     const moq_checkpoint *c = m->ckpt;
     char p[256], n[320];
     for (int64_t l = 0; l < m->L; l++) {
@@ -565,7 +648,7 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
     const int64_t C = m->chunk, qkvN = m->A * m->qh + 2 * m->KV * m->D, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
-        {&m->x, C * m->H}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
+        {&m->x, C * m->H * (m->v4 ? m->v4d.hc : 1)}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
         {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
     };
@@ -574,6 +657,8 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     struct { float **p; int64_t n; } mbufs[] = { /* MLA: its own chunk buffers */
         {&m->mws.qa, C * md->q_lora}, {&m->mws.q, C * md->A * (md->dn + md->dr)}, {&m->mws.ckv, C * (md->R + md->dr)},
         {&m->mws.att, C * md->A * md->dv}, {&m->mws.scratch, (int64_t)m->n_threads * moq_mla_scratch_floats(md, m->T)},
+        {&m->mws.iq, md->topk ? C * md->nih * md->ihd : 1}, {&m->mws.ikp, md->topk ? C * md->ihd : 1}, /* DeepSeek-V3.2 indexer */
+        {&m->mws.iw, md->topk ? C * md->nih : 1}, {&m->mws.isc, md->topk ? m->T : 1}, {&m->mws.sel, md->topk ? C * m->T : 1},
     };
     for (size_t i = 0; mla && i < sizeof mbufs / sizeof mbufs[0]; i++) {
         *mbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)mbufs[i].n * sizeof(float));
@@ -587,6 +672,13 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     for (size_t i = 0; m->arch->attn == ATTN_HYBRID_GDN && i < sizeof gbufs / sizeof gbufs[0]; i++) {
         *gbufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)gbufs[i].n * sizeof(float));
         if (!*gbufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of DeltaNet workspace", (long long)gbufs[i].n);
+    }
+    if (m->v4) { /* DeepSeek-V4: its chunk buffers, the mHC mixes, the shared expert's output, hash ids */
+        MOQ_TRY(moq_dsv4_ws_alloc(&m->v4ws, &m->v4d, C, m->T, m->n_threads, &m->blobs, err));
+        m->v4mix = moq_blobs_alloc(&m->blobs, (size_t)(C * (m->v4d.hc + m->v4d.hc * m->v4d.hc)) * sizeof(float));
+        m->v4sh = moq_blobs_alloc(&m->blobs, (size_t)(C * m->H) * sizeof(float));
+        m->v4ids = moq_blobs_alloc(&m->blobs, (size_t)(C * m->topk) * sizeof(int32_t));
+        if (!m->v4mix || !m->v4sh || !m->v4ids) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for DeepSeek-V4 workspace");
     }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
@@ -602,6 +694,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate};
         if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
         if (ly->linear && moq_gdn_linear_ws(&ly->gdn, C) > ws) ws = moq_gdn_linear_ws(&ly->gdn, C);
+        if (m->v4 && moq_dsv4_linear_ws(&ly->v4, &m->v4d, C) > ws) ws = moq_dsv4_linear_ws(&ly->v4, &m->v4d, C);
         for (int i = 0; i < 7; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
@@ -613,6 +706,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     m->lws = moq_blobs_alloc(&m->blobs, ws);
     m->mws.lws = m->lws, m->mws.lws_size = ws, m->mws.n_threads = m->n_threads, m->mws.ctx = m->T;
     m->gws.lws = m->lws, m->gws.lws_size = ws, m->gws.n_threads = m->n_threads;
+    m->v4ws.lws = m->lws, m->v4ws.lws_size = ws;
     if (!m->erow || !m->lws) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %zu bytes of linear workspace", ws);
     return MOQ_OK;
 }
@@ -623,13 +717,16 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
     const arch_row *r = m->arch;
     const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
                       : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
-                      : n_moe > 0 ? "routed experts (the experts run on the CPU only)"
+                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
+                      : n_moe > 0 && (r->shared_expert || r->router != ROUTER_SOFTMAX || r->family == FAM_LLAMA4 || r->sinks)
+                          ? "routed experts with shared experts, sigmoid routing, NoPE layers or attention sinks (the GPU runs "
+                            "Qwen3-MoE's and Mixtral's softmax top-k experts)"
                       : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
                       : NULL;
     if (!why) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "
-                    "(Llama, Mistral, Qwen2, Qwen3) and this checkpoint has %s; use --device cpu", r->name, why);
+                    "(Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral) and this checkpoint has %s; use --device cpu", r->name, why);
 }
 
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
@@ -663,6 +760,18 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->KV = 1;
         m->Is = m->ds.n_shared_experts * m->Ie;
     }
+    if (m->arch->family == FAM_DEEPSEEK_V4) { /* one K = V head of head_dim; one shared expert of the expert size */
+        m->v4 = moq_blobs_alloc(&m->blobs, sizeof *m->v4);
+        if (!m->v4) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for the DeepSeek-V4 config");
+        MOQ_TRY(moq_deepseek_v4_read(m->ckpt, m->L, m->v4, err));
+        if (!moq_checkpoint_tensor(m->ckpt, "model.embed_tokens.weight") && moq_checkpoint_tensor(m->ckpt, "embed.weight"))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "embed.weight", "DeepSeek's own tensor layout (embed, layers.N, norm, hc_head_fn; no `model.` "
+                            "prefix); moq reads DeepSeek-V4 in the layout transformers' save_pretrained writes (model.embed_tokens, "
+                            "model.layers.N.attn..., model.hc_head.hc_fn, head)");
+        m->D = m->v4->head_dim;
+        m->KV = 1;
+        m->Is = m->v4->n_shared_experts > 0 ? m->Ie : 0;
+    }
     if (m->H < 1 || m->A < 1 || m->KV < 1 || m->A % m->KV || m->D < 2 || m->V < 1 || m->L < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "hidden_size %lld, num_attention_heads %lld, num_key_value_heads %lld, head_dim %lld, "
                         "vocab_size %lld, num_hidden_layers %lld; expected positive values with heads %% kv_heads == 0",
@@ -670,7 +779,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     m->layers = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(layer));
     if (!m->layers) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
     m->qh = m->D;
-    m->Drot = m->D;
+    m->Drot = m->v4 ? m->v4->rope_dim : m->D;
     bool *per_layer = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof(bool));
     if (!per_layer) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
     if (m->arch->family == FAM_GEMMA3) { /* which layers slide; their RoPE is read here, made below */
@@ -713,17 +822,11 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
                         (long long)m->I, (long long)(m->L - n_moe));
     if (m->opts.device == MOQ_DEVICE_CUDA) MOQ_TRY(gpu_refusal(m, n_moe, err));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
-    if (m->ds.index_topk > 0 && m->T > m->ds.index_topk) { /* DeepSeek-V3.2 DSA */
-        if (m->opts.ctx > 0)
-            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "context %lld exceeds index_topk %lld: beyond it DeepSeek sparse attention's indexer "
-                            "picks the keys, and moq has no indexer (up to index_topk it keeps every key, which is dense MLA)",
-                            (long long)m->T, (long long)m->ds.index_topk);
-        m->T = m->ds.index_topk;
-    }
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     char rope_note[320];
     if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
+    else if (m->v4) rp = m->v4->rope_main, rope_note[0] = 0; /* main and compress: model/arch/deepseek_v4.c */
     else MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
     if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
         char *w = moq_blobs_alloc(&m->blobs, sizeof rope_note);
@@ -740,6 +843,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
         MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
     }
+    if (m->v4) MOQ_TRY(open_dsv4_dims(m, err));
     for (int64_t l = 0; l < m->L; l++) { /* sliding Gemma layers use the local RoPE */
         m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
         m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
@@ -750,7 +854,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
-                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps};
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps, .topk = m->ds.index_topk,
+                                .nih = m->ds.index_n_heads, .ihd = m->ds.index_head_dim, .ctx = m->T};
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
     }
     m->tm.open_s = now_s() - t0;
@@ -821,7 +926,11 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     MOQ_TRY(moq_kv_elem_for_algo(m->q ? moq_qconfig_kv_cache_quant_algo(m->q) : NULL, m->opts.kv_elem, &ke, &scaled, err));
     int64_t n_kv = 0; /* attention layers, numbered in the cache (Gated DeltaNet layers keep their own state) */
     for (int64_t l = 0; l < m->L; l++) m->layers[l].kvl = m->layers[l].linear ? -1 : n_kv++;
-    if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, n_kv, m->T, m->kv_row, err)); /* latent + rope key */
+    if (m->v4 && scaled)
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "hf_quant_config.json", "kv_cache_quant_algo %s with DeepseekV4ForCausalLM: its attention keeps its own f32 state; "
+                        "moq has no quantized cache for it", moq_qconfig_kv_cache_quant_algo(m->q));
+    if (m->v4) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, 1, 1, 1, err)); /* unused: the layers keep their state (attn/dsv4.c) */
+    else if (m->arch->attn == ATTN_MLA) MOQ_TRY(moq_kv_cache_create_k(&m->kv, ke, n_kv, m->T, m->kv_row, err)); /* latent + rope key */
     else MOQ_TRY(moq_kv_cache_create(&m->kv, ke, n_kv, m->opts.device == MOQ_DEVICE_CUDA ? 1 : m->T, m->kv_row, err)); /* GPU: scales only */
     if (scaled) MOQ_TRY(open_kv_scales(m, err));
     MOQ_TRY(alloc_ws(m, err));
@@ -865,6 +974,7 @@ void moq_model_free(moq_model *m) {
         moq_layers_close_linear(&m->layers[l].sh_gate_up);
         moq_layers_close_linear(&m->layers[l].sh_down);
         moq_mla_close(&m->layers[l].mla);
+        moq_dsv4_close(&m->layers[l].v4);
         moq_gdn_close(&m->layers[l].gdn);
         moq_layers_close_linear(&m->layers[l].sh_gate);
         moq_moe_free(m->layers[l].moe);
@@ -878,13 +988,9 @@ void moq_model_free(moq_model *m) {
     free(m);
 }
 
-/* w NULL: no weight (Llama 4's L2 q/k norm, Llama4TextL2Norm: x · rsqrt(mean(x²) + eps)) */
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, double eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
-}
+/* RMSNorm is model/nn_math.h's, shared with the attn files (w NULL: no weight, Llama 4's L2 q/k norm,
+ * Llama4TextL2Norm); this file keeps calling it rmsnorm */
+#define rmsnorm moq_rmsnorm
 
 /* RoPE of one head's first R values with the layer's frequencies: rotate_half pairs, or (2i, 2i + 1)
  * (arch_row.rope_pairs) */
@@ -949,7 +1055,7 @@ static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu)
     for (int64_t i = 0; i < M; i++)
         for (int64_t e = 0; e < I; e++) {
             const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
-            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : g / (1.0f + expf(-g)) * u;
+            act[i * I + e] = gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u : moq_silu(g) * u;
         }
 }
 
@@ -1028,7 +1134,7 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
             for (int64_t hd = 0; hd < A; hd++)
                 for (int64_t e = 0; e < D; e++) {
                     const float g = m->qkv[i * qkvN + hd * qh + D + e];
-                    m->att[i * A * D + hd * D + e] *= 1.0f / (1.0f + expf(-g));
+                    m->att[i * A * D + hd * D + e] *= moq_sigmoid(g);
                 }
     CHECK(m->att, M, A * D, "%s.layers.%lld.self_attn (attention)", pfx, (long long)l);
     TAP(m, l, MOQ_TAP_O_IN, m->att, M, A * D);
@@ -1047,11 +1153,49 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
     if (ly->sh_gate.lin) { /* sigmoid(shared_expert_gate(h)) per token; m->gu is free again */
         MOQ_TRY(run_linear(m, &ly->sh_gate, m->h, M, m->gu, err));
         for (int64_t i = 0; i < M; i++) {
-            const float g = 1.0f / (1.0f + expf(-m->gu[i]));
+            const float g = moq_sigmoid(m->gu[i]);
             for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
         }
     }
     for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
+    return MOQ_OK;
+}
+
+/* A DeepSeek-V4 decoder layer on the streams m->x [M, hc, H]: mHC collapse -> attn_norm ->
+ * attention (attn/dsv4.c) -> mHC expand; mHC collapse -> ffn_norm -> experts (hash or learned
+ * routing) + the shared expert, both with the clamped SwiGLU -> mHC expand. */
+static moq_status dsv4_layer(moq_model *m, const layer *ly, int64_t l, const int32_t *tok, int64_t M, bool locate, moq_error *err) {
+    const int64_t H = m->H, Is = m->Is, k = m->topk;
+    const char *pfx = m->arch->prefix;
+    moq_dsv4_hc_pre(&ly->v4, &m->v4d, 0, m->x, M, m->tmp, m->v4mix);
+    for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->tmp + i * H, ly->in_norm, H, m->eps);
+    MOQ_TRY(moq_dsv4_forward(&ly->v4, &m->v4d, &m->v4ws, m->h, M, m->rpos[0], m->tmp, err));
+    CHECK(m->tmp, M, H, "%s.layers.%lld.attn", pfx, (long long)l);
+    moq_dsv4_hc_post(&m->v4d, m->x, m->tmp, m->v4mix, M, m->v4ws.hc);
+    moq_dsv4_hc_pre(&ly->v4, &m->v4d, 1, m->x, M, m->tmp, m->v4mix);
+    for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
+    TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
+    if (ly->hash_ids) {
+        for (int64_t i = 0; i < M; i++) memcpy(m->v4ids + i * k, ly->hash_ids + (int64_t)tok[i] * k, (size_t)k * sizeof(int32_t));
+        MOQ_TRY(moq_moe_run_fixed(ly->moe, m->h, MOQ_ELEM_F32, M, m->v4ids, m->tmp, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    } else {
+        MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, NULL, m->tmp, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    }
+    CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
+    if (ly->has_shared) { /* DeepseekV4MLP: silu(min(gate, L)) · clamp(up, -L, L) */
+        const float L = (float)m->v4->swiglu_limit;
+        MOQ_TRY(run_linear(m, &ly->sh_gate_up, m->h, M, m->gu, err));
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t e = 0; e < Is; e++) {
+                const float g = fminf(m->gu[i * 2 * Is + e], L), u = fminf(fmaxf(m->gu[i * 2 * Is + Is + e], -L), L);
+                m->act[i * Is + e] = moq_silu(g) * u;
+            }
+        MOQ_TRY(run_linear(m, &ly->sh_down, m->act, M, m->v4sh, err));
+        CHECK(m->v4sh, M, H, "%s", ly->sh_down.name);
+        for (int64_t e = 0; e < M * H; e++) m->tmp[e] += m->v4sh[e];
+    }
+    moq_dsv4_hc_post(&m->v4d, m->x, m->tmp, m->v4mix, M, m->v4ws.hc);
+    CHECK(m->x, M, H * m->v4d.hc, "%s.layers.%lld (residual streams after the experts)", pfx, (long long)l);
     return MOQ_OK;
 }
 
@@ -1062,13 +1206,19 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
 static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, const int64_t *lrows, int64_t nl, bool locate, moq_error *err) {
     const int64_t H = m->H, I = m->I, p0 = m->rpos[0];
     const char *pfx = m->arch->prefix;
+    const int64_t ns = m->v4 ? m->v4d.hc : 1; /* residual streams (DeepSeek-V4 mHC: the embedding in each) */
     for (int64_t i = 0; i < M; i++) {
         moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
-        for (int64_t e = 0; e < H; e++) m->x[i * H + e] = (float)m->erow[e] * m->embed_mult;
+        for (int64_t s = 0; s < ns; s++)
+            for (int64_t e = 0; e < H; e++) m->x[(i * ns + s) * H + e] = (float)m->erow[e] * m->embed_mult;
     }
     CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
+        if (m->v4) {
+            MOQ_TRY(dsv4_layer(m, ly, l, tok, M, locate, err));
+            continue;
+        }
         for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->in_norm, H, m->eps);
         CHECK(m->h, M, H, "%s.layers.%lld.input_layernorm", pfx, (long long)l);
         if (m->arch->attn == ATTN_MLA) {
@@ -1111,7 +1261,9 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     /* logits of the rows asked for (none: a prefill chunk that is not a prompt's last) */
     if (nl == 0) return MOQ_OK;
     const int64_t nr = nl;
-    for (int64_t j = 0; j < nl; j++) rmsnorm(m->h + j * H, m->x + lrows[j] * H, m->final_norm, H, m->eps);
+    const float *xf = m->x;
+    if (m->v4) moq_dsv4_hc_head(&m->v4d, m->hc_fn, m->hc_base, m->hc_scale, m->x, M, m->tmp), xf = m->tmp; /* DeepseekV4HyperHead */
+    for (int64_t j = 0; j < nl; j++) rmsnorm(m->h + j * H, xf + lrows[j] * H, m->final_norm, H, m->eps);
     CHECK(m->h, nr, H, "%s.norm", pfx);
     MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
     const float cap = (float)m->gc.final_logit_softcapping;
@@ -1138,7 +1290,9 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
-bool moq_model_batchable(const moq_model *m) { return !m->gpu && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN; }
+bool moq_model_batchable(const moq_model *m) {
+    return m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
+}
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 

@@ -55,7 +55,7 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
                                   const int32_t *const *tabs, int64_t M, const int64_t *lrows, int64_t nl, moq_error *err);
 const float *moq_model_step_logits(const moq_model *m);  /* f32 [nl, V] of the last forward_rows */
 int64_t moq_model_chunk(const moq_model *m);              /* rows per forward (workspace)        */
-bool moq_model_batchable(const moq_model *m);             /* CPU, no MLA, no recurrent (DeltaNet) layers */
+bool moq_model_batchable(const moq_model *m);             /* no MLA, no recurrent (DeltaNet) layers */
 const moq_kv_cache *moq_model_kv(const moq_model *m);     /* the single-sequence cache: encoding, scales */
 const char *moq_model_path(const moq_model *m);           /* the checkpoint directory (messages)  */
 

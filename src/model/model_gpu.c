@@ -9,12 +9,18 @@
  *   logits = (rmsnorm(x += t)) Wlmᵀ    (the rows asked for only)
  *
  * Activations stay f32 between kernels (the linears quantize them per scheme as on the CPU). A step
- * enqueues everything on the default stream; its only host synchronisations are the upload of the
- * token ids and positions at the start and the download of the logits at the end. The KV cache is
+ * enqueues everything on the model's stream: the token ids, positions and logits rows (and a
+ * batch's block tables) go up asynchronously from pinned buffers, the forward is enqueued (a decode
+ * step of B <= 64 rows is captured once into a CUDA graph per B and per KV pool, then replayed:
+ * attention's split is cut per token on the device, so nothing in it depends on the lengths), and
+ * the one host synchronisation is before the logits come down. MoE layers (Qwen3-MoE, Mixtral) run
+ * their routed experts through src/moe/moe_gpu.c in place of the dense MLP (routing and grouped
+ * expert GEMMs, one launch per projection per layer, on the same stream). The KV cache is
  * paged (MOQ_GPU_PAGE positions per page, a block table per sequence slot) in bf16, or e4m3 with
  * the checkpoint's per-layer k/v scales when kv_cache_quant_algo is FP8 (kv_cache.c's rules); an
  * f32 cache request gets bf16 on the GPU. The public API runs sequence slot 0; the kernels take
- * (sequence, position) per token, so a batched decode of B slots is one step of M = B tokens.
+ * (sequence, position) per token, so a batched decode of B slots is one step of M = B tokens; a
+ * moq_batch (batch.c) owns its own pool (moq_gpu_kv) whose block tables come with each step.
  * Tested by tests/model/test_model_cuda.c against the CPU forward.
  */
 #include <math.h>
@@ -25,30 +31,49 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/model_priv.h"
+#include "moe/moe_gpu.h"
 
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/moe_cuda.h"
 
-#define MOQ_GPU_CHUNK 256    /* tokens per prefill step                          */
+#define MOQ_GPU_PREFILL 2048 /* tokens per step of one sequence's prefill       */
+#define MOQ_GPU_CHUNK 256    /* rows per step of a batch run (several sequences)  */
 #define MOQ_GPU_PAGE 16      /* positions per KV page                            */
 #define MOQ_GPU_SPLITS 16    /* most key ranges one query's attention is split in */
+#define MOQ_GPU_GRAPHS 64    /* steps of 1..64 rows that all want logits (decode) replay a CUDA graph */
+#define MOQ_GPU_LROWS 64     /* logits rows downloaded at once through the pinned buffer */
 
 typedef struct gpu_layer {
     float *in_norm, *post_norm, *q_norm, *k_norm; /* device f32 [H], [D] */
-    void  *k, *v;                                  /* this layer's KV pages */
     float  k_scale, v_scale;
+    moq_moe_gpu *moe;                              /* routed experts (src/moe/moe_gpu.c), or NULL */
 } gpu_layer;
 
+/* One paged KV pool: K and V pages of every layer and a device block table [bt_rows, max_pages]
+ * (row = the `seq` index the step's tokens carry). The model's own pool has one table row per
+ * sequence slot, uploaded once; a moq_batch's pool gets the tables of each step's sequences
+ * uploaded with the step. Decode-step graphs bake the pool's pointers in, so they live here. */
+struct moq_gpu_kv {
+    void   **k, **v;                     /* [L] device pools of n_pages · page positions */
+    int32_t *bt;                         /* device [bt_rows, max_pages]                  */
+    int32_t *h_bt;                       /* pinned host staging of bt (batch pools)      */
+    int64_t  n_pages, page, max_pages, bt_rows;
+    void    *graph[MOQ_GPU_GRAPHS + 1];  /* cudaGraphExec_t by row count, NULL until used */
+};
+
 struct moq_gpu {
-    int64_t    chunk, n_seqs, max_pages;
+    int64_t    rows, chunk, n_seqs, max_pages; /* rows: most of a step (prefill); chunk: of a batch run */
     int        kv_elem;                  /* MOQ_CUDA_KV_*                           */
     float     *x, *h, *qkv, *att, *tmp, *gu, *act, *logits, *part;
     void      *ws;
     size_t     ws_size;
-    size_t     kv_bytes;                 /* one layer's K (or V) pool                */
-    int32_t   *ids;                      /* device [3, chunk]: tokens, slots, positions */
-    int32_t   *h_ids;                    /* host staging of the same                 */
-    int32_t   *block_table;              /* device [n_seqs, max_pages]               */
+    int32_t   *ids;                      /* device [4, rows]: tokens, seqs, positions, logits rows */
+    int32_t   *h_ids;                    /* pinned host staging of the same           */
+    float     *h_logits;                 /* pinned [MOQ_GPU_LROWS, V]                 */
+    void      *stream;                   /* every step runs on it                     */
+    bool       no_graphs;                /* a capture failed once: run steps eagerly  */
+    moq_gpu_kv own;                      /* the public API's pool (sequence slots)    */
     float     *table, *final_norm, *inv_freq;
     gpu_layer *ly;
     void     **mem;                      /* every device allocation, freed together  */
@@ -107,13 +132,25 @@ static moq_status upload_table(moq_model *m, moq_gpu *g, moq_error *err) {
 static size_t lin_ws(const moq_layer_linear *l, int64_t M) { return l->lin ? moq_linear_workspace_size(l->lin, M) : 0; }
 
 static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
-    const int64_t C = g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK, H = m->H, D = m->D, A = m->A, KV = m->KV;
+    int64_t rows = m->T < MOQ_GPU_PREFILL ? m->T : MOQ_GPU_PREFILL;
+    for (int64_t l = 0; l < m->L; l++) { /* a MoE step routes rows x top_k assignments: moe_cuda.h's bound */
+        if (!m->layers[l].moe) continue;
+        moq_moe_view v;
+        moq_moe_get_view(m->layers[l].moe, &v);
+        if (v.routing->top_k > 0 && rows * v.routing->top_k > MOQ_CUDA_MOE_MAX_A) rows = MOQ_CUDA_MOE_MAX_A / v.routing->top_k;
+    }
+    const int64_t C = g->rows = rows, H = m->H, D = m->D, A = m->A, KV = m->KV;
+    g->chunk = m->T < MOQ_GPU_CHUNK ? m->T : MOQ_GPU_CHUNK;
+    if (g->chunk > C) g->chunk = C;
     const int64_t qkvN = (A + 2 * KV) * D;
+    const char *where = moq_checkpoint_path(m->ckpt);
     g->max_pages = (m->T + MOQ_GPU_PAGE - 1) / MOQ_GPU_PAGE;
     g->kv_elem = m->kv.elem == MOQ_ELEM_E4M3 ? MOQ_CUDA_KV_E4M3 : MOQ_CUDA_KV_BF16;
     g->ly = calloc((size_t)m->L, sizeof *g->ly);
-    g->h_ids = calloc((size_t)(3 * C), sizeof *g->h_ids);
-    if (!g->ly || !g->h_ids) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of host memory");
+    if (!g->ly) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of host memory");
+    MOQ_TRY(cuda_ok(moq_cuda_stream_create(&g->stream), where, err));
+    MOQ_TRY(cuda_ok(moq_cuda_host_alloc((size_t)(4 * C) * sizeof(int32_t), (void **)&g->h_ids), where, err));
+    MOQ_TRY(cuda_ok(moq_cuda_host_alloc((size_t)(MOQ_GPU_LROWS * m->V) * sizeof(float), (void **)&g->h_logits), where, err));
     MOQ_TRY(moq_gpu_reserve_seqs(m, 1, err));
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -122,6 +159,10 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
         MOQ_TRY(upload_f32(g, &gl->post_norm, ly->post_norm, H, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->q_norm, ly->q_norm, D, "a norm weight", err));
         MOQ_TRY(upload_f32(g, &gl->k_norm, ly->k_norm, D, "a norm weight", err));
+        if (ly->moe) { /* MoE block: the layer's experts stacked on the GPU, workspace for a step's rows */
+            MOQ_TRY(moq_moe_gpu_open(&gl->moe, ly->moe, C, err));
+            g->bytes += moq_moe_gpu_bytes(gl->moe);
+        }
         gl->k_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.k_scale[ly->kvl] : 1.0f;
         gl->v_scale = g->kv_elem == MOQ_CUDA_KV_E4M3 ? m->kv.v_scale[ly->kvl] : 1.0f;
     }
@@ -130,11 +171,11 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     MOQ_TRY(upload_table(m, g, err));
     struct { float **p; int64_t n; } bufs[] = {
         {&g->x, C * H}, {&g->h, C * H}, {&g->qkv, C * qkvN}, {&g->att, C * A * D}, {&g->tmp, C * H},
-        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, C * m->V}, {&g->part, C * A * MOQ_GPU_SPLITS * (D + 2)},
+        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, g->chunk * A * MOQ_GPU_SPLITS * (D + 2)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
-    MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(3 * C) * sizeof(int32_t), "token ids", err));
-    size_t ws = lin_ws(m->lm_head, C);
+    MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));
+    size_t ws = lin_ws(m->lm_head, MOQ_GPU_LROWS);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down};
@@ -145,43 +186,59 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     return dev_alloc(g, &g->ws, ws, "the linear workspace", err);
 }
 
-static void free_kv(moq_gpu *g, int64_t L) {
-    for (int64_t l = 0; g->ly && l < L; l++) {
-        moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].k), moq_device_free(MOQ_DEVICE_CUDA, g->ly[l].v);
-        g->ly[l].k = g->ly[l].v = NULL;
+static void kv_release(moq_gpu_kv *kv, int64_t L) {
+    for (int i = 0; i <= MOQ_GPU_GRAPHS; i++) moq_cuda_graph_destroy(kv->graph[i]), kv->graph[i] = NULL;
+    for (int64_t l = 0; l < L && kv->k; l++) moq_device_free(MOQ_DEVICE_CUDA, kv->k[l]), moq_device_free(MOQ_DEVICE_CUDA, kv->v[l]);
+    free(kv->k), free(kv->v);
+    moq_device_free(MOQ_DEVICE_CUDA, kv->bt);
+    moq_cuda_host_free(kv->h_bt);
+    memset(kv, 0, sizeof *kv);
+}
+
+int moq_gpu_kv_elem_bytes(const moq_model *m) { return m->gpu && m->gpu->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2; }
+
+/* n_pages pages of `page` positions per layer for K and V, and a block table of bt_rows rows. */
+static moq_status kv_alloc(moq_model *m, moq_gpu_kv *kv, int64_t n_pages, int64_t page, int64_t bt_rows, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    memset(kv, 0, sizeof *kv);
+    kv->n_pages = n_pages, kv->page = page, kv->max_pages = (m->T + page - 1) / page, kv->bt_rows = bt_rows;
+    const size_t bytes = (size_t)(n_pages * page * m->KV * m->D) * (size_t)moq_gpu_kv_elem_bytes(m);
+    kv->k = calloc((size_t)m->L, sizeof *kv->k), kv->v = calloc((size_t)m->L, sizeof *kv->v);
+    if (!kv->k || !kv->v) {
+        kv_release(kv, m->L);
+        return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_gpu_kv", "out of host memory");
     }
-    moq_device_free(MOQ_DEVICE_CUDA, g->block_table);
-    g->block_table = NULL, g->n_seqs = 0;
+    moq_error e;
+    moq_status st = moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)(bt_rows * kv->max_pages) * sizeof(int32_t), (void **)&kv->bt, &e);
+    for (int64_t l = 0; st == MOQ_OK && l < m->L; l++) {
+        st = moq_device_alloc(MOQ_DEVICE_CUDA, bytes, &kv->k[l], &e);
+        if (st == MOQ_OK) st = moq_device_alloc(MOQ_DEVICE_CUDA, bytes, &kv->v[l], &e);
+    }
+    if (st == MOQ_OK) return MOQ_OK;
+    kv_release(kv, m->L);
+    return MOQ_FAIL(err, MOQ_ERR_DEVICE, moq_checkpoint_path(m->ckpt),
+                    "GPU memory for the KV cache (%lld pages x %lld positions x %lld layers, %.1f MiB) did not fit after %.1f MiB of "
+                    "weights' workspaces and activations: %s",
+                    (long long)n_pages, (long long)page, (long long)m->L, 2.0 * (double)bytes * (double)m->L / 1048576.0,
+                    (double)g->bytes / 1048576.0, e.msg);
 }
 
 moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err) {
     moq_gpu *g = m->gpu;
     if (!g) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "the model was not opened on the GPU");
     if (n < 1 || n > (int64_t)1 << 20) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_reserve_seqs", "%lld sequences, expected 1..1048576", (long long)n);
-    free_kv(g, m->L);
+    kv_release(&g->own, m->L);
+    g->n_seqs = 0;
     const int64_t pages = n * g->max_pages;
     int32_t *bt = malloc((size_t)pages * sizeof *bt);
     if (!bt) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_gpu_reserve_seqs", "out of host memory for a block table of %lld pages", (long long)pages);
     for (int64_t i = 0; i < pages; i++) bt[i] = (int32_t)i; /* slot s owns pages s·max_pages .. (s+1)·max_pages - 1 */
-    moq_error e;
-    moq_status st = moq_device_alloc(MOQ_DEVICE_CUDA, (size_t)pages * sizeof *bt, (void **)&g->block_table, &e);
-    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->block_table, bt, (size_t)pages * sizeof *bt, &e);
+    moq_status st = kv_alloc(m, &g->own, pages, MOQ_GPU_PAGE, n, err);
+    if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->own.bt, bt, (size_t)pages * sizeof *bt, err);
     free(bt);
-    g->kv_bytes = (size_t)(pages * MOQ_GPU_PAGE * m->KV * m->D) * (g->kv_elem == MOQ_CUDA_KV_E4M3 ? 1 : 2);
-    for (int64_t l = 0; st == MOQ_OK && l < m->L; l++) {
-        st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].k, &e);
-        if (st == MOQ_OK) st = moq_device_alloc(MOQ_DEVICE_CUDA, g->kv_bytes, &g->ly[l].v, &e);
-    }
-    if (st == MOQ_OK) {
-        g->n_seqs = n;
-        return MOQ_OK;
-    }
-    free_kv(g, m->L);
-    return MOQ_FAIL(err, MOQ_ERR_DEVICE, moq_checkpoint_path(m->ckpt),
-                    "GPU memory for the KV cache (%lld sequences x %lld positions x %lld layers, %.1f MiB) did not fit after %.1f MiB of "
-                    "weights' workspaces and activations: %s",
-                    (long long)n, (long long)m->T, (long long)m->L, 2.0 * (double)g->kv_bytes * (double)m->L / 1048576.0,
-                    (double)g->bytes / 1048576.0, e.msg);
+    if (st != MOQ_OK) return st;
+    g->n_seqs = n;
+    return MOQ_OK;
 }
 
 moq_status moq_gpu_open(moq_model *m, moq_error *err) {
@@ -194,62 +251,128 @@ moq_status moq_gpu_open(moq_model *m, moq_error *err) {
 void moq_gpu_free(moq_model *m) {
     moq_gpu *g = m ? m->gpu : NULL;
     if (!g) return;
-    free_kv(g, m->L);
+    if (g->stream) moq_cuda_stream_sync(g->stream);
+    kv_release(&g->own, m->L);
+    for (int64_t l = 0; g->ly && l < m->L; l++) moq_moe_gpu_free(g->ly[l].moe);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
-    free(g->mem), free(g->ly), free(g->h_ids), free(g);
+    moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits);
+    moq_cuda_stream_destroy(g->stream);
+    free(g->mem), free(g->ly), free(g);
     m->gpu = NULL;
 }
 
-int64_t moq_gpu_chunk(const moq_model *m) { return m->gpu ? m->gpu->chunk : 0; }
+int64_t moq_gpu_chunk(const moq_model *m) { return m->gpu ? m->gpu->rows : 0; }
+int64_t moq_gpu_batch_chunk(const moq_model *m) { return m->gpu ? m->gpu->chunk : 0; }
 
 static moq_status lin(const moq_gpu *g, const moq_layer_linear *l, const float *x, int64_t M, float *y, moq_error *err) {
-    return moq_linear_run(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, g->ws, g->ws_size, err);
+    return moq_linear_run_stream(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, g->ws, g->ws_size, g->stream, err);
 }
 
-/* One step of M tokens: tok, slot, pos host arrays [M]; span = most keys any token attends. */
-static moq_status gpu_step(moq_model *m, const int32_t *tok, const int32_t *slot, const int32_t *pos, int64_t M, int64_t span,
-                           int64_t r0, float *logits_out, moq_error *err) {
+/* Enqueues the forward of M tokens (ids, seqs, positions on the device) up to the last layer's
+ * output on the stream: no host work that depends on the values, so a capture replays it for any
+ * tokens and positions. flash: the rows are one sequence at consecutive positions (a prefill), and
+ * attention is the tiled prefill kernel; else the split (flash-decoding) kernel in n_split ranges. */
+static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M, int64_t n_split, bool flash, moq_error *err) {
     moq_gpu *g = m->gpu;
-    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, C = g->chunk;
-    memcpy(g->h_ids, tok, (size_t)M * sizeof *tok);
-    memcpy(g->h_ids + C, slot, (size_t)M * sizeof *slot);
-    memcpy(g->h_ids + 2 * C, pos, (size_t)M * sizeof *pos);
-    MOQ_TRY(moq_device_upload(MOQ_DEVICE_CUDA, g->ids, g->h_ids, (size_t)(3 * C) * sizeof(int32_t), err));
+    const int64_t H = m->H, D = m->D, A = m->A, KV = m->KV, C = g->rows;
     const int32_t *tok_d = g->ids, *seq_d = g->ids + C, *pos_d = g->ids + 2 * C;
     const char *where = moq_checkpoint_path(m->ckpt);
-    int64_t split_keys = (span + MOQ_GPU_SPLITS - 1) / MOQ_GPU_SPLITS;
-    if (split_keys < 64) split_keys = 64;
-    const int64_t n_split = (span + split_keys - 1) / split_keys;
-    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x), m->embed.name, err));
+    void *st = g->stream;
+    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x, st), m->embed.name, err));
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         const gpu_layer *gl = &g->ly[l];
         /* x += t of the previous layer's MLP (none before layer 0), h = rmsnorm(x) */
-        MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, l ? g->tmp : NULL, gl->in_norm, M, H, m->eps, g->h), where, err));
+        MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, l ? g->tmp : NULL, gl->in_norm, M, H, m->eps, g->h, st), where, err));
         MOQ_TRY(lin(g, &ly->qkv, g->h, M, g->qkv, err));
-        const moq_cuda_kv kv = {.k = gl->k, .v = gl->v, .block_table = g->block_table, .max_pages = g->max_pages, .page = MOQ_GPU_PAGE,
+        const moq_cuda_kv kv = {.k = pool->k[l], .v = pool->v[l], .block_table = pool->bt, .max_pages = pool->max_pages, .page = pool->page,
                                 .elem = g->kv_elem, .k_scale = gl->k_scale, .v_scale = gl->v_scale};
-        MOQ_TRY(cuda_ok(moq_cuda_qk_rope_store(g->qkv, M, A, KV, D, gl->q_norm, gl->k_norm, m->eps, g->inv_freq, ly->mscale, seq_d, pos_d, &kv),
+        MOQ_TRY(cuda_ok(moq_cuda_qk_rope_store(g->qkv, M, A, KV, D, gl->q_norm, gl->k_norm, m->eps, g->inv_freq, ly->mscale, seq_d, pos_d, &kv, st),
                         ly->qkv.name, err));
-        MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, split_keys, g->part, g->att),
-                        ly->o.name, err));
+        if (flash)
+            MOQ_TRY(cuda_ok(moq_cuda_attention_prefill(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, g->att, st), ly->o.name, err));
+        else
+            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
+                            ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
-        MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h), where, err));
+        MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h, st), where, err));
+        if (gl->moe) { /* MoE block: routed experts, t = Σ_j w_j expert_j(h) */
+            MOQ_TRY(moq_moe_gpu_run(gl->moe, g->h, M, NULL, g->tmp, st, err));
+            continue;
+        }
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
-        MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act), ly->gate_up.name, err));
+        MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act, st), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));
     }
-    const int64_t nr = M - r0;
-    MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x + r0 * H, g->tmp + r0 * H, g->final_norm, nr, H, m->eps, g->h), where, err));
-    MOQ_TRY(lin(g, m->lm_head, g->h, nr, g->logits, err));
-    MOQ_TRY(moq_device_download(MOQ_DEVICE_CUDA, logits_out, g->logits, (size_t)(nr * m->V) * sizeof(float), err));
-    for (int64_t c = 0; c < nr * m->V; c++)
-        if (!isfinite(logits_out[c]))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,
-                            "logits are not finite (%s at row %lld, column %lld) on the GPU; `moq run --device cpu` names the module "
-                            "whose output turns non-finite, `moq check --values` the tensors",
-                            isnan(logits_out[c]) ? "NaN" : "Inf", (long long)(c / m->V), (long long)(c % m->V));
     return MOQ_OK;
+}
+
+/* Logits of the step's logits rows r .. r + n - 1 (n <= MOQ_GPU_LROWS) into g->logits: final norm
+ * of those rows only, then lm_head. */
+static moq_status enqueue_logits(moq_model *m, int64_t r, int64_t n, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    MOQ_TRY(cuda_ok(moq_cuda_final_norm_rows(g->x, g->tmp, g->final_norm, g->ids + 3 * g->rows + r, n, m->H, m->eps, g->h, g->stream),
+                    moq_checkpoint_path(m->ckpt), err));
+    return lin(g, m->lm_head, g->h, n, g->logits, err);
+}
+
+/* One step of M tokens whose ids, seqs, positions and logits rows (nl of them) are in g->h_ids (and,
+ * for a batch pool, n_bt block tables in pool->h_bt): upload, run, download logits row j into
+ * dst[j]. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode step) replays the
+ * pool's CUDA graph for M rows (captured at its first use); other steps are enqueued eagerly, their
+ * logits MOQ_GPU_LROWS rows at a time. span = most keys any token attends; one_seq: the rows are one
+ * sequence at consecutive positions (a prefill: the tiled attention kernel). The host waits on the
+ * stream only to read the logits (or, without logits rows, at the end). */
+static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl, int64_t n_bt, int64_t span, bool one_seq, float *const *dst,
+                           moq_error *err) {
+    moq_gpu *g = m->gpu;
+    const char *where = moq_checkpoint_path(m->ckpt);
+    MOQ_TRY(cuda_ok(moq_cuda_h2d_async(g->ids, g->h_ids, (size_t)(4 * g->rows) * sizeof(int32_t), g->stream), where, err));
+    if (n_bt)
+        MOQ_TRY(cuda_ok(moq_cuda_h2d_async(pool->bt, pool->h_bt, (size_t)(n_bt * pool->max_pages) * sizeof(int32_t), g->stream), where, err));
+    const bool graph = !g->no_graphs && nl == M && M <= MOQ_GPU_GRAPHS;
+    const bool flash = !graph && one_seq && M > 1;
+    int64_t n_split = MOQ_GPU_SPLITS; /* a graph covers every length: 16 ranges, each token cuts its own */
+    if (!graph) {
+        n_split = (span + MOQ_CUDA_SPLIT_MIN - 1) / MOQ_CUDA_SPLIT_MIN;
+        n_split = n_split < 1 ? 1 : n_split > MOQ_GPU_SPLITS ? MOQ_GPU_SPLITS : n_split;
+    }
+    if (graph && !pool->graph[M]) { /* first step of this row count: capture it */
+        MOQ_TRY(cuda_ok(moq_cuda_capture_begin(g->stream), where, err));
+        moq_status st = enqueue_layers(m, pool, M, n_split, false, err);
+        if (st == MOQ_OK) st = enqueue_logits(m, 0, nl, err);
+        if (st != MOQ_OK) {
+            moq_cuda_capture_end(g->stream, NULL);
+            return st;
+        }
+        MOQ_TRY(cuda_ok(moq_cuda_capture_end(g->stream, &pool->graph[M]), where, err));
+    }
+    if (graph) MOQ_TRY(cuda_ok(moq_cuda_graph_launch(pool->graph[M], g->stream), where, err));
+    else MOQ_TRY(enqueue_layers(m, pool, M, n_split, flash, err));
+    const int64_t V = m->V;
+    if (nl == 0) return cuda_ok(moq_cuda_stream_sync(g->stream), where, err); /* the staging buffers are reused next step */
+    for (int64_t r = 0; r < nl; r += MOQ_GPU_LROWS) {
+        const int64_t n = nl - r < MOQ_GPU_LROWS ? nl - r : MOQ_GPU_LROWS;
+        if (!graph) MOQ_TRY(enqueue_logits(m, r, n, err));
+        MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_logits, g->logits, (size_t)(n * V) * sizeof(float), g->stream), where, err));
+        MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
+        for (int64_t j = 0; j < n; j++) {
+            const float *src = g->h_logits + j * V;
+            for (int64_t c = 0; c < V; c++)
+                if (!isfinite(src[c]))
+                    return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,
+                                    "logits are not finite (%s at row %lld, column %lld) on the GPU; `moq run --device cpu` names the module "
+                                    "whose output turns non-finite, `moq check --values` the tensors",
+                                    isnan(src[c]) ? "NaN" : "Inf", (long long)(r + j), (long long)c);
+            memcpy(dst[r + j], src, (size_t)V * sizeof(float));
+        }
+    }
+    return MOQ_OK;
+}
+
+/* Fills row i of the step plan. */
+static void plan_row(moq_gpu *g, int64_t i, int32_t tok, int32_t seq, int32_t pos) {
+    g->h_ids[i] = tok, g->h_ids[g->rows + i] = seq, g->h_ids[2 * g->rows + i] = pos;
 }
 
 moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
@@ -259,6 +382,7 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
     if (B < 1 || B > g->chunk || !slots || !tokens || !pos || !logits)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "%lld sequences, expected 1..%lld and non-NULL arrays", (long long)B, (long long)g->chunk);
     int64_t span = 0;
+    float *dst[MOQ_GPU_CHUNK];
     for (int64_t b = 0; b < B; b++) {
         if (slots[b] < 0 || slots[b] >= g->n_seqs || pos[b] < 0 || pos[b] >= m->T || tokens[b] < 0 || tokens[b] >= m->V)
             return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "sequence %lld: slot %d of %lld, position %d of %lld, token %d of %lld",
@@ -266,8 +390,10 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
         for (int64_t c = 0; c < b; c++)
             if (slots[c] == slots[b]) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_decode_batch", "slot %d appears twice in one step", slots[b]);
         if (pos[b] + 1 > span) span = pos[b] + 1;
+        plan_row(g, b, tokens[b], slots[b], pos[b]);
+        g->h_ids[3 * g->rows + b] = (int32_t)b, dst[b] = logits + b * m->V;
     }
-    return gpu_step(m, tokens, slots, pos, B, span, 0, logits, err);
+    return gpu_step(m, &g->own, B, B, 0, span, false, dst, err);
 }
 
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
@@ -275,30 +401,78 @@ moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, 
     if (!g || slot < 0 || slot >= g->n_seqs || n < 1 || pos0 < 0 || pos0 + n > m->T)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "slot %d, %lld tokens at position %d: expected a GPU model, a reserved slot and "
                         "positions inside the context of %lld", slot, (long long)n, pos0, (long long)m->T);
-    int32_t s[MOQ_GPU_CHUNK], p[MOQ_GPU_CHUNK];
-    for (int64_t i = 0; i < n; i += g->chunk) {
-        const int64_t M = n - i < g->chunk ? n - i : g->chunk;
-        for (int64_t j = 0; j < M; j++) {
-            if (tok[i + j] < 0 || tok[i + j] >= m->V)
-                return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i + j],
-                                (long long)(i + j), (long long)m->V);
-            s[j] = slot, p[j] = (int32_t)(pos0 + i + j);
-        }
-        MOQ_TRY(gpu_step(m, tok + i, s, p, M, pos0 + i + M, M - 1, logits_last, err));
+    for (int64_t i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= m->V)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_gpu_prefill_slot", "token %d at index %lld, expected [0, %lld)", tok[i], (long long)i, (long long)m->V);
+    for (int64_t i = 0; i < n; i += g->rows) {
+        const int64_t M = n - i < g->rows ? n - i : g->rows;
+        for (int64_t j = 0; j < M; j++) plan_row(g, j, tok[i + j], slot, (int32_t)(pos0 + i + j));
+        g->h_ids[3 * g->rows] = (int32_t)(M - 1);
+        MOQ_TRY(gpu_step(m, &g->own, M, 1, 0, pos0 + i + M, true, &logits_last, err));
     }
     return MOQ_OK;
 }
 
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err) {
     moq_gpu *g = m->gpu;
-    (void)g;
-    int32_t s[MOQ_GPU_CHUNK], p[MOQ_GPU_CHUNK];
-    for (int64_t i = 0; i < M; i++) s[i] = 0, p[i] = (int32_t)(m->pos + i);
-    float *out = logits_rows ? logits_rows : m->logits;
-    MOQ_TRY(gpu_step(m, tok, s, p, M, m->pos + M, logits_rows ? 0 : M - 1, out, err));
+    float *dst[MOQ_GPU_PREFILL] = {NULL};
+    const int64_t nl = logits_rows ? M : 1;
+    for (int64_t i = 0; i < M; i++) plan_row(g, i, tok[i], 0, (int32_t)(m->pos + i));
+    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)(logits_rows ? j : M - 1), dst[j] = logits_rows ? logits_rows + j * m->V : m->logits;
+    MOQ_TRY(gpu_step(m, &g->own, M, nl, 0, m->pos + M, true, dst, err));
     if (logits_rows) memcpy(m->logits, logits_rows + (M - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;
     return MOQ_OK;
+}
+
+uint64_t moq_gpu_mem_used(void) {
+    size_t fr = 0, tot = 0;
+    return moq_cuda_mem_info(&fr, &tot) ? 0 : (uint64_t)(tot - fr);
+}
+
+/* ---- moq_batch's pool on the GPU (batch.c) ---- */
+moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err) {
+    *out = NULL;
+    moq_gpu *g = m->gpu;
+    moq_gpu_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_batch_create", "out of host memory");
+    moq_status st = kv_alloc(m, kv, n_pages, page, g->chunk, err);
+    if (st == MOQ_OK && moq_cuda_host_alloc((size_t)(g->chunk * kv->max_pages) * sizeof(int32_t), (void **)&kv->h_bt))
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_batch_create", "out of pinned host memory for the block tables");
+    if (st != MOQ_OK) {
+        kv_release(kv, m->L);
+        free(kv);
+        return st;
+    }
+    *out = kv;
+    return MOQ_OK;
+}
+
+void moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv) {
+    if (!kv) return;
+    if (m->gpu) moq_cuda_stream_sync(m->gpu->stream);
+    kv_release(kv, m->L);
+    free(kv);
+}
+
+moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
+                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err) {
+    moq_gpu *g = m->gpu;
+    if (!g || M < 1 || M > g->chunk || nl < 0 || nl > M)
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "moq_gpu_forward_rows", "%lld rows with %lld logits rows, expected 1..%lld", (long long)M, (long long)nl,
+                        (long long)(g ? g->chunk : 0));
+    int64_t n_bt = 0, span = 0;
+    bool consecutive = true;
+    for (int64_t i = 0; i < M; i++) {
+        if (i && pos[i] != pos[i - 1] + 1) consecutive = false; /* rows of one sequence are consecutive: one table row per sequence */
+        if (i == 0 || tabs[i] != tabs[i - 1]) n_bt++;
+        plan_row(g, i, tok[i], (int32_t)(n_bt - 1), (int32_t)pos[i]);
+        if (pos[i] + 1 > span) span = pos[i] + 1;
+        if (i == M - 1 || tabs[i + 1] != tabs[i]) /* the sequence's last row: its pages so far */
+            memcpy(kv->h_bt + (n_bt - 1) * kv->max_pages, tabs[i], (size_t)((pos[i] + kv->page) / kv->page) * sizeof(int32_t));
+    }
+    for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)lrows[j];
+    return gpu_step(m, kv, M, nl, n_bt, span, n_bt == 1 && consecutive, dst, err);
 }
 
 #else /* built without CUDA: moq_model_open refuses device CUDA before any of these is reached */
@@ -310,6 +484,10 @@ moq_status moq_gpu_open(moq_model *m, moq_error *err) {
 }
 void moq_gpu_free(moq_model *m) { (void)m; }
 int64_t moq_gpu_chunk(const moq_model *m) {
+    (void)m;
+    return 0;
+}
+int64_t moq_gpu_batch_chunk(const moq_model *m) {
     (void)m;
     return 0;
 }
@@ -329,5 +507,21 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
     (void)m, (void)slot, (void)tok, (void)n, (void)pos0, (void)logits_last;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_gpu_prefill_slot", "this libmoq was built without CUDA");
+}
+int moq_gpu_kv_elem_bytes(const moq_model *m) {
+    (void)m;
+    return 2;
+}
+uint64_t moq_gpu_mem_used(void) { return 0; }
+moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err) {
+    (void)m, (void)n_pages, (void)page;
+    *out = NULL;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_batch_create", "this libmoq was built without CUDA");
+}
+void moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv) { (void)m, (void)kv; }
+moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
+                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err) {
+    (void)m, (void)kv, (void)tok, (void)pos, (void)tabs, (void)M, (void)lrows, (void)nl, (void)dst;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_batch_run", "this libmoq was built without CUDA");
 }
 #endif

@@ -4,9 +4,11 @@
 #define MOQ_MODEL_MODEL_PRIV_H
 
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
+#include "model/attn/dsv4.h"
 #include "model/attn/gdn.h"
 #include "model/attn/mla.h"
 #include "model/kv_cache.h"
@@ -43,6 +45,8 @@ typedef struct layer {
     float  mscale;
     float *q_norm, *k_norm;          /* f32 [D] or NULL  */
     float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
+    moq_dsv4_attn    v4;                 /* ATTN_DSV4 layers: attention, compressors, mHC       */
+    int32_t         *hash_ids;           /* DeepSeek-V4 hash_moe layer: tid2eid i32 [V, topk]    */
 } layer;
 
 struct moq_model {
@@ -66,6 +70,14 @@ struct moq_model {
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
     moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
     moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
+    moq_dsv4_cfg     *v4;                /* FAM_DEEPSEEK_V4 rows (in blobs), else NULL         */
+    moq_dsv4_dims     v4d;
+    moq_dsv4_ws       v4ws;
+    float            *inv_freq_c;        /* DeepSeek-V4 compress RoPE [Drot/2]               */
+    float             mscale_c;
+    float            *v4mix, *v4sh;      /* mHC mixes [chunk, hc + hc²], shared expert out [chunk, H] */
+    int32_t          *v4ids;             /* hash routing ids [chunk, topk]                   */
+    float            *hc_fn, *hc_base, *hc_scale; /* DeepseekV4HyperHead                        */
     bool             *moe_list;          /* MOE_LAYER_LIST: which layers hold experts        */
     float            *inv_freq_local;    /* Gemma: sliding layers' RoPE                      */
     float             mscale_local;
@@ -108,7 +120,8 @@ struct moq_model {
  * forward_chunk (logits_rows NULL: the last row only, into m->logits). */
 moq_status moq_gpu_open(moq_model *m, moq_error *err);
 void       moq_gpu_free(moq_model *m);
-int64_t    moq_gpu_chunk(const moq_model *m); /* tokens per GPU step */
+int64_t    moq_gpu_chunk(const moq_model *m);       /* most tokens of one GPU step (a prefill) */
+int64_t    moq_gpu_batch_chunk(const moq_model *m); /* most rows of one moq_batch forward      */
 moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *logits_rows, moq_error *err);
 /* Batched decode on the GPU (the server's step; the public API is the lead's to settle): the KV
  * cache holds n sequence slots of ctx positions each (reserving frees what the slots held; slot 0
@@ -120,6 +133,19 @@ moq_status moq_gpu_reserve_seqs(moq_model *m, int64_t n, moq_error *err);
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err);
 moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, const int32_t *tokens, const int32_t *pos, float *logits,
                                 moq_error *err);
+/* moq_batch on the GPU (batch.c): a pool of n_pages pages of `page` positions per layer (K and V,
+ * the model's GPU encoding: 2 bytes bf16 or 1 byte e4m3 per element) and its block-table staging;
+ * forward_rows is moq_model_forward_rows for it (rows of one sequence consecutive, tabs[i] that
+ * sequence's page ids), logits row j into dst[j]. Decode steps (every row wants logits, <= 64 rows)
+ * replay a CUDA graph captured per row count on this pool. */
+typedef struct moq_gpu_kv moq_gpu_kv;
+int        moq_gpu_kv_elem_bytes(const moq_model *m);
+moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err);
+void       moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv);
+moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
+                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
+/* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
+uint64_t   moq_gpu_mem_used(void);
 /* Whether this build has the GPU forward (false without CUDA in the build). */
 bool       moq_gpu_built(void);
 

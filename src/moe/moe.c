@@ -107,6 +107,8 @@ struct moq_moe {
     moe_expert          shared;
     bool                has_shared;
     moq_linear         *router;
+    moq_weight          router_w;    /* the router's canonical weight (the GPU layer reads it)    */
+    bool                rcpa;        /* opts.rcpa_corr was given                                  */
     void               *router_q;    /* owned copy of the router weight                         */
     float              *router_b;    /* f32 [E] router bias (gpt-oss), or NULL                    */
     int                 n_threads;
@@ -318,11 +320,12 @@ static void weight_init(moq_weight *w, moq_pair_id p, int64_t N, int64_t K, void
 
 /* Kernel rows of an expert's two weights, then one copy of each (issue 14): when a row packed its
  * weight, the canonical codes (and u8 block scales) are freed (moq_linear_forget_canonical). */
-static moq_status expert_bind(moe_expert *ex, moq_linear_opts *lo, const char *name13, const char *name2, moq_error *err) {
+static moq_status expert_bind(moe_expert *ex, moq_linear_opts *lo, const char *name13, const char *name2, bool keep, moq_error *err) {
     lo->name = name13;
     MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, lo, err));
     lo->name = name2;
     MOQ_TRY(moq_linear_create_from_weight(&ex->l2, &ex->w2, lo, err));
+    if (keep) return MOQ_OK;
     moq_linear *const l[2] = {ex->l13, ex->l2};
     moq_weight *const w[2] = {&ex->w13, &ex->w2};
     void **const q[2] = {&ex->q13, &ex->q2}, **const s[2] = {&ex->s13, &ex->s2};
@@ -493,7 +496,7 @@ static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert 
     }
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
-    return expert_bind(ex, &lo, m->name, m->name, err);
+    return expert_bind(ex, &lo, m->name, m->name, o->keep_canonical, err);
 }
 
 /* Loads one expert (or the shared expert) at ebase into ex. a: the input scales to use. */
@@ -575,7 +578,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
 
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
-    return expert_bind(ex, &lo, ebase, nm, err); /* nm: the down projection's checkpoint name */
+    return expert_bind(ex, &lo, ebase, nm, o->keep_canonical, err); /* nm: the down projection's checkpoint name */
 }
 
 /* Host bytes of an expert: packed layouts and the canonical buffers still held. */
@@ -654,6 +657,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
     m->ap = (moq_moe_act_params){o.swiglu_limit, o.swiglu_alpha, o.swiglu_beta};
     m->routing = o.routing;
     m->E = o.num_experts;
+    m->rcpa = o.rcpa_corr != NULL;
     m->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
     const bool gated = moq_moe_act_table[o.act].gated;
     const moe_fmt *f = m->fmt;
@@ -796,7 +800,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             moq_weight rw;
             weight_init(&rw, pair_of_elem(e), m->E, m->H, m->router_q, NULL);
             snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router);
-            const moq_tensor *rb = moq_checkpoint_tensor(ck, nm);
+            const moq_tensor *rb = o.routing.use_correction_bias ? NULL : moq_checkpoint_tensor(ck, nm); /* else it is the selection bias */
             if (rb) { /* gpt-oss: logits = W x + b */
                 m->router_b = malloc((size_t)m->E * sizeof(float));
                 if (!m->router_b) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, nm, "out of memory"); goto fail; }
@@ -808,10 +812,11 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             moq_linear_opts lo = moq_linear_opts_default();
             lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
             if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;
-            if (moq_linear_forget_canonical(m->router) & MOQ_CANON_CODES) free(m->router_q), m->router_q = NULL;
+            m->router_w = rw; /* canonical kept: the GPU layer reads it (small: E x H) */
         }
         if (o.routing.use_correction_bias && !o.routing.correction_bias) {
             snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
+            if (!moq_checkpoint_tensor(ck, nm)) snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router); /* DeepSeek-V4's name */
             const moq_tensor *b;
             if ((st = get_tensor(ck, nm, "DeepSeek-V3 router selection bias", &b, err)) != MOQ_OK) goto fail;
             if ((st = want_dtype(b, MOQ_DT_F32, MOQ_DT_BF16, "selection bias", err)) != MOQ_OK) goto fail;
@@ -941,8 +946,8 @@ static moq_status run_expert(const moq_moe *m, const moe_expert *ex, int64_t g, 
     return moq_linear_run(ex->l2, a_in, xe, c, out, MOQ_ELEM_F32, lws, lin_ws, err);
 }
 
-moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
-                       void *ws, size_t ws_size, moq_error *err) {
+static moq_status moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, const int32_t *fixed,
+                          void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err) {
     if (!m || !x || !y || T < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m ? m->name : "", "m, x, y must not be NULL and T >= 1 (T=%lld)", (long long)T);
     if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
@@ -963,8 +968,11 @@ moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t
     /* Small steps stay on one thread: at decode a parallel region costs more than the work. */
     const bool par_tok = T * E >= 4096, par_rows = T * k * H >= 65536;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par_tok)
-    for (int64_t t = 0; t < T; t++)
-        moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E));
+    for (int64_t t = 0; t < T; t++) {
+        float *scr = w.rscr + (size_t)omp_get_thread_num() * moq_moe_route_scratch(E);
+        if (fixed) moq_moe_route_fixed(&m->routing, E, logits + t * E, fixed + t * k, w.ids + t * k, w.wts + t * k, scr);
+        else moq_moe_route_ref(&m->routing, E, logits + t * E, w.ids + t * k, w.wts + t * k, scr);
+    }
 
     /* Counting sort by local expert: rows of one expert contiguous, tokens ascending. */
     memset(w.off, 0, (size_t)(L + 1) * 8);
@@ -1046,6 +1054,21 @@ int         moq_moe_warning_count(const moq_moe *m) { return m ? m->n_warn : 0; 
 const char *moq_moe_warning(const moq_moe *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : NULL; }
 
 /* ---- synthetic experts (bench) ------------------------------------------------------------- */
+moq_status moq_moe_run(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const float *router_logits, void *y, moq_elem y_elem,
+                       void *ws, size_t ws_size, moq_error *err) {
+    return moe_run(m, x, x_elem, T, router_logits, NULL, y, y_elem, ws, ws_size, err);
+}
+
+moq_status moq_moe_run_fixed(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const int32_t *ids, void *y, moq_elem y_elem,
+                             void *ws, size_t ws_size, moq_error *err) {
+    if (!m || !ids) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m ? m->name : "moq_moe_run_fixed", "m and ids must not be NULL");
+    for (int64_t a = 0; a < T * m->routing.top_k; a++)
+        if (ids[a] < 0 || ids[a] >= m->E)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, m->name, "fixed expert id %d at token %lld, expected 0..%lld", ids[a],
+                            (long long)(a / m->routing.top_k), (long long)m->E - 1);
+    return moe_run(m, x, x_elem, T, NULL, ids, y, y_elem, ws, ws_size, err);
+}
+
 static uint64_t synth_next(uint64_t *s) { *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17; return *s; }
 
 /* Bytes of one projection [N, K]: weight, block scales (SC_GROUP / SC_BLK128); scalars apart. */
@@ -1115,6 +1138,17 @@ moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format fmt, 
             }
         }
     return MOQ_OK;
+}
+
+void moq_moe_get_view(const moq_moe *m, moq_moe_view *v) {
+    *v = (moq_moe_view){.name = m->name, .E = m->E, .H = m->H, .I = m->I, .Ip = m->Ip, .N13 = m->N13, .n_local = m->n_local, .local_of = m->local_of,
+                        .routing = &m->routing, .act = m->act, .act_limit = m->ap.limit, .act_alpha = m->ap.alpha, .act_beta = m->ap.beta,
+                        .has_shared = m->has_shared, .rcpa = m->rcpa, .pre_scale = m->fmt->pqs, .router = m->router ? &m->router_w : NULL};
+}
+
+const moq_weight *moq_moe_expert_weight(const moq_moe *m, int64_t l, int which) {
+    if (!m || l < 0 || l >= m->n_local) return NULL;
+    return which ? &m->ex[l].w2 : &m->ex[l].w13;
 }
 
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which) {

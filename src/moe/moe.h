@@ -4,6 +4,9 @@
 #ifndef MOQ_MOE_MOE_H
 #define MOQ_MOE_MOE_H
 
+#include <stdbool.h>
+
+#include "kernels/kernels.h"
 #include "moq.h"
 
 /* Adds E experts experts.N.{gate_proj,up_proj,down_proj} of format f with random codes and
@@ -22,6 +25,29 @@ uint64_t moq_moe_expert_bytes(moq_moe_format f, int64_t H, int64_t I);
 
 /* The w13 (which = 0) or w2 (1) linear of local expert l; NULL when out of range. */
 const moq_linear *moq_moe_expert_linear(const moq_moe *m, int64_t l, int which);
+
+/* What the GPU layer (moe_gpu.c) reads of a CPU-opened layer: shapes, routing, the experts' canonical
+ * weights (borrowed: valid while m lives). router: NULL when the layer has no router weight. */
+typedef struct moq_moe_view {
+    const char            *name;       /* the layer's checkpoint prefix                           */
+    int64_t                E, H, I, Ip, N13, n_local;
+    const int32_t         *local_of;   /* [E]: local id or -1                                     */
+    const moq_moe_routing *routing;    /* correction_bias resolved                                 */
+    moq_moe_act            act;
+    float                  act_limit, act_alpha, act_beta;
+    bool                   has_shared; /* a shared expert inside the layer (moq_moe_opts.shared_expert) */
+    bool                   rcpa;       /* NVFP4 reciprocals as rcp.approx (opts.rcpa_corr given)   */
+    bool                   pre_scale;  /* AWQ pre_quant_scale on the experts                        */
+    const moq_weight      *router;     /* [E, H] F32 | BF16 | F16, bias [E] or NULL                 */
+} moq_moe_view;
+void moq_moe_get_view(const moq_moe *m, moq_moe_view *v);
+/* The canonical weight of local expert l: w13 (which = 0) or w2 (1); NULL when out of range. */
+const moq_weight *moq_moe_expert_weight(const moq_moe *m, int64_t l, int which);
+/* moq_moe_run with the experts of each token given (DeepSeek-V4 hash_moe: ids i32 [T, k] from
+ * tid2eid[token], each < E, else MOQ_ERR_INVALID_ARG); the checkpoint router still gives the scores
+ * whose values at those ids are the weights (moq_moe_route_fixed). */
+moq_status moq_moe_run_fixed(const moq_moe *m, const void *x, moq_elem x_elem, int64_t T, const int32_t *ids, void *y, moq_elem y_elem,
+                             void *ws, size_t ws_size, moq_error *err);
 
 /* Calibration hook: fn(user, tag, global expert id, 0 = the expert's input rows [c, H] | 1 = its
  * down-projection input [c, I'], values, c, cols) for every expert a step routes tokens to (f32

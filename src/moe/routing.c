@@ -45,17 +45,40 @@ static int64_t argmax_allowed(const float *v, const float *allowed, int64_t n) {
     return best;
 }
 
-void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits, int32_t *ids, float *weights, float *scratch) {
-    float *p = scratch, *sel = scratch + E, *allowed = scratch + 2 * E;
+/* The scores p f32 [E] of one token's logits under r->scoring. */
+static void scores(const moq_moe_routing *r, int64_t E, const float *logits, float *p) {
     if (r->scoring == MOQ_MOE_SCORE_SOFTMAX) {
         float mx = logits[0];
         for (int64_t e = 1; e < E; e++) mx = fmaxf(mx, logits[e]);
         float sum = 0.0f;
         for (int64_t e = 0; e < E; e++) sum += (p[e] = expf(logits[e] - mx));
         for (int64_t e = 0; e < E; e++) p[e] /= sum;
+    } else if (r->scoring == MOQ_MOE_SCORE_SQRTSOFTPLUS) {
+        for (int64_t e = 0; e < E; e++) p[e] = sqrtf(logits[e] > 20.0f ? logits[e] : log1pf(expf(logits[e])));
     } else {
         for (int64_t e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-logits[e]));
     }
+}
+
+/* Renormalization and routed_scaling_factor of the k selected weights. */
+static void finish(const moq_moe_routing *r, float *weights, float sum) {
+    if (r->renormalize)
+        for (int j = 0; j < r->top_k; j++) weights[j] /= sum;
+    if (r->routed_scaling_factor != 1.0f)
+        for (int j = 0; j < r->top_k; j++) weights[j] *= r->routed_scaling_factor;
+}
+
+void moq_moe_route_fixed(const moq_moe_routing *r, int64_t E, const float *logits, const int32_t *fixed, int32_t *ids, float *weights,
+                         float *scratch) {
+    scores(r, E, logits, scratch);
+    float sum = 0.0f;
+    for (int j = 0; j < r->top_k; j++) ids[j] = fixed[j], weights[j] = scratch[fixed[j]], sum += weights[j];
+    finish(r, weights, sum);
+}
+
+void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits, int32_t *ids, float *weights, float *scratch) {
+    float *p = scratch, *sel = scratch + E, *allowed = scratch + 2 * E;
+    scores(r, E, logits, p);
     for (int64_t e = 0; e < E; e++) {
         sel[e] = r->correction_bias ? p[e] + r->correction_bias[e] : p[e];
         allowed[e] = 1.0f;
@@ -89,10 +112,7 @@ void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits,
         weights[j] = p[e];
         sum += p[e];
     }
-    if (r->renormalize)
-        for (int j = 0; j < r->top_k; j++) weights[j] /= sum;
-    if (r->routed_scaling_factor != 1.0f)
-        for (int j = 0; j < r->top_k; j++) weights[j] *= r->routed_scaling_factor;
+    finish(r, weights, sum);
 }
 
 /*                                         name          gated */

@@ -4,6 +4,8 @@
  * Routing modes (moq_moe_routing in moq.h):
  *   softmax top-k       p = softmax(logits); ids = top-k(p); w = p[ids]
  *   sigmoid top-k       p = sigmoid(logits); ids = top-k(p + bias); w = p[ids]
+ *   sqrtsoftplus top-k  p = sqrt(softplus(logits)), then as sigmoid (DeepSeek-V4)
+ *   fixed (hash)        ids given per token (tid2eid[token]); w = p[ids] (DeepSeek-V4 hash_moe)
  *   grouped (DeepSeek)  E split into G groups of E/G; group score = sum of the 2 largest biased
  *                       scores of the group when a correction bias is given (DeepSeek-V3), else
  *                       the largest score (DeepSeek-V2); keep the topk_group best groups; ids =
@@ -35,6 +37,11 @@ size_t moq_moe_route_scratch(int64_t E);
  * scratch f32 >= moq_moe_route_scratch(E). r must have passed moq_moe_routing_check. */
 void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits, int32_t *ids,
                        float *weights, float *scratch);
+
+/* Hash routing (DeepSeek-V4 hash_moe layers): ids = fixed[0..k) (checked < E by the caller),
+ * weights = the scores of those ids, then renormalize and scale as above. */
+void moq_moe_route_fixed(const moq_moe_routing *r, int64_t E, const float *logits, const int32_t *fixed, int32_t *ids, float *weights,
+                         float *scratch);
 
 /* Activation row: h f32 [2I] (gated: gate = h[0, I), up = h[I, 2I)) or [I] (relu2) -> out f32 [I].
  * limit/alpha/beta used by MOQ_MOE_ACT_SWIGLU_LIMIT only. */

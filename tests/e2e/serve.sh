@@ -5,6 +5,7 @@
 # OpenAI error shape and status for each bad request, Prometheus text format. Then a short soak with
 # random client disconnects, after which /metrics must show no running request and every KV page
 # free, and SIGTERM must end the server with exit 0 (under ASan: no leak reported).
+# MOQ_SERVE_DEVICE=cuda (the device script) runs the server and `moq run` on the GPU (head_dim 64).
 set -u
 MOQ=${MOQ_BIN:?MOQ_BIN not set}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -14,15 +15,18 @@ mkdir -p "$TMP"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 export OMP_WAIT_POLICY=passive
 fail=0
+DEV=${MOQ_SERVE_DEVICE:-cpu}
+SHAPE=()
+[ "$DEV" = cpu ] || SHAPE=(--heads 2 --kv-heads 1) # the GPU forward takes head_dim 64, 128 or 256
 SPID=
 cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-"$MOQ" synth "$TMP/m" --algo NVFP4 --layers 2 --vocab 1024 --hidden 128 --inter 256 >/dev/null || { echo "FAIL: synth"; exit 1; }
+"$MOQ" synth "$TMP/m" --algo NVFP4 --layers 2 --vocab 1024 --hidden 128 --inter 256 "${SHAPE[@]}" >/dev/null || { echo "FAIL: synth"; exit 1; }
 cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$TMP/m/"
 
 start() { # extra serve flags...
     rm -f "$TMP/port"
-    "$MOQ" serve "$TMP/m" --port 0 --port-file "$TMP/port" --threads 1 --ctx 256 "$@" 2>"$TMP/log" &
+    "$MOQ" serve "$TMP/m" --port 0 --port-file "$TMP/port" --threads 1 --ctx 256 --device "$DEV" "$@" 2>"$TMP/log" &
     SPID=$!
     for _ in $(seq 1 100); do [ -s "$TMP/port" ] && break; sleep 0.1; done
     [ -s "$TMP/port" ] || { echo "FAIL: server did not start"; cat "$TMP/log"; exit 1; }
@@ -44,12 +48,12 @@ start --max-batch 8
 # ---- endpoints
 [ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] || { echo "FAIL: /health"; fail=1; }
 [ "$(curl -s "$URL/v1/models" | field '["data"][0]["id"]')" = m ] || { echo "FAIL: /v1/models"; fail=1; }
-want=$("$MOQ" run "$TMP/m" -p "Hello world" -n 12 --threads 1 --json 2>/dev/null | field '["text"]')
+want=$("$MOQ" run "$TMP/m" -p "Hello world" -n 12 --threads 1 --device "$DEV" --json 2>/dev/null | field '["text"]')
 code=$(post /v1/completions '{"model":"m","prompt":"Hello world","max_tokens":12,"temperature":0}')
 got=$(field '["choices"][0]["text"]' <"$TMP/body")
 [ "$code" = 200 ] && [ "$got" = "$want" ] || { echo "FAIL: completions greedy [$got] != moq run [$want] ($code)"; cat "$TMP/body"; fail=1; }
 [ "$(field '["usage"]["completion_tokens"]' <"$TMP/body")" = 12 ] || { echo "FAIL: usage"; cat "$TMP/body"; fail=1; }
-want=$("$MOQ" run "$TMP/m" -p "Hi there" --chat -n 10 --threads 1 --json 2>/dev/null | field '["text"]')
+want=$("$MOQ" run "$TMP/m" -p "Hi there" --chat -n 10 --threads 1 --device "$DEV" --json 2>/dev/null | field '["text"]')
 code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi there"}],"max_tokens":10,"temperature":0}')
 got=$(field '["choices"][0]["message"]["content"]' <"$TMP/body")
 [ "$code" = 200 ] && [ "$got" = "$want" ] || { echo "FAIL: chat greedy [$got] != moq run --chat [$want] ($code)"; cat "$TMP/body"; fail=1; }

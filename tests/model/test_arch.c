@@ -240,28 +240,10 @@ static void test_multimodal_layouts(void **st) {
  * context beyond index_topk is refused, naming the key. */
 static void test_deepseek_v32(void **st) {
     (void)st;
+    /* index_topk 64 = the context: the indexer never drops a key, so this is dense MLA over
+     * deepseek_v3_a's weights (no indexer tensors needed); past index_topk: tests/model/test_dsv4.c */
     check_rekeyed("deepseek_v3_a", "DeepseekV32ForCausalLM", "model", "lm_head",
-                  "\"index_topk\": 32, \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"], ");
-    char *dst = tu_tmpdir("v32_ctx");
-    char cfg[512];
-    snprintf(cfg, sizeof cfg, "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 1, "
-             "\"num_attention_heads\": 4, \"vocab_size\": 128, \"intermediate_size\": 32, \"index_topk\": 16}");
-    moq_writer *w = NULL;
-    TU_OK(moq_writer_create(&w, dst, err_));
-    static const uint16_t one[1] = {0x3f80};
-    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
-    TU_OK(moq_writer_file(w, "config.json", cfg, err_));
-    TU_OK(moq_writer_finish(w, 1, err_));
-    moq_writer_free(w);
-    moq_model_opts o = moq_model_opts_default();
-    o.ctx = 17;
-    moq_model *m = NULL;
-    moq_error e = {0};
-    const moq_status st2 = moq_model_open(&m, dst, &o, &e);
-    TU_ERR(&e, st2, MOQ_ERR_UNSUPPORTED, "config.json", "index_topk 16");
-    assert_null(m);
-    tu_rmtree(dst);
-    free(dst);
+                  "\"index_topk\": 64, \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\"], ");
 }
 
 /* A config.json the family readers must refuse: the error is `code`, names config.json and says `msg`. */

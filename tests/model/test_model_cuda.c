@@ -281,8 +281,103 @@ static void test_generated(void **state) {
     if (g_fail[0]) fail_msg("%s", g_fail);
 }
 
-/* NVIDIA's real ModelOpt 0.47 exports (tests/data/modelopt_real): the Llama ones run on the GPU; the
- * AWQ one and the MoE one are refused by name. */
+/* A 2-layer MoE decoder: Qwen3-MoE (q/k norms, mlp.gate + mlp.experts.e.{gate,up,down}_proj) or Mixtral
+ * (block_sparse_moe.gate + experts.e.{w1,w3,w2}), 8 experts of intermediate I_, top-2 renormalized,
+ * attention and experts in `algo`, router and lm_head BF16. Gate and up of each expert are quantized
+ * apart (their own global / per-tensor scales), so the GPU must keep their alphas separate. */
+enum { ME_ = 8, MK_ = 2 };
+static void make_moe_model(const char *arch, const char *algo, uint64_t seed, const char *dir) {
+    const bool mixtral = strstr(arch, "Mixtral") != NULL;
+    const char *blk = mixtral ? "block_sparse_moe" : "mlp";
+    gen g = {.rng = seed};
+    TU_OK(moq_writer_create(&g.w, dir, err_));
+    free(tg_add_bf16(&g, "model.embed_tokens.weight", V_, H_, 1.0, 0));
+    for (int l = 0; l < L_; l++) {
+        char nm[200], pre[160];
+        olin t[3];
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        free(tg_add_bf16(&g, nm, H_, 0, 0.1, 1.0));
+        snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"}, *const on[1] = {"o_proj"};
+        const int64_t nqkv[3] = {A_ * D_, KV_ * D_, KV_ * D_}, no[1] = {H_};
+        memset(t, 0, sizeof t);
+        tg_add_linears(&g, pre, qkv, nqkv, 3, H_, algo, false, t);
+        for (int i = 0; i < 3; i++) tg_olin_free(&t[i]);
+        memset(t, 0, sizeof t);
+        tg_add_linears(&g, pre, on, no, 1, A_ * D_, algo, false, t);
+        tg_olin_free(&t[0]);
+        if (!mixtral) {
+            snprintf(nm, sizeof nm, "%s.q_norm.weight", pre);
+            free(tg_add_bf16(&g, nm, D_, 0, 0.1, 1.0));
+            snprintf(nm, sizeof nm, "%s.k_norm.weight", pre);
+            free(tg_add_bf16(&g, nm, D_, 0, 0.1, 1.0));
+        }
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        free(tg_add_bf16(&g, nm, H_, 0, 0.1, 1.0));
+        snprintf(nm, sizeof nm, "model.layers.%d.%s.gate.weight", l, blk);
+        free(tg_add_bf16(&g, nm, ME_, H_, 0.5, 0));
+        for (int e = 0; e < ME_; e++) {
+            static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const mn[3] = {"w1", "w3", "w2"};
+            snprintf(pre, sizeof pre, "model.layers.%d.%s.experts.%d", l, blk, e);
+            for (int j = 0; j < 3; j++) {
+                const char *const nmj[1] = {mixtral ? mn[j] : qn[j]};
+                const int64_t n1[1] = {j == 2 ? H_ : I_};
+                memset(t, 0, sizeof t);
+                tg_add_linears(&g, pre, nmj, n1, 1, j == 2 ? I_ : H_, algo, false, t);
+                tg_olin_free(&t[0]);
+            }
+        }
+    }
+    free(tg_add_bf16(&g, "model.norm.weight", H_, 0, 0.1, 1.0));
+    static const char *const hn[1] = {"lm_head"};
+    const int64_t nh[1] = {V_};
+    olin th;
+    memset(&th, 0, sizeof th);
+    tg_add_linears(&g, "", hn, nh, 1, H_, "BF16", false, &th);
+    tg_olin_free(&th);
+    char hq[1024], cfg[2048];
+    if (strcmp(algo, "BF16") != 0) {
+        snprintf(hq, sizeof hq,
+                 "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"}, \"quantization\": {\"quant_algo\": \"%s\", "
+                 "\"kv_cache_quant_algo\": null, \"group_size\": 16, \"exclude_modules\": [\"lm_head\", \"*%s.gate\"]}}", algo, blk);
+        TU_OK(moq_writer_file(g.w, "hf_quant_config.json", hq, err_));
+    }
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"%s\"], \"model_type\": \"x\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": %d, "
+             "\"intermediate_size\": %d, \"moe_intermediate_size\": %d, \"%s\": %d, \"num_experts_per_tok\": %d, \"norm_topk_prob\": true, "
+             "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
+             "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false}",
+             arch, H_, 2 * I_, I_, mixtral ? "num_local_experts" : "num_experts", ME_, MK_, L_, A_, KV_, D_, V_);
+    TU_OK(moq_writer_file(g.w, "config.json", cfg, err_));
+    TU_OK(moq_writer_finish(g.w, 1, err_));
+    moq_writer_free(g.w);
+    tg_gen_free(&g);
+}
+
+/* Generated MoE models, every expert format the GPU runs: GPU vs CPU as the dense ones. */
+static void test_generated_moe(void **state) {
+    (void)state;
+    NEED_GPU();
+    g_fail[0] = 0;
+    static const struct { const char *arch, *algo; } mc[] = {
+        {"Qwen3MoeForCausalLM", "NVFP4"}, {"Qwen3MoeForCausalLM", "FP8"}, {"Qwen3MoeForCausalLM", "FP8_PER_CHANNEL_PER_TOKEN"},
+        {"Qwen3MoeForCausalLM", "FP8_PB_WO"}, {"Qwen3MoeForCausalLM", "W4A16_NVFP4"}, {"Qwen3MoeForCausalLM", "MXFP8"},
+        {"Qwen3MoeForCausalLM", "BF16"}, {"MixtralForCausalLM", "NVFP4"}, {"MixtralForCausalLM", "FP8"},
+    };
+    for (size_t i = 0; i < sizeof mc / sizeof mc[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "gpu_%s_%s", strstr(mc[i].arch, "Mixtral") ? "mixtral" : "qwen3moe", mc[i].algo);
+        char *dir = tu_tmpdir("gpu_moe");
+        make_moe_model(mc[i].arch, mc[i].algo, 0x30E0000u + i, dir);
+        compare(name, dir, false, V_);
+        tu_rmtree(dir);
+        free(dir);
+    }
+    if (g_fail[0]) fail_msg("%s", g_fail);
+}
+
+/* NVIDIA's real ModelOpt 0.47 exports (tests/data/modelopt_real): the Llama and Qwen3-MoE ones run on the
+ * GPU; the AWQ one and gpt-oss (attention sinks) are refused by name. */
 static void test_modelopt_real(void **state) {
     (void)state;
     NEED_GPU();
@@ -290,6 +385,7 @@ static void test_modelopt_real(void **state) {
     static const struct { const char *name; bool fp8_kv; } ok[] = {
         {"llama_fp8", false}, {"llama_fp8_kv", true}, {"llama_fp8_kv_cast", true}, {"llama_fp8_pb_wo", false},
         {"llama_fp8_pc_pt", false}, {"llama_mxfp8", false}, {"llama_nvfp4", false}, {"llama_w4a16_nvfp4", false},
+        {"qwen3moe_fp8", false}, {"qwen3moe_fp8_pb_wo", false}, {"qwen3moe_fp8_pc_pt", false}, {"qwen3moe_nvfp4", false},
     };
     char rel[128];
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -299,7 +395,7 @@ static void test_modelopt_real(void **state) {
         free(dir);
     }
     if (g_fail[0]) fail_msg("%s", g_fail);
-    static const struct { const char *name, *why; } refused[] = {{"llama_nvfp4_awq", "pre_quant_scale"}, {"qwen3moe_fp8", "routed experts"}};
+    static const struct { const char *name, *why; } refused[] = {{"llama_nvfp4_awq", "pre_quant_scale"}, {"gpt_oss_fp8", "attention sinks"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         snprintf(rel, sizeof rel, "modelopt_real/%s", refused[i].name);
         char *dir = src_data(rel);
@@ -385,9 +481,9 @@ static void test_model_linears(void **state) {
 
 /* Batched decode: 3 sequence slots of different lengths (10, 25, 3 tokens of prefill, a window of 9
  * crossed by two of them, FP8 KV) advanced together for 6 steps, in an order other than the slots';
- * each slot's logits must be those the sequence gets alone through the public API (slot 0). Only
- * the attention's key splits differ (the batch's longest span picks them): limit 1e-3 relative, and
- * the same greedy token. */
+ * each slot's logits must be those the sequence gets alone through the public API (slot 0). Each
+ * token cuts its own key span, and a row's GEMV sums do not depend on the other rows, so on the H200
+ * they are equal bit for bit; the limit is 1e-3 relative and the same greedy token. */
 static void test_batched_decode(void **state) {
     (void)state;
     NEED_GPU();
@@ -442,6 +538,95 @@ static void test_batched_decode(void **state) {
     free(dir);
 }
 
+/* The public batch API (moq_batch, what `moq serve` runs) on the GPU: 4 sequences (prompts of 10,
+ * 25, 3 and 40 tokens, a window of 9, FP8 KV, pages of 8 positions) join at different runs, their
+ * prompts fed in chunks of up to 16 tokens inside runs that also advance the others by one token
+ * (mixed runs: the eager path, logits rows gathered), then runs of one token each (decode steps:
+ * replayed CUDA graphs, a graph per row count as sequences join and finish). Every logits vector
+ * of every sequence must be the one the sequence gets alone through moq_model_prefill/decode
+ * (the model's own pool): limit 1e-3 of max|logit| and the same greedy token, as test_batched_decode.
+ * The pool's page size in bytes is checked against 2 · layers · page · KV heads · head_dim · 1 (e4m3). */
+static void test_batch_api(void **state) {
+    (void)state;
+    NEED_GPU();
+    enum { NS = 4, STEPS = 7, PAGE = 8, CH = 16 };
+    static const spec s = {"gpu_batch_api", "MistralForCausalLM", "FP8", false, false, false, true, NULL, 9};
+    char *dir = tu_tmpdir(s.name);
+    make_model(&s, dir);
+    moq_model_opts o = moq_model_opts_default();
+    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &o, err_));
+    static const int len[NS] = {10, 25, 3, 40}, start[NS] = {0, 0, 1, 2};
+    int32_t ids[NS][64];
+    for (int b = 0; b < NS; b++)
+        for (int i = 0; i < 64; i++) ids[b][i] = (int32_t)((i * 29 + b * 13 + 7) % V_);
+    float *ref = malloc(sizeof(float) * NS * (STEPS + 1) * V_), *got = malloc(sizeof(float) * NS * V_);
+    for (int b = 0; b < NS; b++) { /* alone, before the batch exists (moq.h: no moq_model_prefill while a batch lives) */
+        moq_model_reset(m);
+        TU_OK(moq_model_prefill(m, ids[b], len[b], NULL, err_));
+        memcpy(ref + (size_t)b * (STEPS + 1) * V_, moq_model_logits(m), sizeof(float) * V_);
+        for (int t = 0; t < STEPS; t++) {
+            TU_OK(moq_model_decode(m, ids[b][len[b] + t], err_));
+            memcpy(ref + ((size_t)b * (STEPS + 1) + (size_t)t + 1) * V_, moq_model_logits(m), sizeof(float) * V_);
+        }
+    }
+    moq_batch_opts bo = moq_batch_opts_default();
+    bo.page_tokens = PAGE, bo.max_rows = NS;
+    moq_batch *bt = NULL;
+    TU_OK(moq_batch_create(&bt, m, &bo, err_));
+    assert_int_equal(moq_batch_page_bytes(bt), 2ull * L_ * PAGE * KV_ * D_);
+    moq_seq *sq[NS];
+    int fed[NS] = {0};
+    for (int b = 0; b < NS; b++) TU_OK(moq_seq_create(&sq[b], bt, err_));
+    double worst = 0;
+    int checked = 0, graphs_runs = 0;
+    for (int run = 0;; run++) {
+        moq_batch_item it[NS];
+        int n = 0, who[NS];
+        bool all_one = true;
+        for (int b = 0; b < NS; b++) {
+            if (run < start[b] || fed[b] == len[b] + STEPS) continue;
+            const int k = fed[b] < len[b] ? (len[b] - fed[b] < CH ? len[b] - fed[b] : CH) : 1;
+            const bool last = fed[b] + k >= len[b];
+            it[n] = (moq_batch_item){sq[b], &ids[b][fed[b]], k, last ? got + (size_t)b * V_ : NULL};
+            all_one = all_one && k == 1, who[n++] = b;
+        }
+        if (n == 0) break;
+        TU_OK(moq_batch_run(bt, it, n, err_));
+        graphs_runs += all_one;
+        for (int j = 0; j < n; j++) {
+            const int b = who[j];
+            fed[b] += (int)it[j].n;
+            assert_int_equal(moq_seq_pos(sq[b]), fed[b]);
+            if (!it[j].logits) continue;
+            const float *r = ref + ((size_t)b * (STEPS + 1) + (size_t)(fed[b] - len[b])) * V_, *g = got + (size_t)b * V_;
+            double mx = 0, d = 0;
+            int ar = 0, ag = 0;
+            for (int v = 0; v < V_; v++) {
+                mx = fmax(mx, fabs(r[v])), d = fmax(d, fabs((double)g[v] - r[v]));
+                if (r[v] > r[ar]) ar = v;
+                if (g[v] > g[ag]) ag = v;
+            }
+            worst = fmax(worst, d / mx), checked++;
+            if (!(d / mx <= 1e-3) || ar != ag)
+                fail_msg("sequence %d after %d tokens (run %d, %d items): batch logits off by %.3g of max (limit 1e-3), greedy %d vs alone %d", b,
+                         fed[b], run, n, d / mx, ag, ar);
+        }
+    }
+    assert_int_equal(checked, NS * (STEPS + 1));
+    assert_true(graphs_runs >= 3);
+    print_message("moq_batch on the GPU: %d logits vectors of %d sequences (%d one-token runs), max rel difference to each alone %.3g\n", checked,
+                  NS, graphs_runs, worst);
+    for (int b = 0; b < NS; b++) moq_seq_free(sq[b]);
+    assert_int_equal(moq_batch_pages_free(bt), moq_batch_pages_total(bt));
+    moq_batch_free(bt);
+    free(ref), free(got);
+    moq_model_free(m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Without a GPU (or without CUDA in the build) device CUDA is refused at open, nothing leaks. */
 static void test_no_gpu(void **state) {
     (void)state;
@@ -470,8 +655,10 @@ int main(void) {
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_model_linears),
         cmocka_unit_test(test_generated),
+        cmocka_unit_test(test_generated_moe),
         cmocka_unit_test(test_modelopt_real),
         cmocka_unit_test(test_batched_decode),
+        cmocka_unit_test(test_batch_api),
     };
     return cmocka_run_group_tests(t, NULL, NULL);
 }

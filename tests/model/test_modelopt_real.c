@@ -53,6 +53,8 @@ static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
     {"llama4_a_fp8", FQ_BOUND}, {"llama4_a_nvfp4", FQ_NONE}, {"gpt_oss_fp8", FQ_BOUND}, {"gpt_oss_nvfp4", FQ_NONE},
     {"deepseek_v3_a_fp8", FQ_KEPT}, {"deepseek_v3_a_nvfp4", FQ_NONE}, {"qwen3_5_moe_fp8", FQ_KEPT}, {"qwen3_5_moe_nvfp4", FQ_NONE},
     {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE}, {"llama4_a_w4a16_nvfp4", FQ_NONE},
+    /* DeepSeek-V4, experts-only as NVIDIA's release (scripts/modelopt_dsv4_fixtures.py, CPU) */
+    {"deepseek_v4_fp8", FQ_BOUND}, {"deepseek_v4_nvfp4", FQ_NONE},
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 

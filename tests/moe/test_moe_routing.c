@@ -2,7 +2,8 @@
  * implementations written here from NUMERICS §7 and the seeds' rules: softmax top-k with and
  * without renormalization, sigmoid top-k with a selection bias, DeepSeek-V3 grouped top-k
  * (group score = sum of the two best biased scores; without bias the best one), routed scaling,
- * Llama-4 top-1, ties to the lowest id, and the configuration errors. Ids must match exactly
+ * Llama-4 top-1, DeepSeek-V4 sqrtsoftplus and hash (fixed) routing, ties to the lowest id, and the
+ * configuration errors. Ids must match exactly
  * (logits are spaced so f32 and fp64 order them the same); weights to 1e-6 relative. */
 #include "tu.h"
 
@@ -61,9 +62,34 @@ static void test_modes(void **state) {
     check_mode("deepseek-v3 grouped (bias, 8 groups, 4 kept, x2.5)", r, 256, 200);
     r.correction_bias = NULL, r.scoring = MOQ_MOE_SCORE_SOFTMAX, r.routed_scaling_factor = 1.0f, r.topk_group = 3, r.top_k = 6;
     check_mode("deepseek-v2 grouped softmax (group max)", r, 64, 200);
+    r.scoring = MOQ_MOE_SCORE_SQRTSOFTPLUS, r.correction_bias = bias, r.num_expert_group = 0, r.topk_group = 0, r.top_k = 6,
+    r.renormalize = true, r.routed_scaling_factor = 1.5f;
+    check_mode("deepseek-v4 sqrtsoftplus top-6 (bias, x1.5)", r, 256, 200);
     moq_moe_routing l4 = {0};
     l4.scoring = MOQ_MOE_SCORE_SIGMOID, l4.top_k = 1, l4.weight_on_input = true, l4.routed_scaling_factor = 1.0f;
     check_mode("llama-4 top-1 sigmoid", l4, 16, 200);
+}
+
+/* DeepSeek-V4 hash routing: the given experts, weighted by their sqrtsoftplus scores, renormalized
+ * and scaled (DeepseekV4HashRouter), in fp64 here; a logit above 20 takes torch's softplus threshold. */
+static void test_fixed(void **state) {
+    (void)state;
+    moq_moe_routing r = {0};
+    r.scoring = MOQ_MOE_SCORE_SQRTSOFTPLUS, r.top_k = 3, r.renormalize = true, r.routed_scaling_factor = 1.5f;
+    float logit[8] = {0.3f, -1.2f, 2.0f, 25.0f, -0.4f, 1.1f, -3.0f, 0.0f}, scr[24], w[3];
+    const int32_t fixed[3] = {6, 3, 1};
+    int32_t ids[3];
+    moq_moe_route_fixed(&r, 8, logit, fixed, ids, w, scr);
+    double p[3], s = 0;
+    for (int j = 0; j < 3; j++) {
+        const double x = logit[fixed[j]];
+        s += (p[j] = sqrt(x > 20 ? x : log(1.0 + exp(x))));
+    }
+    for (int j = 0; j < 3; j++) {
+        assert_int_equal(ids[j], fixed[j]);
+        const double want = p[j] / s * 1.5;
+        if (fabs(w[j] - want) > 1e-6 * want) fail_msg("slot %d: weight %.9g, expected %.9g", j, (double)w[j], want);
+    }
 }
 
 /* The selection bias changes which experts are chosen but not their weights. */
@@ -141,7 +167,8 @@ static void test_activations(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_modes),          cmocka_unit_test(test_bias_selects_only), cmocka_unit_test(test_ties_lowest_id),
+        cmocka_unit_test(test_modes),          cmocka_unit_test(test_bias_selects_only),
+        cmocka_unit_test(test_fixed), cmocka_unit_test(test_ties_lowest_id),
         cmocka_unit_test(test_config_errors),  cmocka_unit_test(test_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

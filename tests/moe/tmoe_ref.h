@@ -19,6 +19,8 @@ static inline void route_fp64(const moq_moe_routing *r, int E, const double *log
         for (int e = 0; e < E; e++) mx = fmax(mx, logit[e]);
         for (int e = 0; e < E; e++) s += exp(logit[e] - mx);
         for (int e = 0; e < E; e++) p[e] = exp(logit[e] - mx) / s;
+    } else if (r->scoring == MOQ_MOE_SCORE_SQRTSOFTPLUS) { /* DeepSeek-V4: sqrt(softplus), torch's threshold 20 */
+        for (int e = 0; e < E; e++) p[e] = sqrt(logit[e] > 20.0 ? logit[e] : log1p(exp(logit[e])));
     } else {
         for (int e = 0; e < E; e++) p[e] = 1.0 / (1.0 + exp(-logit[e]));
     }

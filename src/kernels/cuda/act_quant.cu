@@ -48,6 +48,9 @@ template <int LANES> __device__ __forceinline__ float group_amax(float v) {
 template <int KIND>
 __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, int xb, int64_t M, int64_t K, int64_t Kp, float a_scale, int approx,
                                                                 aq_out o) {
+    /* the decode kernel after this one (gemv.cu, programmatic dependent launch) may start now: it
+     * streams its first weights and waits (griddepcontrol.wait) for this grid's results */
+    asm volatile("griddepcontrol.launch_dependents;");
     const int64_t m = blockIdx.x, nch = Kp / 8;
     const bool live = m < M, vec = (K % 8) == 0;
     const int64_t base = m * K;
@@ -168,7 +171,7 @@ extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
     aq_out o = {(__nv_bfloat16 *)(ws + a->ws.a), (uint8_t *)(ws + a->ws.q), (uint8_t *)(ws + a->ws.sf), (float *)(ws + a->ws.tok),
                 (float *)(ws + a->ws.gs), a->skip_a};
     const dim3 grid((unsigned)moq_cuda_mpad(a->M)), block(AQ_THREADS);
-#define AQ(k) act_quant_kernel<k><<<grid, block>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
+#define AQ(k) act_quant_kernel<k><<<grid, block, 0, (cudaStream_t)a->stream>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
     switch (a->kind) {
     case MOQ_CK_BF16: AQ(MOQ_CK_BF16);
     case MOQ_CK_FP8_TENSOR: AQ(MOQ_CK_FP8_TENSOR);

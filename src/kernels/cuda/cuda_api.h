@@ -18,6 +18,8 @@
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
  *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
+ *   wb  bf16 [R, Kp]    one N-chunk of the weight dequantized to bf16, R = moq_cuda_wb_rows
+ *                       (the dequant + cuBLASLt rows, NVFP4 / MXFP8, M > 16 only)
  */
 #ifndef MOQ_KERNELS_CUDA_CUDA_API_H
 #define MOQ_KERNELS_CUDA_CUDA_API_H
@@ -37,6 +39,7 @@ const char *moq_cuda_h2d(void *dst_d, const void *src, size_t bytes);
 const char *moq_cuda_d2h(void *dst, const void *src_d, size_t bytes);
 const char *moq_cuda_d2d(void *dst_d, const void *src_d, size_t bytes);
 const char *moq_cuda_sync(void);
+const char *moq_cuda_mem_info(size_t *free_b, size_t *total_b);
 
 /* ---- kernels (act_quant.cu, gemv.cu, gemm_mma.cu, cublaslt.cu) ---- */
 /* Pair kinds the kernels know (one per moq_pair_id with a CUDA row; rows_cuda.c maps them). */
@@ -46,11 +49,14 @@ typedef enum moq_cuda_kind {
 } moq_cuda_kind;
 
 typedef struct moq_cuda_ws {
-    size_t a, q, sf, tok, gs, d, lt, total; /* byte offsets into the workspace, total size */
+    size_t a, q, sf, tok, gs, d, lt, wb, total; /* byte offsets into the workspace, total size */
 } moq_cuda_ws;
 /* Mp: M rounded up to the GEMM tile (16 for M <= 16, else 128). */
 int64_t     moq_cuda_mpad(int64_t M);
+/* with_lt: 0 own kernels, 1 cuBLASLt fp8 (d, lt), 2 dequant + cuBLASLt bf16 (d, lt, wb) */
 moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt);
+/* weight rows per dequantized chunk (64 MiB of bf16, a multiple of 128, at most Np) */
+int64_t     moq_cuda_wb_rows(int64_t Np, int64_t Kp);
 
 typedef struct moq_cuda_args {
     moq_cuda_kind kind;
@@ -61,23 +67,37 @@ typedef struct moq_cuda_args {
     int           y_bf16;
     const void   *codes_d, *scales_d;
     const float  *row_scale_d, *bias_d;
+    int           has_bias;    /* bias_d holds the layer's bias (else zeros)                    */
     float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
     int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
     int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
     void         *ws_d;
     moq_cuda_ws   ws;
+    void         *stream;      /* cudaStream_t every launch goes to (NULL: the default stream)  */
 } moq_cuda_args;
 
 /* Quantizes x into the workspace's A, q, sf, tok, gs (rows M..Mp-1 and columns K..Kp-1 zero). */
 const char *moq_cuda_act_quant(const moq_cuda_args *a);
-/* y = epilogue(A · Wᵀ) for M <= 16: one warp per output row, weights streamed once. */
+/* y = epilogue(A · Wᵀ) for M <= 16 on the tensor cores (mma.sync, weight rows as the m16 side),
+ * K split over warps and a thread-block cluster, weights streamed once; launched as a programmatic
+ * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
+/* 1 when the decode path for (kind, M) reads the activation codes q (FP8 kinds) and not A: the
+ * quantizer skips A then. */
+int moq_cuda_gemv_reads_q(int kind, int64_t M);
+/* gemv_fma.cu: the CUDA-core decode kernel, for the (kind, M) where it measured faster (MXFP8,
+ * M <= 2); moq_cuda_gemv calls it. */
+int         moq_cuda_gemv_fma_fits(int kind, int64_t M);
+const char *moq_cuda_gemv_fma(const moq_cuda_args *a);
 /* The same for any M: 128x128x32 tiles, weights dequantized to bf16 in shared memory,
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
 const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
 /* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
+/* NVFP4 / MXFP8 / FP8 per-tensor / per-channel pairs: weight N-chunks dequantized to exact bf16,
+ * cuBLASLt bf16 x bf16 (A) -> f32, then the epilogue kernel; BF16 weights go to cuBLASLt as they are. */
+const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
 
 
 /* ---- decoder steps (model_ops.cu; src/model/model_gpu.c) ---- */
@@ -91,23 +111,50 @@ typedef struct moq_cuda_kv {
     int            elem;          /* MOQ_CUDA_KV_*               */
     float          k_scale, v_scale; /* e4m3: per-layer static scales (1 for bf16) */
 } moq_cuda_kv;
+/* Every step below enqueues on `stream` (a cudaStream_t; NULL: the default stream) and never
+ * synchronises, so a whole decode step can be captured into a CUDA graph (model_gpu.c). */
 /* x [M, H] = table[tok] (bf16 or f32 rows) · mult. */
-const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d);
+const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d,
+                           void *stream);
 /* x += t (t may be NULL); h = rmsnorm(x) · w, per row of H. */
-const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d);
+const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d,
+                                 void *stream);
+/* h [n, H]: row j = rmsnorm(x[rows[j]] + t[rows[j]]) · w (x unchanged): the rows whose logits are wanted. */
+const char *moq_cuda_final_norm_rows(const float *x_d, const float *t_d, const float *w_d, const int32_t *rows_d, int64_t n, int64_t H,
+                                     double eps, float *h_d, void *stream);
 /* qkv [M, (A + 2 KV) D]: q, k per-head RMSNorm (norm pointers may be NULL), RoPE at pos[i] for q and
  * k (q in place), k and v stored at (seq[i], pos[i]) of kv. D: 64, 128 or 256. */
 const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, const float *q_norm_d,
                                    const float *k_norm_d, double eps, const float *inv_freq_d, float mscale, const int32_t *seq_d,
-                                   const int32_t *pos_d, const moq_cuda_kv *kv);
+                                   const int32_t *pos_d, const moq_cuda_kv *kv, void *stream);
 /* att [M, A D] = softmax(q kᵀ · scale) v over keys lo..pos[i] of seq[i] (lo = pos - window + 1 when
- * window > 0), GQA; keys split in n_split ranges of split_keys (n_split · split_keys must cover the
- * longest span); part_d f32 [M, A, n_split, D + 2]. */
+ * window > 0), GQA. Each token's span is cut into n_split ranges of max(MOQ_CUDA_SPLIT_MIN,
+ * ceil(span / n_split)) keys (flash-decoding), combined after; part_d f32 [M, A, n_split, D + 2]. */
+enum { MOQ_CUDA_SPLIT_MIN = 64 };
 const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
-                               int64_t split_keys, float *part_d, float *att_d);
+                               float *part_d, float *att_d, void *stream);
+/* The same for a prefill: the M rows are one sequence (seq[0]) at consecutive positions pos[0] + i,
+ * their K/V already stored; tiles of 64 queries x 64 keys through shared memory (flash attention). */
+const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
+                                       const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream);
 /* act [M, I] = silu(gu[:, :I]) · gu[:, I:]. */
-const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d);
+const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream);
+
+/* ---- streams and graphs (device.cu): handles are cudaStream_t / cudaGraphExec_t as void * ---- */
+const char *moq_cuda_stream_create(void **stream);
+void        moq_cuda_stream_destroy(void *stream);
+const char *moq_cuda_stream_sync(void *stream);
+const char *moq_cuda_h2d_async(void *dst_d, const void *src, size_t bytes, void *stream);
+const char *moq_cuda_d2h_async(void *dst, const void *src_d, size_t bytes, void *stream);
+const char *moq_cuda_host_alloc(size_t bytes, void **out); /* pinned host memory */
+void        moq_cuda_host_free(void *p);
+/* Capture: begin on stream, enqueue, then end (instantiates into *exec; on failure of the enqueue,
+ * end with exec NULL to drop the capture). */
+const char *moq_cuda_capture_begin(void *stream);
+const char *moq_cuda_capture_end(void *stream, void **exec);
+const char *moq_cuda_graph_launch(void *exec, void *stream);
+void        moq_cuda_graph_destroy(void *exec);
 
 /* verify.cu: hardware cvt.rn.satfinite.e4m3 vs the software encoder over all 2^32 inputs:
  * mismatches on non-NaN inputs (first one's bits), and on NaN inputs (sign handling). */

@@ -66,3 +66,77 @@ extern "C" const char *moq_cuda_sync(void) {
     cudaError_t e = cudaDeviceSynchronize();
     return e == cudaSuccess ? NULL : fail("cudaDeviceSynchronize (a kernel failed)", e);
 }
+
+/* ---- streams and graphs: the GPU decoder's step runs on its own stream, decode steps as graphs ---- */
+extern "C" const char *moq_cuda_stream_create(void **stream) {
+    cudaStream_t s = NULL;
+    cudaError_t e = cudaStreamCreate(&s); /* blocking: ordered with the legacy default stream's copies */
+    *stream = e == cudaSuccess ? (void *)s : NULL;
+    return e == cudaSuccess ? NULL : fail("cudaStreamCreate", e);
+}
+
+extern "C" void moq_cuda_stream_destroy(void *stream) {
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" const char *moq_cuda_stream_sync(void *stream) {
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    return e == cudaSuccess ? NULL : fail("cudaStreamSynchronize (a kernel of the step failed)", e);
+}
+
+extern "C" const char *moq_cuda_h2d_async(void *dst, const void *src, size_t bytes, void *stream) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    return e == cudaSuccess ? NULL : fail("cudaMemcpyAsync host to device", e);
+}
+
+extern "C" const char *moq_cuda_d2h_async(void *dst, const void *src, size_t bytes, void *stream) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+    return e == cudaSuccess ? NULL : fail("cudaMemcpyAsync device to host", e);
+}
+
+extern "C" const char *moq_cuda_host_alloc(size_t bytes, void **out) {
+    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 256);
+    if (e != cudaSuccess) { cudaGetLastError(); *out = NULL; return fail("cudaMallocHost", e); }
+    return NULL;
+}
+
+extern "C" void moq_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" const char *moq_cuda_capture_begin(void *stream) {
+    cudaError_t e = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? NULL : fail("cudaStreamBeginCapture", e);
+}
+
+extern "C" const char *moq_cuda_capture_end(void *stream, void **exec) {
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &graph);
+    if (!exec) { /* dropping a capture whose enqueue failed */
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return NULL;
+    }
+    *exec = NULL;
+    if (e != cudaSuccess) { cudaGetLastError(); return fail("cudaStreamEndCapture", e); }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) { cudaGetLastError(); return fail("cudaGraphInstantiate", e); }
+    *exec = (void *)x;
+    return NULL;
+}
+
+extern "C" const char *moq_cuda_graph_launch(void *exec, void *stream) {
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+    return e == cudaSuccess ? NULL : fail("cudaGraphLaunch", e);
+}
+
+extern "C" void moq_cuda_graph_destroy(void *exec) {
+    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+extern "C" const char *moq_cuda_mem_info(size_t *free_b, size_t *total_b) {
+    cudaError_t e = cudaMemGetInfo(free_b, total_b);
+    return e == cudaSuccess ? NULL : fail("cudaMemGetInfo", e);
+}

@@ -193,13 +193,13 @@ extern "C" const char *moq_cuda_gemm_mma(const moq_cuda_args *a) {
     const dim3 grid((unsigned)(a->Np / BN), (unsigned)(moq_cuda_mpad(a->M) / BM)), block(256);
     if (moq_cuda_mpad(a->M) % BM) return "gemm_mma: M must be > 16 (the workspace pads it to 128)";
     switch (a->kind) {
-    case MOQ_CK_BF16: gemm_mma_kernel<MOQ_CK_BF16><<<grid, block>>>(*a); break;
-    case MOQ_CK_FP8_TENSOR: gemm_mma_kernel<MOQ_CK_FP8_TENSOR><<<grid, block>>>(*a); break;
-    case MOQ_CK_FP8_ROW: gemm_mma_kernel<MOQ_CK_FP8_ROW><<<grid, block>>>(*a); break;
-    case MOQ_CK_FP8_BLK128: gemm_mma_kernel<MOQ_CK_FP8_BLK128><<<grid, block>>>(*a); break;
-    case MOQ_CK_NVFP4: gemm_mma_kernel<MOQ_CK_NVFP4><<<grid, block>>>(*a); break;
-    case MOQ_CK_NVFP4_W4A16: gemm_mma_kernel<MOQ_CK_NVFP4_W4A16><<<grid, block>>>(*a); break;
-    case MOQ_CK_MXFP8: gemm_mma_kernel<MOQ_CK_MXFP8><<<grid, block>>>(*a); break;
+    case MOQ_CK_BF16: gemm_mma_kernel<MOQ_CK_BF16><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_FP8_TENSOR: gemm_mma_kernel<MOQ_CK_FP8_TENSOR><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_FP8_ROW: gemm_mma_kernel<MOQ_CK_FP8_ROW><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_FP8_BLK128: gemm_mma_kernel<MOQ_CK_FP8_BLK128><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_NVFP4: gemm_mma_kernel<MOQ_CK_NVFP4><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_NVFP4_W4A16: gemm_mma_kernel<MOQ_CK_NVFP4_W4A16><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
+    case MOQ_CK_MXFP8: gemm_mma_kernel<MOQ_CK_MXFP8><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a); break;
     default: return "gemm_mma: unknown pair kind";
     }
     return moq_cuda_launch_check("gemm_mma kernel launch");

@@ -1,184 +1,366 @@
-/* gemv.cu — decode path (M <= 16): each warp owns R output rows (R = 4 for M <= 2); lanes stream
- * the packed weight rows in 16-byte vectors (each byte read once), decode to f32 in registers
- * (e4m3 by integer ops, e2m1 by placing its bits in an f16), multiply with the M activation rows
- * (bf16 A from the workspace, L1/L2 resident, loaded once per vector for all R rows) and reduce
- * across the warp; lane 0 applies the epilogue y = acc · row_scale[n] · tok[m] (+ bias[n]).
- * Products are exact in f32, only the f32 summation order differs from the CPU reference. */
+/* gemv.cu — decode path (M <= 16) on the tensor cores, built to stream the weight once (measured
+ * at M = 1: ~10 µs per call fixed plus the bytes at ~3.7 TB/s, docs/PERFORMANCE.md). MXFP8 at
+ * M <= 2 goes to the CUDA-core kernel of gemv_fma.cu instead (measured 2x faster there).
+ *
+ * Each warp owns T = 2 tiles of 16 weight rows and a share of K; the weight rows are the mma's
+ * A operand (m16), the M <= 16 activation rows its B operand (n8, two n8 halves for M > 8).
+ * Per K chunk each lane loads one 8/16/32-byte vector of weight row g and one of row g + 8
+ * (g = lane / 4; the 4 lanes of a quad read 4 consecutive vectors: whole 32-byte sectors) from
+ * the row-major packed weight, several chunks in flight, and decodes them in registers:
+ *   e4m3 -> f16 by the hardware cvt (FP8 per-tensor / per-channel / 128x128 / MXFP8; the
+ *           activation codes q are converted the same way): f16 mma, exact products;
+ *   e2m1 -> bf16 by bit placement (value · 2^-126), times its e4m3 block scale · 2^116 (exact in
+ *           bf16: 2-bit × 4-bit significands, >= 2^-20): bf16 mma with the bf16 activation A;
+ *   bf16 weights feed the bf16 mma as they are.
+ * The mma sums over its 16 k positions in any order, so each lane's k positions map to
+ * consecutive k of its own vector (the same map for the activation's B fragment): no repacking
+ * of the weight at load. MXFP8 (32-blocks) and FP8 128x128 (128-blocks) chunks are one scale
+ * block: their partial sums are scaled (s_w · s_x) and added in f32, as in the CPU reference.
+ * The warps of a block and the KS blocks of a cluster (grid.y) split K; partial sums meet in
+ * shared memory, the cluster's rank 0 reads its peers' through distributed shared memory, in a
+ * fixed order (deterministic), and writes y = acc · undo · row_scale[n] · tok[m] (+ bias[n]).
+ * Launched with programmatic dependent launch: the first weight loads are issued before
+ * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. */
 #include "kernels/cuda/common.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
-template <int KIND> struct wfmt;
-/* codes per 16-byte vector */
-template <> struct wfmt<MOQ_CK_BF16> { static constexpr int C = 8; };
-template <> struct wfmt<MOQ_CK_FP8_TENSOR> { static constexpr int C = 16; };
-template <> struct wfmt<MOQ_CK_FP8_ROW> { static constexpr int C = 16; };
-template <> struct wfmt<MOQ_CK_FP8_BLK128> { static constexpr int C = 16; };
-template <> struct wfmt<MOQ_CK_MXFP8> { static constexpr int C = 16; };
-template <> struct wfmt<MOQ_CK_NVFP4> { static constexpr int C = 32; };
-template <> struct wfmt<MOQ_CK_NVFP4_W4A16> { static constexpr int C = 32; };
+namespace cg = cooperative_groups;
 
-/* 4 e4m3 codes -> D4 · 2^-120 each, exact, by integer ops only (the conversion unit's 16 ops per
- * clock per SM would bound the decode otherwise): the code's e/m bits become an f32's top
- * exponent/mantissa bits, sign kept by the arithmetic shift. */
-__device__ __forceinline__ void fp8x4(uint32_t w, float *o) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) o[i] = u2f((uint32_t)((int32_t)(w << (24 - 8 * i)) >> 4) & 0x87F00000u);
-}
-/* 8 e2m1 codes (low nibble first) -> D2 · 2^-14 each, exact: the code's e/m bits become an f16's. */
-__device__ __forceinline__ void e2m1x8(uint32_t w, float *o) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint32_t b = (w >> (8 * j)) & 0xFF;
-        const uint32_t h = ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
-        const float2 f = __half22float2(*(const __half2 *)&h);
-        o[2 * j] = f.x, o[2 * j + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void bf16x2(uint32_t w, float *o) { o[0] = u2f(w << 16), o[1] = u2f(w & 0xFFFF0000u); }
+#define GV_WARPS 4 /* warps per block, splitting K */
+#define GV_T 2     /* 16-row tiles per warp */
 
-/* R weight rows per warp share every activation load (A traffic through L1 / R); U vectors
- * per row per lane are in flight before any is used. */
-template <int MT> struct gshape {
-    static constexpr int R = MT <= 2 ? 4 : MT <= 4 ? 2 : 1;
-    static constexpr int U = MT <= 2 ? 2 : MT <= 4 ? 2 : 2;
+template <int KIND> struct sk;
+/* VB: weight bytes per lane per row per chunk; VPT: values per lane per row per chunk (chunk K =
+ * 4 VPT); F16: fp8 codes through f16 mma (else bf16); SB: chunk = one scale block (MXFP8, BLK128). */
+template <> struct sk<MOQ_CK_BF16> { static constexpr int VB = 16, VPT = 8; static constexpr bool F16 = false, SB = false; };
+template <> struct sk<MOQ_CK_FP8_TENSOR> { static constexpr int VB = 32, VPT = 32; static constexpr bool F16 = true, SB = false; };
+template <> struct sk<MOQ_CK_FP8_ROW> { static constexpr int VB = 32, VPT = 32; static constexpr bool F16 = true, SB = false; };
+template <> struct sk<MOQ_CK_FP8_BLK128> { static constexpr int VB = 32, VPT = 32; static constexpr bool F16 = true, SB = true; };
+template <> struct sk<MOQ_CK_MXFP8> { static constexpr int VB = 8, VPT = 8; static constexpr bool F16 = true, SB = true; };
+template <> struct sk<MOQ_CK_NVFP4> { static constexpr int VB = 16, VPT = 32; static constexpr bool F16 = false, SB = false; };
+template <> struct sk<MOQ_CK_NVFP4_W4A16> { static constexpr int VB = 16, VPT = 32; static constexpr bool F16 = false, SB = false; };
+
+template <int KIND> struct skd {
+    static constexpr int VB = sk<KIND>::VB, VPT = sk<KIND>::VPT, CK = 4 * VPT, STEPS = VPT / 4, WW = VB / 4;
+    static constexpr bool FP4 = KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16;
+    /* activation words per lane per token per chunk: bf16 values (2 per word) or e4m3 codes (4) */
+    static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
+    /* chunks in flight per iteration: about 128 weight bytes per lane */
+    static constexpr int U = 64 / (VB * GV_T) > 0 ? 64 / (VB * GV_T) : 1;
 };
 
-template <int KIND, int MT>
-__global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
-    constexpr int C = wfmt<KIND>::C, R = gshape<MT>::R, U = gshape<MT>::U;
-    const int lane = threadIdx.x & 31;
-    const int64_t n0 = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
-    if (n0 >= a.N) return;
-    const char *ws = (const char *)a.ws_d;
-    const __nv_bfloat16 *A = (const __nv_bfloat16 *)(ws + a.ws.a);
-    const float *tok = (const float *)(ws + a.ws.tok), *gs = (const float *)(ws + a.ws.gs);
-    const int64_t Kp = a.Kp, nvec = Kp / C, rowbytes = Kp * (KIND == MOQ_CK_BF16 ? 2 : 1) / (C == 32 ? 2 : 1);
-    /* rows n0 .. n0+R-1 < Np: R divides 128 and the packed weight has Np zero-padded rows */
-    const uint4 *wrow = (const uint4 *)((const uint8_t *)a.codes_d + n0 * rowbytes);
-    const int64_t rstride = rowbytes / 16;
-    float acc[R][MT];
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+template <int WB> __device__ __forceinline__ void ldvec(uint32_t *w, const uint8_t *p) {
+    if (WB == 2) {
+        const uint2 v = __ldg((const uint2 *)p);
+        w[0] = v.x, w[1] = v.y;
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int m = 0; m < MT; m++) acc[r][m] = 0.0f;
-    for (int64_t v0 = lane; v0 < nvec; v0 += 32 * U) {
-        uint4 wvs[U][R];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int r = 0; r < R; r++) wvs[u][r] = v0 + 32 * u < nvec ? __ldg(wrow + r * rstride + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t v = v0 + 32 * u;
-            if (v >= nvec) break;
-            const int64_t k0 = v * C;
-            /* the activations of this vector as bf16 pairs: loaded once for all R rows (M <= 4),
-             * per row for larger M (registers) */
-            constexpr int MA = R > 1 ? MT : 1;
-            uint32_t ab[MA][C / 2];
-            auto load_a = [&](int ma, int m) {
-#pragma unroll
-                for (int j = 0; j < C / 8; j++) {
-                    const uint4 av = __ldg((const uint4 *)(A + m * Kp + k0) + j);
-                    ab[ma][4 * j] = av.x, ab[ma][4 * j + 1] = av.y, ab[ma][4 * j + 2] = av.z, ab[ma][4 * j + 3] = av.w;
-                }
-            };
-            if (R > 1)
-#pragma unroll
-                for (int m = 0; m < MT; m++) load_a(m < MA ? m : 0, m);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int64_t n = n0 + r;
-                const uint32_t wr[4] = {wvs[u][r].x, wvs[u][r].y, wvs[u][r].z, wvs[u][r].w};
-                float w[C];
-                if (KIND == MOQ_CK_BF16) {
-#pragma unroll
-                    for (int j = 0; j < 4; j++) bf16x2(wr[j], w + 2 * j);
-                } else if (C == 16) {
-#pragma unroll
-                    for (int j = 0; j < 4; j++) fp8x4(wr[j], w + 4 * j);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 4; j++) e2m1x8(wr[j], w + 8 * j);
-                }
-                /* Scale of each 16-value half of the vector, applied to its partial sum; the decode
-                 * offsets (e4m3 2^-120, e2m1 2^-14) are undone exactly by powers of two. */
-                float sc0 = 1.0f, sc1 = 1.0f;
-                if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
-                    const uint8_t *s = (const uint8_t *)a.scales_d + n * (Kp / 16) + 2 * v;
-                    sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
-                } else if (KIND == MOQ_CK_MXFP8) {
-                    sc0 = d_e8m0_dec(((const uint8_t *)a.scales_d)[n * (Kp / 32) + k0 / 32]);
-                }
-                float swg = 1.0f;
-                if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)a.scales_d)[(n / 128) * (Kp / 128) + k0 / 128];
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    const int ma = R > 1 ? (m < MA ? m : 0) : 0;
-                    if (R == 1) load_a(0, m);
-                    float p0 = 0.0f, p1 = 0.0f;
-#pragma unroll
-                    for (int t = 0; t < C / 2; t++) {
-                        float &p = 2 * t < 16 ? p0 : p1;
-                        p = fmaf(u2f(ab[ma][t] << 16), w[2 * t], p);
-                        p = fmaf(u2f(ab[ma][t] & 0xFFFF0000u), w[2 * t + 1], p);
-                    }
-                    if (KIND == MOQ_CK_FP8_BLK128) acc[r][m] = fmaf(p0, swg * gs[m * (Kp / 128) + k0 / 128], acc[r][m]);
-                    else if (KIND == MOQ_CK_MXFP8) acc[r][m] = fmaf(p0 * 0x1p120f, sc0, acc[r][m]); /* no overflow, no underflow */
-                    else if (C == 32) acc[r][m] = fmaf(p1, sc1, fmaf(p0, sc0, acc[r][m]));
-                    else acc[r][m] = fmaf(p0, sc0, acc[r][m]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-            for (int o = 16; o; o >>= 1) acc[r][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][m], o);
-    if (lane == 0) {
-        /* e4m3 decoded as D4 · 2^-120 (MXFP8 undoes it per vector, before its block scale) */
-        constexpr float undo = KIND == MOQ_CK_FP8_TENSOR || KIND == MOQ_CK_FP8_ROW || KIND == MOQ_CK_FP8_BLK128 ? 0x1p120f : 1.0f;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t n = n0 + r;
-            if (n >= a.N) break;
-            const float rs = a.row_scale_d[n], b = a.bias_d[n];
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                if (m >= a.M) break;
-                const float y = fmaf(acc[r][m] * undo * rs, tok[m], b);
-                if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
-                else ((float *)a.y_d)[m * a.N + n] = y;
-            }
+        for (int i = 0; i < WB / 4; i++) {
+            const uint4 v = __ldg((const uint4 *)p + i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
         }
     }
 }
 
-template <int KIND, int MT> static void launch1(const moq_cuda_args *a) {
-    const dim3 grid((unsigned)cdiv(a->N, 8 * gshape<MT>::R)), block(256);
-    gemv_kernel<KIND, MT><<<grid, block>>>(*a);
+__device__ __forceinline__ uint32_t e4m3x2_f16(uint32_t w16) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w16 & 0xFFFF), __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
-template <int KIND> static void launch_gemv(const moq_cuda_args *a) {
-    if (a->M <= 1) launch1<KIND, 1>(a);
-    else if (a->M <= 2) launch1<KIND, 2>(a);
-    else if (a->M <= 4) launch1<KIND, 4>(a);
-    else if (a->M <= 8) launch1<KIND, 8>(a);
-    else launch1<KIND, 16>(a);
+/* e2m1 codes i and i + 4 of w (low nibble first) -> bf16x2 of value · 2^-126 (0.5 subnormal). */
+template <int I> __device__ __forceinline__ uint32_t e2m1_pair(uint32_t w) {
+    const uint32_t x = w >> (4 * I);
+    return ((x & 0x00070007u) << 6) | ((x & 0x00080008u) << 12);
+}
+__device__ __forceinline__ uint32_t bmul2(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r = __hmul2(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
+    return *(const uint32_t *)&r;
+}
+/* two e4m3 block scales (u16) -> bf16 of scale · 2^116 each, exact: (lo, lo) and (hi, hi) */
+__device__ __forceinline__ void fp4_scales(uint32_t s16, uint32_t &lo2, uint32_t &hi2) {
+    const uint32_t h = e4m3x2_f16(s16);
+    const float2 f = __half22float2(*(const __half2 *)&h);
+    const __nv_bfloat16 a = __float2bfloat16_rn(f.x * 0x1p116f), b = __float2bfloat16_rn(f.y * 0x1p116f);
+    const uint32_t ua = *(const uint16_t *)&a, ub = *(const uint16_t *)&b;
+    lo2 = ua | (ua << 16), hi2 = ub | (ub << 16);
+}
+
+template <bool F16> __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* A and B fragments of step S of a chunk. Lane positions 2t, 2t+1, 2t+8, 2t+9 of the mma's k16
+ * are 4 of the lane's own values (the same 4 for the weight rows and the activation rows). */
+template <int KIND, int S>
+__device__ __forceinline__ void frag_a(const uint32_t *wg, const uint32_t *wg8, const uint32_t *sc, uint32_t *A) {
+    if (KIND == MOQ_CK_BF16) {
+        A[0] = wg[2 * S], A[2] = wg[2 * S + 1], A[1] = wg8[2 * S], A[3] = wg8[2 * S + 1];
+    } else if (sk<KIND>::F16) { /* word S: e4m3 values 4S .. 4S+3 */
+        A[0] = e4m3x2_f16(wg[S]), A[2] = e4m3x2_f16(wg[S] >> 16), A[1] = e4m3x2_f16(wg8[S]), A[3] = e4m3x2_f16(wg8[S] >> 16);
+    } else { /* NVFP4: word j = S / 2 holds values 8j .. 8j+7; half h = S % 2 takes values {2h, 2h+4} and {2h+1, 2h+5} */
+        constexpr int j = S / 2, h = S % 2;
+        const uint32_t sg = sc[j / 2], sg8 = sc[2 + j / 2];
+        A[0] = bmul2(e2m1_pair<2 * h>(wg[j]), sg), A[2] = bmul2(e2m1_pair<2 * h + 1>(wg[j]), sg);
+        A[1] = bmul2(e2m1_pair<2 * h>(wg8[j]), sg8), A[3] = bmul2(e2m1_pair<2 * h + 1>(wg8[j]), sg8);
+    }
+}
+template <int KIND, int S> __device__ __forceinline__ void frag_b(const uint32_t *act, uint32_t *B) {
+    if (KIND == MOQ_CK_BF16) {
+        B[0] = act[2 * S], B[1] = act[2 * S + 1];
+    } else if (sk<KIND>::F16) {
+        B[0] = e4m3x2_f16(act[S]), B[1] = e4m3x2_f16(act[S] >> 16);
+    } else {
+        constexpr int j = S / 2, h = S % 2;
+        const uint32_t a0 = act[4 * j + h], a2 = act[4 * j + h + 2];
+        B[0] = __byte_perm(a0, a2, 0x5410), B[1] = __byte_perm(a0, a2, 0x7632);
+    }
+}
+
+/* Steps S.. of a chunk: B fragments once per step, A fragments (the decode) once per tile. */
+template <int KIND, int S, int NT>
+__device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<KIND>::WW], const uint32_t (*act)[skd<KIND>::AW],
+                                      const uint32_t (*sc)[4]) {
+    if constexpr (S < skd<KIND>::STEPS) {
+        uint32_t B[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) frag_b<KIND, S>(act[nt], B[nt]);
+#pragma unroll
+        for (int i = 0; i < GV_T; i++) {
+            uint32_t A[4];
+            frag_a<KIND, S>(w[i][0], w[i][1], sc[i], A);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mma<sk<KIND>::F16>(c[i * NT + nt], A, B[nt][0], B[nt][1]);
+        }
+        steps<KIND, S + 1, NT>(c, w, act, sc);
+    }
+}
+
+template <int KIND, int NT>
+__global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a) {
+    using D = skd<KIND>;
+    constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t Kp = a.Kp, nch = Kp / CK, nb = (int64_t)blockIdx.x * (16 * GV_T);
+    const int kw = blockIdx.y * GV_WARPS + warp, KW = gridDim.y * GV_WARPS;
+    const char *ws = (const char *)a.ws_d;
+    const uint8_t *codes = (const uint8_t *)a.codes_d;
+    /* bytes per weight row: Kp values of 2, 1 or 1/2 bytes */
+    const int64_t rowb = KIND == MOQ_CK_BF16 ? Kp * 2 : D::FP4 ? Kp / 2 : Kp;
+    const uint8_t *act_base = KIND == MOQ_CK_BF16 || D::FP4 ? (const uint8_t *)(ws + a.ws.a) : (const uint8_t *)(ws + a.ws.q);
+    const int64_t act_rowb = sk<KIND>::F16 ? Kp : Kp * 2;
+
+    float acc[R / 4][4];
+#pragma unroll
+    for (int r = 0; r < R / 4; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+
+    typedef uint32_t wbuf[U][GV_T][2][WW];
+    auto load_w = [&](wbuf &w, int64_t c0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + (int64_t)u * KW;
+#pragma unroll
+            for (int i = 0; i < GV_T; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (c < nch) ldvec<WW>(w[u][i][h], codes + (nb + 16 * i + g + 8 * h) * rowb + c * (CK * D::VB / D::VPT) + t * D::VB);
+                    else
+#pragma unroll
+                        for (int q = 0; q < WW; q++) w[u][i][h][q] = 0;
+                }
+        }
+    };
+    wbuf w;
+    load_w(w, kw);  /* weights do not depend on the previous kernel: in flight before the wait */
+    griddep_wait(); /* the activation is the previous kernel's output */
+    for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
+        if (c0 != kw) load_w(w, c0);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + (int64_t)u * KW, k0 = c * CK;
+            if (c >= nch) break;
+            uint32_t act[NT][AW];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int64_t m = nt * 8 + g;
+                if (m < a.M) {
+                    const uint8_t *p = act_base + m * act_rowb + (sk<KIND>::F16 ? k0 + t * D::VPT : (k0 + t * D::VPT) * 2);
+                    ldvec<AW>(act[nt], p);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < AW; q++) act[nt][q] = 0;
+                }
+            }
+            uint32_t sc[GV_T][4] = {};
+            if (D::FP4) {
+#pragma unroll
+                for (int i = 0; i < GV_T; i++) {
+                    const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 16) + k0 / 16 + 2 * t;
+                    fp4_scales(*(const uint16_t *)s, sc[i][0], sc[i][1]);
+                    fp4_scales(*(const uint16_t *)(s + 8 * (Kp / 16)), sc[i][2], sc[i][3]);
+                }
+            }
+            if (sk<KIND>::SB) {
+                float tmp[R / 4][4];
+#pragma unroll
+                for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
+                steps<KIND, 0, NT>(tmp, w[u], act, sc);
+                const float *tok_s = (const float *)(ws + (KIND == MOQ_CK_MXFP8 ? a.ws.sf : a.ws.gs));
+#pragma unroll
+                for (int i = 0; i < GV_T; i++) {
+                    float swg, swg8;
+                    if (KIND == MOQ_CK_MXFP8) {
+                        const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 32) + k0 / 32;
+                        swg = d_e8m0_dec(s[0]), swg8 = d_e8m0_dec(s[8 * (Kp / 32)]);
+                    } else {
+                        swg = swg8 = ((const float *)a.scales_d)[((nb + 16 * i) / 128) * (Kp / 128) + k0 / 128];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int64_t m = nt * 8 + 2 * t + (e & 1);
+                            const float sw = e < 2 ? swg : swg8;
+                            float &o = acc[i * NT + nt][e];
+                            if (KIND == MOQ_CK_MXFP8) {
+                                const float sx = d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32]);
+                                o = fmaf(tmp[i * NT + nt][e] * sx, sw, o);
+                            } else {
+                                o = fmaf(tmp[i * NT + nt][e], sw * tok_s[m * (Kp / 128) + k0 / 128], o);
+                            }
+                        }
+                }
+            } else {
+                steps<KIND, 0, NT>(acc, w[u], act, sc);
+            }
+        }
+    }
+
+    /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all */
+    __shared__ float red[GV_WARPS][R][32];
+#pragma unroll
+    for (int r = 0; r < R; r++) red[warp][r][lane] = acc[r / 4][r % 4];
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    if (cl.block_rank() == 0) {
+        const int ks = (int)cl.num_blocks();
+        constexpr float undo = D::FP4 ? 1024.0f : 1.0f;
+        const float *tok = (const float *)(ws + a.ws.tok);
+        for (int e = threadIdx.x; e < R * 32; e += GV_WARPS * 32) {
+            const int r = e / 32, ln = e % 32;
+            float v = 0.0f;
+            for (int b = 0; b < ks; b++) {
+                const float *pr = b == 0 ? &red[0][0][0] : cl.map_shared_rank(&red[0][0][0], b);
+#pragma unroll
+                for (int wi = 0; wi < GV_WARPS; wi++) v += pr[(wi * R + r) * 32 + ln];
+            }
+            const int i = r / (NT * 4), nt = (r / 4) % NT, ce = r % 4;
+            const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = nt * 8 + 2 * (ln & 3) + (ce & 1);
+            if (n >= a.N || m >= a.M) continue;
+            const float y = fmaf(v * undo * a.row_scale_d[n], tok[m], a.bias_d[n]);
+            if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
+            else ((float *)a.y_d)[m * a.N + n] = y;
+        }
+    }
+    cl.sync(); /* peers keep their shared memory until rank 0 has read it */
+}
+
+static int sm_count(void) {
+    static int n;
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0) n = v;
+        else n = 132;
+    }
+    return n;
+}
+
+/* Warps of demand per SM that the K split aims at, per pair kind, for M <= 8 and M > 8: the best of
+ * 16 / 32 / 64 at N = K = 8192, M = 1 and 16, on the H200 (docs/PERFORMANCE.md, 2026-12-01). */
+static const int demand_warps[MOQ_CK_COUNT][2] = {
+    [MOQ_CK_BF16] = {16, 32},        [MOQ_CK_FP8_TENSOR] = {16, 16}, [MOQ_CK_FP8_ROW] = {16, 16}, [MOQ_CK_FP8_BLK128] = {16, 16},
+    [MOQ_CK_NVFP4] = {32, 16},       [MOQ_CK_NVFP4_W4A16] = {32, 16}, [MOQ_CK_MXFP8] = {16, 16},
+};
+/* whether the kernel reads the activation codes q (f16 path) or the bf16 A */
+static const bool sk_reads_q[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = sk<MOQ_CK_BF16>::F16,   [MOQ_CK_FP8_TENSOR] = sk<MOQ_CK_FP8_TENSOR>::F16, [MOQ_CK_FP8_ROW] = sk<MOQ_CK_FP8_ROW>::F16,
+    [MOQ_CK_FP8_BLK128] = sk<MOQ_CK_FP8_BLK128>::F16, [MOQ_CK_NVFP4] = sk<MOQ_CK_NVFP4>::F16,
+    [MOQ_CK_NVFP4_W4A16] = sk<MOQ_CK_NVFP4_W4A16>::F16, [MOQ_CK_MXFP8] = sk<MOQ_CK_MXFP8>::F16,
+};
+
+/* Tuning knob for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
+ * demand per SM that the K split aims at (default: demand_warps). (Issuing the next chunks' weight
+ * loads before the current chunks' math was measured too, with no gain, and removed.) */
+static int knob(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    const int x = v ? atoi(v) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+static int g_warps = -1; /* 0: the table */
+
+template <int KIND, int NT> static const char *launch1(const moq_cuda_args *a) {
+    using D = skd<KIND>;
+    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
+    const int64_t tiles = a->Np / (16 * GV_T), nch = a->Kp / D::CK;
+    /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
+    const int warps = g_warps ? g_warps : demand_warps[KIND][NT - 1];
+    int64_t ks = cdiv((int64_t)sm_count() * warps, tiles * GV_WARPS);
+    const int64_t kmax = nch / (GV_WARPS * D::U);
+    if (ks > kmax) ks = kmax;
+    if (ks > 8) ks = 8;
+    if (ks < 1) ks = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)tiles, (unsigned)ks, 1);
+    cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
+    cfg.stream = (cudaStream_t)a->stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = (unsigned)ks, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 2;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT>;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
+    if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
+        (void)cudaGetLastError();
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, k, *a);
+    }
+    return moq_cuda_launch_check("gemv kernel launch");
+}
+template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
+    return a->M <= 8 ? launch1<KIND, 1>(a) : launch1<KIND, 2>(a);
 }
 
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
     if (a->M > 16) return "gemv: M > 16";
+    if (moq_cuda_gemv_fma_fits(a->kind, a->M)) return moq_cuda_gemv_fma(a);
+    if (a->Np % (16 * GV_T)) return "gemv: N not padded to 32";
     switch (a->kind) {
-    case MOQ_CK_BF16: launch_gemv<MOQ_CK_BF16>(a); break;
-    case MOQ_CK_FP8_TENSOR: launch_gemv<MOQ_CK_FP8_TENSOR>(a); break;
-    case MOQ_CK_FP8_ROW: launch_gemv<MOQ_CK_FP8_ROW>(a); break;
-    case MOQ_CK_FP8_BLK128: launch_gemv<MOQ_CK_FP8_BLK128>(a); break;
-    case MOQ_CK_NVFP4: launch_gemv<MOQ_CK_NVFP4>(a); break;
-    case MOQ_CK_NVFP4_W4A16: launch_gemv<MOQ_CK_NVFP4_W4A16>(a); break;
-    case MOQ_CK_MXFP8: launch_gemv<MOQ_CK_MXFP8>(a); break;
+    case MOQ_CK_BF16: return launch_gemv<MOQ_CK_BF16>(a);
+    case MOQ_CK_FP8_TENSOR: return launch_gemv<MOQ_CK_FP8_TENSOR>(a);
+    case MOQ_CK_FP8_ROW: return launch_gemv<MOQ_CK_FP8_ROW>(a);
+    case MOQ_CK_FP8_BLK128: return launch_gemv<MOQ_CK_FP8_BLK128>(a);
+    case MOQ_CK_NVFP4: return launch_gemv<MOQ_CK_NVFP4>(a);
+    case MOQ_CK_NVFP4_W4A16: return launch_gemv<MOQ_CK_NVFP4_W4A16>(a);
+    case MOQ_CK_MXFP8: return launch_gemv<MOQ_CK_MXFP8>(a);
     default: return "gemv: unknown pair kind";
     }
-    return moq_cuda_launch_check("gemv kernel launch");
+}
+
+/* Whether the decode path reads the activation codes q (fp8 kinds, this kernel) rather than A. */
+extern "C" int moq_cuda_gemv_reads_q(int kind, int64_t M) {
+    if (kind < 0 || kind >= MOQ_CK_COUNT || moq_cuda_gemv_fma_fits(kind, M)) return 0;
+    return (int)sk_reads_q[kind];
 }

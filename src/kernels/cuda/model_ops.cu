@@ -5,7 +5,8 @@
  * where it matters: RMSNorm's sum of squares in f64 and r = f32(1 / sqrt(ss / n + eps)); the RoPE
  * angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then × mscale; FP8 KV codes
  * E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only sums (dot products,
- * softmax) are reordered. Everything is enqueued on the default stream; nothing here allocates.
+ * softmax) are reordered. Everything is enqueued on the caller's stream (NULL: the default stream), never synchronised, so
+ * a decode step can be captured into a CUDA graph; nothing here allocates.
  * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward).
  */
 #include "kernels/cuda/common.cuh"
@@ -20,8 +21,9 @@ __global__ void embed_kernel(const int32_t *tok, const void *table, int bf16, in
     }
 }
 
-extern "C" const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d) {
-    embed_kernel<<<(unsigned)M, 256>>>(tok_d, table_d, table_bf16, H, mult, x_d);
+extern "C" const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d,
+                                      void *stream) {
+    embed_kernel<<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(tok_d, table_d, table_bf16, H, mult, x_d);
     MO_CHECK("embedding gather");
 }
 
@@ -53,9 +55,31 @@ __global__ void add_rmsnorm_kernel(float *x, const float *t, const float *w, int
     for (int64_t e = threadIdx.x; e < H; e += blockDim.x) h[i * H + e] = __fmul_rn(__fmul_rn(xr[e], r), w[e]);
 }
 
-extern "C" const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d) {
-    add_rmsnorm_kernel<<<(unsigned)M, 256>>>(x_d, t_d, w_d, H, eps, h_d);
+extern "C" const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d,
+                                             void *stream) {
+    add_rmsnorm_kernel<<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(x_d, t_d, w_d, H, eps, h_d);
     MO_CHECK("residual add + rmsnorm");
+}
+
+/* h[j] = rmsnorm(x[r] + t[r]) · w for r = rows[j] (x is left as it is): the final norm of the rows
+ * whose logits are wanted, gathered into consecutive rows of h; the arithmetic of add_rmsnorm. */
+__global__ void final_norm_rows_kernel(const float *x, const float *t, const float *w, const int32_t *rows, int64_t H, double eps, float *h) {
+    __shared__ double sh[32];
+    const int64_t j = blockIdx.x, i = rows[j];
+    double ss = 0;
+    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) {
+        const float v = __fadd_rn(x[i * H + e], t[i * H + e]);
+        ss += (double)v * v;
+    }
+    ss = block_sum(ss, sh);
+    const float r = (float)(1.0 / sqrt(ss / (double)H + eps));
+    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) h[j * H + e] = __fmul_rn(__fmul_rn(__fadd_rn(x[i * H + e], t[i * H + e]), r), w[e]);
+}
+
+extern "C" const char *moq_cuda_final_norm_rows(const float *x_d, const float *t_d, const float *w_d, const int32_t *rows_d, int64_t n, int64_t H,
+                                                double eps, float *h_d, void *stream) {
+    final_norm_rows_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)stream>>>(x_d, t_d, w_d, rows_d, H, eps, h_d);
+    MO_CHECK("final rmsnorm of the logits rows");
 }
 
 /* Cache slot of (token's sequence, position): page from the sequence's block table. */
@@ -129,17 +153,20 @@ __global__ void qk_rope_store_kernel(float *qkv, int64_t A, int64_t KV, const fl
 
 extern "C" const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, const float *q_norm_d,
                                               const float *k_norm_d, double eps, const float *inv_freq_d, float mscale, const int32_t *seq_d,
-                                              const int32_t *pos_d, const moq_cuda_kv *kv) {
+                                              const int32_t *pos_d, const moq_cuda_kv *kv, void *stream) {
     switch (D) {
-    case 64: qk_rope_store_kernel<2><<<(unsigned)M, 256>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 128: qk_rope_store_kernel<4><<<(unsigned)M, 256>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 256: qk_rope_store_kernel<8><<<(unsigned)M, 256>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 64: qk_rope_store_kernel<2><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 128: qk_rope_store_kernel<4><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 256: qk_rope_store_kernel<8><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
     default: return "qk_rope_store: head_dim must be 64, 128 or 256";
     }
     MO_CHECK("q/k norm + rope + kv store");
 }
 
-/* Attention, split over keys (flash-decoding): block (head, token, split) with 4 warps; warp w takes
+/* Attention, split over keys (flash-decoding): block (head, token, split) with 4 warps; each token
+ * cuts its own span (p + 1 - lo keys) into n_split ranges of max(MOQ_CUDA_SPLIT_MIN, ceil(span /
+ * n_split)) keys, so the launch shape does not depend on the positions (a CUDA graph replays it at
+ * any length; ranges past the span write an empty part); warp w takes
  * keys start + w, start + w + 4, ... of its split, lane j holds elements j·C .. j·C + C - 1 of the
  * head (16-byte loads of bf16 K/V at C = 8), keeps an online softmax (max, sum, weighted V); the
  * warps merge in shared memory and the block writes (max, sum, o[D]) for its split. The token at
@@ -147,10 +174,13 @@ extern "C" const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A
  * step are stored before this runs, so prefill and decode are the same kernel. */
 template <int C>
 __global__ void attn_split_kernel(const float *qkv, int64_t A, int64_t KV, float scale, int64_t W, const int32_t *seq, const int32_t *pos,
-                                  moq_cuda_kv kv, int64_t n_split, int64_t split_keys, float *part) {
+                                  moq_cuda_kv kv, int64_t n_split, float *part) {
     constexpr int D = 32 * C, NW = 4;
     const int64_t hd = blockIdx.x, i = blockIdx.y, sp = blockIdx.z, p = pos[i], grp = A / KV, kvh = hd / grp;
-    const int64_t lo = W > 0 && p + 1 > W ? p + 1 - W : 0, k0 = lo + sp * split_keys;
+    const int64_t lo = W > 0 && p + 1 > W ? p + 1 - W : 0, span = p + 1 - lo;
+    int64_t split_keys = (span + n_split - 1) / n_split;
+    if (split_keys < MOQ_CUDA_SPLIT_MIN) split_keys = MOQ_CUDA_SPLIT_MIN;
+    const int64_t k0 = lo + sp * split_keys;
     const int64_t k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
     const int lane = threadIdx.x & 31, w = threadIdx.x / 32;
     const int64_t qkvN = (A + 2 * KV) * D;
@@ -213,18 +243,171 @@ __global__ void attn_combine_kernel(const float *part, int64_t A, int64_t D, int
 
 extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                           const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
-                                          int64_t split_keys, float *part_d, float *att_d) {
+                                          float *part_d, float *att_d, void *stream) {
     const dim3 grid((unsigned)A, (unsigned)M, (unsigned)n_split);
     switch (D) {
-    case 64: attn_split_kernel<2><<<grid, 128>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, split_keys, part_d); break;
-    case 128: attn_split_kernel<4><<<grid, 128>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, split_keys, part_d); break;
-    case 256: attn_split_kernel<8><<<grid, 128>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, split_keys, part_d); break;
+    case 64: attn_split_kernel<2><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
+    case 128: attn_split_kernel<4><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
+    case 256: attn_split_kernel<8><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
     default: return "attention: head_dim must be 64, 128 or 256";
     }
     const char *e = moq_cuda_launch_check("attention (split)");
     if (e) return e;
-    attn_combine_kernel<<<dim3((unsigned)A, (unsigned)M), 128>>>(part_d, A, D, n_split, att_d);
+    attn_combine_kernel<<<dim3((unsigned)A, (unsigned)M), 128, 0, (cudaStream_t)stream>>>(part_d, A, D, n_split, att_d);
     MO_CHECK("attention (combine)");
+}
+
+/* Prefill attention, tiled (flash-attention style, f32 on the CUDA cores): the M rows of the step are
+ * one sequence at consecutive positions (pos[0] + i). Block (tile of FQ = 64 query rows, q head),
+ * 256 threads; the keys the tile can see (from the first row's window start to the last row's
+ * position) are walked in tiles of FK = 64: K and V rows read once from the paged cache into shared
+ * memory (decoded to f32, ×scale for e4m3) and reused by the 64 queries; S = q kᵀ · scale with the
+ * causal / window mask, an online softmax per row (running max and sum, the accumulator rescaled),
+ * O += P V. Thread (ty, tx) = (t / 16, t % 16) holds rows 4 ty .. 4 ty + 3 and, for S, keys tx + 16 c,
+ * for O, head elements tx + 16 c. Shared memory (floats): Q [64][D+1], K [64][D+1], V [64][D],
+ * S [64][65], row corrections [64] — dynamic, opted in above 48 KiB. */
+#define FQ 64
+#define FK 64
+template <int D>
+__global__ void __launch_bounds__(256) attn_prefill_kernel(const float *qkv, int64_t M, int64_t A, int64_t KV, float scale, int64_t W,
+                                                           const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, float *att) {
+    extern __shared__ float fsm[];
+    constexpr int DP = D + 1, NC = D / 16;
+    float *Qs = fsm, *Ks = Qs + FQ * DP, *Vs = Ks + FK * DP, *Ss = Vs + FK * D, *corr = Ss + FQ * (FK + 1);
+    const int t = threadIdx.x, ty = t / 16, tx = t % 16;
+    const int64_t i0 = (int64_t)blockIdx.x * FQ, hd = blockIdx.y, kvh = hd / (A / KV), qkvN = (A + 2 * KV) * D;
+    const int64_t nrow = M - i0 < FQ ? M - i0 : FQ, p0 = pos[0] + i0, plast = p0 + nrow - 1;
+    const int32_t sq = seq[0];
+    for (int e = t; e < FQ * D; e += 256) {
+        const int r = e / D, d = e % D;
+        Qs[r * DP + d] = r < nrow ? qkv[(i0 + r) * qkvN + hd * D + d] : 0.0f;
+    }
+    float o[4][NC], mrow[4], lrow[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        mrow[r] = -INFINITY, lrow[r] = 0;
+#pragma unroll
+        for (int c = 0; c < NC; c++) o[r][c] = 0;
+    }
+    const int64_t klo = W > 0 && p0 + 1 > W ? p0 + 1 - W : 0;
+    for (int64_t k0 = klo; k0 <= plast; k0 += FK) {
+        __syncthreads(); /* the previous tile's K, V, S are consumed */
+        for (int e = t; e < FK * D; e += 256) {
+            const int j = e / D, d = e % D;
+            const int64_t kp = k0 + j;
+            float kvk = 0, kvv = 0;
+            if (kp <= plast) {
+                const int64_t idx = (kv_slot(kv, sq, kp) * KV + kvh) * D + d;
+                kvk = kv_load(kv.k, kv.elem, idx, kv.k_scale), kvv = kv_load(kv.v, kv.elem, idx, kv.v_scale);
+            }
+            Ks[j * DP + d] = kvk, Vs[j * D + d] = kvv;
+        }
+        __syncthreads();
+        float sc[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[r][c] = 0;
+#pragma unroll 4
+        for (int d = 0; d < D; d++) {
+            float q[4], k[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) q[r] = Qs[(4 * ty + r) * DP + d];
+#pragma unroll
+            for (int c = 0; c < 4; c++) k[c] = Ks[(tx + 16 * c) * DP + d];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) sc[r][c] = fmaf(q[r], k[c], sc[r][c]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int64_t p = p0 + 4 * ty + r, lo = W > 0 && p + 1 > W ? p + 1 - W : 0;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int64_t kp = k0 + tx + 16 * c;
+                const bool ok = 4 * ty + r < nrow && kp <= p && kp >= lo;
+                Ss[(4 * ty + r) * (FK + 1) + tx + 16 * c] = ok ? sc[r][c] * scale : -INFINITY;
+            }
+        }
+        __syncthreads();
+        { /* the tile's row maxima: 4 threads per row, 16 keys each */
+            const int r = t / 4, part = t % 4;
+            const float *srow = Ss + r * (FK + 1);
+            float mx = -INFINITY;
+            for (int j = part * 16; j < part * 16 + 16; j++) mx = fmaxf(mx, srow[j]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            if (part == 0) corr[r] = mx;
+        }
+        __syncthreads();
+        /* running max per row (the 16 threads of a ty compute the same), the accumulator's correction */
+        float cr[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float mn = fmaxf(mrow[r], corr[4 * ty + r]);
+            cr[r] = mn == -INFINITY ? 1.0f : expf(mrow[r] - mn);
+            mrow[r] = mn;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float sum = 0;
+            /* the 16 threads of this ty share rows 4 ty + r: thread tx converts keys tx + 16 c */
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float *sp = Ss + (4 * ty + r) * (FK + 1) + tx + 16 * c;
+                const float pv = mrow[r] == -INFINITY ? 0.0f : expf(*sp - mrow[r]);
+                *sp = pv, sum += pv;
+            }
+            for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            lrow[r] = lrow[r] * cr[r] + sum;
+#pragma unroll
+            for (int c = 0; c < NC; c++) o[r][c] *= cr[r];
+        }
+        __syncthreads();
+        for (int j = 0; j < FK; j++) {
+            float v[NC];
+#pragma unroll
+            for (int c = 0; c < NC; c++) v[c] = Vs[j * D + tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float pv = Ss[(4 * ty + r) * (FK + 1) + j];
+#pragma unroll
+                for (int c = 0; c < NC; c++) o[r][c] = fmaf(pv, v[c], o[r][c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        if (4 * ty + r >= nrow) continue;
+        float *out = att + (i0 + 4 * ty + r) * A * D + hd * D;
+#pragma unroll
+        for (int c = 0; c < NC; c++) out[tx + 16 * c] = o[r][c] / lrow[r];
+    }
+}
+
+template <int D> static const char *launch_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, float scale, int64_t window,
+                                                    const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
+    const size_t smem = sizeof(float) * (size_t)(FQ * (D + 1) + FK * (D + 1) + FK * D + FQ * (FK + 1) + FQ);
+    static bool opted = false; /* per D (one instantiation each) */
+    if (!opted) {
+        cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return moq_cuda_launch_check("attention (prefill): shared memory opt-in");
+        opted = true;
+    }
+    attn_prefill_kernel<D><<<dim3((unsigned)cdiv(M, FQ), (unsigned)A), 256, smem, (cudaStream_t)stream>>>(qkv_d, M, A, KV, scale, window, seq_d, pos_d,
+                                                                                                           *kv, att_d);
+    return moq_cuda_launch_check("attention (prefill)");
+}
+
+extern "C" const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
+                                                  const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
+    switch (D) {
+    case 64: return launch_prefill<64>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    case 128: return launch_prefill<128>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    case 256: return launch_prefill<256>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    default: return "attention (prefill): head_dim must be 64, 128 or 256";
+    }
 }
 
 /* act = silu(gate) · up = gate / (1 + exp(-gate)) · up (model.c swiglu). */
@@ -237,8 +420,8 @@ __global__ void swiglu_kernel(const float *gu, int64_t M, int64_t I, float *act)
     }
 }
 
-extern "C" const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d) {
+extern "C" const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream) {
     const int64_t n = M * I, b = cdiv(n, 256) < 4096 ? cdiv(n, 256) : 4096;
-    swiglu_kernel<<<(unsigned)b, 256>>>(gu_d, M, I, act_d);
+    swiglu_kernel<<<(unsigned)b, 256, 0, (cudaStream_t)stream>>>(gu_d, M, I, act_d);
     MO_CHECK("swiglu");
 }

@@ -1,6 +1,7 @@
 /* rows_cuda.c — the CUDA rows of the kernel registry: host-side packing into the padded layout
  * of cuda_api.h, workspace sizes, and run(): activation quantizer, then the decode kernel
- * (M <= 16), the mma.sync GEMM or cuBLASLt (variant 1, FP8 per-tensor / per-token). Run only
+ * (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
+ * dequantized to bf16 + cuBLASLt bf16 (variant 2, NVFP4 / MXFP8 / BF16). Run only
  * enqueues work; kernel faults surface at moq_device_sync. */
 #include "kernels/cuda/rows_cuda.h"
 
@@ -35,6 +36,7 @@ moq_cuda_ws moq_cuda_ws_layout(int64_t M, int64_t N, int64_t Kp, int with_lt) {
     w.gs = o, o += al(Mp * kp / 128 * 4);
     w.d = o, o += with_lt ? al(Mp * (size_t)N * 4) : 0; /* D [M, Np] or [Np, Mp] */
     w.lt = o, o += with_lt ? ((size_t)32 << 20) : 0;
+    w.wb = o, o += with_lt == 2 && M > 16 ? al((size_t)moq_cuda_wb_rows(N, Kp) * kp * 2) : 0;
     w.total = o;
     return w;
 }
@@ -64,6 +66,12 @@ static blob blob_of(const moq_weight *w) {
 }
 
 size_t moq_cuda_row_packed_size(const moq_weight *w) { return blob_of(w).total; }
+
+moq_cuda_blob moq_cuda_row_blob(const moq_weight *w) {
+    const blob b = blob_of(w);
+    const moq_pair_id p = moq_pair_of(w);
+    return (moq_cuda_blob){b.codes, b.scales, b.rs, b.bias, b.total, b.Np, b.Kp, p < MOQ_PAIR_COUNT ? (int)kind_of_pair[p] : (int)MOQ_CK_COUNT};
+}
 
 void moq_cuda_row_pack(const moq_weight *w, void *dst) {
     const blob b = blob_of(w);
@@ -109,12 +117,20 @@ size_t moq_cuda_row_workspace_lt(const moq_weight *w, int64_t M, int n_threads) 
     return moq_cuda_ws_layout(M, w->N, rup(w->K, PAD), 1).total;
 }
 
+size_t moq_cuda_row_workspace_dq(const moq_weight *w, int64_t M, int n_threads) {
+    (void)n_threads;
+    return moq_cuda_ws_layout(M, w->N, rup(w->K, PAD), 2).total;
+}
+
 bool moq_cuda_row_lt_supports(const moq_weight *w, char *why, size_t why_len) {
     (void)w;
     const char *e = moq_cuda_lt_init();
     if (e) snprintf(why, why_len, "%s", e);
     return e == NULL;
 }
+
+/* the GEMM for M > 16 of each row variant (kernels.c: CUDA_MMA 0, CUDA_LT 1, CUDA_DQ 2) */
+static const char *(*const gemm_of_variant[3])(const moq_cuda_args *) = {moq_cuda_gemm_mma, moq_cuda_gemm_cublaslt, moq_cuda_gemm_dequant_lt};
 
 moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
@@ -124,13 +140,14 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .kind = kind_of_pair[l->pair], .M = l->M, .N = w->N, .K = w->K, .Np = b.Np, .Kp = b.Kp,
         .x_d = l->x, .x_bf16 = l->x_elem == MOQ_ELEM_BF16, .y_d = l->y, .y_bf16 = l->y_elem == MOQ_ELEM_BF16,
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
-        .bias_d = (const float *)(pk + b.bias), .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
-        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant == 1), .skip_a = l->k->variant == 1 && l->M > 16,
+        .bias_d = (const float *)(pk + b.bias), .has_bias = w->bias != NULL, .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
+        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q(kind_of_pair[l->pair], l->M),
+        .stream = l->stream,
     };
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
     const char *e = moq_cuda_act_quant(&a);
-    if (!e) e = l->M <= 16 ? moq_cuda_gemv(&a) : l->k->variant == 1 ? moq_cuda_gemm_cublaslt(&a) : moq_cuda_gemm_mma(&a);
+    if (!e) e = l->M <= 16 ? moq_cuda_gemv(&a) : gemm_of_variant[l->k->variant](&a);
     if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, l->k->name, "%s", e);
     return MOQ_OK;
 }

@@ -31,6 +31,8 @@ static const struct {
     {"moe_layer_freq",         offsetof(moq_deepseek_cfg, moe_layer_freq),            1,    1,  F_INT,  false},
     {"n_shared_experts",       offsetof(moq_deepseek_cfg, n_shared_experts),          1,    0,  F_INT,  true},
     {"index_topk",             offsetof(moq_deepseek_cfg, index_topk),                0,    0,  F_INT,  true},
+    {"index_n_heads",          offsetof(moq_deepseek_cfg, index_n_heads),             64,   1,  F_INT,  false},
+    {"index_head_dim",         offsetof(moq_deepseek_cfg, index_head_dim),            128,  2,  F_INT,  false},
     {"routed_scaling_factor",  offsetof(moq_deepseek_cfg, routed_scaling_factor),     2.5,  0,  F_NUM,  false},
     {"norm_topk_prob",         offsetof(moq_deepseek_cfg, norm_topk_prob),            1,    0,  F_BOOL, false},
     {"rope_interleave",        offsetof(moq_deepseek_cfg, rope_interleave),           1,    0,  F_BOOL, false},

@@ -23,6 +23,7 @@ typedef struct moq_deepseek_cfg {
     int64_t n_shared_experts;
     int64_t index_topk;             /* DeepSeek-V3.2 sparse attention (DSA): keys kept per query by
                                        its indexer; 0 = dense MLA (no index_topk in config.json)   */
+    int64_t index_n_heads, index_head_dim; /* the indexer's heads (DeepseekV32Config: 64, 128)    */
     double  routed_scaling_factor;
     bool    norm_topk_prob, rope_interleave;
     bool    has_mlp_types;          /* mlp_layer_types given (DeepseekV32Config): it decides    */

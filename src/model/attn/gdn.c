@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/nn_math.h"
 #include "kernels/kernels.h"
 
 int64_t moq_gdn_channels(const moq_gdn_dims *d) { return 2 * d->Hk * d->dk + d->Hv * d->dv; }
@@ -80,7 +81,6 @@ static moq_status run(const moq_layer_linear *l, const moq_gdn_ws *ws, const flo
     return moq_linear_run(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ws->lws, ws->lws_size, err);
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch's threshold 20 */
 
 static void l2norm(float *x, int64_t n) {
@@ -111,7 +111,7 @@ moq_status moq_gdn_forward(moq_gdn *g, const moq_gdn_ws *ws, const float *h, int
             for (int64_t t = 0; t < K - 1; t++) acc += cw[t] * g->conv_state[t * C + ch];
             for (int64_t t = 0; t + 1 < K - 1; t++) g->conv_state[t * C + ch] = g->conv_state[(t + 1) * C + ch];
             if (K > 1) g->conv_state[(K - 2) * C + ch] = x;
-            w[ch] = silu(acc);
+            w[ch] = moq_silu(acc);
         }
     }
     for (int64_t i = 0; i < M; i++)
@@ -138,12 +138,12 @@ moq_status moq_gdn_forward(moq_gdn *g, const moq_gdn_ws *ws, const float *h, int
                 for (int64_t r = 0; r < d->dk; r++) acc += S[r * d->dv + c] * qj[r];
                 oj[c] = acc * qs;
             }
-            /* gated RMSNorm of the head: rmsnorm(o) · w · silu(z) */
+            /* gated RMSNorm of the head: rmsnorm(o) · w · moq_silu(z) */
             double ss = 0;
             for (int64_t c = 0; c < d->dv; c++) ss += (double)oj[c] * oj[c];
             const float r = (float)(1.0 / sqrt(ss / (double)d->dv + d->eps));
             const float *zj = ws->z + i * V + j * d->dv;
-            for (int64_t c = 0; c < d->dv; c++) oj[c] = oj[c] * r * g->norm[c] * silu(zj[c]);
+            for (int64_t c = 0; c < d->dv; c++) oj[c] = oj[c] * r * g->norm[c] * moq_silu(zj[c]);
         }
     }
     if (g->obs) g->obs(g->obs_user, g->obs_layer, MOQ_GDN_TAP_OUT_IN, ws->o, M, V);

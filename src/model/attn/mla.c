@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/nn_math.h"
 #include "kernels/kernels.h"
 #include "model/rope.h"
 
@@ -45,6 +46,24 @@ moq_status moq_mla_open(moq_mla *a, const moq_checkpoint *c, const moq_qconfig *
     MOQ_TRY(want(&a->kv_b, A * (d->dn + d->dv), d->R, err));
     MOQ_TRY(OPEN(&a->o, "o_proj"));
     MOQ_TRY(want(&a->o, d->H, A * d->dv, err));
+    if (d->topk > 0 && d->ctx > d->topk) { /* DeepSeek-V3.2: the indexer decides once keys outnumber index_topk */
+        if (d->q_lora < 1 || d->nih < 1 || d->ihd < d->dr)
+            return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "DeepSeek sparse attention with q_lora_rank %lld, index_n_heads %lld, index_head_dim %lld; "
+                            "expected a q LoRA, >= 1 head and index_head_dim >= qk_rope_head_dim (%lld)", (long long)d->q_lora, (long long)d->nih,
+                            (long long)d->ihd, (long long)d->dr);
+        MOQ_TRY(OPEN(&a->i_wq_b, "indexer.wq_b"));
+        MOQ_TRY(want(&a->i_wq_b, d->nih * d->ihd, d->q_lora, err));
+        MOQ_TRY(OPEN(&a->i_wk, "indexer.wk"));
+        MOQ_TRY(want(&a->i_wk, d->ihd, d->H, err));
+        MOQ_TRY(OPEN(&a->i_wproj, "indexer.weights_proj"));
+        MOQ_TRY(want(&a->i_wproj, d->nih, d->H, err));
+        snprintf(p, sizeof p, "%s.indexer.k_norm.weight", prefix);
+        MOQ_TRY(moq_layers_f32(&a->i_kn_w, c, p, d->ihd, blobs, err));
+        snprintf(p, sizeof p, "%s.indexer.k_norm.bias", prefix);
+        MOQ_TRY(moq_layers_f32(&a->i_kn_b, c, p, d->ihd, blobs, err));
+        a->ik = moq_blobs_alloc(blobs, (size_t)(d->ctx * d->ihd) * sizeof(float));
+        if (!a->ik) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for the indexer's key cache");
+    }
 #undef OPEN
     snprintf(p, sizeof p, "%s.kv_a_layernorm.weight", prefix);
     MOQ_TRY(moq_layers_f32(&a->kv_a_norm, c, p, d->R, blobs, err));
@@ -72,10 +91,13 @@ void moq_mla_close(moq_mla *a) {
     moq_layers_close_linear(&a->kv_a);
     moq_layers_close_linear(&a->kv_b);
     moq_layers_close_linear(&a->o);
+    moq_layers_close_linear(&a->i_wq_b);
+    moq_layers_close_linear(&a->i_wk);
+    moq_layers_close_linear(&a->i_wproj);
 }
 
 size_t moq_mla_linear_ws(const moq_mla *a, int64_t C) {
-    const moq_layer_linear *ls[] = {&a->q_a, &a->q_b, &a->kv_a, &a->o};
+    const moq_layer_linear *ls[] = {&a->q_a, &a->q_b, &a->kv_a, &a->o, &a->i_wq_b, &a->i_wk, &a->i_wproj};
     size_t ws = 0;
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
         const size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
@@ -96,12 +118,6 @@ int64_t moq_mla_scratch_floats(const moq_mla_dims *d, int64_t ctx) {
     return ctx + (ex > ab ? ex : ab);
 }
 
-static void rmsnorm(float *x, const float *w, int64_t n, double eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] * r * w[i];
-}
 
 /* RoPE of x f32 [dr] at pos: interleaved pairs (2i, 2i+1) (DeepSeek's apply_rotary_pos_emb_interleave,
  * whose de-interleaved output order is the same permutation for q and k, so dot products agree) or
@@ -111,15 +127,9 @@ static void rope(float *x, int64_t dr, int64_t pos, const float *inv_freq, float
     else moq_rope_apply(x, dr, pos, inv_freq, mscale);
 }
 
-static void softmax(float *s, int64_t n) {
-    float mx = -INFINITY, sum = 0;
-    for (int64_t p = 0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
-    for (int64_t p = 0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
-    for (int64_t p = 0; p < n; p++) s[p] /= sum;
-}
 
 /* Prefill order: per head, expand K_nope / V of every position once, then attend each new token. */
-static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv_cache *kv, int64_t layer, int64_t p0, int64_t M) {
+static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv_cache *kv, int64_t layer, int64_t p0, int64_t M, const float *sel) {
     const moq_mla_dims *d = &a->d;
     const int64_t A = d->A, R = d->R, dq = d->dn + d->dr, rw = d->dn + d->dr + d->dv, npos = p0 + M;
 #pragma omp parallel for num_threads(ws->n_threads) schedule(dynamic, 1)
@@ -149,9 +159,9 @@ static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv
                 const float *r = ex + p * rw;
                 float dot = 0;
                 for (int64_t e = 0; e < dq; e++) dot += q[e] * r[e];
-                s[p] = dot * d->scale;
+                s[p] = sel && sel[i * ws->ctx + p] == 0.0f ? -INFINITY : dot * d->scale;
             }
-            softmax(s, n);
+            moq_softmax(s, n);
             float *o = ws->att + i * A * d->dv + hd * d->dv;
             memset(o, 0, (size_t)d->dv * sizeof(float));
             for (int64_t p = 0; p < n; p++) {
@@ -163,7 +173,7 @@ static void attend_expanded(const moq_mla *a, const moq_mla_ws *ws, const moq_kv
 }
 
 /* Decode order (absorbed): q_lat = Wk_aᵀ q_nope; score = q_lat · c_p + q_rope · kr_p; out = Wv_a Σ softmax c_p. */
-static void attend_absorbed(const moq_mla *a, const moq_mla_ws *ws, const moq_kv_cache *kv, int64_t layer, int64_t p0, int64_t M) {
+static void attend_absorbed(const moq_mla *a, const moq_mla_ws *ws, const moq_kv_cache *kv, int64_t layer, int64_t p0, int64_t M, const float *sel) {
     const moq_mla_dims *d = &a->d;
     const int64_t A = d->A, R = d->R, dq = d->dn + d->dr;
 #pragma omp parallel for num_threads(ws->n_threads) schedule(dynamic, 1)
@@ -181,9 +191,9 @@ static void attend_absorbed(const moq_mla *a, const moq_mla_ws *ws, const moq_kv
             float dot = 0;
             for (int64_t k = 0; k < R; k++) dot += ql[k] * row[k];
             for (int64_t e = 0; e < d->dr; e++) dot += q[d->dn + e] * row[R + e];
-            s[p] = dot * d->scale;
+            s[p] = sel && sel[i * ws->ctx + p] == 0.0f ? -INFINITY : dot * d->scale;
         }
-        softmax(s, n);
+        moq_softmax(s, n);
         memset(ol, 0, (size_t)R * sizeof(float));
         for (int64_t p = 0; p < n; p++) {
             moq_kv_cache_read(kv, 0, layer, p, 0, R, row);
@@ -202,6 +212,55 @@ static moq_status run(const moq_layer_linear *l, const moq_mla_ws *ws, const flo
     return moq_linear_run(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ws->lws, ws->lws_size, err);
 }
 
+/* DeepSeek-V3.2's indexer over positions 0..p of each new token (mla.h): ws->sel row i = 1 at the
+ * index_topk best keys (all of them while there are no more than that). */
+static moq_status index_select(const moq_mla *a, const moq_mla_ws *ws, const float *h, int64_t M, int64_t p0, const float *inv_freq, float mscale,
+                               moq_error *err) {
+    const moq_mla_dims *d = &a->d;
+    const int64_t nih = d->nih, ihd = d->ihd, ctx = ws->ctx;
+    MOQ_TRY(run(&a->i_wq_b, ws, ws->qa, M, ws->iq, err));
+    MOQ_TRY(run(&a->i_wk, ws, h, M, ws->ikp, err));
+    MOQ_TRY(run(&a->i_wproj, ws, h, M, ws->iw, err));
+    for (int64_t i = 0; i < M; i++) { /* LayerNorm of the key, then RoPE of the first dr values of keys and queries */
+        const float *x = ws->ikp + i * ihd;
+        float *k = a->ik + (p0 + i) * ihd;
+        double mu = 0, var = 0;
+        for (int64_t e = 0; e < ihd; e++) mu += x[e];
+        mu /= (double)ihd;
+        for (int64_t e = 0; e < ihd; e++) var += ((double)x[e] - mu) * ((double)x[e] - mu);
+        const float rs = (float)(1.0 / sqrt(var / (double)ihd + 1e-6)), m = (float)mu;
+        for (int64_t e = 0; e < ihd; e++) k[e] = (x[e] - m) * rs * a->i_kn_w[e] + a->i_kn_b[e];
+        moq_rope_apply(k, d->dr, p0 + i, inv_freq, mscale);
+        for (int64_t hd = 0; hd < nih; hd++) moq_rope_apply(ws->iq + (i * nih + hd) * ihd, d->dr, p0 + i, inv_freq, mscale);
+    }
+    const float ssc = 1.0f / sqrtf((float)ihd), wsc = 1.0f / sqrtf((float)nih);
+    for (int64_t i = 0; i < M; i++) {
+        const int64_t n = p0 + i + 1;
+        float *sel = ws->sel + i * ctx, *sc = ws->isc;
+        const bool all = n <= d->topk;
+        for (int64_t p = 0; p < n; p++) {
+            sel[p] = all ? 1.0f : 0.0f;
+            if (all) continue;
+            float v = 0.0f;
+            for (int64_t hd = 0; hd < nih; hd++) {
+                const float *q = ws->iq + (i * nih + hd) * ihd, *k = a->ik + p * ihd;
+                float dot = 0.0f;
+                for (int64_t e = 0; e < ihd; e++) dot += q[e] * k[e];
+                dot *= ssc;
+                v += (dot > 0.0f ? dot : 0.0f) * (ws->iw[i * nih + hd] * wsc);
+            }
+            sc[p] = v;
+        }
+        for (int64_t t = 0; !all && t < d->topk; t++) { /* best first, the lower position on ties */
+            int64_t b = -1;
+            for (int64_t p = 0; p < n; p++)
+                if (sel[p] == 0.0f && (b < 0 || sc[p] > sc[b])) b = p;
+            sel[b] = 1.0f;
+        }
+    }
+    return MOQ_OK;
+}
+
 moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *inv_freq, float mscale, const float *h, int64_t M,
                            int64_t p0, moq_kv_cache *kv, int64_t layer, float *out, moq_error *err) {
     const moq_mla_dims *d = &a->d;
@@ -209,7 +268,7 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_IN, h, M, a->d.H);
     if (d->q_lora > 0) {
         MOQ_TRY(run(&a->q_a, ws, h, M, ws->qa, err));
-        for (int64_t i = 0; i < M; i++) rmsnorm(ws->qa + i * d->q_lora, a->q_a_norm, d->q_lora, d->eps);
+        for (int64_t i = 0; i < M; i++) moq_rmsnorm(ws->qa + i * d->q_lora, ws->qa + i * d->q_lora, a->q_a_norm, d->q_lora, d->eps);
         if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_Q_B_IN, ws->qa, M, d->q_lora);
         MOQ_TRY(run(&a->q_b, ws, ws->qa, M, ws->q, err));
     } else {
@@ -218,13 +277,18 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     MOQ_TRY(run(&a->kv_a, ws, h, M, ws->ckv, err));
     for (int64_t i = 0; i < M; i++) {
         float *ckv = ws->ckv + i * cr;
-        rmsnorm(ckv, a->kv_a_norm, d->R, d->eps);
+        moq_rmsnorm(ckv, ckv, a->kv_a_norm, d->R, d->eps);
         rope(ckv + d->R, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         for (int64_t hd = 0; hd < A; hd++) rope(ws->q + i * A * dq + hd * dq + d->dn, d->dr, p0 + i, inv_freq, mscale, d->interleave);
         moq_kv_cache_write(kv, layer, p0 + i, ckv, NULL);
     }
-    if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M);
-    else attend_absorbed(a, ws, kv, layer, p0, M);
+    const float *sel = NULL;
+    if (a->ik) {
+        MOQ_TRY(index_select(a, ws, h, M, p0, inv_freq, mscale, err));
+        sel = ws->sel;
+    }
+    if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M, sel);
+    else attend_absorbed(a, ws, kv, layer, p0, M, sel);
     if (a->obs) a->obs(a->obs_user, layer, MOQ_MLA_TAP_O_IN, ws->att, M, A * d->dv);
     return run(&a->o, ws, ws->att, M, out, err);
 }

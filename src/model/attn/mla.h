@@ -17,6 +17,12 @@
  * decode does the same with its W_UK / W_UV). Every other projection is an ordinary moq linear.
  * RoPE pairing: interleaved (x[2i], x[2i+1]) when rope_interleave (DeepSeek checkpoints), else
  * rotate-half (x[i], x[i + dr/2]).
+ * DeepSeek-V3.2 (DSA, DeepseekV32Indexer): with index_topk set and more cached positions than it,
+ * each query attends only to the index_topk keys of the best index score
+ *   I(p) = Σ_h (weights_proj h)_h nih^-1/2 · relu(qI_h · kI_p · ihd^-1/2),
+ *   qI = wq_b(rmsnorm(q_a(h))) [nih, ihd], kI = LayerNorm(wk h) (k_norm, eps 1e-6) [ihd], both with
+ *   rotate-half RoPE (with the mscale) on their first dr values; kI is cached per position;
+ * ties go to the lower position (torch.topk leaves them unspecified).
  * Tested by tests/model/test_arch.c (fp64 oracle; transformers' logits; prefill vs decode).
  */
 #ifndef MOQ_MODEL_ATTN_MLA_H
@@ -36,6 +42,8 @@ typedef struct moq_mla_dims {
     bool    interleave;      /* rope_interleave                                               */
     float   scale;           /* softmax scale                                                 */
     double  eps;             /* rms_norm_eps                                                  */
+    int64_t topk, nih, ihd;  /* DeepSeek-V3.2 DSA: index_topk (0: none), index_n_heads, index_head_dim */
+    int64_t ctx;             /* positions of the indexer's key cache                           */
 } moq_mla_dims;
 
 typedef struct moq_mla {
@@ -43,6 +51,10 @@ typedef struct moq_mla {
     moq_layer_linear q_a, q_b, kv_a, kv_b, o;   /* q_b is q_proj when d.q_lora == 0          */
     float           *q_a_norm, *kv_a_norm;      /* f32 [q_lora], [R]                          */
     float           *w;                          /* f32 [A, dn + dv, R]: kv_b_proj dequantized */
+    /* DeepSeek-V3.2's lightning indexer (opened when ctx > index_topk, else it never drops a key) */
+    moq_layer_linear i_wq_b, i_wk, i_wproj;     /* indexer.{wq_b, wk, weights_proj}            */
+    float           *i_kn_w, *i_kn_b;           /* indexer.k_norm (LayerNorm) [ihd]             */
+    float           *ik;                         /* its key cache f32 [ctx, ihd], NULL = no indexer */
     /* calibration hook, NULL when unset (one pointer test per forward): which = MOQ_MLA_TAP_* */
     void           (*obs)(void *user, int64_t layer, int which, const float *x, int64_t rows, int64_t cols);
     void            *obs_user;
@@ -54,6 +66,8 @@ enum { MOQ_MLA_TAP_IN = 0, MOQ_MLA_TAP_Q_B_IN, MOQ_MLA_TAP_O_IN }; /* h; q_b_pro
 typedef struct moq_mla_ws {
     float  *qa, *q, *ckv, *att;   /* [C, q_lora], [C, A (dn+dr)], [C, R + dr], [C, A dv]      */
     float  *scratch;              /* per thread: moq_mla_scratch_floats()                    */
+    float  *iq, *ikp, *iw, *isc;  /* indexer: [C, nih ihd], [C, ihd], [C, nih], scores [ctx]  */
+    float  *sel;                  /* [C, ctx]: 1 where the indexer keeps the key              */
     void   *lws;                  /* linear workspace (shared with the model)                */
     size_t  lws_size;
     int     n_threads;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# device_all.sh — one device call that checks the whole CUDA side after a merge, run on the H200 from
+# the repository root with the binaries scripts/device_all_stage.sh staged (.devbin/devbin.tar.xz):
+#   1. at once, side by side (correctness only): test_linear_cuda, test_moe_cuda, test_model_cuda
+#      (GPU vs CPU forward for dense and MoE, batched decode, moq_batch), tests/e2e/serve.sh with
+#      MOQ_SERVE_DEVICE=cuda, and compute-sanitizer memcheck over `moq run --device cuda` of a dense
+#      and a MoE real export; meanwhile `moq synth` writes the speed checkpoints;
+#   2. then alone on the GPU (speed): `moq bench model --device cuda` on 8B-shaped Llamas (32 layers,
+#      hidden 4096, intermediate 14336, 32/8 heads, vocab 128256) in NVFP4 and FP8: prefill 2048,
+#      batch-1 decode, batch 64; `moq bench moe --device cuda` at Qwen3-30B-A3B's layer shape and
+#      `moq bench model` on a 2-layer Qwen3-30B-A3B-shaped MoE; `moq bench linear --device cuda` at
+#      N = K = 8192, M = 1 and 16.
+# Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds scripts/device_all.sh
+set -u
+OUT=${OUT:-/tmp/moq_out}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+[ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
+BIN=$ROOT/.devbin
+export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
+mkdir -p "$MOQ_TMP"
+LIMIT=${LIMIT:-360}
+ALGOS=${ALGOS:-"NVFP4 FP8"}
+log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*"; }
+left() { echo $((LIMIT - SECONDS)); }
+R=$ROOT/tests/data/modelopt_real
+S=/tmp/moq_synth
+mkdir -p "$S"
+head -c 4000 tests/data/text/pride_and_prejudice_ch1-2.txt > /tmp/short.txt
+ldd "$BIN/moq" | grep "not found"
+log "device" | tee "$OUT/summary.log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$OUT/summary.log"
+declare -A SP
+for a in $ALGOS; do
+  ( "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 32 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_d_$a.log" 2>&1 ) &
+  SP[d_$a]=$!
+  ( "$BIN/moq" synth "$S/m_$a" --arch qwen3moe --algo "$a" --layers 2 --hidden 2048 --inter 768 --heads 32 --kv-heads 4 \
+      --experts 128 --top-k 8 --vocab 1024 > "$OUT/synth_m_$a.log" 2>&1 ) &
+  SP[m_$a]=$!
+done
+# 1. correctness, side by side
+t() { local name=$1 lim=$2; shift 2; ( timeout "$lim" "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$?" >> "$OUT/$name.log" ) & }
+t test_linear_cuda 200 "$BIN/test_linear_cuda"
+t test_moe_cuda 120 "$BIN/test_moe_cuda"
+t test_model_cuda 200 "$BIN/test_model_cuda"
+MOQ_BIN=$BIN/moq MOQ_SERVE_DEVICE=cuda t serve_cuda 150 bash tests/e2e/serve.sh
+if command -v compute-sanitizer >/dev/null; then
+  t memcheck_dense 150 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
+  t memcheck_moe 150 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/qwen3moe_nvfp4" --device cuda -p "Hello there" -n 6 --ctx 64
+fi
+wait_tests() { for j in $(jobs -p); do case " ${SP[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done; }
+wait_tests
+log "tests done" | tee -a "$OUT/summary.log"
+for f in test_linear_cuda test_moe_cuda test_model_cuda serve_cuda memcheck_dense memcheck_moe; do
+  [ -f "$OUT/$f.log" ] || continue
+  grep -E "PASSED|FAILED|SKIPPED|ERROR SUMMARY|rc=|^FAIL|^ok" "$OUT/$f.log" | grep -v "^ok" | tail -6 | sed "s/^/$f: /" | tee -a "$OUT/summary.log"
+done
+for f in qwen3moe_nvfp4 llama_fp8; do
+  log "eval $f --device cuda --ref (KL GPU vs CPU)" | tee -a "$OUT/summary.log"
+  timeout 30 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --kv-cache bf16 --text /tmp/short.txt --ctx 128 2>&1 | tail -2 | tee -a "$OUT/summary.log"
+done
+# 2. speed, alone on the GPU
+for a in $ALGOS; do
+  [ "$(left)" -lt 30 ] && break
+  log "bench moe $a --device cuda (Qwen3-30B-A3B layer, decode)" | tee -a "$OUT/summary.log"
+  timeout 25 "$BIN/moq" bench moe --algo "$a" --device cuda 2>&1 | tail -2 | tee -a "$OUT/summary.log"
+  while kill -0 "${SP[m_$a]}" 2>/dev/null && [ "$(left)" -gt 30 ]; do sleep 1; done
+  [ "$(left)" -lt 30 ] && break
+  log "bench model $a (2-layer Qwen3-30B-A3B shape) --device cuda" | tee -a "$OUT/summary.log"
+  timeout 25 "$BIN/moq" bench model "$S/m_$a" --device cuda --prompt 256 --decode 64 2>&1 | tail -6 | tee -a "$OUT/summary.log"
+done
+for a in $ALGOS; do
+  while kill -0 "${SP[d_$a]}" 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 1; done
+  if [ "$(left)" -lt 60 ] || kill -0 "${SP[d_$a]}" 2>/dev/null; then log "no time left for bench model $a 8B" | tee -a "$OUT/summary.log"; continue; fi
+  log "bench model $a (8B shape) --device cuda" | tee -a "$OUT/summary.log"
+  timeout $(( $(left) - 20 < 90 ? $(left) - 20 : 90 )) "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 \
+    | tee "$OUT/bench_d_$a.log" | tail -12 | tee -a "$OUT/summary.log"
+  rm -rf "$S/d_$a"
+done
+for a in fp8_tensor nvfp4_w4a4 nvfp4_w4a16 fp8_blk128 mxfp8; do
+  [ "$(left)" -lt 15 ] && break
+  for m in 1 16; do timeout 10 "$BIN/moq" bench linear --device cuda --algo "$a" --m $m --n 8192 --k 8192 --json 2>&1 | tail -1 >> "$OUT/linear.jsonl"; done
+done
+[ -f "$OUT/linear.jsonl" ] && cut -c1-300 "$OUT/linear.jsonl" | tee -a "$OUT/summary.log" > /dev/null
+log "end" | tee -a "$OUT/summary.log"
+cat "$OUT/summary.log" | cut -c1-400
