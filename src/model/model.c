@@ -1364,7 +1364,8 @@ moq_model_memory moq_model_memory_usage(const moq_model *m) {
         const layer *ly = &m->layers[l];
         const moq_layer_linear *all[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->mla.q_a, &ly->mla.q_b,
                                          &ly->mla.kv_a, &ly->mla.kv_b, &ly->mla.o, &ly->sh_gate, &ly->gdn.qkv, &ly->gdn.z, &ly->gdn.b,
-                                         &ly->gdn.a, &ly->gdn.out};
+                                         &ly->gdn.a, &ly->gdn.out, &ly->v4.wq_a, &ly->v4.wq_b, &ly->v4.wkv, &ly->v4.wo_a, &ly->v4.wo_b,
+                                         &ly->v4.c_wkv, &ly->v4.c_wgate, &ly->v4.i_wkv, &ly->v4.i_wgate, &ly->v4.i_wq_b, &ly->v4.i_wproj};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) moq_layers_memory(all[i], &mm);
         if (ly->moe) {
             uint64_t p, o;
