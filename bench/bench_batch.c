@@ -1,6 +1,7 @@
 /* bench_batch.c — decode steps of the batched decode API (moq_batch_step) at B = 1, 2, 4, 8, 16:
  * milliseconds per step and total tokens/s, the engine's share of `moq serve` throughput without
- * HTTP (docs/PERFORMANCE.md "moq serve").
+ * HTTP (docs/PERFORMANCE.md "moq serve"); also process CPU ms per step and tokens per CPU-second
+ * (the columns that survive a shared machine).
  *
  *   usage: bench_batch DIR [--threads T] [--steps S] [--prompt P]
  *          defaults: --threads 0 (OpenMP's default) --steps 16 --prompt 32
@@ -15,11 +16,12 @@
 
 #include "moq.h"
 
-static double now_s(void) {
+static double clock_s(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -57,8 +59,8 @@ int main(int argc, char **argv) {
     float *lg = malloc((size_t)BMAX * (size_t)V * sizeof(float));
     int32_t *ids = malloc((size_t)prompt * sizeof *ids), tok[BMAX];
     for (int i = 0; i < prompt; i++) ids[i] = (int32_t)(1 + i % (V - 1));
-    printf("%4s %10s %10s %8s\n", "B", "ms/step", "tok/s", "vs B=1");
-    double base = 0;
+    printf("%4s %10s %10s %8s %12s %10s %8s\n", "B", "ms/step", "tok/s", "vs B=1", "cpu ms/step", "tok/cpu-s", "vs B=1");
+    double base = 0, cbase = 0;
     for (int B = 1; B <= BMAX; B *= 2) {
         moq_seq *seq[BMAX];
         for (int s = 0; s < B; s++) {
@@ -68,7 +70,7 @@ int main(int argc, char **argv) {
             }
         }
         for (int s = 0; s < B; s++) tok[s] = 1;
-        const double t0 = now_s();
+        const double t0 = now_s(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int k = 0; k < steps; k++) {
             if (moq_batch_step(b, seq, tok, B, lg, &e) != MOQ_OK) {
                 fprintf(stderr, "bench_batch: %s: %s\n", e.where, e.msg);
@@ -81,9 +83,9 @@ int main(int argc, char **argv) {
                 tok[s] = best;
             }
         }
-        const double dt = (now_s() - t0) / steps, tps = B / dt;
-        if (B == 1) base = tps;
-        printf("%4d %10.2f %10.1f %7.2fx\n", B, 1e3 * dt, tps, tps / base);
+        const double dt = (now_s() - t0) / steps, tps = B / dt, ct = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps, cps = B / ct;
+        if (B == 1) base = tps, cbase = cps;
+        printf("%4d %10.2f %10.1f %7.2fx %12.2f %10.1f %7.2fx\n", B, 1e3 * dt, tps, tps / base, 1e3 * ct, cps, cps / cbase);
         for (int s = 0; s < B; s++) moq_seq_free(seq[s]);
     }
     free(lg);

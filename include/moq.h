@@ -289,7 +289,8 @@ MOQ_API size_t moq_utf8_stream_flush(moq_utf8_stream *s, char *out, size_t cap);
 /* Chat formats built in (no template engine: Debian packages no C Jinja library). The text of
  * tokenizer_config.json's chat_template (or chat_template.jinja) picks one by a marker it contains:
  * "<|im_start|>" -> ChatML, "<|start_header_id|>" -> Llama-3, "<start_of_turn>" -> Gemma,
- * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM. Templates of
+ * "<｜User｜>" -> DeepSeek-V3, "<|header_start|>" -> Llama 4, "[gMASK]<sop>" -> GLM, "<|turn>" ->
+ * Gemma 4, and ChatML with a "<think>\n" generation prompt -> ChatML-think (Qwen3.5). Templates of
  * other formats (gpt-oss harmony, Mistral [INST], anything else) are MOQ_ERR_UNSUPPORTED saying so;
  * tool calls, reasoning_content and template variables other than messages, bos_token and
  * add_generation_prompt are not rendered. */
@@ -304,6 +305,12 @@ typedef enum moq_chat_format {
                            (DeepSeek-V3 / R1; assistant text after the last </think>)      */
     MOQ_CHAT_LLAMA4,    /* bos<|header_start|>role<|header_end|>\n\ncontent<|eot|> (Llama 4) */
     MOQ_CHAT_GLM,       /* [gMASK]<sop><|role|>\ncontent (GLM-4)                          */
+    MOQ_CHAT_GEMMA4,    /* bos<|turn>role\ncontent<turn|>\n, assistant written "model", content
+                           trimmed, its <|channel>..<channel|> thoughts dropped; generation
+                           <|turn>model\n<|channel>thought\n<channel|> (Gemma 4)          */
+    MOQ_CHAT_CHATML_THINK, /* ChatML whose generation prompt opens <think>\n (Qwen3.5 / 3.6);
+                           assistant turns before the last user turn keep only the text after
+                           their last </think>, leading newlines dropped                    */
     MOQ_CHAT_FORMAT_COUNT
 } moq_chat_format;
 
@@ -599,6 +606,10 @@ typedef struct moq_moe_routing {
     float routed_scaling_factor;  /* weights are multiplied by it after renormalization (1 = off) */
     bool  weight_on_input;        /* Llama-4: x is multiplied by the weight before the expert,
                                      the expert output is added with weight 1                   */
+    const float *expert_scale;    /* f32 [E]: each weight × expert_scale[its expert] after the
+                                     renormalization and routed_scaling_factor (Gemma 4's
+                                     router.per_expert_scale); NULL = none. Borrowed during
+                                     moq_moe_create only (copied).                              */
 } moq_moe_routing;
 
 /* Expert formats (ModelOpt quant_algo of the experts; the config resolver picks one). */
@@ -643,6 +654,13 @@ typedef enum moq_moe_input_scale {
     MOQ_MOE_INPUT_SCALE_PER_EXPERT /* expert e uses its own (max of gate/up for w13)              */
 } moq_moe_input_scale;
 
+/* Tensor-parallel experts: intermediate rows [start, start + count) of every expert's w1/w3 and the
+ * same input columns of its w2 (count 0: whole). The outputs of the G slices sum to the expert's. */
+typedef struct moq_moe_slice {
+    int64_t start, count;
+    bool    bias;                     /* unused by the experts moq reads slices of (no biases)  */
+} moq_moe_slice;
+
 typedef struct moq_moe_opts {
     moq_moe_format      format;
     moq_moe_act         act;
@@ -663,6 +681,7 @@ typedef struct moq_moe_opts {
                                          transformers' layout, as saved or as ModelOpt 0.47 exports
                                          it): gate and up in alternating columns (gpt-oss), else
                                          [gate | up] (Llama 4) */
+    moq_moe_slice       inter_slice;  /* this rank's part of each expert (tensor parallelism)  */
     bool                keep_canonical; /* keep each expert's canonical weights after its CPU rows
                                          packed them (default: freed, one copy of each weight;
                                          the GPU MoE layer packs from them) */
@@ -733,7 +752,13 @@ typedef struct moq_model_opts {
                                            the cache is bf16 there (kv_elem f32 gets bf16), or FP8 as
                                            the config declares                                       */
     moq_nvfp4_as    nvfp4_as;           /* NVFP4 linears as stored (default) or re-quantized to FP8  */
-    int             reserved[6];
+    int             tp;                 /* tensor parallelism: G ranks (<= 1: one), each a thread of
+                                           this process holding 1/G of every layer (heads, MLP,
+                                           vocabulary); the handle is rank 0 and runs them all      */
+    int             tp_ep;              /* nonzero: MoE experts spread whole over the ranks (expert
+                                           parallelism) instead of each split G ways                 */
+    int             tp_backend;         /* 0: CPU collectives (threads), 1: NCCL (one GPU per rank)  */
+    int             reserved[3];
 } moq_model_opts;
 MOQ_API moq_model_opts moq_model_opts_default(void);
 

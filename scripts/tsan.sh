@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 command -v clang >/dev/null || { echo "tsan: clang not installed, skipped"; exit 0; }
 # configuring unpacks tests/data/*.tar.xz into build-tsan/testdata (real configs: test_check reads them)
 CC=clang cmake -S . -B build-tsan -DMOQ_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOQ_SANITIZE=thread >/dev/null
-tests=(test_threads test_checkpoint test_safetensors test_modelopt test_resolve test_check)
+tests=(test_threads test_checkpoint test_safetensors test_modelopt test_resolve test_check test_comm test_tp)
 cmake --build build-tsan -j "${JOBS:-2}" --target moq "${tests[@]}" >/dev/null
 export OMP_NUM_THREADS=2 MOQ_TEST_INNER_THREADS=2
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/threads/tsan.supp"

@@ -72,6 +72,11 @@ int  cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet
 /* The model options run, eval and bench share: ch 'T' --threads, 'C' --ctx, 'K' --kv-scales-default,
  * 'P' --compat, 'V' --kv-cache, CLI_OPT_NVFP4_AS --nvfp4-as. 0 or an exit code. */
 #define CLI_OPT_NVFP4_AS 0x100
+/* --tp G, --ep, --tp-backend cpu|nccl (tensor / expert parallelism), also parsed by cli_parse_model_opt */
+#define CLI_OPT_TP 0x101
+#define CLI_OPT_EP 0x102
+#define CLI_OPT_TP_BACKEND 0x103
+#define CLI_TP_OPTIONS {"tp", 1, 0, CLI_OPT_TP}, {"ep", 0, 0, CLI_OPT_EP}, {"tp-backend", 1, 0, CLI_OPT_TP_BACKEND}
 int  cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *cmd);
 /* Whole file (or "-" = standard input), NUL-terminated; NULL when unreadable. Caller frees. */
 char *cli_read_file(const char *path, size_t *len);

@@ -279,13 +279,15 @@ static void bench_linear_help(FILE *out) {
 static void bench_model_help(FILE *out) {
     fprintf(out,
             "usage: moq bench model DIR [--prompt P] [--decode N] [--threads T] [--ctx C] [--device cpu|cuda|auto]\n"
-            "                       [--batch B] [--batch-prompt BP] [--nvfp4-as nvfp4|fp8|fp8-channel] [--json]\n\n"
+            "                       [--batch B] [--batch-prompt BP] [--nvfp4-as nvfp4|fp8|fp8-channel]\n"
+            "                       [--tp G [--ep] [--tp-backend cpu|nccl]] [--json]\n\n"
             "Prefill tokens/s over P tokens (default 128) and decode tokens/s over N steps (default 32) of a\n"
             "whole model, and the decode bytes per token (weights read per step + the KV cache at the mean\n"
             "position) against DRAM read bandwidth (--device cuda: against the GPU's measured device-to-device\n"
             "copy bandwidth). --batch B: then B sequences of a moq_batch (the API `moq serve` runs),\n"
             "each prefilled with the first BP tokens of the prompt (default all P), advanced N steps together:\n"
-            "total and per-sequence decode tok/s, the bound at that batch, and the peak GPU memory.\n");
+            "total and per-sequence decode tok/s, the bound at that batch, and the peak GPU memory.\n"
+            "--tp G: the model split over G ranks as `moq run --tp` does (decode bytes are rank 0's share).\n");
 }
 
 void cmd_bench_help(FILE *out) {

@@ -89,7 +89,7 @@ static int gpu_copy_gbs(double *gbs) {
 int cmd_bench_model(int argc, char **argv) {
     static const struct option lo[] = {{"prompt", 1, 0, 'p'}, {"decode", 1, 0, 'd'}, {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'},
                                        {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"batch", 1, 0, 'b'}, {"batch-prompt", 1, 0, 'B'},
-                                       {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
+                                       {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, CLI_TP_OPTIONS, {0, 0, 0, 0}};
     long P = 128, N = 32, B = 1, BP = 0;
     bool json = false;
     moq_model_opts mo = moq_model_opts_default();
@@ -113,6 +113,7 @@ int cmd_bench_model(int argc, char **argv) {
     if (B < 1 || B > 256) return cli_usage_error("bench model", "--batch %ld, expected 1..256", B);
     if (BP < 0 || BP > P) return cli_usage_error("bench model", "--batch-prompt %ld, expected 1..--prompt (%ld)", BP, P);
     if (BP == 0) BP = P;
+    if (B > 1 && mo.tp > 1) return cli_usage_error("bench model", "--batch with --tp %d: a moq_batch runs on one rank (tensor parallelism decodes one sequence)", mo.tp);
     if (mo.ctx <= 0) mo.ctx = P + N + 1;
     const int threads = mo.n_threads > 0 ? mo.n_threads : omp_get_max_threads();
     /* DRAM bandwidth first, before the model exists: its buffer is freed before the weights load,

@@ -14,7 +14,14 @@
 
 int cli_arch_unsupported(const moq_checkpoint *c, char *msg, size_t n) {
     const moq_arch *a = moq_checkpoint_arch(c);
-    if (!a || moq_model_architecture_supported(a->architecture)) return 0;
+    if (a && moq_model_architecture_supported(a->architecture)) { /* and what run refuses in its config fields */
+        moq_error e = {0};
+        if (moq_model_config_check(c, &e) == MOQ_OK) return 0;
+        const bool cfg = strcmp(e.where, "config.json") == 0; /* the callers print "config.json: " first */
+        snprintf(msg, n, "%s%s%s (`moq run` refuses it)", cfg ? "" : e.where, cfg ? "" : ": ", e.msg);
+        return 1;
+    }
+    if (!a) return 0;
     /* The same words as `moq run`'s refusal (model.c), plus where the name comes from. */
     char head[256];
     snprintf(head, sizeof head, MOQ_ARCH_UNSUPPORTED_FMT, a->architecture, moq_model_arch_count());

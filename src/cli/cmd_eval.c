@@ -16,7 +16,7 @@ void cmd_eval_help(FILE *out) {
     fprintf(out,
             "usage: moq eval DIR --text FILE [--ctx N] [--ref REF_DIR] [--tokenizer PATH] [--threads N] [--json]\n"
             "                [--kv-scales-default S] [--compat moq|vllm|sglang] [--device cpu|cuda|auto]\n"
-            "                [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
+            "                [--nvfp4-as nvfp4|fp8|fp8-channel] [--tp G [--ep] [--tp-backend cpu|nccl]]\n\n"
             "Perplexity of DIR's model over FILE's text (tokenized with DIR's tokenizer.json, or PATH), in\n"
             "windows of N tokens (default 256). With --ref, the reference model runs the same windows and the\n"
             "report adds the mean and maximum per-token KL divergence KL(P_ref || P_model) in nats, and the\n"
@@ -24,7 +24,9 @@ void cmd_eval_help(FILE *out) {
             "--device runs DIR's model there; the reference always runs on the CPU (--device cuda --ref DIR:\n"
             "the GPU forward against the CPU one).\n"
             "--nvfp4-as fp8|fp8-channel re-quantizes DIR's NVFP4 linears to FP8 at load (see `moq run --help`); REF_DIR\n"
-            "is always opened as stored, so DIR against itself measures what the re-quantization costs.\n");
+            "is always opened as stored, so DIR against itself measures what the re-quantization costs.\n"
+            "--tp G splits DIR's model over G ranks (`moq run --help`); REF_DIR is always opened whole, so DIR\n"
+            "against itself measures what the split changes.\n");
 }
 
 /* log-softmax of x [n] into lp (double) */
@@ -48,7 +50,7 @@ static int64_t argmax_f(const float *x, int64_t n) {
 int cmd_eval(int argc, char **argv) {
     static const struct option lo[] = {{"text", 1, 0, 'x'}, {"ref", 1, 0, 'r'}, {"tokenizer", 1, 0, 'z'}, {"json", 0, 0, 'j'},
                                        {"threads", 1, 0, 'T'}, {"ctx", 1, 0, 'C'}, {"kv-scales-default", 1, 0, 'K'},
-                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS},
+                                       {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'}, {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, CLI_TP_OPTIONS,
                                        {0, 0, 0, 0}};
     const char *file = NULL, *ref_dir = NULL, *tok_path = NULL;
     bool json = false;
@@ -89,6 +91,7 @@ int cmd_eval(int argc, char **argv) {
     moq_model_opts ro = mo;
     ro.device = MOQ_DEVICE_CPU; /* the reference runs on the CPU: `--device cuda --ref DIR` is GPU vs CPU */
     ro.nvfp4_as = MOQ_NVFP4_AS_NVFP4; /* the reference as stored */
+    ro.tp = 1, ro.tp_ep = 0;          /* and whole: `--tp G --ref DIR` is G ranks vs one */
     if (ref_dir && (rc = cli_model_open(&r, ref_dir, &ro, json))) goto done;
     const int64_t V = moq_model_vocab_size(m), T = moq_model_ctx(m);
     if (r && moq_model_vocab_size(r) != V) {

@@ -18,7 +18,8 @@ void cmd_run_help(FILE *out) {
             "usage: moq run DIR [-p PROMPT | -f FILE] [-n MAX_TOKENS] [--chat] [--system TEXT] [--temp T]\n"
             "               [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--json]\n"
             "               [--kv-scales-default S] [--kv-cache f32|bf16] [--compat moq|vllm|sglang]\n"
-            "               [--device cpu|cuda|auto] [--nvfp4-as nvfp4|fp8|fp8-channel]\n\n"
+            "               [--device cpu|cuda|auto] [--nvfp4-as nvfp4|fp8|fp8-channel]\n"
+            "               [--tp G [--ep] [--tp-backend cpu|nccl]]\n\n"
             "Generates up to MAX_TOKENS (default 64) tokens after PROMPT (or FILE's text, or standard input)\n"
             "and streams them to stdout; stops early at an end-of-sequence token. --chat wraps the prompt as a\n"
             "user message (after --system TEXT) in the chat format tokenizer_config.json selects. Sampling:\n"
@@ -33,6 +34,9 @@ void cmd_run_help(FILE *out) {
             "--nvfp4-as fp8 re-quantizes every NVFP4 linear to FP8 at load with dynamic FP8 activations: 128x128\n"
             "weight blocks where K %% 128 == 0 (else per channel), as vLLM does on Hopper; fp8-channel: one scale\n"
             "per output channel and per-token activations everywhere (faster on moq's CUDA rows); docs/ACCURACY.md.\n"
+            "--tp G splits the model over G ranks (threads of this process, the cores shared): attention heads,\n"
+            "MLP and vocabulary, each rank loading only its part; MoE experts are split G ways, or spread whole\n"
+            "over the ranks with --ep. --tp-backend nccl sums through NCCL, one GPU per rank (G <= GPUs).\n"
             "Threads: on a shared or oversubscribed machine set OMP_WAIT_POLICY=passive (spinning OpenMP\n"
             "threads measured 20x slower decode there); libgomp reads it at program start.\n"
             "stderr: load time per phase (open, validate, pack), prefill and decode tokens per second.\n"
@@ -119,6 +123,17 @@ int cli_parse_model_opt(int ch, const char *arg, moq_model_opts *o, const char *
             if (strcmp(arg, as_rows[i].name) == 0) return o->nvfp4_as = as_rows[i].as, 0;
         return cli_usage_error(cmd, "--nvfp4-as %s, expected nvfp4 (as stored), fp8 or fp8-channel (re-quantized to FP8 at load)", arg);
     }
+    case CLI_OPT_TP: {
+        long v = strtol(arg, &end, 10);
+        if (*end || v < 1 || v > 64) return cli_usage_error(cmd, "--tp %s, expected 1..64 ranks", arg);
+        o->tp = (int)v;
+        return 0;
+    }
+    case CLI_OPT_EP: o->tp_ep = 1; return 0;
+    case CLI_OPT_TP_BACKEND:
+        if (strcmp(arg, "cpu") != 0 && strcmp(arg, "nccl") != 0) return cli_usage_error(cmd, "--tp-backend %s, expected cpu or nccl", arg);
+        o->tp_backend = strcmp(arg, "nccl") == 0;
+        return 0;
     default: return cli_usage_error(cmd, "unknown option");
     }
 }
@@ -186,7 +201,7 @@ int cmd_run(int argc, char **argv) {
         {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"max-tokens", 1, 0, 'n'}, {"chat", 0, 0, 'c'}, {"system", 1, 0, 's'},
         {"temp", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"top-p", 1, 0, 'q'}, {"seed", 1, 0, 'S'}, {"threads", 1, 0, 'T'},
         {"ctx", 1, 0, 'C'}, {"json", 0, 0, 'j'}, {"kv-scales-default", 1, 0, 'K'}, {"compat", 1, 0, 'P'}, {"kv-cache", 1, 0, 'V'}, {"device", 1, 0, 'G'},
-        {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, {0, 0, 0, 0}};
+        {"nvfp4-as", 1, 0, CLI_OPT_NVFP4_AS}, CLI_TP_OPTIONS, {0, 0, 0, 0}};
     const char *prompt = NULL, *file = NULL, *system = NULL;
     long max_tokens = 64;
     bool chat = false, json = false;
@@ -225,7 +240,7 @@ int cmd_run(int argc, char **argv) {
             so.seed = strtoull(optarg, &end, 10);
             if (*end || errno) return cli_usage_error("run", "--seed %s, expected an unsigned integer", optarg);
             break;
-        case 'T': case 'C': case 'K': case 'P': case 'V': case 'G': case CLI_OPT_NVFP4_AS: {
+        case 'T': case 'C': case 'K': case 'P': case 'V': case 'G': case CLI_OPT_NVFP4_AS: case CLI_OPT_TP: case CLI_OPT_EP: case CLI_OPT_TP_BACKEND: {
             int rc = cli_parse_model_opt(ch, optarg, &mo, "run");
             if (rc) return rc;
             break;

@@ -556,7 +556,9 @@ static void check_fused(moq_modules *m, const moq_module *first, const moq_check
         for (int s = 0; s < fg->n_shards; s++) {
             snprintf(nm, sizeof nm, "%.*s%s", (int)plen, first->name, fg->shards[s]);
             size_t idx;
-            if (moq_strmap_get(by_name, nm, &idx)) sh[n++] = &m->mods[idx];
+            /* a shard is a module with a weight: Gemma 4's k_eq_v layers have no v_proj, yet ModelOpt
+               writes their FP8 KV scale as self_attn.v_proj.v_scale (a module of that tensor alone) */
+            if (moq_strmap_get(by_name, nm, &idx) && module_tensor(c, &m->mods[idx], "weight")) sh[n++] = &m->mods[idx];
         }
         if (n < 2) return;
         char fused[600];

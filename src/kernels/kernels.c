@@ -23,6 +23,10 @@
                       moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx2}
 #define FP8K4_512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
                       moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx512}
+#define GEMM2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx2}
+#define GEMM512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx512}
 #define CUDA_MMA(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 0, NULL, moq_cuda_row_packed_size, moq_cuda_row_pack, \
                          moq_cuda_row_workspace, moq_cuda_row_run}
 #define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
@@ -61,6 +65,12 @@ const moq_kernel moq_kernel_table[] = {
     /* NVFP4 W4A4: integer dot products of e2m1 codes (×2 they are integers in [-12, 12]). */
     {"cpu_avx512_nvfp4_w4a4_vnni16", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX512, VNNI, 0, NULL,
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512},
+    /* e4m3 weights on rows16k4 for every M (linear_gemm_avx512.c): M = 1 the k4fma row below,
+     * M = 2..16 each weight decoded once for all tokens, M > 16 a packed f32-panel GEMM. */
+    GEMM512("cpu_avx512_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR),
+    GEMM512("cpu_avx512_fp8_row_gemm",    MOQ_PAIR_FP8_ROW),
+    GEMM512("cpu_avx512_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128),
+    GEMM512("cpu_avx512_mxfp8_gemm",      MOQ_PAIR_MXFP8),
     /* FP8 decoded in registers from rows16k4 (linear_fp8_avx512.c): 3 integer ops per 16 weights. */
     FP8K4_512("cpu_avx512_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4_512("cpu_avx512_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
@@ -86,6 +96,10 @@ const moq_kernel moq_kernel_table[] = {
      * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
     {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2},
+    GEMM2("cpu_avx2_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR), /* the same on AVX2 (linear_gemm_avx2.c) */
+    GEMM2("cpu_avx2_fp8_row_gemm",    MOQ_PAIR_FP8_ROW),
+    GEMM2("cpu_avx2_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128),
+    GEMM2("cpu_avx2_mxfp8_gemm",      MOQ_PAIR_MXFP8),
     FP8K4("cpu_avx2_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4("cpu_avx2_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
     FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),

@@ -38,6 +38,7 @@ typedef enum sys_mode {
 typedef struct chat_row {
     const char *name;
     const char *marker;         /* template text that selects this row            */
+    const char *also;           /* ... together with this text (NULL: marker alone) */
     const char *start;          /* before everything                              */
     const char *msg_prefix;     /* before the role                                */
     const char *role_suffix;    /* between role and content                       */
@@ -54,6 +55,12 @@ typedef struct chat_row {
     bool        bos_first;      /* bos text before the first message              */
     bool        bos_start;      /* bos text first, even with no message           */
     bool        strip_think;    /* assistant content: only the text after the last "</think>" */
+    bool        think_history;  /* strip_think only for assistant turns before the last user turn,
+                                   and leading newlines dropped (Qwen3 / 3.5: content.split('</think>')
+                                   [-1].lstrip('\n'))                                               */
+    bool        strip_channel;  /* assistant content: <|channel>..<channel|> spans dropped (Gemma 4
+                                   strip_thinking: per part of split('<channel|>'), the text before
+                                   '<|channel>')                                                     */
 } chat_row;
 
 static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
@@ -76,7 +83,20 @@ static const chat_row k_chat[MOQ_CHAT_FORMAT_COUNT] = {
                           .gen_prompt = "<|header_start|>assistant<|header_end|>\n\n", .bos_start = true, .trim_system0 = true },
     [MOQ_CHAT_GLM]    = { .name = "glm", .marker = "[gMASK]<sop>", .start = "[gMASK]<sop>", .msg_prefix = "<|",
                           .role_suffix = "|>\n", .gen_prompt = "<|assistant|>" },
+    [MOQ_CHAT_GEMMA4] = { .name = "gemma4", .marker = "<|turn>", .msg_prefix = "<|turn>", .role_suffix = "\n",
+                          .msg_suffix = "<turn|>\n", .gen_prompt = "<|turn>model\n<|channel>thought\n<channel|>", .trim = true,
+                          .bos_start = true, .assistant_name = "model", .strip_channel = true },
+    /* marker: the template text `'<think>\n' }}` (a Jinja string ending the generation prompt) in a ChatML template */
+    [MOQ_CHAT_CHATML_THINK] = { .name = "chatml-think", .marker = "<think>\\n' }}", .also = "<|im_start|>", .msg_prefix = "<|im_start|>", .role_suffix = "\n",
+                          .msg_suffix = "<|im_end|>\n", .gen_prompt = "<|im_start|>assistant\n<think>\n",
+                          .system_start = "<|im_start|>system", .system_end = "<|im_end|>", .strip_think = true, .think_history = true },
 };
+
+/* Detection order: the more specific markers first (a ChatML-think template also holds <|im_start|>). */
+static const moq_chat_format k_detect[] = {
+    MOQ_CHAT_CHATML_THINK, MOQ_CHAT_CHATML, MOQ_CHAT_LLAMA3, MOQ_CHAT_GEMMA, MOQ_CHAT_DEEPSEEK, MOQ_CHAT_LLAMA4, MOQ_CHAT_GLM, MOQ_CHAT_GEMMA4,
+};
+_Static_assert(sizeof k_detect / sizeof k_detect[0] == MOQ_CHAT_FORMAT_COUNT - 1, "every format has a place in k_detect");
 
 /* Templates moq recognises but does not render, and why (checked before the rows). */
 static const struct { const char *marker, *why; } k_beyond[] = {
@@ -145,12 +165,15 @@ moq_status moq_chat_template_detect(moq_chat_template *out, const char *tmpl, co
     for (size_t i = 0; i < sizeof k_beyond / sizeof k_beyond[0]; i++)
         if (strstr(tmpl, k_beyond[i].marker))
             return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE, "%s is %s, beyond what moq renders without a template engine", what, k_beyond[i].why);
-    for (int f = MOQ_CHAT_NONE + 1; f < MOQ_CHAT_FORMAT_COUNT; f++)
-        if (strstr(tmpl, k_chat[f].marker)) { out->format = (moq_chat_format)f; break; }
+    for (size_t i = 0; i < sizeof k_detect / sizeof k_detect[0]; i++)
+        if (strstr(tmpl, k_chat[k_detect[i]].marker) && (!k_chat[k_detect[i]].also || strstr(tmpl, k_chat[k_detect[i]].also))) {
+            out->format = k_detect[i];
+            break;
+        }
     if (out->format == MOQ_CHAT_NONE)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, CFG_FILE,
                         "%s \"%.80s...\" is none of the formats moq renders (ChatML <|im_start|>, Llama-3 <|start_header_id|>, "
-                        "Gemma <start_of_turn>, DeepSeek-V3 <\xef\xbd\x9cUser\xef\xbd\x9c>, Llama 4 <|header_start|>, GLM [gMASK]<sop>)", what, tmpl);
+                        "Gemma <start_of_turn>, DeepSeek-V3 <\xef\xbd\x9cUser\xef\xbd\x9c>, Llama 4 <|header_start|>, GLM [gMASK]<sop>, Gemma 4 <|turn>)", what, tmpl);
     const chat_row *r = &k_chat[out->format];
     find_default_system(r, tmpl, out->default_system, sizeof out->default_system);
     if ((r->bos_first || r->bos_start) && strstr(tmpl, "bos_token")) {
@@ -188,6 +211,37 @@ static void put_trimmed(sink *s, const char *p) {
     if (b > a) put(s, p + a, b - a);
 }
 
+/* Gemma 4's strip_thinking: the parts of content split at "<channel|>", each cut at its first
+ * "<|channel>", joined, then trimmed. The kept parts are increasing ranges of content, so two passes
+ * over them find the first and the last non-space character of the joined text, and the second one
+ * writes what lies between (no copy). */
+static const char *channel_part(const char *p, const char **stop) {
+    const char *end = strstr(p, "<channel|>"), *open = strstr(p, "<|channel>");
+    *stop = end ? end : p + strlen(p);
+    if (open && open < *stop) *stop = open;
+    return end ? end + 10 : NULL; /* the next part */
+}
+
+static void put_without_channels(sink *s, const char *content) {
+    const char *last = NULL; /* end of the last non-space character kept */
+    for (int pass = 0; pass < 2; pass++) {
+        bool started = false;
+        for (const char *p = content, *stop; p;) {
+            const char *next = channel_part(p, &stop);
+            const uint8_t *u = (const uint8_t *)p;
+            const size_t n = (size_t)(stop - p);
+            for (size_t i = 0; i < n;) {
+                uint32_t cp;
+                const size_t l = moq_utf8_next(u, n, i, &cp);
+                if (!py_space(cp)) started = true, last = pass == 0 ? p + i + l : last;
+                if (pass == 1 && started && p + i < last) put(s, p + i, l);
+                i += l;
+            }
+            p = next;
+        }
+    }
+}
+
 moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *msgs, size_t n, bool add_generation_prompt,
                            char *out, size_t cap, size_t *len, moq_error *err) {
     if (len) *len = 0;
@@ -215,6 +269,9 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
             first = false;
         }
     }
+    size_t last_user = 0; /* think_history: turns before the last user message (Qwen3's last_query_index) */
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(msgs[i].role, "user") == 0) last_user = i;
     const char *first_user_prefix = NULL; /* SYS_FIRST_USER */
     size_t i0 = 0;
     if (r->system == SYS_FIRST_USER && n && strcmp(msgs[0].role, "system") == 0) { first_user_prefix = msgs[0].content; i0 = 1; }
@@ -223,8 +280,9 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
         bool is_asst = strcmp(role, "assistant") == 0;
         if (i == i0 && r->bos_first) puts_(&s, t->bos);
         const char *content = msgs[i].content;
-        if (is_asst && r->strip_think) {
+        if (is_asst && r->strip_think && (!r->think_history || i < last_user)) {
             for (const char *p = strstr(content, "</think>"); p; p = strstr(p + 1, "</think>")) content = p + 8;
+            while (r->think_history && content != msgs[i].content && *content == '\n') content++;
         }
         if (r->user_prefix) { /* no role names: user and assistant turns only, system went on top */
             if (strcmp(role, "user") == 0) { puts_(&s, r->user_prefix); puts_(&s, content); }
@@ -234,7 +292,8 @@ moq_status moq_chat_render(const moq_chat_template *t, const moq_chat_message *m
         if (is_asst && r->assistant_name) role = r->assistant_name;
         puts_(&s, r->msg_prefix); puts_(&s, role); puts_(&s, r->role_suffix);
         if (i == i0 && first_user_prefix) { puts_(&s, first_user_prefix); puts_(&s, "\n\n"); } /* not trimmed */
-        if (r->trim || (i == 0 && r->trim_system0 && strcmp(role, "system") == 0)) put_trimmed(&s, content);
+        if (is_asst && r->strip_channel) put_without_channels(&s, content);
+        else if (r->trim || (i == 0 && r->trim_system0 && strcmp(role, "system") == 0)) put_trimmed(&s, content);
         else puts_(&s, content);
         if (r->msg_suffix) puts_(&s, r->msg_suffix);
     }

@@ -81,13 +81,14 @@ moq_status moq_layers_scalar(float *out, bool *found, const moq_checkpoint *c, c
 }
 
 static moq_status load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix, moq_layer_kind kind,
-                              const char *const *shards, int n_shards, const moq_linear_opts *lopts, bool keep, moq_blobs *blobs, moq_error *err) {
+                              const char *const *shards, int n_shards, const moq_linear_opts *lopts, const moq_slice *slices, bool keep,
+                              moq_blobs *blobs, moq_error *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", prefix);
     const char *dot = strrchr(prefix, '.');
     const moq_packed pk = {dot ? dot + 1 : prefix, shards, n_shards};
     const double t0 = now_s();
-    const moq_status st = moq_linear_layer_open(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, err);
+    const moq_status st = moq_linear_layer_open_sliced(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, slices, err);
     if (st == MOQ_OK && !keep) moq_linear_layer_drop_canonical(out->ll, kind == MOQ_KIND_EMBEDDING);
     blobs->pack_s += now_s() - t0;
     if (st != MOQ_OK) return st;
@@ -100,12 +101,18 @@ static moq_status load_linear(moq_layer_linear *out, const moq_checkpoint *c, co
 moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
                                   moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
                                   moq_blobs *blobs, moq_error *err) {
-    return load_linear(out, c, q, prefix, kind, shards, n_shards, lopts, false, blobs, err);
+    return load_linear(out, c, q, prefix, kind, shards, n_shards, lopts, NULL, false, blobs, err);
+}
+
+moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                         moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                         const moq_slice *slices, moq_blobs *blobs, moq_error *err) {
+    return load_linear(out, c, q, prefix, kind, shards, n_shards, lopts, slices, false, blobs, err);
 }
 
 moq_status moq_layers_load_linear_kept(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
                                        moq_layer_kind kind, const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err) {
-    return load_linear(out, c, q, prefix, kind, NULL, 1, lopts, true, blobs, err);
+    return load_linear(out, c, q, prefix, kind, NULL, 1, lopts, NULL, true, blobs, err);
 }
 
 void moq_layers_drop_canonical(moq_layer_linear *l) {

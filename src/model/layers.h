@@ -14,6 +14,7 @@
 
 #include "moq.h"
 #include "scheme/quant_key.h"
+#include "scheme/slice.h"
 
 /* Owned allocations of a model, released together. */
 typedef struct moq_blobs {
@@ -40,6 +41,12 @@ typedef struct moq_layer_linear {
 moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
                                   moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
                                   moq_blobs *blobs, moq_error *err);
+
+/* The same, keeping only this rank's part: slices[s] of packed shard s (of the layer when unfused);
+ * NULL = whole (scheme/slice.h). */
+moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                         moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                         const moq_slice *slices, moq_blobs *blobs, moq_error *err);
 
 /* Memory (docs/ARCHITECTURE.md "Weight memory"): moq_layers_load_linear keeps one copy of the
  * weight: when the kernel row packed it, the canonical codes are dropped (out->w.q = NULL) and the

@@ -11,6 +11,8 @@
  *               x += t (Gemma: x += rmsnorm(t))
  *               h = rmsnorm(x) ; MLP: dense (silu or gelu-tanh)·up, or routed experts (src/moe)
  *               (+ shared expert, × sigmoid(gate) for Qwen3.5) ; x += out (Gemma: normalized first)
+ *               (Gemma 4: x ×= layer_scalar; its global layers have their own head_dim and KV heads,
+ *               v = k_proj(h) with attention_k_eq_v, v / rms(v), softmax scale 1)
  *   logits = rmsnorm(x) · Wlm_headᵀ (Gemma: soft-capped)   f32 [M, V]
  *
  * Every dense linear is opened by the loader (moq_linear_layer_open: resolution, contract,
@@ -45,6 +47,7 @@
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/dsv4.h"
@@ -105,7 +108,7 @@ typedef enum router_kind {
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_LLAMA4, FAM_DEEPSEEK_V4 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_GEMMA4, FAM_LLAMA4, FAM_DEEPSEEK_V4 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -180,6 +183,10 @@ static const arch_row arch_rows[] = {
      * query_pre_attn_scalar, soft-capping (model/arch/gemma3.c) */
     {"Gemma3ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     {"Gemma3ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma3TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA3,      true,  false, true,  true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    /* Gemma 4 text: Gemma 3's blocks with x·w norms, a weightless v norm, softmax scale 1, global layers with
+     * their own head_dim / KV heads, k_eq_v and proportional RoPE, a per-layer scalar (model/arch/gemma4.c) */
+    {"Gemma4ForCausalLM",                   NULL,               "model",                "lm_head",                NULL,             NULL,                 "Gemma4TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA4,      true,  false, false, true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    {"Gemma4ForConditionalGeneration",      NULL,               "model.language_model", "lm_head",                NULL,             NULL,                 "Gemma4TextConfig",     0,    0,  1000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SOFTMAX,         FAM_GEMMA4,      true,  false, false, true,  true,  true, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* Llama 4 text: top-1 sigmoid routing on the experts' input + a shared expert, NoPE layers with
      * attention temperature, chunked attention on RoPE layers, L2 q/k norm (model/arch/llama4.c) */
     {"Llama4ForCausalLM",                   "feed_forward",     "model",                "lm_head",                "shared_expert",  NULL,                 "Llama4TextConfig",     0,    0,  500000.0,  MOE_LAYER_LIST,    WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_ON_INPUT,FAM_LLAMA4,      false, false, false, false, false, false, true, "feed_forward", "router", MOQ_MOE_ACT_SILU,        false, false},
@@ -198,7 +205,25 @@ bool moq_model_rope_theta_default(const char *architecture, double *theta, const
     return false;
 }
 
-static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"};
+static const char *const qkv_shards[] = {"q_proj", "k_proj", "v_proj"}; /* k_eq_v layers: the first two */
+
+/* Tensor parallelism (plan.h): which part of each matrix this rank loads. Column-parallel layers
+ * keep rows (q heads, kv heads, intermediate), row-parallel ones keep the matching input columns
+ * and rank 0 keeps their bias; NULL when the model is whole. */
+static const moq_slice *tp_rows(const moq_model *m, moq_slice *s, int n, const int64_t *start, const int64_t *count) {
+    if (m->tp.G < 2) return NULL;
+    for (int i = 0; i < n; i++) s[i] = (moq_slice){MOQ_SLICE_ROWS, start[i], count[i], false};
+    return s;
+}
+static const moq_slice *tp_cols(const moq_model *m, moq_slice *s, int64_t start, int64_t count) {
+    if (m->tp.G < 2) return NULL;
+    *s = (moq_slice){MOQ_SLICE_COLS, start, count, m->tp.rank == 0};
+    return s;
+}
+/* One collective of the forward (nothing when the model is whole). */
+static moq_status tp_sum(moq_model *m, float *x, int64_t n, moq_error *err) {
+    return m->tp.G > 1 ? moq_comm_all_reduce(m->comm, x, (size_t)n, err) : MOQ_OK;
+}
 static const char *const gate_up_shards[] = {"gate_proj", "up_proj"};
 static const char *const w13_shards[] = {"w1", "w3"}; /* DeepSeek-V4's shared expert: w1 gate, w3 up, w2 down */
 
@@ -206,6 +231,30 @@ bool moq_model_architecture_supported(const char *name) {
     for (size_t i = 0; name && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
         if (strcmp(arch_rows[i].name, name) == 0) return true;
     return false;
+}
+
+moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err) {
+    const moq_arch *a = moq_checkpoint_arch(c);
+    const arch_row *r = NULL;
+    for (size_t i = 0; a && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
+        if (strcmp(arch_rows[i].name, a->architecture) == 0) r = &arch_rows[i];
+    if (!r || r->family != FAM_GEMMA4 || a->num_hidden_layers < 1 || a->num_hidden_layers > 100000) return MOQ_OK;
+    const int64_t L = a->num_hidden_layers, A = a->num_attention_heads;
+    bool *sl = malloc((size_t)L * sizeof *sl);
+    int64_t *hd = malloc((size_t)L * sizeof *hd), *kv = malloc((size_t)L * sizeof *kv);
+    moq_gemma4_cfg g;
+    moq_status st = !sl || !hd || !kv ? MOQ_FAIL(err, MOQ_ERR_NOMEM, "config.json", "out of memory for %lld layers", (long long)L)
+                                      : moq_gemma4_read(c, L, (double)a->max_position_embeddings, a->head_dim ? a->head_dim : (A ? a->hidden_size / A : 0),
+                                                        a->num_key_value_heads ? a->num_key_value_heads : A, &g, sl, hd, kv, err);
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.layers.0.experts.gate_up_proj", r->prefix);
+    if (st == MOQ_OK && g.moe && moq_checkpoint_tensor(c, nm)) /* as open_moe refuses it */
+        st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, nm, "Gemma 4's stacked experts [E, 2I, H] (transformers' own layout) are not read; "
+                      "expected experts.N.{gate,up,down}_proj, as ModelOpt exports them");
+    free(sl);
+    free(hd);
+    free(kv);
+    return st;
 }
 
 const char *moq_model_arch_name(size_t i) { return i < sizeof arch_rows / sizeof arch_rows[0] ? arch_rows[i].name : NULL; }
@@ -428,7 +477,8 @@ static const moq_moe_compat moe_compat_of[MOQ_COMPAT_COUNT] = {
 static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, moq_error *err) {
     layer *ly = &m->layers[l];
     char p[256], e[300];
-    snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
+    if (m->arch->moe_block) snprintf(p, sizeof p, "%s.layers.%lld.%s", m->arch->prefix, (long long)l, m->arch->moe_block);
+    else snprintf(p, sizeof p, "%s.layers.%lld", m->arch->prefix, (long long)l); /* Gemma 4: <layer>.experts, <layer>.router */
     snprintf(e, sizeof e, "%s.experts", p);
     moq_resolution res = {.method = moq_method_name(MOQ_METHOD_NONE), .rule = "no-quantization-config"};
     if (m->q) MOQ_TRY(moq_resolve(m->q, e, MOQ_KIND_MOE, NULL, 0, &res, err));
@@ -460,10 +510,28 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     }
     mo.num_experts = m->E;
     mo.router = m->arch->router_name;
+    if (m->arch->family == FAM_GEMMA4) { /* Gemma4TextRouter: logits from forward (gemma4_moe), × per_expert_scale; GeGLU experts */
+        char st[320];
+        snprintf(st, sizeof st, "%s.experts.gate_up_proj", p);
+        if (moq_checkpoint_tensor(m->ckpt, st))
+            return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, st, "Gemma 4's stacked experts [E, 2I, H] (transformers' own layout) are not read; "
+                            "expected experts.N.{gate,up,down}_proj, as ModelOpt exports them");
+        mo.router = NULL;
+        mo.act = MOQ_MOE_ACT_GELU_TANH;
+        mo.routing.renormalize = true;
+        mo.routing.expert_scale = ly->expert_scale;
+    }
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
     mo.keep_canonical = m->opts.device == MOQ_DEVICE_CUDA; /* moe_gpu.c packs the experts from it */
+    int32_t *map = NULL;
+    if (m->tp.G > 1 && m->tp.ep) { /* expert parallelism: this rank's experts whole (the seeds' expert_map) */
+        if (!(map = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *map))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, p, "out of memory for the expert map");
+        for (int64_t g = 0; g < m->E; g++) map[g] = moq_tp_plan_expert(&m->tp, g);
+        mo.expert_map = map;
+    }
+    if (m->tp.G > 1 && !m->tp.ep) mo.inter_slice = (moq_moe_slice){m->tp.ie0, m->tp.ie_n, m->tp.rank == 0};
     ly->moe_fmt = mo.format;
     const double t0 = now_s();
     const moq_status st = moq_moe_create(&ly->moe, m->ckpt, p, &mo, err);
@@ -479,9 +547,13 @@ static moq_status open_shared(moq_model *m, int64_t l, const moq_linear_opts *lo
     char p[320];
     const bool v4 = m->arch->family == FAM_DEEPSEEK_V4;
     snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w13" : "gate_up_proj");
-    MOQ_TRY(moq_layers_load_linear(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, v4 ? w13_shards : gate_up_shards, 2, lo, &m->blobs, err));
+    moq_slice sg[2], sd;
+    const int64_t s0[2] = {m->tp.is0, m->tp.is0}, sn[2] = {m->tp.is_n, m->tp.is_n};
+    MOQ_TRY(moq_layers_load_linear_sliced(&ly->sh_gate_up, m->ckpt, m->q, p, MOQ_KIND_LINEAR, v4 ? w13_shards : gate_up_shards, 2, lo,
+                                          tp_rows(m, sg, 2, s0, sn), &m->blobs, err));
     snprintf(p, sizeof p, "%s.layers.%lld.%s.%s.%s", m->arch->prefix, (long long)l, m->arch->moe_block, m->arch->shared_expert, v4 ? "w2" : "down_proj");
-    MOQ_TRY(moq_layers_load_linear(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+    MOQ_TRY(moq_layers_load_linear_sliced(&ly->sh_down, m->ckpt, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &sd, m->tp.is0, m->tp.is_n),
+                                          &m->blobs, err));
     if (ly->sh_gate_up.w.N != 2 * m->Is || ly->sh_gate_up.w.row0[1] != m->Is || ly->sh_gate_up.w.K != m->H || ly->sh_down.w.N != m->H ||
         ly->sh_down.w.K != m->Is)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->sh_down.name, "shared expert shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
@@ -581,27 +653,36 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
         } else {
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.qkv_proj", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_load_linear(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, 3, lo, &m->blobs, err));
+            snprintf(n, sizeof n, "%s.weight", p);
+            if (m->tp.G > 1 && moq_checkpoint_tensor(c, n)) /* one tensor: the q/k/v edges are not where the slices expect them */
+                return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, n, "a fused qkv_proj on disk under --tp %d; tensor parallelism reads q_proj, k_proj and v_proj", m->tp.G);
+            moq_slice qs[3], os;
+            const int64_t q0[3] = {m->tp.a0 * m->qh, m->tp.kv0 * m->D, m->tp.kv0 * m->D}, qn[3] = {m->A * m->qh, m->KV * m->D, m->KV * m->D};
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->qkv, c, m->q, p, MOQ_KIND_LINEAR, qkv_shards, ly->k_eq_v ? 2 : 3, lo, tp_rows(m, qs, 3, q0, qn), &m->blobs, err));
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn.o_proj", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_load_linear(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->o, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &os, m->tp.a0 * m->D, m->A * m->D),
+                                                  &m->blobs, err));
         }
         if (ly->is_moe && m->Is > 0) MOQ_TRY(open_shared(m, l, lo, err));
         if (ly->is_moe) MOQ_TRY(open_moe(m, l, lo, err));
         else {
+            moq_slice gs[2], ds;
+            const int64_t g0[2] = {m->tp.i0, m->tp.i0}, gn[2] = {m->I, m->I};
             snprintf(p, sizeof p, "%s.layers.%lld.%s.gate_up_proj", m->arch->prefix, (long long)l, m->arch->mlp);
-            MOQ_TRY(moq_layers_load_linear(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->gate_up, c, m->q, p, MOQ_KIND_LINEAR, gate_up_shards, 2, lo, tp_rows(m, gs, 2, g0, gn), &m->blobs,
+                                                  err));
             snprintf(p, sizeof p, "%s.layers.%lld.%s.down_proj", m->arch->prefix, (long long)l, m->arch->mlp);
-            MOQ_TRY(moq_layers_load_linear(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            MOQ_TRY(moq_layers_load_linear_sliced(&ly->down, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, tp_cols(m, &ds, m->tp.i0, m->I), &m->blobs, err));
         }
-        const int64_t qkvN = m->A * m->qh + 2 * m->KV * m->D;
+        const int64_t qkvN = m->A * ly->qh + (ly->k_eq_v ? 1 : 2) * ly->KV * ly->D; /* rows of the fused projection */
         const bool gqa = ly->qkv.lin != NULL;
-        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * m->qh))
-            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + 2 x %lld x %lld rows, q %lld, K = hidden %lld",
-                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)m->qh,
-                            (long long)m->KV, (long long)m->D, (long long)(m->A * m->qh), (long long)m->H);
-        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * m->D))
+        if (gqa && (ly->qkv.w.N != qkvN || ly->qkv.w.K != m->H || ly->qkv.w.row0[1] != m->A * ly->qh))
+            return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->qkv.name, "qkv rows %lld (q %lld), K %lld; expected %lld x %lld + %d x %lld x %lld rows, q %lld, K = hidden %lld",
+                            (long long)ly->qkv.w.N, (long long)ly->qkv.w.row0[1], (long long)ly->qkv.w.K, (long long)m->A, (long long)ly->qh,
+                            ly->k_eq_v ? 1 : 2, (long long)ly->KV, (long long)ly->D, (long long)(m->A * ly->qh), (long long)m->H);
+        if (gqa && (ly->o.w.N != m->H || ly->o.w.K != m->A * ly->D))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->o.name, "o_proj shape [%lld, %lld], expected [%lld, %lld]", (long long)ly->o.w.N,
-                            (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * m->D));
+                            (long long)ly->o.w.K, (long long)m->H, (long long)(m->A * ly->D));
         if (!ly->is_moe && (ly->gate_up.w.N != 2 * m->I || ly->gate_up.w.row0[1] != m->I || ly->gate_up.w.K != m->H || ly->down.w.N != m->H || ly->down.w.K != m->I))
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->down.name, "mlp shapes gate_up [%lld, %lld], down [%lld, %lld]; expected [2 x %lld, %lld] and [%lld, %lld]",
                             (long long)ly->gate_up.w.N, (long long)ly->gate_up.w.K, (long long)ly->down.w.N, (long long)ly->down.w.K,
@@ -618,13 +699,40 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         }
         if (m->arch->sinks && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.sinks", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->A, &m->blobs, err));
+            MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->tp.G > 1 ? m->tp.G * m->A : m->A, &m->blobs, err));
+            ly->sinks += m->tp.a0; /* this rank's heads */
         }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
-            MOQ_TRY(load_norm(m, &ly->q_norm, n, m->D, err));
+            MOQ_TRY(load_norm(m, &ly->q_norm, n, ly->D, err));
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.k_norm.weight", m->arch->prefix, (long long)l);
-            MOQ_TRY(load_norm(m, &ly->k_norm, n, m->D, err));
+            MOQ_TRY(load_norm(m, &ly->k_norm, n, ly->D, err));
+        }
+        if (m->arch->family == FAM_GEMMA4) { /* layer_scalar [1] */
+            float *sc = NULL;
+            snprintf(n, sizeof n, "%s.layers.%lld.layer_scalar", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&sc, c, n, 1, &m->blobs, err));
+            ly->scalar = sc[0];
+        }
+        if (ly->g4moe) { /* Gemma4TextDecoderLayer with enable_moe_block */
+            static const struct { const char *name; size_t off; } norms[] = {
+                {"post_feedforward_layernorm_1", offsetof(layer, post_ffn1)}, {"pre_feedforward_layernorm_2", offsetof(layer, pre_ffn2)},
+                {"post_feedforward_layernorm_2", offsetof(layer, post_ffn2)},
+            };
+            for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+                snprintf(n, sizeof n, "%s.layers.%lld.%s.weight", m->arch->prefix, (long long)l, norms[i].name);
+                MOQ_TRY(load_norm(m, (float **)(void *)((char *)ly + norms[i].off), n, m->H, err));
+            }
+            snprintf(n, sizeof n, "%s.layers.%lld.router.scale", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->router_scale, c, n, m->H, &m->blobs, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.router.per_expert_scale", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_f32(&ly->expert_scale, c, n, m->E, &m->blobs, err));
+            snprintf(p, sizeof p, "%s.layers.%lld.router.proj", m->arch->prefix, (long long)l);
+            MOQ_TRY(moq_layers_load_linear(&ly->g4_router, c, m->q, p, MOQ_KIND_LINEAR, NULL, 1, lo, &m->blobs, err));
+            if (ly->g4_router.w.N != m->E || ly->g4_router.w.K != m->H)
+                return MOQ_FAIL(err, MOQ_ERR_TENSOR, ly->g4_router.name, "shape [%lld, %lld], expected [num_experts %lld, hidden_size %lld]",
+                                (long long)ly->g4_router.w.N, (long long)ly->g4_router.w.K, (long long)m->E, (long long)m->H);
+            MOQ_TRY(open_moe(m, l, lo, err));
         }
         progress(m, (uint64_t)l + 1, (uint64_t)m->L);
     }
@@ -646,11 +754,12 @@ static moq_status open_kv_scales(moq_model *m, moq_error *err) {
 }
 
 static moq_status alloc_ws(moq_model *m, moq_error *err) {
-    const int64_t C = m->chunk, qkvN = m->A * m->qh + 2 * m->KV * m->D, I = m->I > m->Is ? m->I : m->Is;
+    const int64_t C = m->chunk, qkvN = m->qkv_max, I = m->I > m->Is ? m->I : m->Is;
     struct { float **p; int64_t n; } bufs[] = {
-        {&m->x, C * m->H * (m->v4 ? m->v4d.hc : 1)}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->D}, {&m->tmp, C * m->H},
+        {&m->x, C * m->H * (m->v4 ? m->v4d.hc : 1)}, {&m->h, C * m->H}, {&m->qkv, C * qkvN}, {&m->att, C * m->A * m->Dmax}, {&m->tmp, C * m->H},
         {&m->gu, C * 2 * I}, {&m->act, C * I}, {&m->logits_ws, C * m->V}, {&m->logits, m->V},
-        {&m->scratch, (int64_t)m->n_threads * (m->T + m->D)},
+        {&m->scratch, (int64_t)m->n_threads * (m->T + m->Dmax)}, {&m->kpad, m->kv_row}, {&m->vpad, m->kv_row},
+        {&m->rin, m->g4.moe ? C * m->H : 1}, {&m->rlog, m->g4.moe ? C * m->E : 1}, {&m->moe_out, m->g4.moe ? C * m->H : 1},
     };
     const moq_mla_dims *md = &m->mla;
     const bool mla = m->arch->attn == ATTN_MLA;
@@ -684,6 +793,11 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
         *bufs[i].p = moq_blobs_alloc(&m->blobs, (size_t)bufs[i].n * sizeof(float));
         if (!*bufs[i].p) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for %lld floats of workspace", (long long)bufs[i].n);
     }
+    if (m->tp.G > 1) { /* the lm_head's local rows and every rank's, gathered */
+        m->lgl = moq_blobs_alloc(&m->blobs, (size_t)(C * m->tp.v_per) * sizeof(float));
+        m->lg = moq_blobs_alloc(&m->blobs, (size_t)(C * m->tp.v_per * m->tp.G) * sizeof(float));
+        if (!m->lgl || !m->lg) return MOQ_FAIL(err, MOQ_ERR_NOMEM, moq_checkpoint_path(m->ckpt), "out of memory for the gathered logits");
+    }
     m->erow = moq_blobs_alloc(&m->blobs, (size_t)m->H * sizeof(double));
     m->rpos = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rpos);
     m->rtab = moq_blobs_alloc(&m->blobs, (size_t)C * sizeof *m->rtab);
@@ -691,11 +805,11 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
     size_t ws = moq_linear_workspace_size(m->lm_head->lin, C);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
-        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate};
+        const moq_layer_linear *ls[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->sh_gate, &ly->g4_router};
         if (mla && moq_mla_linear_ws(&ly->mla, C) > ws) ws = moq_mla_linear_ws(&ly->mla, C);
         if (ly->linear && moq_gdn_linear_ws(&ly->gdn, C) > ws) ws = moq_gdn_linear_ws(&ly->gdn, C);
         if (m->v4 && moq_dsv4_linear_ws(&ly->v4, &m->v4d, C) > ws) ws = moq_dsv4_linear_ws(&ly->v4, &m->v4d, C);
-        for (int i = 0; i < 7; i++) {
+        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
             size_t s = ls[i]->lin ? moq_linear_workspace_size(ls[i]->lin, C) : 0;
             if (s > ws) ws = s;
         }
@@ -721,12 +835,36 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
                       : n_moe > 0 && (r->shared_expert || r->router != ROUTER_SOFTMAX || r->family == FAM_LLAMA4 || r->sinks)
                           ? "routed experts with shared experts, sigmoid routing, NoPE layers or attention sinks (the GPU runs "
                             "Qwen3-MoE's and Mixtral's softmax top-k experts)"
-                      : r->sandwich || r->gelu || r->embed_scale ? "Gemma 3's sandwich norms, GeGLU and scaled embeddings"
+                      : r->sandwich || r->gelu || r->embed_scale ? "Gemma's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
                       : NULL;
     if (!why) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "
                     "(Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral) and this checkpoint has %s; use --device cpu", r->name, why);
+}
+
+/* --tp G: what this rank holds (dist/plan.h); the runner's A, KV, I, Is become the rank's, V stays
+ * the model's (the logits are gathered whole). Architectures whose attention or routing has parts
+ * not split here are refused by name. */
+static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
+    const arch_row *r = m->arch;
+    const char *why = r->attn == ATTN_MLA ? "multi-head latent attention" : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
+                      : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers"
+                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
+                      : r->family == FAM_GEMMA4 ? "Gemma 4's per-layer head sizes and k_eq_v global layers"
+                      : m->opts.device == MOQ_DEVICE_CUDA && m->opts.tp_backend != MOQ_COMM_NCCL
+                      ? "--device cuda with CPU collectives (the GPU forward sums through NCCL: --tp-backend nccl)" : NULL;
+    if (why) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s under --tp %d: tensor parallelism splits GQA attention, dense and "
+                             "routed MLPs (Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, gpt-oss, Gemma 3) and this checkpoint has %s", r->name, m->tp.G, why);
+    const moq_tp_dims d = {.A = m->A, .KV = m->KV, .I = n_moe == m->L ? 0 : m->I, .Ie = m->Ie, .Is = m->Is, .E = n_moe ? m->E : 0, .V = m->V};
+    const int G = m->tp.G, rank = m->tp.rank;
+    const bool ep = m->tp.ep;
+    /* vocabulary shards in whole 128-row blocks (an FP8_PB_WO lm_head) when every rank gets one */
+    MOQ_TRY(moq_tp_plan_make(&m->tp, &d, G, rank, ep, m->V >= 128 * (int64_t)G ? 128 : 1, err));
+    m->A = m->tp.a_n, m->KV = m->tp.kv_n, m->Is = m->tp.is_n;
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].KV = m->KV; /* one head size everywhere (Gemma 4 is refused above) */
+    if (d.I) m->I = m->tp.i_n;
+    return MOQ_OK;
 }
 
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
@@ -785,6 +923,21 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->family == FAM_GEMMA3) { /* which layers slide; their RoPE is read here, made below */
         MOQ_TRY(moq_gemma3_read(m->ckpt, m->L, (double)a->max_position_embeddings, &m->gc, per_layer, err));
     }
+    for (int64_t l = 0; l < m->L; l++) m->layers[l].D = m->D, m->layers[l].KV = m->KV, m->layers[l].scalar = 1.0f;
+    if (m->arch->family == FAM_GEMMA4) { /* Gemma 3's facts + per-layer head sizes, k_eq_v */
+        int64_t *hd = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *hd), *kvh = moq_blobs_alloc(&m->blobs, (size_t)m->L * sizeof *kvh);
+        if (!hd || !kvh) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld layers", (long long)m->L);
+        MOQ_TRY(moq_gemma4_read(m->ckpt, m->L, (double)a->max_position_embeddings, m->D, m->KV, &m->g4, per_layer, hd, kvh, err));
+        m->gc = m->g4.g;
+        if (m->g4.moe) m->E = m->g4.n_experts, m->topk = m->g4.top_k, m->Ie = m->g4.moe_I, m->norm_topk = true;
+        for (int64_t l = 0; l < m->L; l++) {
+            layer *ly = &m->layers[l];
+            ly->D = hd[l], ly->KV = kvh[l], ly->v_norm = true, ly->k_eq_v = m->g4.k_eq_v && !per_layer[l], ly->g4moe = m->g4.moe;
+            if (m->A % ly->KV)
+                return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "layer %lld: %lld attention heads, %lld KV heads; expected heads %% kv_heads == 0",
+                                (long long)l, (long long)m->A, (long long)ly->KV);
+        }
+    }
     if (m->arch->family == FAM_QWEN3_5) { /* Qwen3.5: which layers are linear, DeltaNet sizes, partial rope */
         MOQ_TRY(moq_qwen3_5_read(m->ckpt, m->L, &m->qc, per_layer, err));
         for (int64_t l = 0; l < m->L; l++) m->layers[l].linear = per_layer[l];
@@ -812,7 +965,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
-    for (int64_t l = 0; m->arch->family == FAM_GEMMA3 && l < m->L; l++) m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
+    for (int64_t l = 0; (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) && l < m->L; l++)
+        m->layers[l].window = per_layer[l] ? m->gc.sliding_window : 0;
     if (n_moe > 0 && (m->E < 1 || m->topk < 1 || m->topk > m->E || m->Ie < 1))
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "num_experts %lld, num_experts_per_tok %lld, expert intermediate size %lld; expected 1 <= per_tok <= experts and a positive size",
                         (long long)m->E, (long long)m->topk, (long long)m->Ie);
@@ -820,12 +974,13 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->I < 1)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "intermediate_size %lld with %lld dense MLP layers; expected a positive size",
                         (long long)m->I, (long long)(m->L - n_moe));
+    if (m->tp.G > 1) MOQ_TRY(tp_setup(m, n_moe, err));
     if (m->opts.device == MOQ_DEVICE_CUDA) MOQ_TRY(gpu_refusal(m, n_moe, err));
     m->T = m->opts.ctx > 0 ? m->opts.ctx : (a->max_position_embeddings > 0 && a->max_position_embeddings < 4096 ? a->max_position_embeddings : 4096);
     m->chunk = m->T < MOQ_MODEL_CHUNK ? m->T : MOQ_MODEL_CHUNK;
     moq_rope_params rp;
     char rope_note[320];
-    if (m->arch->family == FAM_GEMMA3) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
+    if (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) rp = m->gc.rope_global, rope_note[0] = 0; /* per layer type: model/arch/gemma3.c */
     else if (m->v4) rp = m->v4->rope_main, rope_note[0] = 0; /* main and compress: model/arch/deepseek_v4.c */
     else MOQ_TRY(read_rope(m->ckpt, a, &rp, rope_note, sizeof rope_note, err));
     if (rope_note[0] && m->n_warn < MOQ_MODEL_MAX_WARN) {
@@ -838,7 +993,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (!m->inv_freq) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
     MOQ_TRY(moq_rope_inv_freq(&rp, m->Drot, m->inv_freq, &m->mscale, err));
     m->inv_freq_local = m->inv_freq, m->mscale_local = m->mscale;
-    if (m->arch->family == FAM_GEMMA3) {
+    if (m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4) {
         m->inv_freq_local = moq_blobs_alloc(&m->blobs, (size_t)m->Drot / 2 * sizeof(float));
         if (!m->inv_freq_local) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)m->Drot / 2);
         MOQ_TRY(moq_rope_inv_freq(&m->gc.rope_local, m->Drot, m->inv_freq_local, &m->mscale_local, err));
@@ -848,9 +1003,25 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->layers[l].inv_freq = m->layers[l].window > 0 ? m->inv_freq_local : m->inv_freq;
         m->layers[l].mscale = m->layers[l].window > 0 ? m->mscale_local : m->mscale;
     }
-    m->attn_scale = m->arch->family == FAM_GEMMA3 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar)) : 1.0f / sqrtf((float)m->D);
+    m->Dmax = 0, m->qkv_max = 0, m->kv_row = 0;
+    for (int64_t l = 0; l < m->L; l++) { /* per-layer head sizes (all m's but for Gemma 4's global layers) */
+        layer *ly = &m->layers[l];
+        ly->qh = ly->D == m->D ? m->qh : ly->D;
+        ly->Drot = ly->D == m->D ? m->Drot : ly->D;
+        ly->qkvN = m->A * ly->qh + 2 * ly->KV * ly->D;
+        if (ly->D > m->Dmax) m->Dmax = ly->D;
+        if (ly->qkvN > m->qkv_max) m->qkv_max = ly->qkvN;
+        if (ly->KV * ly->D > m->kv_row) m->kv_row = ly->KV * ly->D;
+        if (ly->D == m->D) continue;
+        /* a global Gemma 4 layer with its own head_dim: RoPE frequencies of that size */
+        float *f = moq_blobs_alloc(&m->blobs, (size_t)ly->D / 2 * sizeof(float));
+        if (!f) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory for %lld rope frequencies", (long long)ly->D / 2);
+        MOQ_TRY(moq_rope_inv_freq(ly->window > 0 ? &m->gc.rope_local : &m->gc.rope_global, ly->D, f, &ly->mscale, err));
+        ly->inv_freq = f;
+    }
+    m->attn_scale = m->arch->family == FAM_GEMMA3 || m->arch->family == FAM_GEMMA4 ? (float)(1.0 / sqrt(m->gc.query_pre_attn_scalar))
+                                                                                 : 1.0f / sqrtf((float)m->D);
     m->embed_mult = m->arch->embed_scale ? moq_bf16_decode(moq_bf16_encode_rne(sqrtf((float)m->H))) : 1.0f;
-    m->kv_row = m->KV * m->D;
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
@@ -901,18 +1072,22 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     /* an untied embedding is only gathered by row from its canonical weight: no layout to build */
     lo_embed.plan_only = !tied;
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
-    MOQ_TRY(moq_layers_load_linear(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, &m->blobs, err));
-    if (m->embed.w.N != m->V || m->embed.w.K != m->H)
+    moq_slice vs; /* vocabulary-parallel embedding and lm_head: rows [v0, v0 + v_n) */
+    const int64_t Vl = m->tp.G > 1 ? m->tp.v_n : m->V;
+    MOQ_TRY(moq_layers_load_linear_sliced(&m->embed, m->ckpt, m->q, nm, MOQ_KIND_EMBEDDING, NULL, 0, &lo_embed, tp_rows(m, &vs, 1, &m->tp.v0, &Vl),
+                                          &m->blobs, err));
+    if (m->embed.w.N != Vl || m->embed.w.K != m->H)
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->embed.name, "shape [%lld, %lld], expected [vocab_size %lld, hidden_size %lld]",
                         (long long)m->embed.w.N, (long long)m->embed.w.K, (long long)m->V, (long long)m->H);
     MOQ_TRY(open_layers(m, &lo, err));
     snprintf(nm, sizeof nm, "%s.norm.weight", m->arch->prefix);
     MOQ_TRY(load_norm(m, &m->final_norm, nm, m->H, err));
     if (!tied) {
-        MOQ_TRY(moq_layers_load_linear(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo, &m->blobs, err));
-        if (m->lm_head_own.w.N != m->V || m->lm_head_own.w.K != m->H)
+        MOQ_TRY(moq_layers_load_linear_sliced(&m->lm_head_own, m->ckpt, m->q, m->arch->head, MOQ_KIND_LM_HEAD, NULL, 1, &lo,
+                                              tp_rows(m, &vs, 1, &m->tp.v0, &Vl), &m->blobs, err));
+        if (m->lm_head_own.w.N != Vl || m->lm_head_own.w.K != m->H)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head_own.name, "shape [%lld, %lld], expected [%lld, %lld]", (long long)m->lm_head_own.w.N,
-                            (long long)m->lm_head_own.w.K, (long long)m->V, (long long)m->H);
+                            (long long)m->lm_head_own.w.K, (long long)Vl, (long long)m->H);
         m->lm_head = &m->lm_head_own;
     } else {
         m->lm_head = &m->embed;
@@ -940,9 +1115,16 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
 moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err) {
     if (!out || !dir) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_open", "out and dir must not be NULL");
     *out = NULL;
+    if (opts && opts->tp > 1) return moq_tp_open(out, dir, opts, err); /* model_tp.c: G ranks, this handle rank 0 */
+    return moq_model_open_rank(out, dir, opts, 1, 0, err);
+}
+
+moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err) {
+    *out = NULL;
     moq_model *m = calloc(1, sizeof *m);
     if (!m) return MOQ_FAIL(err, MOQ_ERR_NOMEM, dir, "out of memory");
     m->opts = opts ? *opts : moq_model_opts_default();
+    if (G > 1) m->tp.G = G, m->tp.rank = rank, m->tp.ep = m->opts.tp_ep != 0;
     if (m->opts.kv_elem != MOQ_ELEM_F32 && m->opts.kv_elem != MOQ_ELEM_BF16) {
         free(m);
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, dir, "kv_elem %s, expected f32 or bf16", moq_elem_name(opts->kv_elem));
@@ -965,6 +1147,7 @@ moq_status moq_model_open(moq_model **out, const char *dir, const moq_model_opts
 
 void moq_model_free(moq_model *m) {
     if (!m) return;
+    moq_tp_close(m);
     moq_gpu_free(m);
     for (int64_t l = 0; m->layers && l < m->L; l++) {
         moq_layers_close_linear(&m->layers[l].qkv);
@@ -977,6 +1160,7 @@ void moq_model_free(moq_model *m) {
         moq_dsv4_close(&m->layers[l].v4);
         moq_gdn_close(&m->layers[l].gdn);
         moq_layers_close_linear(&m->layers[l].sh_gate);
+        moq_layers_close_linear(&m->layers[l].g4_router);
         moq_moe_free(m->layers[l].moe);
     }
     moq_layers_close_linear(&m->embed);
@@ -1014,15 +1198,16 @@ static inline int64_t row_slot(const moq_model *m, int64_t i, int64_t p) {
  * (window W > 0) sees positions npos - W .. npos - 1 (the last W, the current one included;
  * arch_row.window). out f32 [M, A D]. */
 static void attention(moq_model *m, int64_t l, int64_t M) {
-    const int64_t A = m->A, D = m->D, grp = A / m->KV, qkvN = A * m->qh + 2 * m->KV * D, W = m->layers[l].window;
+    const layer *ly = &m->layers[l];
+    const int64_t A = m->A, D = ly->D, grp = A / ly->KV, qkvN = ly->qkvN, W = ly->window, qh = ly->qh;
     const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
 #pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = m->rpos[i] + 1;
         const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */
-        float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + D), *row = s + m->T;
-        const float *q = m->qkv + i * qkvN + hd * m->qh;
+        float *s = m->scratch + (int64_t)omp_get_thread_num() * (m->T + m->Dmax), *row = s + m->T;
+        const float *q = m->qkv + i * qkvN + hd * qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
             moq_kv_cache_read(m->rkv, 0, kl, row_slot(m, i, p), kvh * D, D, row);
@@ -1062,6 +1247,7 @@ static void swiglu(const float *gu, int64_t M, int64_t I, float *act, bool gelu)
 /* Routed experts on h [M, H] (src/moe: router, top-k, each expert once over its tokens), added into x. */
 static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error *err) {
     MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, NULL, m->tmp, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    MOQ_TRY(tp_sum(m, m->tmp, M * m->H, err)); /* --tp: this rank's experts (--ep) or expert slices */
     for (int64_t c = 0; c < M * m->H; c++) m->x[c] += m->tmp[c];
     return MOQ_OK;
 }
@@ -1102,10 +1288,16 @@ static moq_status check_at(const moq_model *m, bool locate, const float *p, int6
 
 /* Grouped-query attention of layer l on m->h [M, H] -> m->tmp [M, H] (o_proj output). */
 static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M, bool locate, moq_error *err) {
-    const int64_t D = m->D, A = m->A, KV = m->KV, qh = m->qh, qkvN = A * qh + 2 * KV * D, R = m->Drot;
+    const int64_t D = ly->D, A = m->A, KV = ly->KV, qh = ly->qh, qkvN = ly->qkvN, R = ly->Drot;
     const char *pfx = m->arch->prefix;
     TAP(m, l, MOQ_TAP_QKV_IN, m->h, M, m->H);
     MOQ_TRY(run_linear(m, &ly->qkv, m->h, M, m->qkv, err));
+    if (ly->k_eq_v) /* [q | k] rows -> [q | k | v = k], last row first (in place: the new rows are longer) */
+        for (int64_t i = M - 1; i >= 0; i--) {
+            const int64_t n = A * qh + KV * D;
+            memmove(m->qkv + i * qkvN, m->qkv + i * n, (size_t)n * sizeof(float));
+            memcpy(m->qkv + i * qkvN + n, m->qkv + i * qkvN + A * qh, (size_t)(KV * D) * sizeof(float));
+        }
     CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
@@ -1122,9 +1314,15 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
             if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
             if (!ly->nope) rope(m, k + hd * D, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
+            if (ly->v_norm) rmsnorm(v + hd * D, v + hd * D, NULL, D, m->eps); /* Gemma 4: v / rms(v), no weight */
         }
         TAP(m, l, MOQ_TAP_K, k, 1, KV * D);
         TAP(m, l, MOQ_TAP_V, v, 1, KV * D);
+        if (KV * D < m->kv_row) { /* a layer with a shorter row than the cache's (Gemma 4): padded */
+            memcpy(m->kpad, k, (size_t)(KV * D) * sizeof(float));
+            memcpy(m->vpad, v, (size_t)(KV * D) * sizeof(float));
+            k = m->kpad, v = m->vpad;
+        }
         moq_kv_cache_write(m->rkv, ly->kvl, row_slot(m, i, m->rpos[i]), k, v);
     }
     CHECK(m->qkv, M, qkvN, "%s.layers.%lld.self_attn (q/k norm and rope)", pfx, (long long)l);
@@ -1157,6 +1355,7 @@ static moq_status shared_block(moq_model *m, const layer *ly, int64_t l, int64_t
             for (int64_t e = 0; e < m->H; e++) m->tmp[i * m->H + e] *= g;
         }
     }
+    MOQ_TRY(tp_sum(m, m->tmp, M * m->H, err)); /* row-parallel shared down_proj */
     for (int64_t e = 0; e < M * m->H; e++) m->x[e] += m->tmp[e];
     return MOQ_OK;
 }
@@ -1199,6 +1398,33 @@ static moq_status dsv4_layer(moq_model *m, const layer *ly, int64_t l, const int
     return MOQ_OK;
 }
 
+/* Gemma 4's MoE block beside the MLP whose output is in m->tmp (Gemma4TextDecoderLayer):
+ * tmp = post_ffn1(tmp) + post_ffn2(experts(pre_ffn2(x))), the experts routed by
+ * softmax top-k of router.proj(x / rms(x) · router.scale · H^-1/2), renormalized, × per_expert_scale
+ * (src/moe with the logits given); x is the residual stream before the MLP. */
+static moq_status gemma4_moe(moq_model *m, const layer *ly, int64_t l, int64_t M, bool locate, moq_error *err) {
+    const int64_t H = m->H;
+    const float rs = (float)(1.0 / sqrt((double)H)); /* Gemma4TextRouter.scalar_root_size */
+    const char *pfx = m->arch->prefix;
+    for (int64_t i = 0; i < M; i++) {
+        float *r = m->rin + i * H;
+        rmsnorm(r, m->x + i * H, NULL, H, m->eps);
+        for (int64_t e = 0; e < H; e++) r[e] = r[e] * ly->router_scale[e] * rs;
+    }
+    MOQ_TRY(run_linear(m, &ly->g4_router, m->rin, M, m->rlog, err));
+    CHECK(m->rlog, M, m->E, "%s", ly->g4_router.name);
+    for (int64_t i = 0; i < M; i++) rmsnorm(m->h + i * H, m->x + i * H, ly->pre_ffn2, H, m->eps);
+    TAP(m, l, MOQ_TAP_MOE_IN, m->h, M, H);
+    MOQ_TRY(moq_moe_run(ly->moe, m->h, MOQ_ELEM_F32, M, m->rlog, m->moe_out, MOQ_ELEM_F32, m->lws, m->lws_size, err));
+    CHECK(m->moe_out, M, H, "%s.layers.%lld.experts", pfx, (long long)l);
+    for (int64_t i = 0; i < M; i++) {
+        rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn1, H, m->eps);
+        rmsnorm(m->moe_out + i * H, m->moe_out + i * H, ly->post_ffn2, H, m->eps);
+        for (int64_t e = 0; e < H; e++) m->tmp[i * H + e] += m->moe_out[i * H + e];
+    }
+    return MOQ_OK;
+}
+
 /* One chunk of M <= chunk rows under the row plan (m->rkv, rpos, rtab, rpage); the logits of rows
  * lrows[0..nl) go to m->logits_ws [nl, V]. MLA and DeltaNet layers take one sequence at consecutive
  * positions from rpos[0] (moq_model_forward_rows refuses other plans for them).
@@ -1208,10 +1434,16 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     const char *pfx = m->arch->prefix;
     const int64_t ns = m->v4 ? m->v4d.hc : 1; /* residual streams (DeepSeek-V4 mHC: the embedding in each) */
     for (int64_t i = 0; i < M; i++) {
-        moq_weight_dequant_row(&m->embed.w, tok[i], m->erow);
+        const int64_t row = tok[i] - m->tp.v0; /* --tp: rows outside this rank's vocabulary are zero, summed below */
+        if (m->tp.G > 1 && (row < 0 || row >= m->tp.v_n)) {
+            memset(m->x + i * ns * H, 0, (size_t)(ns * H) * sizeof(float));
+            continue;
+        }
+        moq_weight_dequant_row(&m->embed.w, row, m->erow);
         for (int64_t s = 0; s < ns; s++)
             for (int64_t e = 0; e < H; e++) m->x[(i * ns + s) * H + e] = (float)m->erow[e] * m->embed_mult;
     }
+    MOQ_TRY(tp_sum(m, m->x, M * H, err)); /* one rank holds each row: the sum is exact */
     CHECK(m->x, M, H, "%s", m->embed.name);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -1230,6 +1462,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         } else {
             MOQ_TRY(gqa_block(m, ly, l, M, locate, err));
         }
+        MOQ_TRY(tp_sum(m, m->tmp, M * H, err)); /* row-parallel o_proj: the ranks' partial sums */
         if (m->arch->sandwich) /* Gemma: the attention output is normalized before the residual add */
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
@@ -1242,6 +1475,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
             MOQ_TRY(moe_block(m, ly, M, err));
             CHECK(m->tmp, M, H, "%s.layers.%lld.%s", pfx, (long long)l, m->arch->moe_block);
             if (ly->has_shared) MOQ_TRY(shared_block(m, ly, l, M, err));
+            for (int64_t e = 0; ly->scalar != 1.0f && e < M * H; e++) m->x[e] *= ly->scalar;
             CHECK(m->x, M, H, "%s.layers.%lld (residual after the experts)", pfx, (long long)l);
             continue;
         }
@@ -1252,10 +1486,13 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
         CHECK(m->act, M, I, "%s.layers.%lld.mlp (act(gate) * up)", pfx, (long long)l);
         TAP(m, l, MOQ_TAP_DOWN_IN, m->act, M, I);
         MOQ_TRY(run_linear(m, &ly->down, m->act, M, m->tmp, err));
+        MOQ_TRY(tp_sum(m, m->tmp, M * H, err)); /* row-parallel down_proj */
         CHECK(m->tmp, M, H, "%s", ly->down.name);
+        if (ly->g4moe) MOQ_TRY(gemma4_moe(m, ly, l, M, locate, err));
         if (m->arch->sandwich)
             for (int64_t i = 0; i < M; i++) rmsnorm(m->tmp + i * H, m->tmp + i * H, ly->post_ffn_norm, H, m->eps);
         for (int64_t e = 0; e < M * H; e++) m->x[e] += m->tmp[e];
+        for (int64_t e = 0; ly->scalar != 1.0f && e < M * H; e++) m->x[e] *= ly->scalar; /* Gemma 4 layer_scalar */
         CHECK(m->x, M, H, "%s.layers.%lld (residual after the MLP)", pfx, (long long)l);
     }
     /* logits of the rows asked for (none: a prefill chunk that is not a prompt's last) */
@@ -1265,7 +1502,18 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     if (m->v4) moq_dsv4_hc_head(&m->v4d, m->hc_fn, m->hc_base, m->hc_scale, m->x, M, m->tmp), xf = m->tmp; /* DeepseekV4HyperHead */
     for (int64_t j = 0; j < nl; j++) rmsnorm(m->h + j * H, xf + lrows[j] * H, m->final_norm, H, m->eps);
     CHECK(m->h, nr, H, "%s.norm", pfx);
-    MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    if (m->tp.G > 1) { /* vocabulary-parallel lm_head: [nr, v_n] here, gathered [G][nr, v_per], unpacked [nr, V] */
+        MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->lgl, err));
+        const int64_t vp = m->tp.v_per;
+        MOQ_TRY(moq_comm_all_gather(m->comm, m->lgl, m->lg, (size_t)(nr * vp), err));
+        for (int r = 0; r < m->tp.G; r++) {
+            const int64_t v0 = r * vp, vn = m->V - v0 < vp ? m->V - v0 : vp;
+            for (int64_t j = 0; j < nr; j++)
+                memcpy(m->logits_ws + j * m->V + v0, m->lg + (int64_t)r * nr * vp + j * vn, (size_t)vn * sizeof(float));
+        }
+    } else {
+        MOQ_TRY(run_linear(m, m->lm_head, m->h, nr, m->logits_ws, err));
+    }
     const float cap = (float)m->gc.final_logit_softcapping;
     for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
@@ -1291,12 +1539,19 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
 bool moq_model_batchable(const moq_model *m) {
-    return m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
+    return !m->grp && m->tp.G < 2 && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
 }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
 
 moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err) {
+    if (m && m->grp) return moq_tp_prefill(m, tokens, n, logits_all, err); /* --tp: every rank (model_tp.c) */
+    return moq_model_prefill_rank(m, tokens, n, logits_all != NULL, logits_all, err);
+}
+
+/* all_rows: logits of every row (into logits_all when not NULL); every rank of --tp must agree, as
+ * the lm_head's all-gather is sized by it. */
+moq_status moq_model_prefill_rank(moq_model *m, const int32_t *tokens, int64_t n, bool all_rows, float *logits_all, moq_error *err) {
     if (!m || !tokens || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_model_prefill", "model and tokens must not be NULL and n >= 1 (n=%lld)", (long long)n);
     if (m->pos + n > m->T)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, moq_checkpoint_path(m->ckpt), "%lld cached + %lld new tokens exceed the context of %lld positions",
@@ -1309,15 +1564,17 @@ moq_status moq_model_prefill(moq_model *m, const int32_t *tokens, int64_t n, flo
         const int64_t chunk = moq_gpu_chunk(m);
         for (int64_t i = 0; i < n; i += chunk) {
             const int64_t M = n - i < chunk ? n - i : chunk;
-            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, logits_all ? logits_all + i * m->V : NULL, err));
+            /* --tp: every rank gathers the same rows (a worker asked for all rows keeps them in lrows_h) */
+            float *dst = logits_all ? logits_all + i * m->V : all_rows ? m->lrows_h : NULL;
+            MOQ_TRY(moq_gpu_forward(m, tokens + i, M, dst, err));
         }
         return MOQ_OK;
     }
     int64_t lrows[MOQ_MODEL_CHUNK];
     m->rkv = &m->kv, m->rpage = 1;
     for (int64_t i = 0; i < n; i += m->chunk) {
-        const int64_t M = n - i < m->chunk ? n - i : m->chunk, nl = logits_all ? M : 1;
-        for (int64_t r = 0; r < M; r++) m->rpos[r] = m->pos + r, m->rtab[r] = NULL, lrows[r] = logits_all ? r : M - 1;
+        const int64_t M = n - i < m->chunk ? n - i : m->chunk, nl = all_rows ? M : 1;
+        for (int64_t r = 0; r < M; r++) m->rpos[r] = m->pos + r, m->rtab[r] = NULL, lrows[r] = all_rows ? r : M - 1;
         MOQ_TRY(forward_chunk(m, tokens + i, M, lrows, nl, false, err));
         if (logits_all) memcpy(logits_all + i * m->V, m->logits_ws, (size_t)(M * m->V) * sizeof(float));
         memcpy(m->logits, m->logits_ws + (nl - 1) * m->V, (size_t)m->V * sizeof(float));
@@ -1330,6 +1587,7 @@ moq_status moq_model_decode(moq_model *m, int32_t token, moq_error *err) { retur
 const float *moq_model_logits(const moq_model *m) { return m ? m->logits : NULL; }
 void moq_model_reset(moq_model *m) {
     if (!m) return;
+    moq_tp_reset(m);
     m->pos = 0;
     for (int64_t l = 0; l < m->L; l++) /* recurrent state belongs to the sequence */
         if (m->layers[l].linear) moq_gdn_reset(&m->layers[l].gdn);

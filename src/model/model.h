@@ -20,6 +20,10 @@ size_t moq_model_arch_count(void);
 /* True when config.json architectures[0] == name is a row of the architecture table (moq run
  * accepts it); inspect and check use it to warn before run refuses. */
 bool moq_model_architecture_supported(const char *name);
+/* What `moq run` refuses in config.json beyond the architecture name, found without weights: the
+ * family's config reader (Gemma 4: per-layer embeddings, KV-shared layers, the MoE block, ...). MOQ_OK
+ * for a row without such refusals; inspect and check use it as they use the above. */
+moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err);
 /* The rope_theta an architecture's transformers config class uses when config.json has none
  * (its documented default); false when the architecture has none here. */
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class);

@@ -75,6 +75,7 @@ struct moq_gpu {
     bool       no_graphs;                /* a capture failed once: run steps eagerly  */
     moq_gpu_kv own;                      /* the public API's pool (sequence slots)    */
     float     *table, *final_norm, *inv_freq;
+    float     *lg_d, *lg_h;              /* --tp: gathered logits [G, LROWS v_per], device and pinned host */
     gpu_layer *ly;
     void     **mem;                      /* every device allocation, freed together  */
     size_t     n_mem, cap_mem;
@@ -110,15 +111,25 @@ static moq_status cuda_ok(const char *e, const char *where, moq_error *err) {
     return e ? MOQ_FAIL(err, MOQ_ERR_DEVICE, where, "%s", e) : MOQ_OK;
 }
 
-/* The embedding table as f32 rows (moq_weight_dequant_row, as the CPU gathers them), in slices. */
+/* The embedding table as f32 rows (moq_weight_dequant_row, as the CPU gathers them), in slices.
+ * --tp: this rank's rows [v0, v0 + v_n) and one zero row after them, which tokens of the other ranks
+ * gather (gpu_step maps them), so the all-reduce of the embeddings is exact. */
 static moq_status upload_table(moq_model *m, moq_gpu *g, moq_error *err) {
-    MOQ_TRY(dev_alloc(g, (void **)&g->table, (size_t)(m->V * m->H) * sizeof(float), "the embedding table", err));
+    const int64_t V = m->embed.w.N, zero = m->tp.G > 1;
+    MOQ_TRY(dev_alloc(g, (void **)&g->table, (size_t)((V + zero) * m->H) * sizeof(float), "the embedding table", err));
+    if (zero) {
+        float *z = calloc((size_t)m->H, sizeof(float));
+        moq_status st = z ? moq_device_upload(MOQ_DEVICE_CUDA, g->table + V * m->H, z, (size_t)m->H * sizeof(float), err)
+                          : MOQ_FAIL(err, MOQ_ERR_NOMEM, m->embed.name, "out of host memory");
+        free(z);
+        MOQ_TRY(st);
+    }
     const int64_t rows = 256;
     float *buf = malloc((size_t)(rows * m->H) * sizeof(float));
     double *row = malloc((size_t)m->H * sizeof(double));
     moq_status st = buf && row ? MOQ_OK : MOQ_FAIL(err, MOQ_ERR_NOMEM, m->embed.name, "out of host memory for the embedding upload");
-    for (int64_t r0 = 0; st == MOQ_OK && r0 < m->V; r0 += rows) {
-        const int64_t n = m->V - r0 < rows ? m->V - r0 : rows;
+    for (int64_t r0 = 0; st == MOQ_OK && r0 < V; r0 += rows) {
+        const int64_t n = V - r0 < rows ? V - r0 : rows;
         for (int64_t r = 0; r < n; r++) {
             moq_weight_dequant_row(&m->embed.w, r0 + r, row);
             for (int64_t e = 0; e < m->H; e++) buf[r * m->H + e] = (float)row[e];
@@ -175,6 +186,12 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));
+    if (m->tp.G > 1) { /* --tp: the vocabulary-parallel lm_head's gather, MOQ_GPU_LROWS rows at a time */
+        const size_t n = (size_t)(MOQ_GPU_LROWS * m->tp.v_per * m->tp.G);
+        MOQ_TRY(dev_alloc(g, (void **)&g->lg_d, n * sizeof(float), "the gathered logits", err));
+        MOQ_TRY(cuda_ok(moq_cuda_host_alloc(n * sizeof(float), (void **)&g->lg_h), where, err));
+        g->no_graphs = true; /* the collectives run eagerly (NCCL inside a captured graph is not tried yet) */
+    }
     size_t ws = lin_ws(m->lm_head, MOQ_GPU_LROWS);
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -255,7 +272,7 @@ void moq_gpu_free(moq_model *m) {
     kv_release(&g->own, m->L);
     for (int64_t l = 0; g->ly && l < m->L; l++) moq_moe_gpu_free(g->ly[l].moe);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
-    moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits);
+    moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits), moq_cuda_host_free(g->lg_h);
     moq_cuda_stream_destroy(g->stream);
     free(g->mem), free(g->ly), free(g);
     m->gpu = NULL;
@@ -266,6 +283,12 @@ int64_t moq_gpu_batch_chunk(const moq_model *m) { return m->gpu ? m->gpu->chunk 
 
 static moq_status lin(const moq_gpu *g, const moq_layer_linear *l, const float *x, int64_t M, float *y, moq_error *err) {
     return moq_linear_run_stream(l->lin, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, g->ws, g->ws_size, g->stream, err);
+}
+
+/* --tp G (NCCL, one GPU per rank; model_tp.c): the all-reduce of a row-parallel output, in place on
+ * the device, enqueued on the forward's stream. Nothing without --tp. */
+static moq_status tp_sum_d(moq_model *m, float *x_d, int64_t n, moq_error *err) {
+    return m->tp.G > 1 ? moq_comm_all_reduce_on(m->comm, x_d, (size_t)n, m->gpu->stream, err) : MOQ_OK;
 }
 
 /* Enqueues the forward of M tokens (ids, seqs, positions on the device) up to the last layer's
@@ -279,6 +302,7 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
     const char *where = moq_checkpoint_path(m->ckpt);
     void *st = g->stream;
     MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x, st), m->embed.name, err));
+    MOQ_TRY(tp_sum_d(m, g->x, M * H, err)); /* --tp: one rank holds each token's row, the others zeros */
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
         const gpu_layer *gl = &g->ly[l];
@@ -295,14 +319,17 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
             MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
                             ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
+        MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel o_proj */
         MOQ_TRY(cuda_ok(moq_cuda_add_rmsnorm(g->x, g->tmp, gl->post_norm, M, H, m->eps, g->h, st), where, err));
         if (gl->moe) { /* MoE block: routed experts, t = Σ_j w_j expert_j(h) */
             MOQ_TRY(moq_moe_gpu_run(gl->moe, g->h, M, NULL, g->tmp, st, err));
+            MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* --tp: this rank's experts (--ep) or expert slices */
             continue;
         }
         MOQ_TRY(lin(g, &ly->gate_up, g->h, M, g->gu, err));
         MOQ_TRY(cuda_ok(moq_cuda_swiglu(g->gu, M, m->I, g->act, st), ly->gate_up.name, err));
         MOQ_TRY(lin(g, &ly->down, g->act, M, g->tmp, err));
+        MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel down_proj */
     }
     return MOQ_OK;
 }
@@ -327,6 +354,10 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
                            moq_error *err) {
     moq_gpu *g = m->gpu;
     const char *where = moq_checkpoint_path(m->ckpt);
+    for (int64_t i = 0; m->tp.G > 1 && i < M; i++) { /* --tp: this rank's table rows; the zero row after them for the others' */
+        const int64_t r = g->h_ids[i] - m->tp.v0;
+        g->h_ids[i] = (int32_t)(r >= 0 && r < m->tp.v_n ? r : m->tp.v_n);
+    }
     MOQ_TRY(cuda_ok(moq_cuda_h2d_async(g->ids, g->h_ids, (size_t)(4 * g->rows) * sizeof(int32_t), g->stream), where, err));
     if (n_bt)
         MOQ_TRY(cuda_ok(moq_cuda_h2d_async(pool->bt, pool->h_bt, (size_t)(n_bt * pool->max_pages) * sizeof(int32_t), g->stream), where, err));
@@ -354,8 +385,20 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
     for (int64_t r = 0; r < nl; r += MOQ_GPU_LROWS) {
         const int64_t n = nl - r < MOQ_GPU_LROWS ? nl - r : MOQ_GPU_LROWS;
         if (!graph) MOQ_TRY(enqueue_logits(m, r, n, err));
-        MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_logits, g->logits, (size_t)(n * V) * sizeof(float), g->stream), where, err));
-        MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
+        if (m->tp.G > 1) { /* vocabulary-parallel lm_head: [n, v_n] per rank, gathered [G][n, v_per], unpacked [n, V] */
+            const int64_t vp = m->tp.v_per;
+            MOQ_TRY(moq_comm_all_gather_on(m->comm, g->logits, g->lg_d, (size_t)(n * vp), g->stream, err));
+            MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->lg_h, g->lg_d, (size_t)(n * vp * m->tp.G) * sizeof(float), g->stream), where, err));
+            MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
+            for (int q = 0; q < m->tp.G; q++) {
+                const int64_t v0 = q * vp, vn = V - v0 < vp ? V - v0 : vp;
+                for (int64_t j = 0; j < n; j++)
+                    memcpy(g->h_logits + j * V + v0, g->lg_h + (int64_t)q * n * vp + j * vn, (size_t)vn * sizeof(float));
+            }
+        } else {
+            MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_logits, g->logits, (size_t)(n * V) * sizeof(float), g->stream), where, err));
+            MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
+        }
         for (int64_t j = 0; j < n; j++) {
             const float *src = g->h_logits + j * V;
             for (int64_t c = 0; c < V; c++)

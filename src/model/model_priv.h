@@ -3,9 +3,12 @@
 #ifndef MOQ_MODEL_MODEL_PRIV_H
 #define MOQ_MODEL_MODEL_PRIV_H
 
+#include "dist/comm.h"
+#include "dist/plan.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4.h"
 #include "model/arch/gemma3.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/llama4.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/dsv4.h"
@@ -20,6 +23,7 @@
 
 typedef struct arch_row arch_row;   /* model.c */
 typedef struct moq_gpu moq_gpu;     /* model_gpu.c */
+typedef struct moq_tp_group moq_tp_group; /* model_tp.c */
 
 typedef struct layer {
     moq_layer_linear qkv, o, gate_up, down;
@@ -39,6 +43,17 @@ typedef struct layer {
     bool             nope;               /* Llama 4 NoPE layer: no RoPE                           */
     bool             l2_qk;              /* Llama 4: q, k / rms(q, k) after RoPE (no weight)       */
     bool             temp;               /* Llama 4: q × the attention temperature of its position */
+    int64_t          D, KV, qh, Drot;    /* this layer's head_dim, KV heads, q values per head and
+                                            rotary part (m's, except Gemma 4's global layers)     */
+    int64_t          qkvN;               /* values per token of the qkv buffer: A qh + 2 KV D      */
+    bool             k_eq_v;             /* Gemma 4 attention_k_eq_v global layer: fused [q | k]
+                                            only, v = the k projection before k_norm              */
+    bool             v_norm;             /* Gemma 4: v / rms(v) per head (no weight)               */
+    float            scalar;             /* Gemma 4 layer_scalar: x × this at the layer's end (1)  */
+    bool             g4moe;              /* Gemma 4 MoE block: routed experts beside the MLP       */
+    moq_layer_linear g4_router;          /* router.proj [E, H]                                    */
+    float *router_scale, *expert_scale;  /* router.scale [H], router.per_expert_scale [E]         */
+    float *post_ffn1, *pre_ffn2, *post_ffn2; /* post_feedforward_layernorm_1, pre_/post_..._2 [H] */
     float *in_norm, *post_norm;      /* f32 [H]          */
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
@@ -68,7 +83,12 @@ struct moq_model {
     moq_gdn_ws        gws;
     int64_t           qh;                /* q values per head in qkv_proj: D, or 2 D with the output gate */
     int64_t           Drot;              /* rotary part of a head (partial_rotary_factor)    */
-    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows                                  */
+    moq_gemma3_cfg    gc;                /* FAM_GEMMA3 rows (FAM_GEMMA4: its Gemma 3 part)    */
+    moq_gemma4_cfg    g4;                /* FAM_GEMMA4 rows                                  */
+    int64_t           Dmax, qkv_max;     /* largest head_dim and qkv row over the layers     */
+    float            *kpad, *vpad;       /* [kv_row]: a layer's K/V row padded to the cache row */
+    float            *rin, *rlog, *moe_out; /* Gemma 4 MoE: router input [C, H], logits [C, E],
+                                            expert output [C, H]                                */
     moq_llama4_cfg    l4;                /* FAM_LLAMA4 rows                                  */
     moq_dsv4_cfg     *v4;                /* FAM_DEEPSEEK_V4 rows (in blobs), else NULL         */
     moq_dsv4_dims     v4d;
@@ -109,6 +129,12 @@ struct moq_model {
     const char *warn[MOQ_MODEL_MAX_WARN]; /* from the validation pass, in blobs */
     int         n_warn;
     moq_gpu           *gpu;              /* the GPU forward (opts.device CUDA), else NULL */
+    /* tensor parallelism (model_tp.c): this rank's part; tp.G == 0 when the model is whole */
+    moq_tp_plan       tp;
+    moq_comm         *comm;              /* the rank's communicator, set before the first forward */
+    moq_tp_group     *grp;               /* rank 0: the other ranks and their threads, else NULL  */
+    float            *lg, *lgl;          /* f32 [chunk, G v_per] gathered / [chunk, v_per] local logits */
+    float            *lrows_h;           /* GPU ranks 1..G-1: f32 [GPU chunk, V], the rows of an all-rows step */
     moq_model_observer obs;             /* calibration taps (model.h), NULL when unset */
     void              *obs_user;
 };
@@ -146,6 +172,15 @@ moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok
                                 const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
 /* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
 uint64_t   moq_gpu_mem_used(void);
+/* model_tp.c: rank 0 of --tp G opens the G ranks (threads), each through moq_model_open_rank, and
+ * runs every prefill on all of them; tp_prefill is the prefill of a rank alone. */
+moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err);
+moq_status moq_tp_open(moq_model **out, const char *dir, const moq_model_opts *opts, moq_error *err);
+moq_status moq_tp_prefill(moq_model *m, const int32_t *tokens, int64_t n, float *logits_all, moq_error *err);
+void       moq_tp_reset(moq_model *m);
+void       moq_tp_close(moq_model *m);
+moq_status moq_model_prefill_rank(moq_model *m, const int32_t *tokens, int64_t n, bool all_rows, float *logits_all, moq_error *err);
+
 /* Whether this build has the GPU forward (false without CUDA in the build). */
 bool       moq_gpu_built(void);
 

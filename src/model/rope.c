@@ -1,5 +1,5 @@
 /* rope.c — RoPE frequency tables, one row per rope_scaling type (see rope.h). The formulas restate
- * transformers' _compute_{default,linear_scaling,llama3,yarn}_parameters; computed in double and
+ * transformers' _compute_{default,linear_scaling,llama3,yarn,proportional}_parameters; computed in double and
  * rounded to f32 once. Tested by tests/model/test_model.c. */
 #include "model/rope.h"
 
@@ -88,8 +88,24 @@ static moq_status rope_yarn(const moq_rope_params *p, int64_t D, double *inv, do
     return MOQ_OK;
 }
 
+/* Proportional (Gemma 4 global layers): the rotated frequencies keep the whole head's exponent
+ * 2i / D, only the first floor(partial_rotary_factor · D / 2) of them are non-zero, so the rest of
+ * the head passes unrotated while the rotate_half pairing stays (i, i + D/2); all divided by factor
+ * (1 when absent). */
+static moq_status rope_proportional(const moq_rope_params *p, int64_t D, double *inv, double *mscale, moq_error *err) {
+    const double f = p->partial_rotary_factor > 0 ? p->partial_rotary_factor : 1.0, fac = p->factor > 0 ? p->factor : 1.0;
+    if (!(f <= 1.0) || !isfinite(fac))
+        return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "rope proportional: partial_rotary_factor %g, factor %g; expected (0, 1] and a finite factor", f, fac);
+    const int64_t n_rot = (int64_t)floor(f * (double)D / 2.0);
+    base_freqs(p, D, inv);
+    for (int64_t i = 0; i < D / 2; i++) inv[i] = (i < n_rot ? inv[i] : 0.0) / fac;
+    *mscale = 1.0;
+    return MOQ_OK;
+}
+
 static const struct { const char *type; rope_fn fn; } rope_table[] = {
     {"", rope_default}, {"default", rope_default}, {"linear", rope_linear}, {"llama3", rope_llama3}, {"yarn", rope_yarn},
+    {"proportional", rope_proportional},
 };
 
 moq_status moq_rope_inv_freq(const moq_rope_params *p, int64_t D, float *inv_freq, float *mscale, moq_error *err) {
@@ -103,7 +119,7 @@ moq_status moq_rope_inv_freq(const moq_rope_params *p, int64_t D, float *inv_fre
         *mscale = (float)ms;
         return MOQ_OK;
     }
-    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "rope_scaling type \"%s\", expected one of default, linear, llama3, yarn", p->type);
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "rope_scaling type \"%s\", expected one of default, linear, llama3, yarn, proportional", p->type);
 }
 
 void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale) {

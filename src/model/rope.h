@@ -1,5 +1,6 @@
 /* rope.h — rotary position embedding frequencies for the rope_scaling types of the supported
- * architectures (Hugging Face transformers' modeling_rope_utils.py): default, linear, llama3, yarn.
+ * architectures (Hugging Face transformers' modeling_rope_utils.py): default, linear, llama3, yarn,
+ * proportional (Gemma 4's global layers).
  * One table row per type (rope.c). Rotation is the "rotate_half" (GPT-NeoX) pairing that the
  * Llama/Mistral/Qwen HF checkpoints use: element i pairs with i + D/2.
  * Tested by tests/model/test_model.c (an independent fp64 formula per type).
@@ -26,6 +27,9 @@ typedef struct moq_rope_params {
                                      m(s) = 0.1 s ln(factor) + 1; else m(1)                  */
     bool   no_truncate;           /* yarn truncate: false (gpt-oss): the correction range is not
                                      rounded to whole dimensions                             */
+    double partial_rotary_factor; /* proportional: the first floor(f D / 2) frequencies rotate
+                                     (exponent 2i / D over the whole head), the rest are 0
+                                     (identity); 0 = 1                                      */
 } moq_rope_params;
 
 /* inv_freq f32 [D/2] and the cos/sin multiplier (yarn attention factor, else 1). Errors name

@@ -99,7 +99,10 @@ struct moq_moe {
     moq_moe_act_params  ap;
     moq_moe_routing     routing;     /* correction_bias points at bias when read from the file */
     float              *bias;        /* f32 [E] owned, or NULL                                  */
+    float              *escale;      /* f32 [E] owned copy of routing.expert_scale, or NULL      */
     int64_t             E, H, I, Ip, N13, n_local;
+    int64_t             If;          /* the checkpoint's intermediate (I is the slice's under inter_slice) */
+    moq_slice           sl;          /* opts.inter_slice as rows of w1/w3 (dim NONE: whole)      */
     bool                stacked;     /* unquantized experts as transformers' stacked parameters  */
     bool                interleaved; /* stacked gate_up_proj: gate and up in alternating columns */
     int32_t            *local_of;    /* i32 [E]: local id or -1                                 */
@@ -205,15 +208,32 @@ typedef struct proj_dst {
     bool     has_pqs;    /* out: the projection has one (else pqs is left as it was)      */
 } proj_dst;
 
-/* Loads <base>.weight (+ scales) of shape [N, K] into d. `elem` receives the weight's element
- * encoding (unquantized: from its dtype) so the caller can check all projections agree. */
-static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const char *base, int64_t N, int64_t K, proj_dst *d,
-                            moq_dtype *dt, moq_error *err) {
+/* Tensor-parallel experts (opts.inter_slice): t is replaced by the view of its slice (scheme/slice.h);
+ * columns go to a buffer kept in *buf until the projection is copied. */
+static moq_status cut(const moq_tensor **t, moq_slice_role role, moq_pair_id p, int64_t N, int64_t K, const moq_slice *sl, moq_tensor *view,
+                      void **buf, moq_error *err) {
+    if (!sl) return MOQ_OK;
+    const size_t b = moq_slice_view_bytes(*t, role, moq_pairs[p].w, N, K, sl);
+    if (b && !(*buf = malloc(b))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, (*t)->name, "out of memory for %zu bytes of its slice", b);
+    bool keep;
+    MOQ_TRY(moq_slice_view(*t, role, moq_pairs[p].w, N, K, sl, *buf, view, &keep, err));
+    *t = view;
+    return MOQ_OK;
+}
+
+/* Loads <base>.weight (+ scales) of shape [N, K] into d, or its slice sl (NULL: whole; then N, K
+ * are the checkpoint's and the rows / columns copied are the slice's). `elem` receives the weight's
+ * element encoding (unquantized: from its dtype) so the caller can check all projections agree. */
+static moq_status load_proj_in(const moq_checkpoint *ck, const moe_fmt *f, const char *base, int64_t N, int64_t K, const moq_slice *sl,
+                               proj_dst *d, moq_dtype *dt, void **bufs, moq_error *err) {
     char nm[320], what[96];
     const moq_tensor *t;
+    moq_tensor view[3];
+    const int64_t Nf = N, Kf = K; /* the checkpoint's shape; N, K become the slice's */
     snprintf(nm, sizeof nm, "%s.weight", base);
     snprintf(what, sizeof what, "%s expert weight", f->name);
     MOQ_TRY(get_tensor(ck, nm, what, &t, err));
+    const moq_tensor *const t_file = t; /* the mapped tensor (t may become a slice's copy) */
     if (f->wdt == MOQ_DT_COUNT) {
         if (elem_of_dtype(t->dtype) == MOQ_ELEM_NONE)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name(t->dtype));
@@ -224,15 +244,23 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     } else {
         MOQ_TRY(want_dtype(t, f->wdt, MOQ_DT_COUNT, what, err));
     }
+    MOQ_TRY(want_shape(t, 2, (int64_t[]){N, cdiv(K, f->per_byte)}, f->per_byte == 2 ? "[N, K/2]: two e2m1 per byte" : "[N, K]", err));
+    const moq_pair_id pr = f->pair == MOQ_PAIR_COUNT ? pair_of_elem(elem_of_dtype(t->dtype)) : f->pair;
+    if (sl) {
+        MOQ_TRY(moq_slice_check(sl, moq_pairs[pr].w, moq_pairs[pr].a, Nf, Kf, t->name, err));
+        MOQ_TRY(cut(&t, MOQ_ROLE_WEIGHT, pr, Nf, Kf, sl, &view[0], &bufs[0], err));
+        if (sl->dim == MOQ_SLICE_ROWS) N = sl->count;
+        else K = sl->count;
+    }
     const int64_t Ks = cdiv(K, f->per_byte);
-    MOQ_TRY(want_shape(t, 2, (int64_t[]){N, Ks}, f->per_byte == 2 ? "[N, K/2]: two e2m1 per byte" : "[N, K]", err));
     snprintf(nm, sizeof nm, "%s.pre_quant_scale", base);
     const moq_tensor *pq = moq_checkpoint_tensor(ck, nm);
     if (pq && !f->pqs) /* never dropped silently */
         return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "extra tensor: AWQ pre_quant_scale on a %s expert, expected none (only NVFP4_AWQ applies it)", f->name);
     if (pq) {
         MOQ_TRY(want_dtype(pq, MOQ_DT_BF16, MOQ_DT_F16, "AWQ scale per input channel", err));
-        MOQ_TRY(want_shape(pq, 1, (int64_t[]){K}, "AWQ scale per input channel [K]", err));
+        MOQ_TRY(want_shape(pq, 1, (int64_t[]){Kf}, "AWQ scale per input channel [K]", err));
+        MOQ_TRY(cut(&pq, MOQ_ROLE_VEC_K, pr, Nf, Kf, sl, &view[1], &bufs[1], err));
         for (int64_t k = 0; k < K; k++) {
             uint16_t h;
             memcpy(&h, (const uint8_t *)pq->data + 2 * k, 2);
@@ -243,7 +271,7 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
     snprintf(nm, sizeof nm, "%s.weight", base);
     const size_t eb = (size_t)moq_dtype_bits(t->dtype) / 8, srow = (size_t)Ks * eb;
     for (int64_t n = 0; n < N; n++) memcpy(d->q + (size_t)(d->row0 + n) * d->qrow, (const uint8_t *)t->data + (size_t)n * srow, srow);
-    moq_map_release(t->data, t->nbytes); /* copied: the mapped pages leave the resident set */
+    moq_map_release(t_file->data, t_file->nbytes); /* copied: the mapped pages leave the resident set */
 
     snprintf(nm, sizeof nm, "%s.weight_scale", base);
     if (f->scale == SC_TENSOR) {
@@ -255,24 +283,28 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
         MOQ_TRY(get_tensor(ck, nm, what, &t, err));
         MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, what, err));
         const int64_t G = cdiv(K, f->group), Gp = d->Kp / f->group;
-        MOQ_TRY(want_shape(t, 2, (int64_t[]){N, G}, what, err));
+        MOQ_TRY(want_shape(t, 2, (int64_t[]){Nf, cdiv(Kf, f->group)}, what, err));
+        const moq_tensor *const s_file = t;
+        MOQ_TRY(cut(&t, MOQ_ROLE_SCALE, pr, Nf, Kf, sl, &view[2], &bufs[2], err));
         for (int64_t n = 0; n < N; n++) memcpy(d->s + (size_t)((d->row0 + n) * Gp), (const uint8_t *)t->data + (size_t)(n * G), (size_t)G);
-        moq_map_release(t->data, t->nbytes);
+        moq_map_release(s_file->data, s_file->nbytes);
     } else if (f->scale == SC_ROW) {
         const char *why = "FP8_PER_CHANNEL_PER_TOKEN: one f32 scale per output channel";
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
         MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
-        if (t->ndim == 2) MOQ_TRY(want_shape(t, 2, (int64_t[]){N, 1}, why, err)); /* [N] as written; [N, 1] accepted */
-        else MOQ_TRY(want_shape(t, 1, (int64_t[]){N}, why, err));
+        if (t->ndim == 2) MOQ_TRY(want_shape(t, 2, (int64_t[]){Nf, 1}, why, err)); /* [N] as written; [N, 1] accepted */
+        else MOQ_TRY(want_shape(t, 1, (int64_t[]){Nf}, why, err));
+        MOQ_TRY(cut(&t, MOQ_ROLE_SCALE, pr, Nf, Kf, sl, &view[2], &bufs[2], err));
         memcpy((float *)d->s + d->row0, t->data, (size_t)N * sizeof(float));
     } else if (f->scale == SC_BLK128) {
         const char *why = "FP8_PB_WO: one f32 scale per 128x128 block";
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
         MOQ_TRY(want_dtype(t, MOQ_DT_F32, MOQ_DT_COUNT, why, err));
-        const int64_t bn = cdiv(N, 128), bk = cdiv(K, 128), bkp = d->Kp / 128;
+        const int64_t bn = cdiv(N, 128), bk = cdiv(K, 128), bkp = d->Kp / 128, fbn = cdiv(Nf, 128), fbk = cdiv(Kf, 128);
         /* [bn, 1, bk, 1], [bn, bk], or 0-d for a single block (ModelOpt 0.47, NUMERICS §12) */
-        if (t->ndim == 4) MOQ_TRY(want_shape(t, 4, (int64_t[]){bn, 1, bk, 1}, why, err));
-        else if (t->ndim != 0 || bn * bk != 1) MOQ_TRY(want_shape(t, 2, (int64_t[]){bn, bk}, why, err));
+        if (t->ndim == 4) MOQ_TRY(want_shape(t, 4, (int64_t[]){fbn, 1, fbk, 1}, why, err));
+        else if (t->ndim != 0 || fbn * fbk != 1) MOQ_TRY(want_shape(t, 2, (int64_t[]){fbn, fbk}, why, err));
+        MOQ_TRY(cut(&t, MOQ_ROLE_SCALE, pr, Nf, Kf, sl, &view[2], &bufs[2], err));
         float *dst = (float *)d->s;
         for (int64_t i = 0; i < bn; i++)
             for (int64_t j = 0; j < bkp; j++) {
@@ -286,6 +318,14 @@ static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const ch
         MOQ_TRY(read_scalar(ck, nm, "NVFP4 global weight scale", &d->wscale, err));
     }
     return MOQ_OK;
+}
+
+static moq_status load_proj(const moq_checkpoint *ck, const moe_fmt *f, const char *base, int64_t N, int64_t K, const moq_slice *sl,
+                            proj_dst *d, moq_dtype *dt, moq_error *err) {
+    void *bufs[3] = {NULL, NULL, NULL};
+    const moq_status st = load_proj_in(ck, f, base, N, K, sl, d, dt, bufs, err);
+    free(bufs[0]), free(bufs[1]), free(bufs[2]);
+    return st;
 }
 
 /* FP8 per-tensor requantization of rows [r0, r0+n) from scale s to s_max: the seeds' rule
@@ -539,7 +579,7 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
     for (int s = 0; s < nsh; s++) {
         proj_dst d = {ex->q13, row13, ex->s13, m->H, s * m->Ip, 1.0f, pq[s], false};
         snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, gated ? s : 1, gated));
-        MOQ_TRY(load_proj(ck, f, nm, m->I, m->H, &d, dt, err));
+        MOQ_TRY(load_proj(ck, f, nm, m->sl.dim ? m->If : m->I, m->H, m->sl.dim ? &m->sl : NULL, &d, dt, err));
         ws[s] = d.wscale, has_pq[s] = d.has_pqs;
         snprintf(pq_name[s], sizeof pq_name[s], "%s.pre_quant_scale", nm);
     }
@@ -551,7 +591,9 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
     ex->w13.pre_scale = has_pq[0] ? pq[0] : NULL;
     proj_dst d2 = {ex->q2, row2, ex->s2, m->Ip, 0, 1.0f, ex->p2, false};
     snprintf(nm, sizeof nm, "%s.%s", ebase, proj_name(lay, 2, gated));
-    MOQ_TRY(load_proj(ck, f, nm, m->H, m->I, &d2, dt, err));
+    moq_slice s2 = m->sl; /* down_proj: the same intermediate, its input columns; rank 0 keeps the bias */
+    s2.dim = m->sl.dim ? MOQ_SLICE_COLS : MOQ_SLICE_NONE;
+    MOQ_TRY(load_proj(ck, f, nm, m->H, m->sl.dim ? m->If : m->I, m->sl.dim ? &s2 : NULL, &d2, dt, err));
     ex->w2.pre_scale = d2.has_pqs ? ex->p2 : NULL;
 
     ex->w13.n_shards = nsh;
@@ -614,7 +656,7 @@ void moq_moe_free(moq_moe *m) {
     if (m->has_shared) expert_free(&m->shared);
     moq_linear_free(m->router);
     free(m->router_b);
-    free(m->router_q), free(m->bias), free(m->local_of), free(m->global_of), free(m->ex), free(m);
+    free(m->router_q), free(m->bias), free(m->escale), free(m->local_of), free(m->global_of), free(m->ex), free(m);
 }
 
 /* Input scales of expert g: {w13 gate, w13 up, w2}. Missing and g not local: *present = false. */
@@ -704,6 +746,22 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             m->I = t->shape[0];
             m->H = t->shape[1] * f->per_byte;
         }
+    }
+    m->If = m->I;
+    if (o.inter_slice.count > 0) { /* tensor-parallel experts: rows of w1/w3, columns of w2 */
+        const moq_moe_slice *is = &o.inter_slice;
+        if (m->stacked || o.shared_expert) {
+            st = MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "%s experts split over ranks; stacked experts and an in-layer shared expert are "
+                          "held whole (expert parallelism, --ep)", m->stacked ? "stacked" : "shared");
+            goto fail;
+        }
+        if (is->start < 0 || is->start + is->count > m->I) {
+            st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "inter_slice [%lld, %lld) outside the experts' intermediate size %lld",
+                          (long long)is->start, (long long)(is->start + is->count), (long long)m->I);
+            goto fail;
+        }
+        m->sl = (moq_slice){MOQ_SLICE_ROWS, is->start, is->count, is->bias};
+        m->I = is->count;
     }
     const int kmul = f->pair == MOQ_PAIR_COUNT ? 1 : moq_pairs[f->pair].k_multiple;
     if ((m->I < 1 || m->H < 1 || m->H % kmul)) {
@@ -840,6 +898,12 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         if (!m->bias) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
         memcpy(m->bias, m->routing.correction_bias, (size_t)m->E * sizeof(float));
         m->routing.correction_bias = m->bias;
+    }
+    if (o.routing.expert_scale) { /* borrowed only during create */
+        m->escale = malloc((size_t)m->E * sizeof(float));
+        if (!m->escale) { st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory"); goto fail; }
+        memcpy(m->escale, o.routing.expert_scale, (size_t)m->E * sizeof(float));
+        m->routing.expert_scale = m->escale;
     }
     *out = m;
     return MOQ_OK;

@@ -101,6 +101,7 @@ static moq_status gpu_open(moq_moe_gpu *g, const moq_moe *m, int64_t Tmax, moq_e
     if (v->has_shared)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "a shared expert inside the MoE layer: the GPU layer runs the routed experts only");
     if (v->n_local < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "no local experts");
+    if (r->expert_scale) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "per-expert weight scales (Gemma 4's per_expert_scale) are not applied by the GPU routing");
     if (r->scoring != MOQ_MOE_SCORE_SOFTMAX && r->scoring != MOQ_MOE_SCORE_SIGMOID)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "scoring function %d: the GPU routing runs softmax and sigmoid scores", (int)r->scoring);
     if (E > MOQ_CUDA_MOE_MAX_E || A > MOQ_CUDA_MOE_MAX_A || g->k > 32 || r->num_expert_group > MOQ_CUDA_MOE_MAX_GROUPS)
@@ -253,8 +254,8 @@ moq_status moq_moe_gpu_open(moq_moe_gpu **out, const moq_moe *m, int64_t max_tok
 void     moq_moe_gpu_free(moq_moe_gpu *g) { (void)g; }
 uint64_t moq_moe_gpu_bytes(const moq_moe_gpu *g) { (void)g; return 0; }
 uint64_t moq_moe_gpu_expert_bytes(const moq_moe_gpu *g) { (void)g; return 0; }
-moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, moq_error *err) {
-    (void)g, (void)x_d, (void)T, (void)logits_d, (void)y_d;
+moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
+    (void)g, (void)x_d, (void)T, (void)logits_d, (void)y_d, (void)stream;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_run", "this libmoq was built without CUDA");
 }
 moq_status moq_moe_gpu_route(const moq_moe_routing *r, int64_t E, const float *logits, int64_t T, int32_t *ids, float *weights, moq_error *err) {

@@ -61,11 +61,12 @@ static void scores(const moq_moe_routing *r, int64_t E, const float *logits, flo
 }
 
 /* Renormalization and routed_scaling_factor of the k selected weights. */
-static void finish(const moq_moe_routing *r, float *weights, float sum) {
+static void finish(const moq_moe_routing *r, const int32_t *ids, float *weights, float sum) {
     if (r->renormalize)
         for (int j = 0; j < r->top_k; j++) weights[j] /= sum;
     if (r->routed_scaling_factor != 1.0f)
         for (int j = 0; j < r->top_k; j++) weights[j] *= r->routed_scaling_factor;
+    for (int j = 0; r->expert_scale && j < r->top_k; j++) weights[j] *= r->expert_scale[ids[j]]; /* Gemma 4 per_expert_scale */
 }
 
 void moq_moe_route_fixed(const moq_moe_routing *r, int64_t E, const float *logits, const int32_t *fixed, int32_t *ids, float *weights,
@@ -73,7 +74,7 @@ void moq_moe_route_fixed(const moq_moe_routing *r, int64_t E, const float *logit
     scores(r, E, logits, scratch);
     float sum = 0.0f;
     for (int j = 0; j < r->top_k; j++) ids[j] = fixed[j], weights[j] = scratch[fixed[j]], sum += weights[j];
-    finish(r, weights, sum);
+    finish(r, ids, weights, sum);
 }
 
 void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits, int32_t *ids, float *weights, float *scratch) {
@@ -112,7 +113,7 @@ void moq_moe_route_ref(const moq_moe_routing *r, int64_t E, const float *logits,
         weights[j] = p[e];
         sum += p[e];
     }
-    finish(r, weights, sum);
+    finish(r, ids, weights, sum);
 }
 
 /*                                         name          gated */

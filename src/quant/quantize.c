@@ -106,6 +106,10 @@ typedef struct unit {
     int                         nt;
     float                       kv_scale;  /* k_proj / v_proj with FP8 KV: the scale             */
     bool                        has_kv;
+    float                       v_scale;   /* k_proj of a layer without v_proj (Gemma 4 k_eq_v):
+                                              the layer's v_scale, written as ModelOpt does under
+                                              the absent <...>.v_proj.v_scale                    */
+    bool                        has_v;
 } unit;
 
 typedef struct out_tensor {
@@ -115,7 +119,7 @@ typedef struct out_tensor {
     int64_t    shape[MOQ_MAX_DIMS];
     uint64_t   nbytes;
     size_t     unit;
-    int        part;      /* index into unit.t, -1: the copied source, -2: the kv scale */
+    int        part;      /* index into unit.t, -1: the copied source, -2: the kv scale, -3: unit.v_scale */
     int        shard;
 } out_tensor;
 
@@ -378,6 +382,16 @@ static moq_status expert_input_amax(const moq_calib *cb, const unit *u, float *o
 }
 
 /* Weight amax of group-amax rows, maxed over each fused group; input and KV amax from calib. */
+/* Whether the module next to `module` (same parent, leaf `leaf`) is a quantized linear of the plan. */
+static bool has_sibling(const qctx *q, const char *module, const char *leaf) {
+    const size_t plen = (size_t)(leaf_of(module) - module);
+    for (size_t i = 0; i < q->nu; i++) {
+        const char *m = q->u[i].module;
+        if (m && strncmp(m, module, plen) == 0 && strcmp(m + plen, leaf) == 0) return true;
+    }
+    return false;
+}
+
 static moq_status amax_pass(qctx *q, moq_error *err) {
     const moq_calib *cb = q->o->calib;
     uint64_t done = 0, total = 0;
@@ -435,6 +449,11 @@ static moq_status amax_pass(qctx *q, moq_error *err) {
         u->kv_scale = a * MOQ_RCP448;   /* §8: amax / 448 (a reciprocal product, export_ref.h), no clamp on the HF export path */
         u->has_kv = true;
         found++;
+        if (u->leaf->kv != MOQ_TAP_K || has_sibling(q, u->module, "v_proj")) continue;
+        const float av = cb->amax[u->layer * MOQ_TAP_COUNT + MOQ_TAP_V]; /* k_eq_v: V is the normed k projection */
+        if (av < 0) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, u->module, "calibration recorded no V for layer %lld", (long long)u->layer);
+        u->v_scale = av * MOQ_RCP448;
+        u->has_v = true;
     }
     if (!found) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "--kv-cache fp8", "the checkpoint has no self_attn.k_proj / v_proj to carry k_scale / v_scale "
                                       "(MLA's latent cache and Gated DeltaNet have none: moq quantize writes FP8 KV scales for GQA attention only)");
@@ -459,6 +478,10 @@ static moq_status layout(qctx *q, moq_quantize_report *rep, moq_error *err) {
         if (u->has_kv) {
             snprintf(nm, sizeof nm, "%s.%s", u->module, u->leaf->kv_suffix);
             MOQ_TRY(add_out(q, nm, MOQ_DT_F32, 0, NULL, 4, i, -2, err));
+        }
+        if (u->has_v) { /* "<...>.k_proj" -> "<...>.v_proj.v_scale" */
+            snprintf(nm, sizeof nm, "%.*sv_proj.v_scale", (int)(leaf_of(u->module) - u->module), u->module);
+            MOQ_TRY(add_out(q, nm, MOQ_DT_F32, 0, NULL, 4, i, -3, err));
         }
         rep->bytes_in += t->nbytes;
     }
@@ -566,6 +589,7 @@ static moq_status write_shards(qctx *q, moq_error *err) {
                 moq_map_release(u->src->data, u->src->nbytes);
             }
             else if (t->part == -2) st = put(f, &u->kv_scale, 4, t->name, err);
+            else if (t->part == -3) st = put(f, &u->v_scale, 4, t->name, err);
             else {
                 if (live != t->unit) {
                     if (live != (size_t)-1) release(&q->u[live]);

@@ -27,8 +27,9 @@ struct moq_linear_layer {
     moq_resolution res;
     void          *arena;                              /* f32 scales, bias (may be NULL)   */
     void          *codes;                              /* built codes + u8 block scales    */
-    size_t         arena_bytes, codes_bytes;
-    const moq_tensor *src[2 * MOQ_MAX_SHARDS];         /* shards' weight and scale tensors */
+    void          *cols;                               /* column slices' bytes (may be NULL) */
+    size_t         arena_bytes, codes_bytes, cols_bytes;
+    const moq_tensor *src[2 * MOQ_MAX_SHARDS];         /* shards' checkpoint weight and scale tensors */
     int            n_src;
     bool           dropped;
     char           notes[MOQ_LOAD_MAX_NOTES][320];
@@ -248,9 +249,56 @@ static moq_status check_bias(moq_load_ctx *x, const moq_tensor *const *b, moq_er
     return MOQ_OK;
 }
 
+/* Replaces each shard's tensors by views of its slice (after the whole tensors passed the contract):
+ * rows borrowed, columns gathered into one allocation owned by the layer (l->cols). */
+static moq_status apply_slices(moq_load_ctx *x, const moq_slice *slices, void **cols, size_t *cols_bytes, moq_error *err) {
+    const moq_quant_key *wk = x->scheme ? x->scheme->w : NULL, *ak = x->scheme ? x->scheme->a : NULL;
+    static const moq_quant_key none = {.group_rows = -1, .group_cols = -1};
+    if (!wk) wk = &none;
+    size_t bytes = 0;
+    for (int s = 0; s < x->n; s++) {
+        const moq_load_shard *sh = &x->sh[s];
+        MOQ_TRY(moq_slice_check(&slices[s], wk, ak, sh->N, x->K, sh->name, err));
+        const moq_tensor *t[] = {sh->weight, sh->scale, sh->bias, sh->pqs};
+        const moq_slice_role r[] = {MOQ_ROLE_WEIGHT, MOQ_ROLE_SCALE, MOQ_ROLE_VEC_N, MOQ_ROLE_VEC_K};
+        for (int i = 0; i < 4; i++)
+            if (t[i]) bytes += (moq_slice_view_bytes(t[i], r[i], wk, sh->N, x->K, &slices[s]) + 63) & ~(size_t)63;
+    }
+    uint8_t *buf = bytes ? aligned_alloc(64, bytes) : NULL;
+    if (bytes && !buf) return MOQ_FAIL(err, MOQ_ERR_NOMEM, x->layer, "out of memory for %zu bytes of column slices", bytes);
+    *cols = buf;
+    *cols_bytes = bytes;
+    int64_t K = x->K;
+    x->N = 0;
+    for (int s = 0; s < x->n; s++) {
+        moq_load_shard *sh = &x->sh[s];
+        const moq_tensor **t[] = {&sh->weight, &sh->scale, &sh->bias, &sh->pqs};
+        const moq_slice_role r[] = {MOQ_ROLE_WEIGHT, MOQ_ROLE_SCALE, MOQ_ROLE_VEC_N, MOQ_ROLE_VEC_K};
+        for (int i = 0; i < 4; i++) {
+            if (!*t[i]) continue;
+            const size_t need = moq_slice_view_bytes(*t[i], r[i], wk, sh->N, x->K, &slices[s]);
+            bool keep;
+            MOQ_TRY(moq_slice_view(*t[i], r[i], wk, sh->N, x->K, &slices[s], need ? buf : NULL, &sh->view[i], &keep, err));
+            buf += (need + 63) & ~(size_t)63;
+            *t[i] = keep ? &sh->view[i] : NULL;
+        }
+        if (slices[s].dim == MOQ_SLICE_ROWS) sh->N = slices[s].count;
+        if (slices[s].dim == MOQ_SLICE_COLS) K = slices[s].count;
+        x->N += sh->N;
+    }
+    x->K = K;
+    return MOQ_OK;
+}
+
 moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
                                  moq_layer_kind kind, const moq_packed *packed, int n_packed, const moq_linear_opts *opts,
                                  moq_error *err) {
+    return moq_linear_layer_open_sliced(out, c, q, prefix, kind, packed, n_packed, opts, NULL, err);
+}
+
+moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                        moq_layer_kind kind, const moq_packed *packed, int n_packed, const moq_linear_opts *opts,
+                                        const moq_slice *slices, moq_error *err) {
     if (!out || !c || !prefix) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix ? prefix : "", "out, c and prefix must not be NULL");
     *out = NULL;
     if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD && kind != MOQ_KIND_EMBEDDING)
@@ -305,8 +353,12 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         }
         sh->weight = role_tensor(c, sh->name, "weight");
         sh->scale = role_tensor(c, sh->name, "weight_scale");
+        l->src[l->n_src++] = sh->weight; /* the checkpoint's own tensors (a slice below may view a copy) */
+        if (sh->scale) l->src[l->n_src++] = sh->scale;
         sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
         sh->in_scale = role_tensor(c, sh->name, "input_scale");
+        sh->bias = role_tensor(c, sh->name, "bias");
+        sh->pqs = pqs;
         if (sh->weight->ndim != 2 || sh->weight->shape[0] < 1 || sh->weight->shape[1] < 1) {
             st = MOQ_FAIL(err, MOQ_ERR_TENSOR, sh->weight->name, "%d-d tensor, expected [N, K] with N, K >= 1", sh->weight->ndim);
             goto fail;
@@ -328,6 +380,18 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
         if ((st = first_problem(&sink, err)) != MOQ_OK) goto fail;
     }
 
+    bool sliced = false;
+    for (int s = 0; slices && s < x.n; s++) sliced |= slices[s].dim != MOQ_SLICE_NONE;
+    if (sliced) {
+        for (int s = 0; s < x.n; s++) /* the bias is checked whole before it is cut */
+            if (x.sh[s].bias && (x.sh[s].bias->ndim != 1 || x.sh[s].bias->shape[0] != x.sh[s].N)) {
+                st = MOQ_FAIL(err, MOQ_ERR_TENSOR, x.sh[s].bias->name, "%d-d tensor with %llu values, expected [%lld] (N of the weight)",
+                              x.sh[s].bias->ndim, (unsigned long long)x.sh[s].bias->nelem, (long long)x.sh[s].N);
+                goto fail;
+            }
+        if ((st = apply_slices(&x, slices, &l->cols, &l->cols_bytes, err)) != MOQ_OK) goto fail;
+    }
+
     /* 3. the layer's two allocations: bounds on everything a hook may build (codes + u8 block
      * scales in one, freed once packed; f32 scales, bias, AWQ scale in the other). Pages a hook
      * does not write are never touched, so a loose bound costs no resident memory. */
@@ -335,8 +399,6 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
     for (int s = 0; s < x.n; s++) {
         cbound += (size_t)x.sh[s].weight->nbytes + 64;
         if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64, cbound += (size_t)x.sh[s].scale->nbytes + 64;
-        l->src[l->n_src++] = x.sh[s].weight;
-        if (x.sh[s].scale) l->src[l->n_src++] = x.sh[s].scale;
     }
     if (meth == MOQ_METHOD_MXFP8_LINEAR) cbound += (size_t)x.N * (size_t)(x.K / 32) + 64;
     bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
@@ -365,7 +427,7 @@ moq_status moq_linear_layer_open(moq_linear_layer **out, const moq_checkpoint *c
             break;
         }
     const moq_tensor *bias[MOQ_MAX_SHARDS];
-    for (int s = 0; s < x.n; s++) bias[s] = role_tensor(c, x.sh[s].name, "bias");
+    for (int s = 0; s < x.n; s++) bias[s] = x.sh[s].bias;
     if ((st = check_bias(&x, bias, err)) != MOQ_OK) goto fail;
 
     /* 5. kernel */
@@ -389,6 +451,7 @@ void moq_linear_layer_free(moq_linear_layer *l) {
     moq_linear_free(l->lin);
     free(l->arena);
     free(l->codes);
+    free(l->cols);
     free(l);
 }
 
@@ -409,6 +472,10 @@ bool moq_linear_layer_drop_canonical(moq_linear_layer *l, bool keep_codes) {
         if (gone & MOQ_CANON_BLOCK_SCALES) l->w.scale = NULL;
         free(l->codes); /* only codes and u8 block scales live there */
         l->codes = NULL, l->codes_bytes = 0;
+        /* column slices (--tp): the hooks copied what they keep (bias, AWQ and f32 scales) into the
+         * arena; what is left there are the codes and block scales the row packed */
+        free(l->cols);
+        l->cols = NULL, l->cols_bytes = 0;
         l->dropped = true;
     }
     /* Packing (or the concatenation) touched these pages; the layer reads them again only when it
@@ -422,7 +489,7 @@ void moq_linear_layer_memory(const moq_linear_layer *l, uint64_t *packed, uint64
     *packed = *owned = *mapped = 0;
     if (!l) return;
     *packed = moq_linear_packed_bytes(l->lin);
-    *owned = l->arena_bytes + l->codes_bytes;
+    *owned = l->arena_bytes + l->codes_bytes + l->cols_bytes;
     if (l->dropped) return;
     const uint64_t nq = l->w.w.elem == MOQ_ELEM_E2M1 ? (uint64_t)l->w.N * (uint64_t)(l->w.K / 2)
                                                      : (uint64_t)l->w.N * (uint64_t)l->w.K * (uint64_t)moq_elem_bytes(l->w.w.elem, 1);

@@ -22,6 +22,7 @@
 #include "moq.h"
 #include "scheme/quant_key.h"
 #include "scheme/scheme.h"
+#include "scheme/slice.h"
 
 /* One checkpoint module feeding rows [row0, row0 + N) of the layer. */
 typedef struct moq_load_shard {
@@ -30,7 +31,10 @@ typedef struct moq_load_shard {
     const moq_tensor *scale;      /* weight_scale or NULL                                      */
     const moq_tensor *scale2;     /* weight_scale_2 or NULL                                    */
     const moq_tensor *in_scale;   /* input_scale or NULL                                       */
-    int64_t           N;          /* rows of this shard                                        */
+    const moq_tensor *bias;       /* bias or NULL                                              */
+    const moq_tensor *pqs;        /* pre_quant_scale or NULL                                   */
+    int64_t           N;          /* rows of this shard (of its slice, when sliced)            */
+    moq_tensor        view[5];    /* the slice's views of weight, scale, bias, pqs (slice.h)   */
 } moq_load_shard;
 
 #define MOQ_LOAD_MAX_NOTES 4
@@ -88,6 +92,14 @@ moq_status moq_recanon_nvfp4_fp8_channel(moq_load_ctx *x, moq_error *err); /* nv
 /* NUMERICS §5.1 requantize_with_max_scale for one code: e4m3 q with scale s -> e4m3 code under
  * s_max: E4s(clamp(f32(f16(f32(D4(q) * s)) * f32(1 / s_max)), +-448)). Exposed for the tests. */
 uint8_t moq_fp8_requant_code(uint8_t q, float s, float inv_s_max);
+
+/* moq_linear_layer_open with one slice per shard (slices[s] for packed shard s; NULL or
+ * MOQ_SLICE_NONE = whole): the tensors are validated whole, then each shard's tensors are replaced by
+ * views of its slice (scheme/slice.h) before the hook runs, so the layer holds only this rank's part.
+ * A slice that cuts a quantization block is MOQ_ERR_UNSUPPORTED naming the shard. */
+moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                        moq_layer_kind kind, const moq_packed *packed, int n_packed, const moq_linear_opts *opts,
+                                        const moq_slice *slices, moq_error *err);
 
 /* Resolution and loading details of a loaded layer (used by `moq inspect`). */
 const moq_weight *moq_linear_layer_weight(const moq_linear_layer *l);

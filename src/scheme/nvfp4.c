@@ -32,8 +32,7 @@ static moq_status pre_quant_scale(moq_load_ctx *x, moq_error *err) {
     char nm[320];
     int have = 0;
     for (int s = 0; s < x->n; s++) {
-        snprintf(nm, sizeof nm, "%s.pre_quant_scale", x->sh[s].name);
-        have += (t[s] = moq_checkpoint_tensor(x->c, nm)) != NULL;
+        have += (t[s] = x->sh[s].pqs) != NULL; /* load.c: the tensor, or its slice's view */
     }
     if (!have) return MOQ_OK;
     int first = 0;

@@ -127,7 +127,8 @@ grep -q "only 1.0 is accepted" "$TMP/err" || { echo "FAIL: --kv-scales-default 0
 check 1 "run --device bogus" "$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device bogus
 grep -q "expected cpu, cuda or auto" "$TMP/err" || { echo "FAIL: --device bogus error"; cat "$TMP/err"; fail=1; }
 check 0 "run --device auto" "$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device auto
-check 1 "bench model --batch without --device cuda" "$MOQ" bench model "$TMP/NVFP4" --prompt 4 --decode 2 --batch 4
+check 0 "bench model --batch on the CPU (moq_batch)" "$MOQ" bench model "$TMP/NVFP4" --prompt 4 --decode 2 --batch 4
+grep -q "^decode batch 4 (prompts of 4): [0-9.]* tok/s total" "$TMP/out" || { echo "FAIL: bench model --batch 4 reports no batch decode line"; cat "$TMP/out"; fail=1; }
 "$MOQ" run "$TMP/NVFP4" -p "Hi" -n 2 --device cuda >"$TMP/out" 2>"$TMP/err"
 rc=$?
 if [ $rc = 6 ]; then grep -qi "cuda\|gpu" "$TMP/err" || { echo "FAIL: --device cuda refusal does not say why"; cat "$TMP/err"; fail=1; }

@@ -401,7 +401,8 @@ static void test_help_archs(void **state) {
     assert_int_equal(r.status, 0);
     assert_string_equal(r.err, "");
     static const char *const want[] = {"LlamaForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "Gemma3ForCausalLM",
-                                       "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Llama4ForCausalLM", "GptOssForCausalLM"};
+                                       "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Llama4ForCausalLM", "GptOssForCausalLM",
+                                       "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char line[128];
         snprintf(line, sizeof line, "\n%s\n", want[i]);

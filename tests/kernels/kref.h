@@ -102,6 +102,7 @@ static inline double t_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float 
 /* When set, e4m3 weight codes are drawn from magnitudes 0..15 only (subnormals and the first
  * binade), so a decoder's subnormal handling dominates the result instead of vanishing in it. */
 static int g_small_e4m3;
+static int g_mx_scale_lo = 118; /* MXFP8 weight scale codes drawn from [lo, lo + 12) */
 static inline uint8_t t_rand_e4m3(void) {
     uint8_t c;
     do c = (uint8_t)rnd(); while ((c & 0x7F) == 0x7F);
@@ -146,7 +147,7 @@ static inline tw tw_make(tpair p, int64_t N, int64_t K, int n_shards, int with_b
             for (size_t i = 0; i < n; i++) s[i] = urand(1e-3f, 2e-2f);
             t.scale = s;
         }
-        if (p == TP_MXFP8) { uint8_t *s = malloc(nk / 32); for (size_t i = 0; i < nk / 32; i++) s[i] = (uint8_t)(118 + rnd() % 12); t.scale = s; }
+        if (p == TP_MXFP8) { uint8_t *s = malloc(nk / 32); for (size_t i = 0; i < nk / 32; i++) s[i] = (uint8_t)(g_mx_scale_lo + rnd() % 12); t.scale = s; }
         break;
     }
     }

@@ -1,5 +1,5 @@
 /* test_linear.c — every fast linear row of the registry against its pair's `_ref` row over the
- * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128; N not a multiple of 16; K of several
+ * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128 (and 5, 6, 8); N not a multiple of 16; K of several
  * panel chunks and not a power of two (as far as the format allows); a partial last 128-row
  * FP8 block; fused shards with different scales; f32 and bf16 activations; bias. Fresh random
  * data each run, outputs poisoned with NaN first, relative Frobenius error <= 1e-5 (f32 out;
@@ -7,7 +7,8 @@
  * f32 sums of K <= 400 terms, ~sqrt(K)·2^-24 ≈ 1e-6), NaN never passes. bf16 outputs: within
  * 2^-8 (one bf16 rounding of nearly equal f32 values). The AVX2 and AVX-512 NVFP4 W4A4 integer rows
  * must also agree bit for bit (test_nvfp4_maddubs_equals_vnni). Rows whose CPU features are missing are
- * skipped with a message; the registry's choice under cpu masks is checked too.
+ * skipped with a message; the registry's choice under cpu masks is checked too. The packed GEMM
+ * rows are also run on shapes that cross their cache blocks (test_gemm_cache_blocks).
  *
  * Test names read linear/<row>/x_<dtype>.y_<dtype>/m<M>_n<N>_k<K> (STYLE.md §10). */
 #include "tu.h"
@@ -102,8 +103,47 @@ static void test_every_fast_row(void **state) {
                 check_row(k, M, NK[s][0], NK[s][1], (mi + s) & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
             }
         check_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16);
+        /* bf16 x at M = 6 and 8: the bf16dot decode path runs up to M = 8 (exact bf16 activations only) */
+        check_row(k, 6, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
+        check_row(k, 8, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
+}
+
+/* The packed GEMM of the *_gemm rows (128x128 and MXFP8 at M > 16 on AVX2, M > 64 on AVX-512; the
+ * other pairs and M run the k4fma and small-M paths, covered by the sweep) blocks the work into items of 256 output rows ×
+ * <= 512 tokens and panels of 128 columns: M = 520 (two token blocks of 264 + 256, a partial 12-token
+ * group), N = 300 (two row blocks, the second of 3 tiles: an odd one for the AVX-512 32-row
+ * micro-kernel, and a partial last 128-row FP8 block) and K over a panel boundary reach every edge. */
+static void test_gemm_cache_blocks(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    int rows = 0;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+        const tpair p = tpair_of(k->pair);
+        if (p != TP_FP8_BLK128 && p != TP_MXFP8) continue;
+        check_row(k, 520, 300, p == TP_FP8_BLK128 ? 256 : 160, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        rows++;
+    }
+    print_message("%d gemm rows checked on cache-block edges\n", rows);
+}
+
+/* MXFP8 weight block scales far above 2^0 (codes 135..146: 2^8..2^19): every MXFP8 row, on the
+ * decode, small-M and GEMM paths (a panel decoder that folded 2^120 into the e8m0 scale overflowed
+ * there). */
+static void test_mxfp8_large_weight_scales(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    g_mx_scale_lo = 135;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->target == MOQ_TARGET_CPU_REF || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need || k->pair != MOQ_PAIR_MXFP8) continue;
+        static const int64_t Ms[] = {1, 11, 21, 70}; /* decode, small-M, AVX2 GEMM, AVX-512 GEMM */
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) check_row(k, Ms[mi], 36, 288, MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+    g_mx_scale_lo = 118;
 }
 
 /* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
@@ -237,6 +277,8 @@ int main(void) {
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
+        cmocka_unit_test(test_gemm_cache_blocks),
+        cmocka_unit_test(test_mxfp8_large_weight_scales),
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),

@@ -66,6 +66,43 @@ static void test_golden_extra_templates(void **state) {
     cJSON_Delete(j);
 }
 
+/* Gemma 4 and Qwen3.5 (tests/golden/tokenizer/chat_templates.json, gen_chat_templates.py): jinja2
+ * renderings of templates written to do what the published ones do for text conversations (the
+ * Gemma 4 one checked there against google's chat_template.jinja: the same text for every row).
+ * Gemma 4: system turn, <|turn>/<turn|>, "model", trimmed content, <|channel>..<channel|> thoughts
+ * dropped from assistant turns, the empty thought channel after the generation prompt. Qwen3.5:
+ * ChatML, assistant text before the last user turn cut after its last </think> (leading newlines
+ * dropped), later assistant turns as given, generation prompt opening <think>. */
+static void test_golden_gemma4_qwen35(void **state) {
+    (void)state;
+    char *p = tu_golden_tokenizer_path("chat_templates.json");
+    size_t len;
+    char *text = tu_read_file(p, &len);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "magic")->valuestring, "moq-chat-templates");
+    int n_rows = 0;
+    for (const cJSON *r = cJSON_GetObjectItem(j, "chat")->child; r; r = r->next, n_rows++) {
+        const char *cfg = cJSON_GetObjectItem(r, "config")->valuestring, *name = cJSON_GetObjectItem(r, "template")->valuestring;
+        moq_chat_template ct;
+        TU_OK(moq_chat_template_from_config(&ct, cfg, strlen(cfg), err_));
+        assert_int_equal(ct.format, strcmp(name, "gemma4") == 0 ? MOQ_CHAT_GEMMA4 : MOQ_CHAT_CHATML_THINK);
+        tu_check_chat_row(r);
+    }
+    assert_int_equal(n_rows, 24); /* 2 templates x 6 conversations x add_generation_prompt */
+    assert_string_equal(moq_chat_format_name(MOQ_CHAT_GEMMA4), "gemma4");
+    assert_string_equal(moq_chat_format_name(MOQ_CHAT_CHATML_THINK), "chatml-think");
+    /* a plain Qwen3 template (no <think> in its generation prompt) stays ChatML */
+    const char *qwen3 = "{\"chat_template\": \"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\\\n' }}{%- if enable_thinking is "
+                        "defined and enable_thinking is false %}{{- '<think>\\\\n\\\\n</think>\\\\n\\\\n' }}{%- endif %}{%- endif %}\"}";
+    moq_chat_template ct;
+    TU_OK(moq_chat_template_from_config(&ct, qwen3, strlen(qwen3), err_));
+    assert_int_equal(ct.format, MOQ_CHAT_CHATML);
+    cJSON_Delete(j);
+    free(text);
+    free(p);
+}
+
 static void test_detection(void **state) {
     (void)state;
     static const struct { const char *style; moq_chat_format f; const char *sys; const char *bos; } want[] = {
@@ -172,6 +209,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_chats),
         cmocka_unit_test(test_golden_extra_templates),
+        cmocka_unit_test(test_golden_gemma4_qwen35),
         cmocka_unit_test(test_detection),
         cmocka_unit_test(test_config_forms),
         cmocka_unit_test(test_render_edges),

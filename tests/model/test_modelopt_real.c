@@ -39,7 +39,8 @@ enum { MAX_T = 64 };
  *   FQ_BOUND  present and within half of max |logit|;
  *   FQ_NONE   absent: exported on a CPU, where ModelOpt's NVFP4 (and W4A16) fake-quant forward refuses to run
  *             ("amax must be a CUDA tensor");
- *   FQ_KEPT   present, not bounded: DeepSeek-V3 and Qwen3.5-MoE (CPU exports), where ModelOpt's bf16
+ *   FQ_KEPT   present, not bounded: DeepSeek-V3, Qwen3.5-MoE and Gemma 4 MoE (CPU exports; Gemma 4 MoE
+ *             FP8: 2.4 of 3.5, the bf16 router picking other experts), where ModelOpt's bf16
  *             forward is far from any float32 one (Qwen3.5-MoE unquantized: bf16 vs f32 3.4 of max
  *             |logit| 7.5; DeepSeek-V3 FP8: 2.6 of 3.8, the grouped routing with routed_scaling_factor
  *             2.5 picking other experts); moq agrees with the oracle to 1e-6 there as everywhere. */
@@ -55,6 +56,9 @@ static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
     {"gemma3_text_fp8", FQ_BOUND}, {"gemma3_text_nvfp4", FQ_NONE}, {"llama4_a_w4a16_nvfp4", FQ_NONE},
     /* DeepSeek-V4, experts-only as NVIDIA's release (scripts/modelopt_dsv4_fixtures.py, CPU) */
     {"deepseek_v4_fp8", FQ_BOUND}, {"deepseek_v4_nvfp4", FQ_NONE},
+    /* Gemma 4 (k_eq_v global layers with their own head_dim), scripts/modelopt_gemma4_fixtures.py */
+    {"gemma4_text_fp8", FQ_BOUND}, {"gemma4_text_nvfp4", FQ_NONE}, {"gemma4_text_fp8_kv", FQ_BOUND}, {"gemma4_moe_fp8", FQ_KEPT},
+    {"gemma4_moe_nvfp4", FQ_NONE},
 };
 enum { N_FIXTURES = sizeof k_fixtures / sizeof k_fixtures[0] };
 

@@ -33,5 +33,15 @@ void       moq_linear_fp8_k4_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err);
 moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *err); /* linear_fp8_avx512.c */
+/* Byte offsets in that packed weight: u8 [N] NaN-row flags; MXFP8's rows16 e8m0 block scales. */
+size_t     moq_linear_fp8_k4_nan_offset(const moq_weight *w);
+size_t     moq_linear_fp8_k4_scale_offset(const moq_weight *w);
+
+/* The same packed weight for every M (linear_gemm_avx2.c, linear_gemm_avx512.c): M = 1 the k4fma
+ * row, 2..16 one decode of each weight for all tokens (register-blocked over tokens), above a packed
+ * BLIS-style GEMM (f32 weight panels decoded once per cache block, 2-D thread split). */
+size_t     moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads);
+moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err);
+moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err);
 
 #endif

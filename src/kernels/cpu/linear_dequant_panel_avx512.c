@@ -16,7 +16,7 @@
  * scales multiply exactly (D2·D4 and D4·2^e are exact in f32) except FP8 128x128 (D4·s rounds
  * once). Accumulation is f32 in k order per lane; tests/kernels/test_linear.c compares with
  * linear_ref.c (double) at relative Frobenius error <= 1e-5.
- * Variant 1 (rows *_bf16dot, AVX512_BF16), decode only (M <= GEMV_M = 4): when every weight and
+ * Variant 1 (rows *_bf16dot, AVX512_BF16), decode only (M <= GEMV_M = 8): when every weight and
  * every dequantized activation value is exactly a bf16 (e4m3 and e4m3·2^e: 4 significant bits;
  * e2m1: 2 bits; bf16 weights with bf16 x), the weights are decoded straight from the packed codes
  * to bf16 pairs (k, k+1) in registers (no panel) and vdpbf16ps does two exact products per lane
@@ -236,12 +236,13 @@ bool moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_l
 }
 
 
-/* ---- decode (M <= GEMV_M) on the bf16 rows: bf16 pairs decoded straight from the packed codes
+/* ---- decode (M <= GEMV_M = 8; was 4 before issue 15: W4A16 M = 8 then fell to the f32 panel at
+ * 5.8× the M = 1 time, now 3.0×) on the bf16 rows: bf16 pairs decoded straight from the packed codes
  * into registers, no panel. Per 32 weights of e4m3 this is ~9 vector ops + 1 vdpbf16ps instead
  * of ~20 through the f32 panel; NVFP4 and MXFP8 keep their block scale out of the bf16 values
  * (D2·D4 is not a bf16 bit pattern one can build with integer ops) and apply it per block to a
  * block accumulator in f32. */
-#define GEMV_M 4
+#define GEMV_M 8
 
 /* 32 e4m3 codes, one word each (any order) -> bf16 bits, exact (subnormals from a table, NaN codes
  * to 0xFFFF). */
@@ -392,10 +393,10 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
             memset(C, 0, (size_t)M * 64);
             if (bdot && gemv_fits(l)) {
                 switch (M) {
-                case 1: gemv_tile(l, t, Xb, K2, C, 1); break;
-                case 2: gemv_tile(l, t, Xb, K2, C, 2); break;
-                case 3: gemv_tile(l, t, Xb, K2, C, 3); break;
-                default: gemv_tile(l, t, Xb, K2, C, 4); break;
+#define CASE(n) case n: gemv_tile(l, t, Xb, K2, C, n); break;
+                    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+#undef CASE
+                default: gemv_tile(l, t, Xb, K2, C, GEMV_M); break;
                 }
             } else
             for (int64_t k0 = 0; k0 < K; k0 += KC) {

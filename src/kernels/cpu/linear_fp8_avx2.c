@@ -46,6 +46,9 @@ size_t moq_linear_fp8_k4_packed_size(const moq_weight *w) {
     return codes_bytes(w) + nan_bytes(w) + (row_scales(w) && bk > 0 ? moq_layout_rows16_size(w->N, w->K / bk, 1) : 0);
 }
 
+size_t moq_linear_fp8_k4_nan_offset(const moq_weight *w) { return codes_bytes(w); }
+size_t moq_linear_fp8_k4_scale_offset(const moq_weight *w) { return codes_bytes(w) + nan_bytes(w); }
+
 void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
     const uint8_t *q = w->q;
     uint8_t *nan = (uint8_t *)dst + codes_bytes(w);

@@ -9,6 +9,7 @@
  * a decode step can be captured into a CUDA graph; nothing here allocates.
  * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward).
  */
+#include <atomic>
 #include "kernels/cuda/common.cuh"
 
 #define MO_CHECK(what) return moq_cuda_launch_check(what)
@@ -389,11 +390,14 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const float *qkv, int
 template <int D> static const char *launch_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, float scale, int64_t window,
                                                     const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
     const size_t smem = sizeof(float) * (size_t)(FQ * (D + 1) + FK * (D + 1) + FK * D + FQ * (FK + 1) + FQ);
-    static bool opted = false; /* per D (one instantiation each) */
-    if (!opted) {
+    /* per D (one instantiation each) and per GPU: the opt-in is a property of the device's function, and
+     * --tp runs ranks on several GPUs from several threads (issue 16) */
+    static std::atomic<bool> opted[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || !opted[dev].load()) {
         cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return moq_cuda_launch_check("attention (prefill): shared memory opt-in");
-        opted = true;
+        if (dev >= 0 && dev < 64) opted[dev].store(true);
     }
     attn_prefill_kernel<D><<<dim3((unsigned)cdiv(M, FQ), (unsigned)A), 256, smem, (cudaStream_t)stream>>>(qkv_d, M, A, KV, scale, window, seq_d, pos_d,
                                                                                                            *kv, att_d);

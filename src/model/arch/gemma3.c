@@ -22,8 +22,7 @@ static void rope_defaults(moq_rope_params *p, double theta, double max_pos) {
     p->beta_slow = 1.0;
 }
 
-/* One rope_parameters / rope_scaling object into p (keys absent keep p's values). */
-static moq_status read_rope_obj(const cJSON *o, const char *path, moq_rope_params *p, moq_error *err) {
+moq_status moq_gemma_rope_obj(const cJSON *o, const char *path, moq_rope_params *p, moq_error *err) {
     bool pr = false;
     const char *t = NULL;
     MOQ_TRY(moq_json_str(o, "rope_type", &t, &pr, "config.json", path, err));
@@ -38,6 +37,7 @@ static moq_status read_rope_obj(const cJSON *o, const char *path, moq_rope_param
         {"beta_fast", offsetof(moq_rope_params, beta_fast)},
         {"beta_slow", offsetof(moq_rope_params, beta_slow)},
         {"attention_factor", offsetof(moq_rope_params, attention_factor)},
+        {"partial_rotary_factor", offsetof(moq_rope_params, partial_rotary_factor)},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         MOQ_TRY(moq_json_num(o, keys[i].key, (double *)(void *)((char *)p + keys[i].off), &pr, "config.json", path, err));
@@ -66,12 +66,12 @@ static moq_status read_all(const cJSON *j, int64_t L, double max_pos, moq_gemma3
     rope_defaults(&d->rope_global, theta, max_pos);
     rope_defaults(&d->rope_local, local, max_pos);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (cJSON_IsObject(rs)) MOQ_TRY(read_rope_obj(rs, "rope_scaling", &d->rope_global, err));
+    if (cJSON_IsObject(rs)) MOQ_TRY(moq_gemma_rope_obj(rs, "rope_scaling", &d->rope_global, err));
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     if (cJSON_IsObject(rp)) {
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(rp, "full_attention"), *s = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
-        if (cJSON_IsObject(g)) MOQ_TRY(read_rope_obj(g, "rope_parameters.full_attention", &d->rope_global, err));
-        if (cJSON_IsObject(s)) MOQ_TRY(read_rope_obj(s, "rope_parameters.sliding_attention", &d->rope_local, err));
+        if (cJSON_IsObject(g)) MOQ_TRY(moq_gemma_rope_obj(g, "rope_parameters.full_attention", &d->rope_global, err));
+        if (cJSON_IsObject(s)) MOQ_TRY(moq_gemma_rope_obj(s, "rope_parameters.sliding_attention", &d->rope_local, err));
     }
     if (!strcmp(d->rope_global.type, "default")) d->rope_global.type[0] = 0;
     if (!strcmp(d->rope_local.type, "default")) d->rope_local.type[0] = 0;

@@ -7,6 +7,7 @@
 #ifndef MOQ_MODEL_ARCH_GEMMA3_H
 #define MOQ_MODEL_ARCH_GEMMA3_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,6 +21,11 @@ typedef struct moq_gemma3_cfg {
     int64_t         sliding_window;                   /* default 4096                                 */
     moq_rope_params rope_global, rope_local;
 } moq_gemma3_cfg;
+
+/* One rope_parameters.<layer type> / rope_scaling object o (at JSON path `path`, for errors) into p:
+ * rope_type (or type), rope_theta, factor, the llama3 / yarn keys, partial_rotary_factor; keys absent
+ * keep p's values. Shared with gemma4.c. */
+moq_status moq_gemma_rope_obj(const cJSON *o, const char *path, moq_rope_params *p, moq_error *err);
 
 /* Fills cfg and sliding[l] for L layers; max_pos: max_position_embeddings (llama3/yarn default). */
 moq_status moq_gemma3_read(const moq_checkpoint *c, int64_t L, double max_pos, moq_gemma3_cfg *cfg, bool *sliding, moq_error *err);

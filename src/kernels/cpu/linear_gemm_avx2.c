@@ -1,0 +1,233 @@
+/* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
+ * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
+ *
+ *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma row (moq_linear_fp8_k4_run_avx2),
+ *               measured faster there (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
+ *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
+ *               broadcast of x then feeds one FMA instead of two).
+ *   M > 16 of 128x128 and MXFP8: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
+ *               item and KC = 128 columns, the weight block is decoded once into an f32 panel
+ *               [NC/16][KC][16] (exact D(code) = dec·2^120, times the weight block scale), then a
+ *               6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts per k)
+ *               runs over activations packed [M/6][K4][6] once per call (the pair's reference
+ *               quantizer; codes decoded by a table, the block scales folded in). C is an f32
+ *               [MC, NC] block per thread; items are split over threads in 2-D (N × M). The k4fma
+ *               row's block sums need block + total accumulators and fit only 3 tokens per pass.
+ *               Exactness: e4m3 × e4m3 products are exact in f32; D·2^(e-127) is exact for MXFP8 in
+ *               the scale range the tests draw; 128x128 rounds D·s_w and D·s_x once each, as the
+ *               dequant_fma panel row does. Sums in f32, another order than `_ref`.
+ * NaN codes: rows flagged at pack time give NaN (as `_ref`).
+ * Reference: linear_ref.c (cpu_ref_*). Test: tests/kernels/test_linear.c.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define MR 6       /* GEMM tokens per micro-kernel        */
+#define KC 128     /* GEMM columns per panel              */
+#define NC 256     /* GEMM rows per item (16 tiles)       */
+#define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
+
+static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
+static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
+static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
+static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
+ *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
+ *   thread  row f32 [K4] + quantizer scratch 2K + 64; block-scaled pairs at M > 16 (the GEMM) also B f32 [NC·KC]
+ *           + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
+}
+static size_t thread_bytes(const moq_weight *w, int64_t M) {
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 && bk_of(w) ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+}
+
+size_t moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads) {
+    const size_t a = moq_linear_fp8_k4_workspace(w, M, n_threads), b = shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w, M);
+    return a > b ? a : b;
+}
+
+/* Code (r, 4g+j) of 8 rows -> f32 D(code)·2^-120 (linear_fp8_avx2.c). */
+static inline __m256 dec(__m256i v, __m256i idx) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, idx), 4), _mm256_set1_epi32((int)0x87F00000u)));
+}
+static inline __m256 e8m0x8(__m128i c8) {
+    const __m256i v = _mm256_cvtepu8_epi32(c8);
+    const __m256i z = _mm256_cmpeq_epi32(v, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
+}
+#define IDX(j) _mm256_setr_epi8(-1, -1, -1, (j), -1, -1, -1, 4 + (j), -1, -1, -1, 8 + (j), -1, -1, -1, 12 + (j), -1, -1, -1, (j), -1, -1, -1, 4 + (j), -1, -1, -1, 8 + (j), -1, -1, -1, 12 + (j))
+
+/* y[m, n] for one tile's rows from v[r] (already scaled to the true dot product). */
+static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, int nr, const float *v, float sm) {
+    const moq_weight *w = l->w;
+    for (int r = 0; r < nr && n0 + r < w->N; r++) {
+        const int64_t n = n0 + r;
+        float y = nan[n] ? NAN : v[r] * sm * l->row_scale[n];
+        if (w->bias) y += w->bias[n];
+        moq_y_store(l->y, l->y_elem, w->N, m, n, y);
+    }
+}
+
+/* Token row m quantized by the pair's reference quantizer: e4m3 codes in tmp [K], the per-token
+ * scale in sm[m] (1 when none), block scales (128x128: f32 per 128; MXFP8: 2^(c-127) per 32) in sx. */
+static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *tmp, float *sm, float *sx) {
+    const int64_t K = l->w->K;
+    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
+    sm[m] = 1.0f;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break; /* s_in lives in row_scale */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
+    default: {
+        uint8_t *sf = tmp + K;
+        moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+        for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
+        break;
+    }
+    }
+}
+
+/* ---- GEMM (M > 16) ---------------------------------------------------------------------------- */
+
+/* Rows [16·t0, 16·t0 + 16·nt) × columns [k0, k0 + kc) -> B [nt][kc][16], exact values (× block scale). */
+static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t k0, int kc, float *B) {
+    const moq_weight *w = l->w;
+    const int64_t G = k4(w) / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1;
+    const __m256i i0v = IDX(0), i1v = IDX(1), i2v = IDX(2), i3v = IDX(3);
+    const __m256 two120 = _mm256_set1_ps(0x1p120f);
+    for (int tt = 0; tt < nt; tt++) {
+        const int64_t t = t0 + tt;
+        const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+        const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
+        float *P = B + (size_t)tt * KC * 16;
+        __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
+        for (int kk = 0; kk < kc; kk += 4) {
+            const int64_t k = k0 + kk, g = k / 4;
+            if (bk && (kk == 0 || k % bk == 0)) {
+                const int64_t kb = k / bk;
+                if (row_scales(w)) {
+                    s0 = e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb)));
+                    s1 = e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8)));
+                } else {
+                    s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
+                }
+            }
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
+            float *p = P + 16 * kk;
+            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for e8m0 in range) */
+#define D(v, i, sc) _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc)
+            _mm256_store_ps(p, D(v0, i0v, s0)), _mm256_store_ps(p + 8, D(v1, i0v, s1));
+            _mm256_store_ps(p + 16, D(v0, i1v, s0)), _mm256_store_ps(p + 24, D(v1, i1v, s1));
+            _mm256_store_ps(p + 32, D(v0, i2v, s0)), _mm256_store_ps(p + 40, D(v1, i2v, s1));
+            _mm256_store_ps(p + 48, D(v0, i3v, s0)), _mm256_store_ps(p + 56, D(v1, i3v, s1));
+#undef D
+        }
+    }
+}
+
+/* C [MR][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]; twelve named accumulators
+ * (arrays of vectors were kept on the stack by GCC). Partial token groups: A is zero-padded and the
+ * caller passes a scratch C. */
+#define ACC_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define ACC_FMA(i)                                                 \
+    {                                                              \
+        const __m256 x = _mm256_broadcast_ss(A + MR * k + (i));      \
+        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);                 \
+        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);                 \
+    }
+#define ACC_STORE(i)                                                                                            \
+    {                                                                                                           \
+        float *c = C + (i) * ldc;                                                                                 \
+        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
+        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
+    }
+static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first) {
+    ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
+    for (int k = 0; k < kc; k++) {
+        const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
+        ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)
+    }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
+}
+
+/* mr < MR tokens: through a scratch C, then the mr rows added (or stored) into C. */
+static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr) {
+    if (mr == MR) {
+        micro(P, A, kc, C, ldc, first);
+        return;
+    }
+    _Alignas(32) float T[MR * 16];
+    micro(P, A, kc, T, 16, 1);
+    for (int i = 0; i < mr; i++)
+        for (int r = 0; r < 16; r++) C[i * ldc + r] = first ? T[16 * i + r] : C[i * ldc + r] + T[16 * i + r];
+}
+
+static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
+    const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
+    const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
+    const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    for (int64_t k0 = 0; k0 < K4; k0 += KC) {
+        const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
+        decode_block(l, t0, nt, k0, kc, B);
+        for (int tt = 0; tt < nt; tt++)
+            for (int64_t m = m0; m < m1; m += MR)
+                micro_any(B + (size_t)tt * KC * 16, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
+                          (int)(m1 - m < MR ? m1 - m : MR));
+    }
+    for (int64_t m = m0; m < m1; m++)
+        for (int tt = 0; tt < nt; tt++) store_rows(l, nan, m, 16 * (t0 + tt), 16, C + (m - m0) * NC + 16 * tt, sm[m]);
+}
+
+moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
+    /* M <= 16, and every M of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
+    if (M <= 16 || !bk_of(w)) return moq_linear_fp8_k4_run_avx2(l, err);
+    float *X = l->ws;
+    float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
+    float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    const size_t tb = thread_bytes(w, M);
+    float tab[256]; /* e4m3 code -> D */
+    for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c);
+    const int64_t nmb = (M + MCMAX - 1) / MCMAX, mc = ((M + nmb - 1) / nmb + MR - 1) / MR * MR, nnb = (tiles + NC / 16 - 1) / (NC / 16);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
+        float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
+        uint8_t *tmp = mine + al64((size_t)K4 * 4);
+        float *C = B + (size_t)NC * KC;
+        /* A packed [M/MR][K4][MR]: codes -> D (tab) × block scale (exact for MXFP8; 128x128 rounds
+         * once, as moq_act_dequant_row) */
+        const int64_t bk = bk_of(w);
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) {
+            float *sx = SX + m * (K / 32 + 1);
+            quantize_row(l, m, xr, tmp, sm, sx);
+            float *a = X + (m / MR) * K4 * MR + m % MR;
+            if (bk)
+                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]] * sx[k / bk];
+            else
+                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]];
+            for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
+        }
+        /* tokens of the last partial MR group: zero (the micro-kernel runs all MR) */
+#pragma omp single
+        for (int64_t m = M; m < (M + MR - 1) / MR * MR; m++)
+            for (int64_t k = 0; k < K4; k++) X[(m / MR) * K4 * MR + k * MR + m % MR] = 0.0f;
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t jc = 0; jc < nnb; jc++)
+            for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);
+    }
+    return MOQ_OK;
+}
