@@ -519,6 +519,8 @@ typedef struct moq_linear_opts {
     const uint8_t *rcpa_corr;   /* borrowed: golden/rcp/rcpa_ftz_corr_2bit.bin (2 MiB) so NVFP4
                                    activation codes equal the H200's; NULL = IEEE reciprocals      */
     moq_nvfp4_as   nvfp4_as;    /* used by moq_linear_layer_open: NVFP4 weights as stored or as FP8 */
+    bool           plan_only;   /* validate and choose the kernel, build no layout (`moq inspect
+                                   --kernels`): moq_linear_run refuses such a layer            */
 } moq_linear_opts;
 MOQ_API moq_linear_opts moq_linear_opts_default(void);
 
@@ -680,6 +682,9 @@ typedef struct moq_moe_opts {
                                          it): gate and up in alternating columns (gpt-oss), else
                                          [gate | up] (Llama 4) */
     moq_moe_slice       inter_slice;  /* this rank's part of each expert (tensor parallelism)  */
+    bool                keep_canonical; /* keep each expert's canonical weights after its CPU rows
+                                         packed them (default: freed, one copy of each weight;
+                                         the GPU MoE layer packs from them) */
 } moq_moe_opts;
 /* The expert format of a moq_resolve() method for kind MOQ_KIND_MOE ("nvfp4_moe" ->
  * MOQ_MOE_FMT_NVFP4; "none" (excluded experts) -> MOQ_MOE_FMT_UNQUANTIZED); MOQ_ERR_UNSUPPORTED
@@ -783,6 +788,15 @@ MOQ_API const char *moq_model_architecture(const moq_model *m); /* config.json a
 /* Bytes of weight data a decode step reads (all linears + one embedding row): the bound that
  * `moq bench model` divides by the measured bandwidth. */
 MOQ_API uint64_t    moq_model_decode_bytes(const moq_model *m);
+/* Weight memory of an open model, bytes (docs/ARCHITECTURE.md "Weight memory"): `packed` kernel
+ * layouts (host or device), `owned` canonical data the layers still hold in their own allocations
+ * (f32 scales, biases, AWQ scales, router weights, codes of rows that run on the canonical form),
+ * `mapped` checkpoint bytes layers still read in place from the mapping (rows that run on the
+ * canonical weight, embedding tables gathered by row), `file` the checkpoint's tensor bytes.
+ * After a load every packed weight is counted once: its canonical codes are neither owned nor
+ * mapped. Norm vectors, the KV cache and workspaces are not counted. */
+typedef struct moq_model_memory { uint64_t packed, owned, mapped, file; } moq_model_memory;
+MOQ_API moq_model_memory moq_model_memory_usage(const moq_model *m);
 
 /* Findings of the validation pass that do not stop the model ("where: msg", e.g. fused shards with
  * different input_scale that the engines collapse to the max); at most 16 kept. Borrowed. */
@@ -792,8 +806,12 @@ MOQ_API const char *moq_model_warning(const moq_model *m, int i);
 /* Load time per phase, seconds: open (checkpoint mmap + headers + configs), validate (every module
  * resolved and checked against its scheme's contract, the `moq check` pass), pack (each layer loaded
  * through moq_linear_layer_open or moq's embedding/expert glue: canonical weight, kernel choice,
- * packing). */
-typedef struct moq_model_timings { double open_s, validate_s, pack_s; } moq_model_timings;
+ * packing). *_cpu_s: the process's CPU time in each phase (all threads; on a shared machine the
+ * wall time measures the neighbours as well). */
+typedef struct moq_model_timings {
+    double open_s, validate_s, pack_s;
+    double open_cpu_s, validate_cpu_s, pack_cpu_s;
+} moq_model_timings;
 MOQ_API moq_model_timings moq_model_load_timings(const moq_model *m);
 
 /* ---- batched decode: many sequences on one model (continuous batching) ---------------------- */

@@ -1,10 +1,11 @@
 /* cmd_bench_model.c — `moq bench model DIR`: whole-model speed. Prefill tokens/s over a prompt of
  * deterministic pseudo-random ids, decode tokens/s over N greedy steps, and the decode roofline:
  * bytes of weights one decode step reads (moq_model_decode_bytes: every linear's codes and scales,
- * one embedding row) against the DRAM read bandwidth measured in the same run
- * (cli_dram_read_gbs; on the GPU the device-to-device copy bandwidth), plus the KV cache bytes a
- * step reads at the mean position. bound = bandwidth / bytes per token; the report gives decode as %
- * of it. --batch B (GPU) adds B sequences of a moq_batch decoding together, and the GPU memory peak.
+ * one embedding row) against the DRAM read bandwidth measured in the same run, before the model
+ * is opened (cli_dram_read_gbs, 256 MiB; on the GPU the device-to-device copy bandwidth), plus the
+ * KV cache bytes a step reads at the mean position. bound = bandwidth / bytes per token; the report
+ * gives decode as % of it. --batch B (GPU) adds B sequences of a moq_batch decoding together, and
+ * the GPU memory peak.
  */
 #include <getopt.h>
 #include <omp.h>
@@ -115,6 +116,10 @@ int cmd_bench_model(int argc, char **argv) {
     if (B > 1 && mo.tp > 1) return cli_usage_error("bench model", "--batch with --tp %d: a moq_batch runs on one rank (tensor parallelism decodes one sequence)", mo.tp);
     if (mo.ctx <= 0) mo.ctx = P + N + 1;
     const int threads = mo.n_threads > 0 ? mo.n_threads : omp_get_max_threads();
+    /* DRAM bandwidth first, before the model exists: its buffer is freed before the weights load,
+     * so the peak resident set is the model's (issue 14 measures it) */
+    const bool gpu = mo.device == MOQ_DEVICE_CUDA;
+    const double bw_cpu = gpu ? 0 : cli_dram_read_gbs(threads);
     moq_model *m = NULL;
     int rc = cli_model_open(&m, argv[optind], &mo, json);
     if (rc) return rc;
@@ -143,12 +148,10 @@ int cmd_bench_model(int argc, char **argv) {
     const double t2 = cli_now_s();
     double batch_tok_s = 0, batch_mib = 0;
     if (B > 1 && (rc = bench_batch(m, ids, BP, N, B, &batch_tok_s, &batch_mib))) goto done;
-    const bool gpu = mo.device == MOQ_DEVICE_CUDA;
-    double bw = 0, gpu_mib = 0;
+    double bw = bw_cpu, gpu_mib = 0;
     if (gpu) gpu_mib = (double)moq_gpu_mem_used() / 1048576.0; /* device total - free: the model, its pool (and the batch's) */
     if (batch_mib > gpu_mib) gpu_mib = batch_mib;
     if (gpu && (rc = gpu_copy_gbs(&bw))) goto done;
-    if (!gpu) bw = cli_dram_read_gbs(threads);
     /* KV bytes a decode step reads per sequence, at the mean position of the timed steps */
     const double kv_eb = gpu ? (double)moq_gpu_kv_elem_bytes(m) : (double)m->kv.elem_bytes;
     const double kv_tok = ((double)P + 1.0 + (double)N / 2.0) * (double)m->kv.n_layers * 2.0 * (double)m->kv.row * kv_eb;

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "config/modules.h"
 #include "model/model.h"
+#include "scheme/load.h"
 
 void cmd_inspect_help(FILE *out) {
     fprintf(out,
@@ -25,7 +26,8 @@ void cmd_inspect_help(FILE *out) {
             "  --compat P  resolution rules: moq (default), vllm, sglang\n"
             "  --kernels   also load every linear module (fused q/k/v and gate/up shards together) as moq run\n"
             "              would and print the kernel chosen and the loader's notes (\"keeps per-shard scales\",\n"
-            "              \"requantized ...\"), or the error; reads and packs every weight, one layer at a time\n"
+            "              \"requantized ...\"), or the error; validates each layer's scales and chooses its kernel\n"
+            "              without packing (one layer at a time: memory stays near one layer's weights)\n"
             "  --nvfp4-as A  with --kernels: load NVFP4 linears re-quantized to FP8 as `moq run --nvfp4-as A` does\n"
             "  --json      print the same as one JSON object on stdout\n");
 }
@@ -75,7 +77,8 @@ static cJSON *quant_sections(const moq_checkpoint *c) {
 }
 
 /* --kernels: the kernel and loader notes (or the error) of one module, loaded through
- * moq_linear_layer_open; the shards of a fused projection are loaded together and share the result. */
+ * moq_linear_layer_open with plan_only (the kernel is chosen as `moq run` chooses it, no layout is
+ * built); the shards of a fused projection are loaded together and share the result. */
 typedef struct mod_kernel {
     char kernel[96];
     char notes[1024];
@@ -116,6 +119,7 @@ static void load_kernel(const moq_checkpoint *c, const moq_qconfig *q, const moq
         for (int i = 0; i < moq_linear_layer_warning_count(l) && o < sizeof out->notes; i++)
             o += (size_t)snprintf(out->notes + o, sizeof out->notes - o, "%s%s", i ? "; " : "", moq_linear_layer_warning(l, i));
     }
+    moq_linear_layer_drop_canonical(l, true); /* the pages this layer read leave the resident set */
     moq_linear_layer_free(l);
     snprintf(cached, sizeof cached, "%s", prefix);
     cached_k = *out;
@@ -251,6 +255,7 @@ int cmd_inspect(int argc, char **argv) {
     mod_kernel *mk = kernels ? calloc((size_t)mods.n + 1, sizeof *mk) : NULL;
     moq_linear_opts lo = moq_linear_opts_default();
     lo.nvfp4_as = as_opts.nvfp4_as;
+    lo.plan_only = true; /* choose, never pack (issue 14) */
     for (int k = 0; mk && k < mods.n; k++) {
         const moq_module *md = &mods.mods[k];
         if (md->kind == MOQ_MOD_LINEAR || md->kind == MOQ_MOD_LM_HEAD) load_kernel(c, q, md, &lo, &mk[k]);

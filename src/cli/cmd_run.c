@@ -65,8 +65,14 @@ int cli_model_open(moq_model **m, const char *dir, moq_model_opts *o, int quiet)
     if (!quiet) {
         for (int i = 0; i < moq_model_warning_count(*m); i++) fprintf(stderr, "moq: warning: %s\n", moq_model_warning(*m, i));
         const moq_model_timings t = moq_model_load_timings(*m);
-        fprintf(stderr, "moq: %s, %lld positions; load %.3f s (open %.3f, validate %.3f, pack %.3f)\n", moq_model_architecture(*m),
-                (long long)moq_model_ctx(*m), t.open_s + t.validate_s + t.pack_s, t.open_s, t.validate_s, t.pack_s);
+        fprintf(stderr, "moq: %s, %lld positions; load %.3f s (open %.3f, validate %.3f, pack %.3f), cpu %.3f s (open %.3f, validate %.3f, pack %.3f)\n",
+                moq_model_architecture(*m), (long long)moq_model_ctx(*m), t.open_s + t.validate_s + t.pack_s, t.open_s, t.validate_s, t.pack_s,
+                t.open_cpu_s + t.validate_cpu_s + t.pack_cpu_s, t.open_cpu_s, t.validate_cpu_s, t.pack_cpu_s);
+        const moq_model_memory mm = moq_model_memory_usage(*m);
+        char b[5][32];
+        fprintf(stderr, "moq: weights %s in the checkpoint; held %s (packed %s, own %s, read in place from the mapping %s)\n",
+                cli_bytes(mm.file, b[0], sizeof b[0]), cli_bytes(mm.packed + mm.owned + mm.mapped, b[1], sizeof b[1]),
+                cli_bytes(mm.packed, b[2], sizeof b[2]), cli_bytes(mm.owned, b[3], sizeof b[3]), cli_bytes(mm.mapped, b[4], sizeof b[4]));
     }
     return 0;
 }

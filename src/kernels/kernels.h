@@ -116,4 +116,15 @@ void    moq_y_store(void *y, moq_elem e, int64_t N, int64_t m, int64_t n, float 
  * row_scale[n] (+ bias[n]) for every m < M and row n < N. C f32 [M, 16], sm f32 [M]. */
 void    moq_y_store_tile16(const moq_linear_launch *l, const float *C, const float *sm, int64_t t);
 
+/* One copy of each weight (issue 14). A row with a packed layout (packed_size != NULL) never reads
+ * the canonical codes (w->q) or u8 block scales (NVFP4 e4m3, MXFP8 e8m0 weight_scale) in run(): its
+ * layout holds them. It may read f32 scales (FP8 per-channel, 128x128) and the bias from the
+ * canonical weight. tests/kernels/test_linear.c poisons the canonical buffers after create to hold
+ * every row to this. moq_linear_forget_canonical tells the caller which parts it may now free (the
+ * layer's copy of w forgets them: NULL); 0 for rows that run on the canonical weight (`_ref`). */
+enum { MOQ_CANON_CODES = 1, MOQ_CANON_BLOCK_SCALES = 2 };
+unsigned moq_linear_forget_canonical(moq_linear *l);
+/* Bytes of the row's packed layout (host or device), 0 for rows that run on the canonical weight. */
+size_t   moq_linear_packed_bytes(const moq_linear *l);
+
 #endif

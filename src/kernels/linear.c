@@ -74,6 +74,8 @@ struct moq_linear {
     moq_pair_id       pair;
     const moq_kernel *k;
     void             *packed;     /* the row's layout, 64-byte aligned, owned                */
+    size_t            packed_bytes;
+    bool              plan_only;  /* chosen, not packed: run refuses                          */
     float            *row_scale;  /* f32 [N], owned                                          */
     float             a_scale;
     const uint8_t    *rcpa_corr;
@@ -215,12 +217,16 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
     if (!l->row_scale) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory for %lld row scales", (long long)w->N); }
     if (moq_pairs[p].a_static) l->a_scale = static_a_scale(w);
     for (int64_t n = 0; n < w->N; n++) l->row_scale[n] = moq_linear_row_scale(w, n);
-    if (k->packed_size) {
+    l->plan_only = o.plan_only;
+    if (k->packed_size && !o.plan_only) {
         /* Packed on the host; a device row's layout is then uploaded once and the host copy freed. */
         const size_t sz = (k->packed_size(w) + 63) & ~(size_t)63;
+        /* Plain pages: MADV_HUGEPAGE here made a 1.2 GB FP8 load cost 2.8 s of CPU instead of 0.9
+         * (this kernel's THP defrag=madvise compacts memory synchronously on fault; docs/PERFORMANCE.md). */
         void *host = aligned_alloc(64, sz ? sz : 64);
         if (!host) { moq_linear_free(l); return MOQ_FAIL(err, MOQ_ERR_NOMEM, name, "out of memory packing %zu bytes for %s", sz, k->name); }
         k->pack(w, host);
+        l->packed_bytes = sz;
         if (l->device == MOQ_DEVICE_CPU) {
             l->packed = host;
         } else {
@@ -263,6 +269,8 @@ moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_
     if (!l || !x || !y || M < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l ? l->name : "", "l, x, y must not be NULL and M >= 1 (M=%lld)", (long long)M);
     if ((x_elem != MOQ_ELEM_F32 && x_elem != MOQ_ELEM_BF16) || (y_elem != MOQ_ELEM_F32 && y_elem != MOQ_ELEM_BF16))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "x %s, y %s, expected f32 or bf16 for each", moq_elem_name(x_elem), moq_elem_name(y_elem));
+    if (l->plan_only)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "layer was opened with plan_only (kernel %s chosen, no layout built), expected a layer opened to run", l->k->name);
     const size_t need = moq_linear_workspace_size(l, M);
     if (ws_size < need || (!ws && need))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->name, "workspace %zu bytes, expected >= %zu for M=%lld", ws_size, need, (long long)M);
@@ -287,4 +295,17 @@ moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_
 }
 
 const char *moq_linear_kernel_name(const moq_linear *l) { return l ? l->k->name : ""; }
+
+unsigned moq_linear_forget_canonical(moq_linear *l) {
+    if (!l || !l->k->packed_size || l->plan_only) return 0;
+    unsigned r = MOQ_CANON_CODES;
+    l->w.q = NULL;
+    if (l->w.w.scale_elem == MOQ_ELEM_E4M3 || l->w.w.scale_elem == MOQ_ELEM_E8M0) {
+        r |= MOQ_CANON_BLOCK_SCALES;
+        l->w.scale = NULL;
+    }
+    return r;
+}
+
+size_t moq_linear_packed_bytes(const moq_linear *l) { return l ? l->packed_bytes : 0; }
 const char *moq_linear_rejections(const moq_linear *l) { return l ? l->rejected : ""; }

@@ -80,27 +80,51 @@ moq_status moq_layers_scalar(float *out, bool *found, const moq_checkpoint *c, c
     return to_f32(out, t, 1, err);
 }
 
-moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
-                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
-                                  moq_blobs *blobs, moq_error *err) {
-    return moq_layers_load_linear_sliced(out, c, q, prefix, kind, shards, n_shards, lopts, NULL, blobs, err);
-}
-
-moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
-                                         moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
-                                         const moq_slice *slices, moq_blobs *blobs, moq_error *err) {
+static moq_status load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix, moq_layer_kind kind,
+                              const char *const *shards, int n_shards, const moq_linear_opts *lopts, const moq_slice *slices, bool keep,
+                              moq_blobs *blobs, moq_error *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", prefix);
     const char *dot = strrchr(prefix, '.');
     const moq_packed pk = {dot ? dot + 1 : prefix, shards, n_shards};
     const double t0 = now_s();
     const moq_status st = moq_linear_layer_open_sliced(&out->ll, c, q, prefix, kind, shards ? &pk : NULL, shards ? 1 : 0, lopts, slices, err);
+    if (st == MOQ_OK && !keep) moq_linear_layer_drop_canonical(out->ll, kind == MOQ_KIND_EMBEDDING);
     blobs->pack_s += now_s() - t0;
     if (st != MOQ_OK) return st;
     out->w = *moq_linear_layer_weight(out->ll);
     out->lin = moq_linear_layer_linear(out->ll);
     out->res = *moq_linear_layer_resolution(out->ll);
     return MOQ_OK;
+}
+
+moq_status moq_layers_load_linear(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                  moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                  moq_blobs *blobs, moq_error *err) {
+    return load_linear(out, c, q, prefix, kind, shards, n_shards, lopts, NULL, false, blobs, err);
+}
+
+moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                         moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
+                                         const moq_slice *slices, moq_blobs *blobs, moq_error *err) {
+    return load_linear(out, c, q, prefix, kind, shards, n_shards, lopts, slices, false, blobs, err);
+}
+
+moq_status moq_layers_load_linear_kept(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                       moq_layer_kind kind, const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err) {
+    return load_linear(out, c, q, prefix, kind, NULL, 1, lopts, NULL, true, blobs, err);
+}
+
+void moq_layers_drop_canonical(moq_layer_linear *l) {
+    if (!l || !l->ll) return;
+    moq_linear_layer_drop_canonical(l->ll, false);
+    l->w = *moq_linear_layer_weight(l->ll);
+}
+
+void moq_layers_memory(const moq_layer_linear *l, moq_model_memory *mm) {
+    uint64_t p, o, m;
+    moq_linear_layer_memory(l->ll, &p, &o, &m);
+    mm->packed += p, mm->owned += o, mm->mapped += m;
 }
 
 void moq_layers_close_linear(moq_layer_linear *l) {

@@ -48,6 +48,17 @@ moq_status moq_layers_load_linear_sliced(moq_layer_linear *out, const moq_checkp
                                          moq_layer_kind kind, const char *const *shards, int n_shards, const moq_linear_opts *lopts,
                                          const moq_slice *slices, moq_blobs *blobs, moq_error *err);
 
+/* Memory (docs/ARCHITECTURE.md "Weight memory"): moq_layers_load_linear keeps one copy of the
+ * weight: when the kernel row packed it, the canonical codes are dropped (out->w.q = NULL) and the
+ * mapped pages released; an embedding keeps its canonical weight (rows are gathered from it).
+ * moq_layers_load_linear_kept (one unfused matrix) keeps it until moq_layers_drop_canonical, for a
+ * caller that reads the canonical weight once after load (MLA dequantizes kv_b_proj). */
+moq_status moq_layers_load_linear_kept(moq_layer_linear *out, const moq_checkpoint *c, const moq_qconfig *q, const char *prefix,
+                                       moq_layer_kind kind, const moq_linear_opts *lopts, moq_blobs *blobs, moq_error *err);
+void moq_layers_drop_canonical(moq_layer_linear *l);
+/* Adds the layer's resident weight bytes (moq_linear_layer_memory) to mm. */
+void moq_layers_memory(const moq_layer_linear *l, moq_model_memory *mm);
+
 void moq_layers_close_linear(moq_layer_linear *l);
 
 /* A plain tensor (norm weight, bias) as f32 [n] in blobs; dtype F32/BF16/F16; shape must have

@@ -302,6 +302,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) { /* this process, all threads */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 moq_model_opts moq_model_opts_default(void) {
     moq_model_opts o;
     memset(&o, 0, sizeof o);
@@ -518,6 +524,7 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
     mo.compat = moe_compat_of[m->opts.compat < MOQ_COMPAT_COUNT ? m->opts.compat : MOQ_COMPAT_MOQ];
     mo.n_threads = lo->n_threads;
     mo.cpu_mask = lo->cpu_mask;
+    mo.keep_canonical = m->opts.device == MOQ_DEVICE_CUDA; /* moe_gpu.c packs the experts from it */
     int32_t *map = NULL;
     if (m->tp.G > 1 && m->tp.ep) { /* expert parallelism: this rank's experts whole (the seeds' expert_map) */
         if (!(map = moq_blobs_alloc(&m->blobs, (size_t)m->E * sizeof *map))) return MOQ_FAIL(err, MOQ_ERR_NOMEM, p, "out of memory for the expert map");
@@ -861,7 +868,7 @@ static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
 }
 
 static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     MOQ_TRY(moq_checkpoint_open(&m->ckpt, dir, NULL, err));
     const moq_arch *a = moq_checkpoint_arch(m->ckpt);
     if (!a) return MOQ_FAIL(err, MOQ_ERR_CONFIG, dir, "no config.json, expected one naming the architecture");
@@ -1023,10 +1030,11 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
     }
     m->tm.open_s = now_s() - t0;
+    m->tm.open_cpu_s = cpu_s() - c0;
 
     /* validate: every module of the checkpoint against its resolved scheme's contract, all at once
      * (the `moq check` pass); the first problem is the error */
-    const double tv = now_s();
+    const double tv = now_s(), cv = cpu_s();
     moq_modules mods;
     memset(&mods, 0, sizeof mods);
     moq_status vst = moq_modules_build(&mods, m->ckpt, m->q, err);
@@ -1047,6 +1055,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     }
     moq_modules_free(&mods);
     m->tm.validate_s = now_s() - tv;
+    m->tm.validate_cpu_s = cpu_s() - cv;
+    const double cp = cpu_s();
     MOQ_TRY(vst);
 
     moq_linear_opts lo = moq_linear_opts_default();
@@ -1059,6 +1069,8 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     snprintf(nm, sizeof nm, "%s.weight", m->arch->head);
     const bool tied = !moq_checkpoint_tensor(m->ckpt, nm) && a->tie_word_embeddings;
     if (tied) lo_embed.device = m->opts.device;
+    /* an untied embedding is only gathered by row from its canonical weight: no layout to build */
+    lo_embed.plan_only = !tied;
     snprintf(nm, sizeof nm, "%s.embed_tokens", m->arch->prefix);
     moq_slice vs; /* vocabulary-parallel embedding and lm_head: rows [v0, v0 + v_n) */
     const int64_t Vl = m->tp.G > 1 ? m->tp.v_n : m->V;
@@ -1081,6 +1093,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         m->lm_head = &m->embed;
     }
     m->tm.pack_s = m->blobs.validate_s + m->blobs.pack_s; /* loading and packing every layer */
+    m->tm.pack_cpu_s = cpu_s() - cp;
 
     /* KV cache: the config's kv_cache_quant_algo picks the encoding (kv_cache.c table) */
     moq_elem ke;
@@ -1587,7 +1600,7 @@ int moq_model_warning_count(const moq_model *m) { return m ? m->n_warn : 0; }
 const char *moq_model_warning(const moq_model *m, int i) { return m && i >= 0 && i < m->n_warn ? m->warn[i] : ""; }
 
 moq_model_timings moq_model_load_timings(const moq_model *m) {
-    moq_model_timings t = {0, 0, 0};
+    moq_model_timings t = {0};
     return m ? m->tm : t;
 }
 
@@ -1597,6 +1610,28 @@ static uint64_t weight_bytes(const moq_weight *w) {
     if (w->w.scale_elem != MOQ_ELEM_NONE && w->w.group_cols > 0)
         b += nk / (uint64_t)w->w.group_cols / (uint64_t)(w->w.group_rows > 0 ? w->w.group_rows : 1) * (uint64_t)moq_elem_bits(w->w.scale_elem) / 8;
     return b;
+}
+
+moq_model_memory moq_model_memory_usage(const moq_model *m) {
+    moq_model_memory mm = {0};
+    if (!m) return mm;
+    for (size_t i = 0; i < moq_checkpoint_tensor_count(m->ckpt); i++) mm.file += moq_checkpoint_tensor_at(m->ckpt, i)->nbytes;
+    moq_layers_memory(&m->embed, &mm);
+    if (m->lm_head == &m->lm_head_own) moq_layers_memory(&m->lm_head_own, &mm);
+    for (int64_t l = 0; l < m->L; l++) {
+        const layer *ly = &m->layers[l];
+        const moq_layer_linear *all[] = {&ly->qkv, &ly->o, &ly->gate_up, &ly->down, &ly->sh_gate_up, &ly->sh_down, &ly->mla.q_a, &ly->mla.q_b,
+                                         &ly->mla.kv_a, &ly->mla.kv_b, &ly->mla.o, &ly->sh_gate, &ly->gdn.qkv, &ly->gdn.z, &ly->gdn.b,
+                                         &ly->gdn.a, &ly->gdn.out, &ly->v4.wq_a, &ly->v4.wq_b, &ly->v4.wkv, &ly->v4.wo_a, &ly->v4.wo_b,
+                                         &ly->v4.c_wkv, &ly->v4.c_wgate, &ly->v4.i_wkv, &ly->v4.i_wgate, &ly->v4.i_wq_b, &ly->v4.i_wproj};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) moq_layers_memory(all[i], &mm);
+        if (ly->moe) {
+            uint64_t p, o;
+            moq_moe_memory(ly->moe, &p, &o);
+            mm.packed += p, mm.owned += o;
+        }
+    }
+    return mm;
 }
 
 uint64_t moq_model_decode_bytes(const moq_model *m) {

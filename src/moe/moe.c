@@ -39,6 +39,7 @@
 
 #include "core/error.h"
 #include "format/format.h"
+#include "io/mmap.h"
 #include "kernels/kernels.h"
 #include "moe/moe.h"
 #include "moe/routing.h"
@@ -232,6 +233,7 @@ static moq_status load_proj_in(const moq_checkpoint *ck, const moe_fmt *f, const
     snprintf(nm, sizeof nm, "%s.weight", base);
     snprintf(what, sizeof what, "%s expert weight", f->name);
     MOQ_TRY(get_tensor(ck, nm, what, &t, err));
+    const moq_tensor *const t_file = t; /* the mapped tensor (t may become a slice's copy) */
     if (f->wdt == MOQ_DT_COUNT) {
         if (elem_of_dtype(t->dtype) == MOQ_ELEM_NONE)
             return MOQ_FAIL(err, MOQ_ERR_TENSOR, nm, "dtype %s, expected F32, BF16 or F16 (unquantized experts)", moq_dtype_name(t->dtype));
@@ -269,6 +271,7 @@ static moq_status load_proj_in(const moq_checkpoint *ck, const moe_fmt *f, const
     snprintf(nm, sizeof nm, "%s.weight", base);
     const size_t eb = (size_t)moq_dtype_bits(t->dtype) / 8, srow = (size_t)Ks * eb;
     for (int64_t n = 0; n < N; n++) memcpy(d->q + (size_t)(d->row0 + n) * d->qrow, (const uint8_t *)t->data + (size_t)n * srow, srow);
+    moq_map_release(t_file->data, t_file->nbytes); /* copied: the mapped pages leave the resident set */
 
     snprintf(nm, sizeof nm, "%s.weight_scale", base);
     if (f->scale == SC_TENSOR) {
@@ -281,8 +284,10 @@ static moq_status load_proj_in(const moq_checkpoint *ck, const moe_fmt *f, const
         MOQ_TRY(want_dtype(t, f->sdt, f->sdt2, what, err));
         const int64_t G = cdiv(K, f->group), Gp = d->Kp / f->group;
         MOQ_TRY(want_shape(t, 2, (int64_t[]){Nf, cdiv(Kf, f->group)}, what, err));
+        const moq_tensor *const s_file = t;
         MOQ_TRY(cut(&t, MOQ_ROLE_SCALE, pr, Nf, Kf, sl, &view[2], &bufs[2], err));
         for (int64_t n = 0; n < N; n++) memcpy(d->s + (size_t)((d->row0 + n) * Gp), (const uint8_t *)t->data + (size_t)(n * G), (size_t)G);
+        moq_map_release(s_file->data, s_file->nbytes);
     } else if (f->scale == SC_ROW) {
         const char *why = "FP8_PER_CHANNEL_PER_TOKEN: one f32 scale per output channel";
         MOQ_TRY(get_tensor(ck, nm, why, &t, err));
@@ -351,6 +356,25 @@ static void weight_init(moq_weight *w, moq_pair_id p, int64_t N, int64_t K, void
     w->N = N, w->K = K, w->q = q, w->scale = s;
     w->n_shards = 1, w->row0[1] = N;
     w->shard_scale[0] = 1.0f, w->shard_in_scale[0] = 1.0f;
+}
+
+/* Kernel rows of an expert's two weights, then one copy of each (issue 14): when a row packed its
+ * weight, the canonical codes (and u8 block scales) are freed (moq_linear_forget_canonical). */
+static moq_status expert_bind(moe_expert *ex, moq_linear_opts *lo, const char *name13, const char *name2, bool keep, moq_error *err) {
+    lo->name = name13;
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, lo, err));
+    lo->name = name2;
+    MOQ_TRY(moq_linear_create_from_weight(&ex->l2, &ex->w2, lo, err));
+    if (keep) return MOQ_OK;
+    moq_linear *const l[2] = {ex->l13, ex->l2};
+    moq_weight *const w[2] = {&ex->w13, &ex->w2};
+    void **const q[2] = {&ex->q13, &ex->q2}, **const s[2] = {&ex->s13, &ex->s2};
+    for (int i = 0; i < 2; i++) {
+        const unsigned gone = moq_linear_forget_canonical(l[i]);
+        if (gone & MOQ_CANON_CODES) free(*q[i]), *q[i] = NULL, w[i]->q = NULL;
+        if (gone & MOQ_CANON_BLOCK_SCALES) free(*s[i]), *s[i] = NULL, w[i]->scale = NULL;
+    }
+    return MOQ_OK;
 }
 
 /* Name of projection j (0 gate, 1 up, 2 down) in layout l; non-gated Mixtral names up "w1". */
@@ -457,6 +481,7 @@ static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert 
     const uint8_t *s13 = (const uint8_t *)gu->data + (size_t)gl * (size_t)(K13 * 2 * I) * eb, *s2 = (const uint8_t *)dn->data + (size_t)gl * (size_t)(K2 * H) * eb;
     for (int s = 0; s < 2; s++) transpose_cols(ex->q13, row13, s * m->Ip, I, s13, K13, 2 * I, eb, m->interleaved, s, I);
     transpose_cols(ex->q2, row2, 0, H, s2, K2, H, eb, false, 0, 0);
+    moq_map_release(s13, (uint64_t)(K13 * 2 * I) * eb), moq_map_release(s2, (uint64_t)(K2 * H) * eb); /* this expert's slices, copied */
     ex->w13.n_shards = 2, ex->w13.row0[1] = m->Ip, ex->w13.row0[2] = m->N13;
     ex->w13.shard_scale[1] = ex->w13.shard_in_scale[1] = 1.0f;
     char nm[300];
@@ -511,9 +536,7 @@ static moq_status load_stacked(moq_moe *m, const moq_checkpoint *ck, moe_expert 
     }
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
-    lo.name = m->name;
-    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, &lo, err));
-    return moq_linear_create_from_weight(&ex->l2, &ex->w2, &lo, err);
+    return expert_bind(ex, &lo, m->name, m->name, o->keep_canonical, err);
 }
 
 /* Loads one expert (or the shared expert) at ebase into ex. a: the input scales to use. */
@@ -597,11 +620,29 @@ static moq_status load_expert(moq_moe *m, const moq_checkpoint *ck, const char *
 
     moq_linear_opts lo = moq_linear_opts_default();
     lo.n_threads = m->n_threads, lo.cpu_mask = o->cpu_mask, lo.rcpa_corr = o->rcpa_corr;
-    lo.name = ebase;
-    MOQ_TRY(moq_linear_create_from_weight(&ex->l13, &ex->w13, &lo, err));
-    lo.name = nm; /* the down projection's checkpoint name */
-    MOQ_TRY(moq_linear_create_from_weight(&ex->l2, &ex->w2, &lo, err));
-    return MOQ_OK;
+    return expert_bind(ex, &lo, ebase, nm, o->keep_canonical, err); /* nm: the down projection's checkpoint name */
+}
+
+/* Host bytes of an expert: packed layouts and the canonical buffers still held. */
+static void expert_memory(const moe_expert *ex, uint64_t *packed, uint64_t *owned) {
+    *packed += moq_linear_packed_bytes(ex->l13) + moq_linear_packed_bytes(ex->l2);
+    const moq_weight *w[2] = {&ex->w13, &ex->w2};
+    for (int i = 0; i < 2; i++) {
+        if (!ex->l13) break;
+        const uint64_t nk = (uint64_t)w[i]->N * (uint64_t)w[i]->K;
+        if (w[i]->q) *owned += nk * (uint64_t)moq_elem_bits(w[i]->w.elem) / 8;
+        if (w[i]->scale && w[i]->w.group_cols > 0)
+            *owned += nk / (uint64_t)w[i]->w.group_cols / (uint64_t)(w[i]->w.group_rows > 0 ? w[i]->w.group_rows : 1) * (uint64_t)moq_elem_bits(w[i]->w.scale_elem) / 8;
+    }
+}
+
+void moq_moe_memory(const moq_moe *m, uint64_t *packed, uint64_t *owned) {
+    *packed = *owned = 0;
+    if (!m) return;
+    for (int64_t i = 0; m->ex && i < m->n_local; i++) expert_memory(&m->ex[i], packed, owned);
+    if (m->has_shared) expert_memory(&m->shared, packed, owned);
+    *packed += moq_linear_packed_bytes(m->router);
+    if (m->router_q) *owned += (uint64_t)m->E * (uint64_t)m->H * 4; /* an upper bound: f32 */
 }
 
 static void expert_free(moe_expert *ex) {
@@ -829,7 +870,7 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
             moq_linear_opts lo = moq_linear_opts_default();
             lo.n_threads = m->n_threads, lo.cpu_mask = o.cpu_mask, lo.name = nm;
             if ((st = moq_linear_create_from_weight(&m->router, &rw, &lo, err)) != MOQ_OK) goto fail;
-            m->router_w = rw;
+            m->router_w = rw; /* canonical kept: the GPU layer reads it (small: E x H) */
         }
         if (o.routing.use_correction_bias && !o.routing.correction_bias) {
             snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);

@@ -16,6 +16,10 @@
 moq_status moq_moe_synth(moq_writer *w, const char *prefix, moq_moe_format f, int64_t E, int64_t H, int64_t I, uint64_t seed, void **keep,
                          moq_error *err);
 
+/* Host weight bytes of the layer (issue 14): packed kernel layouts, and canonical codes and scales
+ * still held (experts whose row runs on the canonical weight, f32 scales, the router copy). */
+void moq_moe_memory(const moq_moe *m, uint64_t *packed, uint64_t *owned);
+
 /* Bytes one expert stores in the checkpoint (w13 and w2: codes, block scales, scalars). */
 uint64_t moq_moe_expert_bytes(moq_moe_format f, int64_t H, int64_t I);
 

@@ -31,7 +31,7 @@ static const uint8_t *fp8_codes(moq_load_ctx *x, moq_error *err) {
     const moq_tensor *t[MOQ_MAX_SHARDS];
     int64_t rows[MOQ_MAX_SHARDS];
     for (int s = 0; s < x->n; s++) t[s] = x->sh[s].weight, rows[s] = x->sh[s].N;
-    return moq_load_concat_rows(x, t, rows, (size_t)x->K, err);
+    return moq_load_concat_codes(x, t, rows, (size_t)x->K, err);
 }
 
 moq_status moq_canon_fp8_tensor(moq_load_ctx *x, moq_error *err) {
@@ -54,7 +54,7 @@ moq_status moq_canon_fp8_tensor(moq_load_ctx *x, moq_error *err) {
         if (differ) moq_load_note(x, "%s: keeps per-shard weight_scale (%s); no requantization", x->layer, list);
         return MOQ_OK;
     }
-    uint8_t *q = moq_load_take(x, (size_t)x->N * (size_t)x->K);
+    uint8_t *q = moq_load_take_codes(x, (size_t)x->N * (size_t)x->K);
     if (!q) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
     const float inv = 1.0f / s_max;
     size_t changed = 0;

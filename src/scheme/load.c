@@ -18,14 +18,20 @@
 
 #include "config/modules.h"
 #include "core/error.h"
+#include "io/mmap.h"
 #include "kernels/kernels.h"
 
 struct moq_linear_layer {
     moq_weight     w;
     moq_linear    *lin;
     moq_resolution res;
-    void          *arena;                              /* the one allocation (may be NULL) */
+    void          *arena;                              /* f32 scales, bias (may be NULL)   */
+    void          *codes;                              /* built codes + u8 block scales    */
     void          *cols;                               /* column slices' bytes (may be NULL) */
+    size_t         arena_bytes, codes_bytes, cols_bytes;
+    const moq_tensor *src[2 * MOQ_MAX_SHARDS];         /* shards' checkpoint weight and scale tensors */
+    int            n_src;
+    bool           dropped;
     char           notes[MOQ_LOAD_MAX_NOTES][320];
     int            n_notes;
 };
@@ -94,12 +100,20 @@ const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *b
     return buf;
 }
 
-const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
-                                 moq_error *err) {
+void *moq_load_take_codes(moq_load_ctx *x, size_t bytes) {
+    const size_t need = (bytes + 63) & ~(size_t)63;
+    if (!x->codes || x->codes_size - x->codes_used < need) return NULL;
+    void *p = x->codes + x->codes_used;
+    x->codes_used += need;
+    return p;
+}
+
+const void *moq_load_concat_codes(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
+                                  moq_error *err) {
     if (x->n == 1) return t[0]->data;
     size_t total = 0;
     for (int s = 0; s < x->n; s++) total += (size_t)rows[s] * row_bytes;
-    uint8_t *dst = moq_load_take(x, total), *p = dst;
+    uint8_t *dst = moq_load_take_codes(x, total), *p = dst;
     if (!dst) {
         MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small for %zu bytes", total);
         return NULL;
@@ -130,7 +144,7 @@ static moq_status canon_unquantized(moq_load_ctx *x, moq_error *err) {
     /* A single shard is borrowed only when its data is aligned for its element type. */
     if (x->n == 1 && ((uintptr_t)t[0]->data % keys[i].bytes) == 0) x->w->q = t[0]->data;
     else {
-        uint8_t *dst = moq_load_take(x, (size_t)x->N * (size_t)x->K * keys[i].bytes), *p = dst;
+        uint8_t *dst = moq_load_take_codes(x, (size_t)x->N * (size_t)x->K * keys[i].bytes), *p = dst;
         if (!dst) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
         for (int s = 0; s < x->n; s++) {
             const size_t b = (size_t)rows[s] * (size_t)x->K * keys[i].bytes;
@@ -237,7 +251,7 @@ static moq_status check_bias(moq_load_ctx *x, const moq_tensor *const *b, moq_er
 
 /* Replaces each shard's tensors by views of its slice (after the whole tensors passed the contract):
  * rows borrowed, columns gathered into one allocation owned by the layer (l->cols). */
-static moq_status apply_slices(moq_load_ctx *x, const moq_slice *slices, void **cols, moq_error *err) {
+static moq_status apply_slices(moq_load_ctx *x, const moq_slice *slices, void **cols, size_t *cols_bytes, moq_error *err) {
     const moq_quant_key *wk = x->scheme ? x->scheme->w : NULL, *ak = x->scheme ? x->scheme->a : NULL;
     static const moq_quant_key none = {.group_rows = -1, .group_cols = -1};
     if (!wk) wk = &none;
@@ -253,6 +267,7 @@ static moq_status apply_slices(moq_load_ctx *x, const moq_slice *slices, void **
     uint8_t *buf = bytes ? aligned_alloc(64, bytes) : NULL;
     if (bytes && !buf) return MOQ_FAIL(err, MOQ_ERR_NOMEM, x->layer, "out of memory for %zu bytes of column slices", bytes);
     *cols = buf;
+    *cols_bytes = bytes;
     int64_t K = x->K;
     x->N = 0;
     for (int s = 0; s < x->n; s++) {
@@ -289,6 +304,7 @@ moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkp
     if (kind != MOQ_KIND_LINEAR && kind != MOQ_KIND_LM_HEAD && kind != MOQ_KIND_EMBEDDING)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, prefix, "layer kind %s, expected linear, lm_head or embedding (this entry loads one matrix)",
                         moq_layer_kind_name(kind));
+    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     moq_linear_layer *l = calloc(1, sizeof *l);
     if (!l) return MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory");
     moq_load_ctx x = {.c = c, .rules = q ? q->r : &moq_compat_table[MOQ_COMPAT_MOQ], .layer = prefix, .w = &l->w};
@@ -337,6 +353,8 @@ moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkp
         }
         sh->weight = role_tensor(c, sh->name, "weight");
         sh->scale = role_tensor(c, sh->name, "weight_scale");
+        l->src[l->n_src++] = sh->weight; /* the checkpoint's own tensors (a slice below may view a copy) */
+        if (sh->scale) l->src[l->n_src++] = sh->scale;
         sh->scale2 = role_tensor(c, sh->name, "weight_scale_2");
         sh->in_scale = role_tensor(c, sh->name, "input_scale");
         sh->bias = role_tensor(c, sh->name, "bias");
@@ -371,30 +389,32 @@ moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkp
                               x.sh[s].bias->ndim, (unsigned long long)x.sh[s].bias->nelem, (long long)x.sh[s].N);
                 goto fail;
             }
-        if ((st = apply_slices(&x, slices, &l->cols, err)) != MOQ_OK) goto fail;
+        if ((st = apply_slices(&x, slices, &l->cols, &l->cols_bytes, err)) != MOQ_OK) goto fail;
     }
 
-    /* 3. the layer's one allocation: a bound on everything a hook may build */
-    size_t bound = 64 * 16 + (size_t)x.N * 2 * sizeof(float);
+    /* 3. the layer's two allocations: bounds on everything a hook may build (codes + u8 block
+     * scales in one, freed once packed; f32 scales, bias, AWQ scale in the other). Pages a hook
+     * does not write are never touched, so a loose bound costs no resident memory. */
+    size_t bound = 64 * 16 + (size_t)x.N * 2 * sizeof(float), cbound = 64 * 4;
     for (int s = 0; s < x.n; s++) {
-        bound += (size_t)x.sh[s].weight->nbytes + 64;
-        if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64;
+        cbound += (size_t)x.sh[s].weight->nbytes + 64;
+        if (x.sh[s].scale) bound += (size_t)x.sh[s].scale->nbytes + 64, cbound += (size_t)x.sh[s].scale->nbytes + 64;
     }
-    if (meth == MOQ_METHOD_MXFP8_LINEAR) bound += (size_t)x.N * (size_t)(x.K / 32) + 64;
+    if (meth == MOQ_METHOD_MXFP8_LINEAR) cbound += (size_t)x.N * (size_t)(x.K / 32) + 64;
     bound += (size_t)x.K * sizeof(float) + 64; /* an AWQ pre_quant_scale in f32 */
     if (meth == MOQ_METHOD_FP8_PBWO_LINEAR) bound += (size_t)((x.N + 127) / 128) * (size_t)(x.K / 128) * sizeof(float) + 64;
-    const moq_linear_opts o = opts ? *opts : moq_linear_opts_default();
     if ((unsigned)o.nvfp4_as >= MOQ_NVFP4_AS_COUNT) {
         st = MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, prefix, "nvfp4_as %d, expected MOQ_NVFP4_AS_NVFP4, _FP8 or _FP8_CHANNEL", (int)o.nvfp4_as);
         goto fail;
     }
     /* a re-canonicalization writes e4m3 codes [N, K], f32 scales and f64 amax per group, a shard map */
-    if (o.nvfp4_as != MOQ_NVFP4_AS_NVFP4) bound += (size_t)x.N * (size_t)x.K + (size_t)x.N * (4 + 8 + 4) + 4 * 64;
-    if (!(l->arena = x.arena = aligned_alloc(64, (bound + 63) & ~(size_t)63))) {
-        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound);
+    if (o.nvfp4_as != MOQ_NVFP4_AS_NVFP4) bound += (size_t)x.N * (size_t)(4 + 8 + 4) + 4 * 64, cbound += (size_t)x.N * (size_t)x.K + 64;
+    bound = (bound + 63) & ~(size_t)63, cbound = (cbound + 63) & ~(size_t)63;
+    if (!(l->arena = x.arena = aligned_alloc(64, bound)) || !(l->codes = x.codes = aligned_alloc(64, cbound))) {
+        st = MOQ_FAIL(err, MOQ_ERR_NOMEM, prefix, "out of memory for %zu bytes of layer data", bound + cbound);
         goto fail;
     }
-    x.arena_size = bound;
+    x.arena_size = bound, x.codes_size = cbound;
 
     /* 4. canonical weight */
     l->w.N = x.N, l->w.K = x.K, l->w.n_shards = x.n;
@@ -416,6 +436,8 @@ moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkp
     if ((st = moq_linear_create_from_weight(&l->lin, &l->w, &ko, err)) != MOQ_OK) goto fail;
     memcpy(l->notes, x.notes, sizeof l->notes);
     l->n_notes = x.n_notes;
+    l->arena_bytes = x.arena_used, l->codes_bytes = x.codes_used;
+    if (!x.codes_used) free(l->codes), l->codes = NULL; /* nothing built: everything is borrowed */
     *out = l;
     return MOQ_OK;
 fail:
@@ -428,8 +450,51 @@ void moq_linear_layer_free(moq_linear_layer *l) {
     if (!l) return;
     moq_linear_free(l->lin);
     free(l->arena);
+    free(l->codes);
     free(l->cols);
     free(l);
+}
+
+/* Is p inside the data of one of the layer's checkpoint tensors (borrowed from the mapping)? */
+static bool borrowed(const moq_linear_layer *l, const void *p) {
+    for (int i = 0; p && i < l->n_src; i++) {
+        const uint8_t *d = l->src[i]->data;
+        if ((const uint8_t *)p >= d && (const uint8_t *)p < d + l->src[i]->nbytes) return true;
+    }
+    return false;
+}
+
+bool moq_linear_layer_drop_canonical(moq_linear_layer *l, bool keep_codes) {
+    if (!l || l->dropped) return l && l->dropped;
+    const unsigned gone = keep_codes ? 0 : moq_linear_forget_canonical(l->lin);
+    if (gone & MOQ_CANON_CODES) {
+        l->w.q = NULL;
+        if (gone & MOQ_CANON_BLOCK_SCALES) l->w.scale = NULL;
+        free(l->codes); /* only codes and u8 block scales live there */
+        l->codes = NULL, l->codes_bytes = 0;
+        /* column slices (--tp): the hooks copied what they keep (bias, AWQ and f32 scales) into the
+         * arena; what is left there are the codes and block scales the row packed */
+        free(l->cols);
+        l->cols = NULL, l->cols_bytes = 0;
+        l->dropped = true;
+    }
+    /* Packing (or the concatenation) touched these pages; the layer reads them again only when it
+     * keeps a borrowed canonical weight (an embedding gathers rows, a `_ref` row runs on them). */
+    if (gone || keep_codes)
+        for (int i = 0; i < l->n_src; i++) moq_map_release(l->src[i]->data, l->src[i]->nbytes);
+    return l->dropped;
+}
+
+void moq_linear_layer_memory(const moq_linear_layer *l, uint64_t *packed, uint64_t *owned, uint64_t *mapped) {
+    *packed = *owned = *mapped = 0;
+    if (!l) return;
+    *packed = moq_linear_packed_bytes(l->lin);
+    *owned = l->arena_bytes + l->codes_bytes + l->cols_bytes;
+    if (l->dropped) return;
+    const uint64_t nq = l->w.w.elem == MOQ_ELEM_E2M1 ? (uint64_t)l->w.N * (uint64_t)(l->w.K / 2)
+                                                     : (uint64_t)l->w.N * (uint64_t)l->w.K * (uint64_t)moq_elem_bytes(l->w.w.elem, 1);
+    if (borrowed(l, l->w.q)) *mapped += nq;
+    if (borrowed(l, l->w.scale) && l->w.w.group_cols > 1) *mapped += (uint64_t)l->w.N * (uint64_t)(l->w.K / l->w.w.group_cols);
 }
 
 const moq_linear *moq_linear_layer_linear(const moq_linear_layer *l) { return l ? l->lin : NULL; }

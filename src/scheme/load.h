@@ -2,11 +2,15 @@
  * moq_weight -> kernel" (public entry: moq_linear_layer_open in moq.h, section "loading layers from
  * a checkpoint"). Internal: the load context the canonicalize hooks (fp8.c, nvfp4.c, mxfp8.c) fill.
  *
- * Memory: a single-shard layer borrows its codes (and u8 block scales) from the checkpoint's mmap;
- * f32 scales, bias and anything a hook must build (fused shards concatenated along N, the MXFP8
- * row-block scales expanded, FP8 codes requantized under a compat profile) are carved from ONE
- * allocation owned by the layer (moq_load_take). Fused shards are concatenated (one moq_weight,
+ * Memory (docs/ARCHITECTURE.md "Weight memory"): a single-shard layer borrows its codes (and u8
+ * block scales) from the checkpoint's mmap. Codes and u8 block scales a hook must build (fused
+ * shards concatenated along N, the MXFP8 row-block scales expanded, FP8 codes requantized under a
+ * compat profile, NVFP4 re-canonicalized to FP8) come from the layer's codes region
+ * (moq_load_take_codes); f32 scales, bias and the AWQ scale from its arena (moq_load_take). Both
+ * are one allocation each, owned by the layer. Fused shards are concatenated (one moq_weight,
  * row0[] marks each shard's rows), never kept as separate tensors: moq_weight has one q pointer.
+ * Once a packed kernel row holds the codes, moq_linear_layer_drop_canonical frees the codes region
+ * and releases the mapped pages of the layer's tensors: one resident copy of each weight.
  *
  * A hook turns checkpoint tensors into the canonical weight of its scheme (scheme/quant_key.h) and
  * never touches a kernel layout (STYLE.md §6). Tested by tests/scheme/test_load.c.
@@ -44,8 +48,10 @@ typedef struct moq_load_ctx {
     moq_load_shard          sh[MOQ_MAX_SHARDS];
     int                     n;
     moq_weight             *w;         /* filled by the hook (keys, N, K, q, scale, shards)    */
-    uint8_t                *arena;     /* the layer's one allocation                           */
+    uint8_t                *arena;     /* the layer's allocation for f32 scales, bias, AWQ scale */
     size_t                  arena_size, arena_used;
+    uint8_t                *codes;     /* the layer's allocation for built codes + u8 block scales */
+    size_t                  codes_size, codes_used;
     char                    notes[MOQ_LOAD_MAX_NOTES][320];
     int                     n_notes;
 } moq_load_ctx;
@@ -59,9 +65,14 @@ void *moq_load_take(moq_load_ctx *x, size_t bytes);
 void  moq_load_note(moq_load_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Value of an f32 scalar (or [1]) tensor: the contract check guarantees dtype and size. */
 float moq_load_scalar(const moq_tensor *t);
-/* Codes of the shards concatenated along N (row_bytes per row), borrowed when there is one. */
-const void *moq_load_concat_rows(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
-                                 moq_error *err);
+/* `bytes` from the layer's codes region (codes and u8 block scales only: what every packed kernel
+ * row holds in its own layout, so the region is freed once the layer is packed); NULL when the
+ * bound is too small (MOQ_ERR_INTERNAL). */
+void *moq_load_take_codes(moq_load_ctx *x, size_t bytes);
+/* Codes (or u8 block scales) of the shards concatenated along N (row_bytes per row) in the codes
+ * region, borrowed from the mapping when there is one shard. */
+const void *moq_load_concat_codes(moq_load_ctx *x, const moq_tensor *const *t, const int64_t *rows, size_t row_bytes,
+                                  moq_error *err);
 /* "q_proj=0.01, k_proj=0.02": one value per shard, for notes. */
 const char *moq_load_shard_values(const moq_load_ctx *x, const float *v, char *buf, size_t n);
 /* Last dotted part of a module name ("q_proj"), for notes. */
@@ -92,5 +103,17 @@ moq_status moq_linear_layer_open_sliced(moq_linear_layer **out, const moq_checkp
 
 /* Resolution and loading details of a loaded layer (used by `moq inspect`). */
 const moq_weight *moq_linear_layer_weight(const moq_linear_layer *l);
+
+/* One copy of each weight (issue 14): when the layer's kernel row packed the weight, frees the
+ * codes region, forgets q (and u8 block scales) in the layer's weight (NULL) and tells the kernel
+ * the pages of the layer's checkpoint tensors are not needed (moq_map_release: they leave the
+ * resident set; read back from the page cache if touched). keep_codes: an embedding table whose
+ * rows are gathered from the canonical weight keeps it (its mapped pages are still released and
+ * come back one row at a time). Returns true when the canonical codes were dropped. */
+bool moq_linear_layer_drop_canonical(moq_linear_layer *l, bool keep_codes);
+/* Resident weight bytes of a layer: `packed` the kernel's layout (host or device), `owned` the
+ * layer's allocations still held (arena, codes region), `mapped` checkpoint bytes the layer still
+ * reads from the mapping (codes or block scales borrowed and not dropped). */
+void moq_linear_layer_memory(const moq_linear_layer *l, uint64_t *packed, uint64_t *owned, uint64_t *mapped);
 
 #endif

@@ -29,11 +29,11 @@ moq_status moq_canon_mxfp8(moq_load_ctx *x, moq_error *err) {
         tq[s] = x->sh[s].weight, ts[s] = x->sh[s].scale, rows[s] = x->sh[s].N;
         row_blocks |= ts[s]->shape[0] != x->sh[s].N;
     }
-    if (!(w->q = moq_load_concat_rows(x, tq, rows, (size_t)x->K, err))) return err ? err->code : MOQ_ERR_INTERNAL;
+    if (!(w->q = moq_load_concat_codes(x, tq, rows, (size_t)x->K, err))) return err ? err->code : MOQ_ERR_INTERNAL;
     if (!row_blocks) {
-        if (!(w->scale = moq_load_concat_rows(x, ts, rows, kb, err))) return err ? err->code : MOQ_ERR_INTERNAL;
+        if (!(w->scale = moq_load_concat_codes(x, ts, rows, kb, err))) return err ? err->code : MOQ_ERR_INTERNAL;
     } else {
-        uint8_t *sc = moq_load_take(x, (size_t)x->N * kb);
+        uint8_t *sc = moq_load_take_codes(x, (size_t)x->N * kb);
         if (!sc) return MOQ_FAIL(err, MOQ_ERR_INTERNAL, x->layer, "layer allocation bound too small");
         for (int s = 0; s < n_sh; s++) {
             const int64_t r = x->sh[s].N / ts[s]->shape[0]; /* the contract check guarantees it divides */

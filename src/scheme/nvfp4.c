@@ -67,8 +67,8 @@ moq_status moq_canon_nvfp4(moq_load_ctx *x, moq_error *err) {
     const moq_tensor *tq[MOQ_MAX_SHARDS], *ts[MOQ_MAX_SHARDS];
     int64_t rows[MOQ_MAX_SHARDS];
     for (int s = 0; s < x->n; s++) tq[s] = x->sh[s].weight, ts[s] = x->sh[s].scale, rows[s] = x->sh[s].N;
-    if (!(w->q = moq_load_concat_rows(x, tq, rows, (size_t)(x->K / 2), err))) return err ? err->code : MOQ_ERR_INTERNAL;
-    if (!(w->scale = moq_load_concat_rows(x, ts, rows, (size_t)(x->K / 16), err))) return err ? err->code : MOQ_ERR_INTERNAL;
+    if (!(w->q = moq_load_concat_codes(x, tq, rows, (size_t)(x->K / 2), err))) return err ? err->code : MOQ_ERR_INTERNAL;
+    if (!(w->scale = moq_load_concat_codes(x, ts, rows, (size_t)(x->K / 16), err))) return err ? err->code : MOQ_ERR_INTERNAL;
     float ws2_max = 0.0f;
     bool differ = false, legacy_in = false;
     char list[256];
@@ -122,7 +122,7 @@ static moq_status recanon_nvfp4_fp8(moq_load_ctx *x, bool want_block, moq_error 
     const int64_t N = w->N, K = w->K;
     const bool block = want_block && K % 128 == 0;
     const int64_t nb = (N + 127) / 128, kb = K / 128, n_scales = block ? nb * kb : N;
-    uint8_t *codes = moq_load_take(x, (size_t)N * (size_t)K);
+    uint8_t *codes = moq_load_take_codes(x, (size_t)N * (size_t)K);
     float *sc = moq_load_take(x, (size_t)n_scales * sizeof(float));
     int *shard = moq_load_take(x, (size_t)N * sizeof(int));
     double *amax = moq_load_take(x, (size_t)n_scales * sizeof(double));

@@ -41,7 +41,8 @@ moq_status moq_mla_open(moq_mla *a, const moq_checkpoint *c, const moq_qconfig *
     }
     MOQ_TRY(OPEN(&a->kv_a, "kv_a_proj_with_mqa"));
     MOQ_TRY(want(&a->kv_a, d->R + d->dr, d->H, err));
-    MOQ_TRY(OPEN(&a->kv_b, "kv_b_proj"));
+    snprintf(p, sizeof p, "%s.kv_b_proj", prefix); /* canonical kept until dequantized below */
+    MOQ_TRY(moq_layers_load_linear_kept(&a->kv_b, c, q, p, MOQ_KIND_LINEAR, lo, blobs, err));
     MOQ_TRY(want(&a->kv_b, A * (d->dn + d->dv), d->R, err));
     MOQ_TRY(OPEN(&a->o, "o_proj"));
     MOQ_TRY(want(&a->o, d->H, A * d->dv, err));
@@ -79,6 +80,7 @@ moq_status moq_mla_open(moq_mla *a, const moq_checkpoint *c, const moq_qconfig *
         for (int64_t k = 0; k < d->R; k++) a->w[n * d->R + k] = (float)row[k];
     }
     free(row);
+    moq_layers_drop_canonical(&a->kv_b);
     return MOQ_OK;
 }
 
