@@ -10,7 +10,7 @@
 #      batch-1 decode, batch 64; `moq bench moe --device cuda` at Qwen3-30B-A3B's layer shape and
 #      `moq bench model` on a 2-layer Qwen3-30B-A3B-shaped MoE; `moq bench linear --device cuda` at
 #      N = K = 8192, M = 1 and 16.
-# Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds scripts/device_all.sh
+# Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds [EVALS="fixture ..."] [ALGOS="NVFP4 FP8"] scripts/device_all.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -47,6 +47,7 @@ t() { local name=$1 lim=$2; shift 2; ( timeout "$lim" "$@" > "$OUT/$name.log" 2>
 t test_linear_cuda 200 "$BIN/test_linear_cuda"
 t test_moe_cuda 120 "$BIN/test_moe_cuda"
 t test_model_cuda 200 "$BIN/test_model_cuda"
+[ -x "$BIN/test_comm" ] && NCCL_NVLS_ENABLE=0 t test_comm 60 "$BIN/test_comm"
 MOQ_BIN=$BIN/moq MOQ_SERVE_DEVICE=cuda t serve_cuda 150 bash tests/e2e/serve.sh
 if command -v compute-sanitizer >/dev/null; then
   t memcheck_dense 150 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
@@ -55,11 +56,11 @@ fi
 wait_tests() { for j in $(jobs -p); do case " ${SP[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done; }
 wait_tests
 log "tests done" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_moe_cuda test_model_cuda serve_cuda memcheck_dense memcheck_moe; do
+for f in test_linear_cuda test_moe_cuda test_model_cuda test_comm serve_cuda memcheck_dense memcheck_moe; do
   [ -f "$OUT/$f.log" ] || continue
   grep -E "PASSED|FAILED|SKIPPED|ERROR SUMMARY|rc=|^FAIL|^ok" "$OUT/$f.log" | grep -v "^ok" | tail -6 | sed "s/^/$f: /" | tee -a "$OUT/summary.log"
 done
-for f in qwen3moe_nvfp4 llama_fp8; do
+for f in ${EVALS-qwen3moe_nvfp4 llama_fp8}; do
   log "eval $f --device cuda --ref (KL GPU vs CPU)" | tee -a "$OUT/summary.log"
   timeout 30 "$BIN/moq" eval "$R/$f" --device cuda --ref "$R/$f" --kv-cache bf16 --text /tmp/short.txt --ctx 128 2>&1 | tail -2 | tee -a "$OUT/summary.log"
 done
