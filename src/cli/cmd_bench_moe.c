@@ -206,6 +206,7 @@ int cmd_bench_moe(int argc, char **argv) {
     ls = calloc((size_t)copies, sizeof(moq_moe *));
     moq_moe_opts o = moq_moe_opts_default();
     o.format = fmt, o.num_experts = E, o.routing.top_k = (int)K, o.n_threads = threads, o.router = NULL;
+    o.keep_canonical = gpu != 0; /* moq_moe_gpu_open packs the experts from the canonical weights */
     for (int i = 0; i < copies; i++)
         if (moq_moe_create(&ls[i], ck, "model.layers.0.mlp", &o, &err)) { rc = cli_report(&err); goto done; }
     moq_checkpoint_free(ck), ck = NULL;

@@ -64,6 +64,12 @@ static float static_a(const moq_weight *w) {
 /* Packs every local expert's projection `which` into one stacked device buffer. */
 static moq_status upload_experts(moq_moe_gpu *g, const moq_moe *m, int which, moq_cuda_blob *b, uint8_t **dst, float *a_scale, moq_error *err) {
     const moq_weight *w0 = moq_moe_expert_weight(m, 0, which);
+    for (int64_t l = 0; l < g->v.n_local; l++) {
+        const moq_weight *w = moq_moe_expert_weight(m, l, which);
+        if (!w->q)
+            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "local expert %lld's canonical %s weights were dropped after the CPU packing: "
+                            "open the layer with moq_moe_opts.keep_canonical to put it on the GPU", (long long)l, which ? "w2" : "w13");
+    }
     *b = moq_cuda_row_blob(w0);
     *a_scale = static_a(w0);
     if (b->kind == MOQ_CK_COUNT)

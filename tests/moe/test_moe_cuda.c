@@ -177,6 +177,7 @@ static void test_layers(void **state) {
             for (int e = 0; e < E_; e++) emap[e] = map ? (e % 2 ? (int32_t)(e / 2) : -1) : (int32_t)e; /* odd experts local */
             moq_moe_opts o = moq_moe_opts_default();
             o.format = fmts[f], o.num_experts = E_, o.routing.top_k = K_, o.router = NULL, o.n_threads = 2;
+            o.keep_canonical = true; /* moq_moe_gpu_open packs the experts from the canonical weights */
             if (map) o.expert_map = emap;
             moq_moe *m = NULL;
             TU_OK(moq_moe_create(&m, ck, PREFIX, &o, err_));
@@ -216,9 +217,14 @@ static void test_refusals(void **state) {
     moq_moe_opts o = moq_moe_opts_default();
     o.format = MOQ_MOE_FMT_NVFP4, o.num_experts = E_, o.routing.top_k = K_, o.router = NULL, o.n_threads = 1;
     moq_moe *m = NULL;
-    TU_OK(moq_moe_create(&m, ck, PREFIX, &o, err_));
+    TU_OK(moq_moe_create(&m, ck, PREFIX, &o, err_)); /* without keep_canonical: the CPU rows dropped the canonical codes */
     moq_moe_gpu *g = NULL;
     moq_error e = {0};
+    TU_ERR(&e, moq_moe_gpu_open(&g, m, 4, &e), MOQ_ERR_INVALID_ARG, PREFIX ".experts", "keep_canonical");
+    assert_null(g);
+    moq_moe_free(m), m = NULL;
+    o.keep_canonical = true;
+    TU_OK(moq_moe_create(&m, ck, PREFIX, &o, err_));
     TU_ERR(&e, moq_moe_gpu_open(&g, m, 8192, &e), MOQ_ERR_UNSUPPORTED, PREFIX ".experts", "tokens x top_k");
     assert_null(g);
     TU_OK(moq_moe_gpu_open(&g, m, 4, err_));
