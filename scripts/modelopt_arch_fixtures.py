@@ -48,7 +48,7 @@ SEED = 1234
 
 # name -> (hf_tiny model, ModelOpt config attribute)
 FIXTURES = {}
-for _m in ("deepseek_v3_a", "qwen3_5_moe", "gemma3_text", "llama4_a", "gpt_oss"):
+for _m in ("deepseek_v3_a", "qwen3_5_moe", "gemma3_text", "llama4_a", "gpt_oss", "minimax_m2"):
     FIXTURES[_m + "_nvfp4"] = (_m, "NVFP4_DEFAULT_CFG")
     FIXTURES[_m + "_fp8"] = (_m, "FP8_DEFAULT_CFG")
 FIXTURES["llama4_a_w4a16_nvfp4"] = ("llama4_a", "W4A16_NVFP4_CFG")  # the other stacked scale forms

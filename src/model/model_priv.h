@@ -58,7 +58,8 @@ typedef struct layer {
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
     float  mscale;
-    float *q_norm, *k_norm;          /* f32 [D] or NULL  */
+    float *q_norm, *k_norm;          /* f32 [D] or NULL (qk_full: [A·D], [KV·D]) */
+    bool   qk_full;                  /* MiniMax-M2: q_norm / k_norm over the whole projection  */
     float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
     moq_dsv4_attn    v4;                 /* ATTN_DSV4 layers: attention, compressors, mHC       */
     int32_t         *hash_ids;           /* DeepSeek-V4 hash_moe layer: tid2eid i32 [V, topk]    */

@@ -176,6 +176,14 @@ static void test_gpt_oss(void **st) {
     check_model("gpt_oss", "GptOssForCausalLM", 2);
 }
 
+/* MiniMax-M2: q_norm / k_norm over the whole q and k projections (not per head), partial RoPE (8 of 16
+ * dims, theta 5e6), 8 experts top-2 every layer with sigmoid scores, selection by score +
+ * block_sparse_moe.e_score_correction_bias, unbiased weights renormalized; Mixtral's expert names w1/w2/w3. */
+static void test_minimax_m2(void **st) {
+    (void)st;
+    check_model("minimax_m2", "MiniMaxM2ForCausalLM", 2);
+}
+
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
@@ -889,6 +897,7 @@ int main(void) {
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
