@@ -245,6 +245,11 @@ moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err) {
     const arch_row *r = NULL;
     for (size_t i = 0; a && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
         if (strcmp(arch_rows[i].name, a->architecture) == 0) r = &arch_rows[i];
+    if (r && r->family == FAM_MINIMAX_M2) { /* rotary_dim, qk_norm_type, scoring_func as open_model reads them */
+        moq_minimax_m2_cfg mc;
+        const int64_t A = a->num_attention_heads;
+        return moq_minimax_m2_read(c, a->head_dim ? a->head_dim : (A ? a->hidden_size / A : 0), &mc, err);
+    }
     if (!r || r->family != FAM_GEMMA4 || a->num_hidden_layers < 1 || a->num_hidden_layers > 100000) return MOQ_OK;
     const int64_t L = a->num_hidden_layers, A = a->num_attention_heads;
     bool *sl = malloc((size_t)L * sizeof *sl);
