@@ -22,7 +22,8 @@
  *
  * Tolerance (max |d| / max |ref|): the generator cast the model to bf16 and back to f32, which also
  * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured:
- * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4
+ * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4,
+ * minimax_m2 5.8e-5 (per-head instead of whole-projection q/k norms, or no correction bias, changed a greedy id)
  * (YaRN); with moq's inv_freq rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6, 4.0e-7,
  * 1.5e-6 (the DeltaNet recurrence in f32 vs
  * transformers' chunked form), so the rest is f32 summation order. Limit 1e-3 vs transformers (a
