@@ -7,7 +7,7 @@
  * safetensors file (its hf_quant_config.json too) so that the CLI opens it; `moq inspect` must not
  * say that `moq run` refuses it. Edited copies (a disagreeing rotary_dim, qk_norm_type "per_head",
  * scoring_func "softmax", use_qk_norm false) must be refused naming the key, by the library and by
- * `moq check`. The forward is tested against transformers in tests/model/test_arch.c (minimax_m2)
+ * `moq check`; `moq help archs` lists the architecture. The forward is tested against transformers in tests/model/test_arch.c (minimax_m2)
  * and against real ModelOpt exports in tests/model/test_modelopt_real.c.
  */
 #include <string.h>
@@ -109,10 +109,21 @@ static void test_refusals(void **st) {
     free(text);
 }
 
+/* `moq help archs` lists the row (one name a line). */
+static void test_help_archs(void **st) {
+    (void)st;
+    static char out[16384];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' help archs", tu_moq_bin());
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "\nMiniMaxM2ForCausalLM\n"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvidia_configs),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_help_archs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
