@@ -22,7 +22,8 @@
  *
  * Tolerance (max |d| / max |ref|): the generator cast the model to bf16 and back to f32, which also
  * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured:
- * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4
+ * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4,
+ * minimax_m2 5.8e-5 (per-head instead of whole-projection q/k norms, or no correction bias, changed a greedy id)
  * (YaRN); with moq's inv_freq rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6, 4.0e-7,
  * 1.5e-6 (the DeltaNet recurrence in f32 vs
  * transformers' chunked form), so the rest is f32 summation order. Limit 1e-3 vs transformers (a
@@ -174,6 +175,14 @@ static void test_llama4(void **st) {
 static void test_gpt_oss(void **st) {
     (void)st;
     check_model("gpt_oss", "GptOssForCausalLM", 2);
+}
+
+/* MiniMax-M2: q_norm / k_norm over the whole q and k projections (not per head), partial RoPE (8 of 16
+ * dims, theta 5e6), 8 experts top-2 every layer with sigmoid scores, selection by score +
+ * block_sparse_moe.e_score_correction_bias, unbiased weights renormalized; Mixtral's expert names w1/w2/w3. */
+static void test_minimax_m2(void **st) {
+    (void)st;
+    check_model("minimax_m2", "MiniMaxM2ForCausalLM", 2);
 }
 
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
@@ -889,6 +898,7 @@ int main(void) {
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
