@@ -107,7 +107,7 @@ static void test_every_fast_row(void **state) {
         check_row(k, 6, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
         check_row(k, 8, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
         /* M = 4, 7, 8 with f32 x: the small-M passes (two tiles per pass for 2..8 tokens on the
-         * AVX-512 W4A4 row, 8 tokens per tile on the AVX2 one), an odd last tile at N = 40 */
+         * AVX-512 W4A4 row; 6 + 1 and 6 + 2 token chunks on the AVX2 one), an odd last tile at N = 40 */
         check_row(k, 4, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 7, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 8, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_F32);

@@ -24,9 +24,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
 
-/* 8, not 6 (issue 15): M = 8 (the serve batch) decodes each tile once instead of twice (6 + 2);
- * the accumulators then take 8 of the 16 ymm and GCC spills a little, cheaper than a decode. */
-#define MT 8
+#define MT 6
 
 /* Must match linear_nvfp4_avx512.c (shared packed layout and workspace). */
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_nvfp4_vnni16_size(w->N, w->K) + 63) & ~(size_t)63; }
@@ -133,9 +131,7 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
                 case 3: tile_tokens(l, toks, tstride, t, m0, 3); break;
                 case 4: tile_tokens(l, toks, tstride, t, m0, 4); break;
                 case 5: tile_tokens(l, toks, tstride, t, m0, 5); break;
-                case 6: tile_tokens(l, toks, tstride, t, m0, 6); break;
-                case 7: tile_tokens(l, toks, tstride, t, m0, 7); break;
-                default: tile_tokens(l, toks, tstride, t, m0, 8); break;
+                default: tile_tokens(l, toks, tstride, t, m0, 6); break;
                 }
             }
     }

@@ -18,7 +18,7 @@
  *                                   decode's 2^-8, ·1/4 for the two doublings)
  *   y[m, n] = alpha[n] · Σ_b f32(int_b) · (D4(SFw)/256 · SFa)  (+ bias), alpha = f32(is · ws2[shard])
  *
- * Threads: OpenMP over 16-row tiles (pairs of tiles for M = 2..MP); tokens in chunks of MT, so one tile's weights (K·9 bytes,
+ * Threads: OpenMP over 16-row tiles (pairs of tiles for M = PMIN..MP); tokens in chunks of MT, so one tile's weights (K·9 bytes,
  * L1/L2-resident) are decoded once per chunk. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
@@ -119,10 +119,13 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     }
 }
 
-/* Small M (2..MP tokens, issue 15): tiles t and t + 1 in one pass, so each activation broadcast
- * (4 code dwords, the AOF seed, the scale) feeds two vpdpbusd chains instead of one; M = 1 and
- * single tiles keep tile_tokens (M = 1 is bound by the weight stream). Per row the integer sums
- * and the f32 steps are those of tile_tokens, in the same order: the same bits. */
+/* Small M (PMIN..MP tokens, issue 15): tiles t and t + 1 in one pass, so each activation broadcast
+ * (4 code dwords, the AOF seed, the scale) feeds two vpdpbusd chains instead of one; a last odd
+ * tile keeps tile_tokens. Per row the integer sums and the f32 steps are those of tile_tokens, in
+ * the same order: the same bits. M < PMIN keeps tile_tokens: measured (docs/PERFORMANCE.md) the
+ * pairs won at M = 2..4 for K = 14336 but lost at the serve model's K = 2048 (B = 2, 4 steps +15 %
+ * CPU), while M = 6..8 won at every shape tried. */
+#define PMIN 6
 #define MP 8
 static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
                                                                   int64_t t, int64_t m0, const int mt) {
@@ -163,24 +166,23 @@ static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_lin
             accB[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sB), _mm512_mul_ps(swB, sa), accB[i]);
         }
     }
+    float v[2][MP][16];
+    for (int i = 0; i < mt; i++) _mm512_storeu_ps(v[0][i], accA[i]), _mm512_storeu_ps(v[1][i], accB[i]);
     const int64_t N = l->w->N;
     for (int p = 0; p < 2; p++)
-        for (int i = 0; i < mt; i++) {
-            float v[16];
-            _mm512_storeu_ps(v, p ? accB[i] : accA[i]);
+        for (int i = 0; i < mt; i++)
             for (int r = 0; r < 16 && 16 * (t + p) + r < N; r++) {
                 const int64_t n = 16 * (t + p) + r;
-                float y = v[r] * l->row_scale[n];
+                float y = v[p][i][r] * l->row_scale[n];
                 if (l->w->bias) y += l->w->bias[n];
                 moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
             }
-        }
 }
 
 static void tile_pair_any(const moq_linear_launch *l, const uint8_t *toks, size_t tstride, int64_t t, int64_t m0, int mt) {
     switch (mt) {
 #define CASE(n) case n: tile_pair_tokens(l, toks, tstride, t, m0, n); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+        CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: break;
     }
@@ -201,14 +203,14 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
-        if (M >= 2 && M <= MP) {
+        if (M >= PMIN && M <= MP) {
 #pragma omp for schedule(dynamic, 2)
             for (int64_t t = 0; t < tiles; t += 2) {
                 if (t + 1 < tiles) tile_pair_any(l, toks, tstride, t, 0, (int)M);
                 else
                     switch (M) {
 #define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n); break;
-                        CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+                        CASE(6) CASE(7) CASE(8)
 #undef CASE
                     default: break;
                     }
