@@ -1,5 +1,5 @@
 /* test_linear.c — every fast linear row of the registry against its pair's `_ref` row over the
- * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128 (and 5, 6, 8); N not a multiple of 16; K of several
+ * shape sweep of issue #4: M = 1, 2, 3, 16, 17, 64, 128 (and 4..8); N not a multiple of 16; K of several
  * panel chunks and not a power of two (as far as the format allows); a partial last 128-row
  * FP8 block; fused shards with different scales; f32 and bf16 activations; bias. Fresh random
  * data each run, outputs poisoned with NaN first, relative Frobenius error <= 1e-5 (f32 out;
@@ -108,6 +108,11 @@ static void test_every_fast_row(void **state) {
         /* bf16 x at M = 6 and 8: the bf16dot decode path runs up to M = 8 (exact bf16 activations only) */
         check_row(k, 6, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
         check_row(k, 8, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
+        /* M = 4, 7, 8 with f32 x: the small-M passes (two tiles per pass for 2..8 tokens on the
+         * AVX-512 W4A4 row; 6 + 1 and 6 + 2 token chunks on the AVX2 one), an odd last tile at N = 40 */
+        check_row(k, 4, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        check_row(k, 7, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        check_row(k, 8, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
@@ -214,7 +219,7 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
         print_message("skip: cpu (%s) lacks avx512vnni\n", moq_cpu_features_str());
         return;
     }
-    static const int64_t Ms[] = {1, 3, 4, 5, 13, 33};
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 33};
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
         const int64_t M = Ms[mi], N = 40 + (int64_t)mi, K = 272;
         tw t = tw_make(TP_NVFP4, N, K, 3, 1);

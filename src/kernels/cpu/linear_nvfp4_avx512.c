@@ -18,7 +18,7 @@
  *                                   decode's 2^-8, ·1/4 for the two doublings)
  *   y[m, n] = alpha[n] · Σ_b f32(int_b) · (D4(SFw)/256 · SFa)  (+ bias), alpha = f32(is · ws2[shard])
  *
- * Threads: OpenMP over 16-row tiles; tokens in chunks of MT, so one tile's weights (K·9 bytes,
+ * Threads: OpenMP over 16-row tiles (pairs of tiles for M = PMIN..MP); tokens in chunks of MT, so one tile's weights (K·9 bytes,
  * L1/L2-resident) are decoded once per chunk. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
@@ -119,6 +119,75 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     }
 }
 
+/* Small M (PMIN..MP tokens, issue 15): tiles t and t + 1 in one pass, so each activation broadcast
+ * (4 code dwords, the AOF seed, the scale) feeds two vpdpbusd chains instead of one; a last odd
+ * tile keeps tile_tokens. Per row the integer sums and the f32 steps are those of tile_tokens, in
+ * the same order: the same bits. M < PMIN keeps tile_tokens: measured (docs/PERFORMANCE.md) the
+ * pairs won at M = 2..4 for K = 14336 but lost at the serve model's K = 2048 (B = 2, 4 steps +15 %
+ * CPU), while M = 6..8 won at every shape tried. */
+#define PMIN 6
+#define MP 8
+static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
+                                                                  int64_t t, int64_t m0, const int mt) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *WA = (const uint8_t *)l->packed + t * (K / 8) * 64, *WB = WA + (K / 8) * 64;
+    const uint8_t *SFA = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16, *SFB = SFA + nb * 16;
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 accA[MP], accB[MP];
+    for (int i = 0; i < mt; i++) accA[i] = accB[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i a0 = _mm512_load_si512(WA + 128 * b), a1 = _mm512_load_si512(WA + 128 * b + 64);
+        const __m512i b0 = _mm512_load_si512(WB + 128 * b), b1 = _mm512_load_si512(WB + 128 * b + 64);
+        const __m512i alo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(a0, low4));
+        const __m512i ahi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(a0, 4), low4));
+        const __m512i alo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(a1, low4));
+        const __m512i ahi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(a1, 4), low4));
+        const __m512i blo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(b0, low4));
+        const __m512i bhi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b0, 4), low4));
+        const __m512i blo1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(b1, low4));
+        const __m512i bhi1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b1, 4), low4));
+        const __m512 swA = e4m3x16_div256(_mm_load_si128((const __m128i *)(SFA + 16 * b)));
+        const __m512 swB = e4m3x16_div256(_mm_load_si128((const __m128i *)(SFB + 16 * b)));
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
+            const int8_t *a = (const int8_t *)tok + 16 * b;
+            const int32_t *aof = (const int32_t *)(tok + K);
+            const float *sfa = (const float *)(aof + nb);
+            const __m512i x0 = _mm512_set1_epi32(load_i32(a)), x1 = _mm512_set1_epi32(load_i32(a + 4));
+            const __m512i x2 = _mm512_set1_epi32(load_i32(a + 8)), x3 = _mm512_set1_epi32(load_i32(a + 12));
+            const __m512i seed = _mm512_set1_epi32(aof[b]);
+            const __m512 sa = _mm512_set1_ps(sfa[b]);
+            __m512i sA = _mm512_dpbusd_epi32(seed, alo0, x0), sB = _mm512_dpbusd_epi32(seed, blo0, x0);
+            sA = _mm512_dpbusd_epi32(sA, ahi0, x1), sB = _mm512_dpbusd_epi32(sB, bhi0, x1);
+            sA = _mm512_dpbusd_epi32(sA, alo1, x2), sB = _mm512_dpbusd_epi32(sB, blo1, x2);
+            sA = _mm512_dpbusd_epi32(sA, ahi1, x3), sB = _mm512_dpbusd_epi32(sB, bhi1, x3);
+            accA[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sA), _mm512_mul_ps(swA, sa), accA[i]);
+            accB[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sB), _mm512_mul_ps(swB, sa), accB[i]);
+        }
+    }
+    float v[2][MP][16];
+    for (int i = 0; i < mt; i++) _mm512_storeu_ps(v[0][i], accA[i]), _mm512_storeu_ps(v[1][i], accB[i]);
+    const int64_t N = l->w->N;
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < mt; i++)
+            for (int r = 0; r < 16 && 16 * (t + p) + r < N; r++) {
+                const int64_t n = 16 * (t + p) + r;
+                float y = v[p][i][r] * l->row_scale[n];
+                if (l->w->bias) y += l->w->bias[n];
+                moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
+            }
+}
+
+static void tile_pair_any(const moq_linear_launch *l, const uint8_t *toks, size_t tstride, int64_t t, int64_t m0, int mt) {
+    switch (mt) {
+#define CASE(n) case n: tile_pair_tokens(l, toks, tstride, t, m0, n); break;
+        CASE(6) CASE(7) CASE(8)
+#undef CASE
+    default: break;
+    }
+}
+
 moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
@@ -134,6 +203,19 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
+        if (M >= PMIN && M <= MP) {
+#pragma omp for schedule(dynamic, 2)
+            for (int64_t t = 0; t < tiles; t += 2) {
+                if (t + 1 < tiles) tile_pair_any(l, toks, tstride, t, 0, (int)M);
+                else
+                    switch (M) {
+#define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n); break;
+                        CASE(6) CASE(7) CASE(8)
+#undef CASE
+                    default: break;
+                    }
+            }
+        } else {
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++)
             for (int64_t m0 = 0; m0 < M; m0 += MT) {
@@ -144,6 +226,7 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
                 default: break;
                 }
             }
+        }
     }
     return MOQ_OK;
 }
