@@ -21,6 +21,8 @@
 
 #include "tu.h"
 #include "arch_oracle.h"
+#include "model/arch/deepseek_v3.h"
+#include "model/model.h"
 
 enum { NT = 20, NP = 12, NG = 8, EOS = 1 };
 
@@ -193,11 +195,75 @@ static void test_glm5_config_errors(void **st) {
     }
 }
 
+/* A checkpoint of one tensor with config.json = the file `rel` of the test data. */
+static moq_checkpoint *cfg_ckpt(const char *tag, const char *rel, char **dir) {
+    char *p = tu_data_path(rel);
+    size_t len = 0;
+    char *text = tu_read_file(p, &len), *z = malloc(len + 1);
+    memcpy(z, text, len);
+    z[len] = 0;
+    *dir = tu_tmpdir(tag);
+    moq_writer *w = NULL;
+    TU_OK(moq_writer_create(&w, *dir, err_));
+    static const uint16_t one[1] = {0x3f80};
+    TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
+    TU_OK(moq_writer_file(w, "config.json", z, err_));
+    TU_OK(moq_writer_finish(w, 1, err_));
+    moq_writer_free(w);
+    moq_checkpoint *c = NULL;
+    TU_OK(moq_checkpoint_open(&c, *dir, NULL, err_));
+    free(text), free(z), free(p);
+    return c;
+}
+
+/* NVIDIA's GLM-5.1 and GLM-5.2 NVFP4 configs: the fields as the files state them (read here by eye
+ * from the files: 78 layers, q LoRA 2048, dn 192 + dr 64, dv 256, 3 dense layers, 32 indexer heads of
+ * 128, index_topk 2048; 5.1 every layer "full", 5.2 full at 0, 1, 2 and every 4th from 6, the rest
+ * "shared"), and `moq inspect` names neither as refused by `moq run`. */
+static void test_nvidia_configs(void **st) {
+    (void)st;
+    static const char *const files[] = {"modelopt_configs/nvidia--GLM-5.1-NVFP4_config.json", "modelopt_configs/nvidia--GLM-5.2-NVFP4_config.json"};
+    for (int f = 0; f < 2; f++) {
+        char *dir = NULL;
+        moq_checkpoint *c = cfg_ckpt("glm5_nv", files[f], &dir);
+        const moq_arch *a = moq_checkpoint_arch(c);
+        assert_string_equal(a->architecture, "GlmMoeDsaForCausalLM");
+        assert_true(moq_model_architecture_supported(a->architecture));
+        assert_int_equal(a->num_hidden_layers, 78);
+        moq_deepseek_cfg *d = malloc(sizeof *d);
+        TU_OK(moq_deepseek_v3_read(c, 78, "GlmMoeDsaConfig", d, err_));
+        assert_int_equal(d->q_lora_rank, 2048);
+        assert_int_equal(d->kv_lora_rank, 512);
+        assert_int_equal(d->qk_nope_head_dim, 192);
+        assert_int_equal(d->qk_rope_head_dim, 64);
+        assert_int_equal(d->v_head_dim, 256);
+        assert_int_equal(d->index_topk, 2048);
+        assert_int_equal(d->index_n_heads, 32);
+        assert_int_equal(d->index_head_dim, 128);
+        assert_int_equal(d->n_group, 1);
+        assert_true(d->rope_interleave && d->indexer_interleave && d->has_mlp_types);
+        for (int l = 0; l < 78; l++) {
+            assert_int_equal(d->mlp_sparse[l], l >= 3);
+            const bool full = f == 0 || l < 3 || (l - 2) % 4 == 0;
+            assert_int_equal(d->index_shared[l], !full);
+        }
+        free(d);
+        moq_checkpoint_free(c);
+        char cmd[1024], out[16384];
+        snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", tu_moq_bin(), dir);
+        assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+        if (strstr(out, "refuses it") || !strstr(out, "GlmMoeDsaForCausalLM")) fail_msg("%s:\n%s", cmd, out);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_glm5_vs_transformers),
         cmocka_unit_test(test_glm5_schedule_spellings),
         cmocka_unit_test(test_glm5_config_errors),
+        cmocka_unit_test(test_nvidia_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
