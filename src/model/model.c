@@ -1030,7 +1030,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
-                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps, .topk = m->ds.index_topk,
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = MOQ_DEEPSEEK_LORA_NORM_EPS, .topk = m->ds.index_topk,
                                 .nih = m->ds.index_n_heads, .ihd = m->ds.index_head_dim, .ctx = m->T,
                                 .i_interleave = m->ds.indexer_interleave};
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */

@@ -12,6 +12,10 @@
 #include "model/rope.h"
 
 #define MOQ_DEEPSEEK_MAX_LAYERS 512 /* mlp_layer_types entries read */
+/* eps of the MLA's q_a_layernorm and kv_a_layernorm: transformers builds them without rms_norm_eps
+ * (DeepseekV3RMSNorm / GlmMoeDsaRMSNorm default 1e-6), whatever config.json says; DeepSeek-V3's
+ * configs say 1e-6 anyway, GLM-5's 1e-5 (vLLM and SGLang pass rms_norm_eps: 1e-5 there). */
+#define MOQ_DEEPSEEK_LORA_NORM_EPS 1e-6
 
 typedef struct moq_deepseek_cfg {
     int64_t q_lora_rank;            /* 0 when null: q_proj instead of q_a/q_b                 */

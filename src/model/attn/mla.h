@@ -42,7 +42,7 @@ typedef struct moq_mla_dims {
     int64_t dn, dr, dv;      /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim                 */
     bool    interleave;      /* rope_interleave                                               */
     float   scale;           /* softmax scale                                                 */
-    double  eps;             /* rms_norm_eps                                                  */
+    double  eps;             /* q_a_layernorm / kv_a_layernorm eps (MOQ_DEEPSEEK_LORA_NORM_EPS) */
     int64_t topk, nih, ihd;  /* DeepSeek-V3.2 DSA: index_topk (0: none), index_n_heads, index_head_dim */
     int64_t ctx;             /* positions of the indexer's key cache                           */
     bool    i_interleave;    /* the indexer's RoPE interleaved (GLM-5), else rotate-half (V3.2) */
