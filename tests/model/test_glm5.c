@@ -258,12 +258,36 @@ static void test_nvidia_configs(void **st) {
     }
 }
 
+/* The CLI on the fixture: `moq run -f prompt.bin -n 8` prints transformers' greedy ids (the fixture's
+byte-level tokenizer maps byte b to id b), `moq check` is clean, `moq inspect` does not warn. */
+static void test_glm5_cli(void **st) {
+    (void)st;
+    oracle o;
+    oracle_open(&o);
+    char *dir = tu_src_data_path("hf_tiny/glm_moe_dsa"), *prompt = tu_src_data_path("hf_tiny/prompt.bin"), cmd[2048], out[16384], want[256];
+    int n = snprintf(want, sizeof want, "\"ids\":[");
+    for (int j = 0; j < NG; j++) n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", j ? "," : "", o.greedy[j]);
+    snprintf(want + n, sizeof want - (size_t)n, "]");
+    snprintf(cmd, sizeof cmd, "'%s' run '%s' -f '%s' -n 8 --threads 2 --json 2>/dev/null", tu_moq_bin(), dir, prompt);
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    if (!strstr(out, want)) fail_msg("%s: expected %s in\n%s", cmd, want, out);
+    snprintf(cmd, sizeof cmd, "'%s' check '%s' 2>&1", tu_moq_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    if (!strstr(out, "0 problems")) fail_msg("%s:\n%s", cmd, out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", tu_moq_bin(), dir);
+    assert_int_equal(tu_run(cmd, out, sizeof out), 0);
+    if (strstr(out, "refuses it") || !strstr(out, "GlmMoeDsaForCausalLM")) fail_msg("%s:\n%s", cmd, out);
+    moq_checkpoint_free(o.ck);
+    free(dir), free(prompt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_glm5_vs_transformers),
         cmocka_unit_test(test_glm5_schedule_spellings),
         cmocka_unit_test(test_glm5_config_errors),
         cmocka_unit_test(test_nvidia_configs),
+        cmocka_unit_test(test_glm5_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
