@@ -258,6 +258,49 @@ static void test_nvidia_configs(void **st) {
     }
 }
 
+/* GlmMoeDsaConfig's defaults for absent keys and its derived schedule, as transformers 5.17 prints them:
+ * GlmMoeDsaConfig(num_hidden_layers=8) -> q_lora_rank 2048, qk_nope_head_dim 192, v_head_dim 256,
+ * n_group 1, topk_group 1, index_topk 2048, index_n_heads 32, kv_lora_rank 512, every layer "full";
+ * index_topk_freq=4, index_skip_topk_offset=3 -> F F F S S S F S. */
+static void test_glm5_defaults(void **st) {
+    (void)st;
+    static const char *const cfg[] = {
+        "{\"architectures\": [\"GlmMoeDsaForCausalLM\"], \"num_hidden_layers\": 8}",
+        "{\"architectures\": [\"GlmMoeDsaForCausalLM\"], \"num_hidden_layers\": 8, \"index_topk_freq\": 4, \"index_skip_topk_offset\": 3}",
+    };
+    static const bool shared[2][8] = {{0}, {0, 0, 0, 1, 1, 1, 0, 1}};
+    for (int i = 0; i < 2; i++) {
+        char *dir = tu_tmpdir("glm5_dflt");
+        moq_writer *w = NULL;
+        TU_OK(moq_writer_create(&w, dir, err_));
+        static const uint16_t one[1] = {0x3f80};
+        TU_OK(moq_writer_add(w, "model.norm.weight", MOQ_DT_BF16, 1, (const int64_t[]){1}, one, 2, err_));
+        TU_OK(moq_writer_file(w, "config.json", cfg[i], err_));
+        TU_OK(moq_writer_finish(w, 1, err_));
+        moq_writer_free(w);
+        moq_checkpoint *c = NULL;
+        TU_OK(moq_checkpoint_open(&c, dir, NULL, err_));
+        moq_deepseek_cfg *d = malloc(sizeof *d);
+        TU_OK(moq_deepseek_v3_read(c, 8, "GlmMoeDsaConfig", d, err_));
+        assert_int_equal(d->q_lora_rank, 2048);
+        assert_int_equal(d->qk_nope_head_dim, 192);
+        assert_int_equal(d->v_head_dim, 256);
+        assert_int_equal(d->n_group, 1);
+        assert_int_equal(d->topk_group, 1);
+        assert_int_equal(d->index_topk, 2048);
+        assert_int_equal(d->index_n_heads, 32);
+        assert_int_equal(d->kv_lora_rank, 512);
+        for (int l = 0; l < 8; l++) assert_int_equal(d->index_shared[l], shared[i][l]);
+        TU_OK(moq_deepseek_v3_read(c, 8, "DeepseekV3Config", d, err_)); /* the other rows keep DeepseekV3Config's */
+        assert_int_equal(d->q_lora_rank, 1536);
+        assert_int_equal(d->index_topk, 0);
+        free(d);
+        moq_checkpoint_free(c);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
 /* The CLI on the fixture: `moq run -f prompt.bin -n 8` prints transformers' greedy ids (the fixture's
 byte-level tokenizer maps byte b to id b), `moq check` is clean, `moq inspect` does not warn. */
 static void test_glm5_cli(void **st) {
@@ -288,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_glm5_config_errors),
         cmocka_unit_test(test_nvidia_configs),
         cmocka_unit_test(test_glm5_cli),
+        cmocka_unit_test(test_glm5_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
