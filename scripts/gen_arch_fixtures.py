@@ -214,9 +214,24 @@ def gpt_oss_post(model):
                 p.copy_(torch.randn(p.shape, generator=g))
 
 
+def minimax_m2():
+    """MiniMax-M2 as NVIDIA's MiniMax-M2.5/M2.7 configs carry it (their extra top-level keys too):
+    partial RoPE (rotary_dim = head_dim / 2), q/k RMSNorm over the whole projection, sigmoid top-k
+    with e_score_correction_bias, renormalized; experts saved as block_sparse_moe.experts.N.w1/w2/w3."""
+    from transformers import MiniMaxM2Config, MiniMaxM2ForCausalLM
+    cfg = MiniMaxM2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=256, tie_word_embeddings=False, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5},
+        partial_rotary_factor=0.5, rotary_dim=8, use_qk_norm=True, qk_norm_type="per_layer", scoring_func="sigmoid",
+        use_routing_bias=True, shared_intermediate_size=0, attn_type_list=[1, 1, 1])
+    return cfg, MiniMaxM2ForCausalLM
+
+
 MODELS = [("deepseek_v3_a", deepseek_a), ("deepseek_v3_b", deepseek_b), ("qwen3_5_moe", qwen3_5_moe),
           ("qwen3_5", qwen3_5), ("gemma3_text", gemma3), ("llama4_a", llama4),
-          ("gpt_oss", gpt_oss, gpt_oss_post)]
+          ("gpt_oss", gpt_oss, gpt_oss_post), ("minimax_m2", minimax_m2)]
 
 
 def deepseek_v4():

@@ -2,7 +2,7 @@
 """modelopt_arch_fixtures.py — real ModelOpt exports of the issue-17 tiny models and their float32 oracle.
 
 The tiny random-weight transformers models of tests/data/hf_tiny (scripts/gen_arch_fixtures.py:
-DeepSeek-V3, Qwen3.5-MoE, Gemma 3, Llama 4, gpt-oss) are quantized by NVIDIA ModelOpt (`mtq.quantize`
+DeepSeek-V3, Qwen3.5-MoE, Gemma 3, Llama 4, gpt-oss, MiniMax-M2) are quantized by NVIDIA ModelOpt (`mtq.quantize`
 with a forward loop over random token batches, then `export_hf_checkpoint`: the flow of
 scripts/modelopt_fixtures.py and ModelOpt's examples/llm_ptq/hf_ptq.py) and written, per fixture, into
 OUT/<name>/ with the same files as scripts/modelopt_fixtures.py (config.json, hf_quant_config.json,
@@ -16,7 +16,8 @@ architectures export:
   - quantized linears may carry a bias (gpt-oss q/k/v/o);
   - DeepSeek's kv_b_proj is weight-only at run time (vLLM's MLA absorbs it, W_UK / W_UV, and so does
     moq: its input, the latent, is not quantized);
-  - routed experts per expert (experts.N.{gate,up,down}_proj: DeepSeek-V3, Qwen3.5-MoE) as in
+  - routed experts per expert (experts.N.{gate,up,down}_proj: DeepSeek-V3, Qwen3.5-MoE; MiniMax-M2's
+    block_sparse_moe.experts.N.{w1,w3,w2}, renamed to transformers 5's mlp.experts.N.*) as in
     modelopt_fixtures.py, or stacked (experts.gate_up_proj [E, K/b, 2I], down_proj [E, I/b, H] with
     <proj>_weight_scale, _weight_scale_2, _input_scale and gpt-oss's _bias: what ModelOpt 0.47 writes
     for Llama 4 and gpt-oss), run by a restatement of Llama4TextExperts.forward / GptOssExperts.forward
@@ -48,7 +49,7 @@ SEED = 1234
 
 # name -> (hf_tiny model, ModelOpt config attribute)
 FIXTURES = {}
-for _m in ("deepseek_v3_a", "qwen3_5_moe", "gemma3_text", "llama4_a", "gpt_oss"):
+for _m in ("deepseek_v3_a", "qwen3_5_moe", "gemma3_text", "llama4_a", "gpt_oss", "minimax_m2"):
     FIXTURES[_m + "_nvfp4"] = (_m, "NVFP4_DEFAULT_CFG")
     FIXTURES[_m + "_fp8"] = (_m, "FP8_DEFAULT_CFG")
 FIXTURES["llama4_a_w4a16_nvfp4"] = ("llama4_a", "W4A16_NVFP4_CFG")  # the other stacked scale forms
@@ -129,10 +130,24 @@ def make_linear_forward(q, w, b):
     return forward
 
 
+# MiniMax-M2's file names (Mixtral's, what ModelOpt exports and NVIDIA publishes) -> transformers 5's module names
+MIXTRAL_NAMES = ((".block_sparse_moe.", ".mlp."), (".w1.", ".gate_proj."), (".w3.", ".up_proj."), (".w2.", ".down_proj."))
+
+
+def transformers_names(sd):
+    out = {}
+    for k, v in sd.items():
+        if ".block_sparse_moe." in k:
+            for a, b in MIXTRAL_NAMES:
+                k = k.replace(a, b)
+        out[k] = v
+    return out
+
+
 def oracle_logits(d, tokens):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    sd = load_file(os.path.join(d, "model.safetensors"))
+    sd = transformers_names(load_file(os.path.join(d, "model.safetensors")))
     hq = json.load(open(os.path.join(d, "hf_quant_config.json")))
     algo, _ = mf.algo_of(hq)
     cfg = AutoConfig.from_pretrained(d)

@@ -42,7 +42,8 @@ static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmp_d); 
 void cmd_bench_moe_help(FILE *out) {
     char list[512];
     fprintf(out,
-            "usage: moq bench moe --algo A [--experts E] [--topk K] [--hidden H] [--inter I] [--tokens T] [--threads N] [--json]\n\n"
+            "usage: moq bench moe --algo A [--experts E] [--topk K] [--hidden H] [--inter I] [--tokens T] [--threads N]\n"
+            "                     [--device cpu|cuda] [--hot] [--json]\n\n"
             "Measures one MoE layer (silu-gated experts, softmax top-k) with random experts of format A,\n"
             "default shape Qwen3-30B-A3B: E=128, K=8, H=2048, I=768, T=1. T=1: selected-expert bytes/s\n"
             "from DRAM vs measured DRAM bandwidth; T>1: GFLOP/s vs one expert's linear kernel.\n\n"

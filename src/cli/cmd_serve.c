@@ -24,7 +24,7 @@ void cmd_serve_help(FILE *out) {
             "could never fit. Binds to --host 127.0.0.1 (loopback) and --port 8080 unless told otherwise\n"
             "(--port 0: any free port, written to --port-file). --api-key (or MOQ_API_KEY) requires\n"
             "\"Authorization: Bearer KEY\" on /v1/. --max-body (default 1M) limits request bodies.\n"
-            "--device cuda runs the model and the KV pool on the GPU (dense GQA models; decode steps replay\n"
+            "--device cuda runs the model and the KV pool on the GPU (Llama/Mistral/Qwen dense, Qwen3-MoE, Mixtral; decode steps replay\n"
             "CUDA graphs); auto picks the GPU when one is usable. SIGINT/SIGTERM cancel what is in flight and\n"
             "exit 0. Set OMP_WAIT_POLICY=passive on a shared machine. Details: docs/SERVE.md.\n");
 }

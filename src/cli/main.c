@@ -19,7 +19,7 @@ static const cli_cmd commands[] = {
     {"config",  "print the normalized ModelOpt quantization config (--compat vllm|sglang)", cmd_config, cmd_config_help, NULL},
     {"resolve", "which scheme one module gets, and the rule that decided", cmd_resolve, cmd_resolve_help, NULL},
     {"check",   "validate every module against its scheme's tensor contract", cmd_check, cmd_check_help, NULL},
-    {"bench",   "measure a quantized linear layer against DRAM bandwidth and OpenBLAS", cmd_bench, cmd_bench_help, cmd_bench_help_sub},
+    {"bench",   "measure a linear layer, a MoE layer or a whole model against the bandwidth bound", cmd_bench, cmd_bench_help, cmd_bench_help_sub},
     {"run",     "generate text with a checkpoint (streams tokens; load and tok/s on stderr)", cmd_run, cmd_run_help, NULL},
     {"serve",   "serve a checkpoint over an OpenAI-compatible HTTP API (continuous batching)", cmd_serve, cmd_serve_help, NULL},
     {"eval",    "perplexity over a text; with --ref, KL divergence and top-1 agreement", cmd_eval, cmd_eval_help, NULL},

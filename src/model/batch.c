@@ -75,7 +75,8 @@ moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts 
     const moq_batch_opts o = opts ? *opts : moq_batch_opts_default();
     if (!moq_model_batchable(m))
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, moq_model_path(m),
-                        "%s: batched decode takes GQA models (not multi-head latent attention or recurrent DeltaNet layers)",
+                        "%s: batched decode takes GQA models (not multi-head latent attention, recurrent DeltaNet layers, DeepSeek-V4's "
+                        "compressed attention, or a model opened with --tp)",
                         moq_model_architecture(m));
     if (o.page_tokens < 1 || o.page_tokens > 4096)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_batch_opts.page_tokens", "%lld, expected 1..4096", (long long)o.page_tokens);

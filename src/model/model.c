@@ -49,6 +49,7 @@
 #include "model/arch/gemma3.h"
 #include "model/arch/gemma4.h"
 #include "model/arch/llama4.h"
+#include "model/arch/minimax_m2.h"
 #include "model/arch/qwen3_5.h"
 #include "model/attn/dsv4.h"
 #include "model/attn/gdn.h"
@@ -103,12 +104,15 @@ typedef enum router_kind {
     ROUTER_DSV4,           /* DeepSeek-V4: scoring_func (sqrtsoftplus) top-k with the selection bias
                               `gate.bias`, renormalized, routed_scaling_factor; hash_moe layers take
                               the experts from `gate.tid2eid[token]`; swiglu_limit on every MLP       */
-    ROUTER_SIGMOID_ON_INPUT /* Llama 4 (Llama4Router): top-k logits, sigmoid, the expert's input scaled
+    ROUTER_SIGMOID_ON_INPUT,/* Llama 4 (Llama4Router): top-k logits, sigmoid, the expert's input scaled
                               by it (not its output); no renormalization                             */
+    ROUTER_SIGMOID_BIAS    /* MiniMax-M2 (MiniMaxM2TopKRouter): sigmoid, top-k of the scores +
+                              <moe_block>.e_score_correction_bias, unbiased weights renormalized     */
 } router_kind;
 
 /* Which family's config fields the architecture reads beyond moq_arch (model/arch/<family>.c). */
-typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_GEMMA4, FAM_LLAMA4, FAM_DEEPSEEK_V4 } family_cfg;
+typedef enum family_cfg { FAM_PLAIN, FAM_DEEPSEEK_V3, FAM_QWEN3_5, FAM_GEMMA3, FAM_GEMMA4, FAM_LLAMA4, FAM_DEEPSEEK_V4,
+                           FAM_MINIMAX_M2 } family_cfg;
 
 /* One row per supported config.json architecture. Bias on q/k/v is loaded wherever the checkpoint
  * has it (Qwen2 always, Llama with attention_bias), so it is no column. Window defaults are the
@@ -197,6 +201,9 @@ static const arch_row arch_rows[] = {
     /* gpt-oss: attention sinks, q/k/v/o bias, alternating sliding window (layer_types), softmax top-k with
      * a router bias, stacked experts with interleaved gate/up and biases, the clamped SwiGLU */
     {"GptOssForCausalLM",                   "mlp",              "model",                "lm_head",                NULL,             NULL,                 "GptOssConfig",         128,  0,  150000.0,  MOE_EVERY_LAYER,   WINDOW_LAYER_TYPES,ATTN_GQA,        ROUTER_SOFTMAX,         FAM_PLAIN,       false, true,  false, false, false, false, false, "mlp",          "router", MOQ_MOE_ACT_SWIGLU_LIMIT, true,  true},
+    /* MiniMax-M2 / M2.5 / M2.7: q/k RMSNorm over the whole projection (all heads), partial RoPE, sigmoid
+     * top-k with the correction bias, every layer MoE with Mixtral's expert names (model/arch/minimax_m2.c) */
+    {"MiniMaxM2ForCausalLM",                "block_sparse_moe", "model",                "lm_head",                NULL,             NULL,                 "MiniMaxM2Config",      0,    0,  5000000.0, MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_GQA,        ROUTER_SIGMOID_BIAS,    FAM_MINIMAX_M2,  false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
 };
 
 bool moq_model_rope_theta_default(const char *architecture, double *theta, const char **config_class) {
@@ -241,6 +248,11 @@ moq_status moq_model_config_check(const moq_checkpoint *c, moq_error *err) {
     const arch_row *r = NULL;
     for (size_t i = 0; a && i < sizeof arch_rows / sizeof arch_rows[0]; i++)
         if (strcmp(arch_rows[i].name, a->architecture) == 0) r = &arch_rows[i];
+    if (r && r->family == FAM_MINIMAX_M2) { /* rotary_dim, qk_norm_type, scoring_func as open_model reads them */
+        moq_minimax_m2_cfg mc;
+        const int64_t A = a->num_attention_heads;
+        return moq_minimax_m2_read(c, a->head_dim ? a->head_dim : (A ? a->hidden_size / A : 0), &mc, err);
+    }
     if (!r || r->family != FAM_GEMMA4 || a->num_hidden_layers < 1 || a->num_hidden_layers > 100000) return MOQ_OK;
     const int64_t L = a->num_hidden_layers, A = a->num_attention_heads;
     bool *sl = malloc((size_t)L * sizeof *sl);
@@ -506,6 +518,11 @@ static moq_status open_moe(moq_model *m, int64_t l, const moq_linear_opts *lo, m
         mo.routing.routed_scaling_factor = (float)m->v4->routed_scaling_factor;
         mo.swiglu_limit = (float)m->v4->swiglu_limit, mo.swiglu_alpha = 1.0f, mo.swiglu_beta = 0.0f;
     }
+    if (m->arch->router == ROUTER_SIGMOID_BIAS) { /* MiniMaxM2TopKRouter: always renormalized */
+        mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
+        mo.routing.use_correction_bias = true;
+        mo.routing.renormalize = true;
+    }
     if (m->arch->router == ROUTER_SIGMOID_ON_INPUT) { /* Llama4Router + Llama4TextMoe */
         mo.routing.scoring = MOQ_MOE_SCORE_SIGMOID;
         mo.routing.renormalize = false;
@@ -707,6 +724,12 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
             MOQ_TRY(moq_layers_f32(&ly->sinks, c, n, m->tp.G > 1 ? m->tp.G * m->A : m->A, &m->blobs, err));
             ly->sinks += m->tp.a0; /* this rank's heads */
         }
+        if (ly->qk_full) { /* MiniMax-M2: one norm over all heads of q, one over all of k */
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->q_norm, n, m->A * ly->D, err));
+            snprintf(n, sizeof n, "%s.layers.%lld.self_attn.k_norm.weight", m->arch->prefix, (long long)l);
+            MOQ_TRY(load_norm(m, &ly->k_norm, n, ly->KV * ly->D, err));
+        }
         if (m->arch->qk_norm && gqa) {
             snprintf(n, sizeof n, "%s.layers.%lld.self_attn.q_norm.weight", m->arch->prefix, (long long)l);
             MOQ_TRY(load_norm(m, &ly->q_norm, n, ly->D, err));
@@ -857,6 +880,7 @@ static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
                       : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers"
                       : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
                       : r->family == FAM_GEMMA4 ? "Gemma 4's per-layer head sizes and k_eq_v global layers"
+                      : r->family == FAM_MINIMAX_M2 ? "MiniMax-M2's q/k norms over all heads"
                       : m->opts.device == MOQ_DEVICE_CUDA && m->opts.tp_backend != MOQ_COMM_NCCL
                       ? "--device cuda with CPU collectives (the GPU forward sums through NCCL: --tp-backend nccl)" : NULL;
     if (why) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s under --tp %d: tensor parallelism splits GQA attention, dense and "
@@ -967,6 +991,12 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         }
         m->I = m->l4.intermediate_size_mlp;
         m->Is = m->Ie;
+    }
+    if (m->arch->family == FAM_MINIMAX_M2) { /* partial RoPE, whole-projection q/k norms */
+        moq_minimax_m2_cfg mc;
+        MOQ_TRY(moq_minimax_m2_read(m->ckpt, m->D, &mc, err));
+        m->Drot = mc.rotary_dim;
+        for (int64_t l = 0; l < m->L; l++) m->layers[l].qk_full = true;
     }
     int64_t n_moe = 0;
     MOQ_TRY(read_layer_plan(m, &n_moe, err));
@@ -1307,17 +1337,18 @@ static moq_status gqa_block(moq_model *m, const layer *ly, int64_t l, int64_t M,
     CHECK(m->qkv, M, qkvN, "%s", ly->qkv.name);
     for (int64_t i = 0; i < M; i++) {
         float *q = m->qkv + i * qkvN, *k = q + A * qh, *v = k + KV * D;
+        if (ly->qk_full) rmsnorm(q, q, ly->q_norm, A * D, m->eps), rmsnorm(k, k, ly->k_norm, KV * D, m->eps); /* MiniMax-M2 */
         /* Llama 4 temperature: log1p(floor((pos + 1) / floor_scale)) · attn_scale + 1 (NoPE layers) */
         const float temp = ly->temp ? (float)(log1p(floor((double)(m->rpos[i] + 1) / (double)m->l4.floor_scale)) * m->l4.attn_scale + 1.0) : 1.0f;
         for (int64_t hd = 0; hd < A; hd++) {
             float *qh_ = q + hd * qh;
-            if (ly->q_norm) rmsnorm(qh_, qh_, ly->q_norm, D, m->eps);
+            if (ly->q_norm && !ly->qk_full) rmsnorm(qh_, qh_, ly->q_norm, D, m->eps);
             if (!ly->nope) rope(m, qh_, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(qh_, qh_, NULL, D, m->eps);
             for (int64_t e = 0; ly->temp && e < D; e++) qh_[e] *= temp;
         }
         for (int64_t hd = 0; hd < KV; hd++) {
-            if (ly->k_norm) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
+            if (ly->k_norm && !ly->qk_full) rmsnorm(k + hd * D, k + hd * D, ly->k_norm, D, m->eps);
             if (!ly->nope) rope(m, k + hd * D, R, m->rpos[i], ly);
             if (ly->l2_qk) rmsnorm(k + hd * D, k + hd * D, NULL, D, m->eps);
             if (ly->v_norm) rmsnorm(v + hd * D, v + hd * D, NULL, D, m->eps); /* Gemma 4: v / rms(v), no weight */

@@ -49,6 +49,7 @@ typedef struct layer {
     bool             k_eq_v;             /* Gemma 4 attention_k_eq_v global layer: fused [q | k]
                                             only, v = the k projection before k_norm              */
     bool             v_norm;             /* Gemma 4: v / rms(v) per head (no weight)               */
+    bool             qk_full;            /* MiniMax-M2: q_norm / k_norm over the whole projection  */
     float            scalar;             /* Gemma 4 layer_scalar: x × this at the layer's end (1)  */
     bool             g4moe;              /* Gemma 4 MoE block: routed experts beside the MLP       */
     moq_layer_linear g4_router;          /* router.proj [E, H]                                    */
@@ -58,7 +59,7 @@ typedef struct layer {
     float *pre_ffn_norm, *post_ffn_norm; /* f32 [H], arch_row.sandwich */
     const float *inv_freq;           /* this layer's RoPE (Gemma: global or local), f32 [Drot/2] */
     float  mscale;
-    float *q_norm, *k_norm;          /* f32 [D] or NULL  */
+    float *q_norm, *k_norm;          /* f32 [D] or NULL (qk_full: [A·D], [KV·D]) */
     float *sinks;                    /* f32 [A] or NULL: arch_row.sinks */
     moq_dsv4_attn    v4;                 /* ATTN_DSV4 layers: attention, compressors, mHC       */
     int32_t         *hash_ids;           /* DeepSeek-V4 hash_moe layer: tid2eid i32 [V, topk]    */

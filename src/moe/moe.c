@@ -875,8 +875,12 @@ moq_status moq_moe_create(moq_moe **out, const moq_checkpoint *ck, const char *p
         if (o.routing.use_correction_bias && !o.routing.correction_bias) {
             snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
             if (!moq_checkpoint_tensor(ck, nm)) snprintf(nm, sizeof nm, "%s.%s.bias", prefix, o.router); /* DeepSeek-V4's name */
+            if (!moq_checkpoint_tensor(ck, nm)) { /* MiniMax-M2: beside the router, <block>.e_score_correction_bias */
+                snprintf(nm, sizeof nm, "%s.e_score_correction_bias", prefix);
+                if (!moq_checkpoint_tensor(ck, nm)) snprintf(nm, sizeof nm, "%s.%s.e_score_correction_bias", prefix, o.router);
+            }
             const moq_tensor *b;
-            if ((st = get_tensor(ck, nm, "DeepSeek-V3 router selection bias", &b, err)) != MOQ_OK) goto fail;
+            if ((st = get_tensor(ck, nm, "router selection bias (DeepSeek-V3, MiniMax-M2)", &b, err)) != MOQ_OK) goto fail;
             if ((st = want_dtype(b, MOQ_DT_F32, MOQ_DT_BF16, "selection bias", err)) != MOQ_OK) goto fail;
             if ((st = want_shape(b, 1, (int64_t[]){m->E}, "selection bias [E]", err)) != MOQ_OK) goto fail;
             m->bias = malloc((size_t)m->E * sizeof(float));

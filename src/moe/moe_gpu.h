@@ -11,7 +11,10 @@
  * synchronisation). Gate and up keep their own alphas (per-row scales of the packed w13, as the CPU's
  * shards). Refused at open (MOQ_ERR_UNSUPPORTED, naming the reason): experts without a CUDA pair
  * (F32 / F16), AWQ pre_quant_scale, a shared expert inside the layer, per-expert activation scales
- * that differ (the rows of all experts are quantized in one pass), E > 1024, max_tokens·k > 8192.
+ * that differ (the rows of all experts are quantized in one pass), per-expert weight scales (Gemma
+ * 4), scores other than softmax / sigmoid, E > 1024, top_k > 32, max_tokens·k > 8192; and
+ * (MOQ_ERR_INVALID_ARG) a layer created without moq_moe_opts.keep_canonical, whose CPU packing
+ * dropped the canonical expert weights this layer packs.
  * Tests: tests/moe/test_moe_cuda.c (against moq_moe_run and moq_moe_route_ref).
  */
 #ifndef MOQ_MOE_MOE_GPU_H

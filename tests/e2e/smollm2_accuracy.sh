@@ -10,11 +10,17 @@
 #     reference's within 0.5 %;
 #   - FP8, FP8_PER_CHANNEL_PER_TOKEN, NVFP4 and W4A16_NVFP4 perplexity within the bounds
 #     docs/ACCURACY.md states for this slice. Measured (BF16 17.5725; static scales calibrated on
-#     chapters 3-4): FP8 19.2427 (+9.5 %), FP8_PER_CHANNEL_PER_TOKEN 18.5615 (+5.6 %), NVFP4 28.8617
-#     (+64.2 %; 28.31 when calibrated on chapters 1-2 as older `make run`s did), W4A16 23.0253
-#     (+31.0 %). Bounds: +12 %, +8 %, +75 %, +40 %. The issue's "FP8 within 1 % of BF16" does not
-#     hold for this 135M model (docs/ACCURACY.md: +2.1 % over the whole text, +9.5 % here), so the
-#     test holds FP8 to its measured bound; a broken format lands far outside these (hundreds).
+#     chapters 3-4): FP8 18.862 / 19.3951 / 19.6827 on the portable C / AVX2 / AVX-512 rows (mean
+#     18.88 = +7.4 %, sd 1.8 % over 23 runs with random 1-ulp noise on 1/8 of the linear outputs,
+#     range +3.3..+11.9 %), FP8_PER_CHANNEL_PER_TOKEN 18.1959 / 18.9465 / 18.4705 (mean 18.51 =
+#     +5.3 %, sd 1.3 %, range +3.0..+8.0 % over 12 such runs), NVFP4 28.8617 (+64.2 %; 28.31 when
+#     calibrated on chapters 1-2 as older `make run`s did), W4A16 23.0253 (+31.0 %). The FP8 values
+#     differ between CPU tiers although every linear agrees with its `_ref` row to f32 rounding on
+#     these very activations: activation rounding to e4m3 amplifies f32 reassociation into a
+#     different draw of the quantization noise on 212 tokens (docs/ACCURACY.md). Bounds: the mean
+#     plus about 4 sd for the FP8 formats, +15 %, +11 %; +75 %, +40 %. The issue's "FP8 within 1 %
+#     of BF16" does not hold for this 135M model (docs/ACCURACY.md: +2.1 % over the whole text),
+#     so the test holds FP8 to its measured bound; a broken format lands far outside (hundreds).
 set -u
 MOQ=${MOQ_BIN:?MOQ_BIN not set}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,7 +60,7 @@ within() { # what ppl ref max_rel
 }
 bf16=$(ppl_of "$BASE-bf16")
 within "bf16 (against the float64 reference)" "$bf16" "$(json_num ppl_head)" 0.005
-for row in "fp8 0.12" "fp8-pcpt 0.08" "nvfp4 0.75" "w4a16 0.40"; do
+for row in "fp8 0.15" "fp8-pcpt 0.11" "nvfp4 0.75" "w4a16 0.40"; do
     read -r name bound <<< "$row"
     if [ ! -d "$BASE-$name" ]; then echo "SKIP: $BASE-$name not present (\`make formats\` makes it)"; continue; fi
     within "$name" "$(ppl_of "$BASE-$name")" "$bf16" "$bound"

@@ -9,6 +9,8 @@
  * must also agree bit for bit (test_nvfp4_maddubs_equals_vnni). Rows whose CPU features are missing are
  * skipped with a message; the registry's choice under cpu masks is checked too. The packed GEMM
  * rows are also run on shapes that cross their cache blocks (test_gemm_cache_blocks).
+ * The FP8 per-tensor / per-channel rows also run on SmolLM2-135M's shapes and activation ranges
+ * against the fp64 oracle element by element (test_fp8_model_shapes).
  *
  * Test names read linear/<row>/x_<dtype>.y_<dtype>/m<M>_n<N>_k<K> (STYLE.md §10). */
 #include "tu.h"
@@ -229,6 +231,79 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
     }
 }
 
+/* FP8 per-tensor (static) and per-channel/per-token rows on activations shaped like SmolLM2-135M's
+ * (where the CPU tiers' perplexities differ by a few %): fused q/k/v [960 x 576] in 3 shards of
+ * different input scales, down_proj [576 x 1536]; M = 32 and 21 (moq eval's prefill chunks) and 1;
+ * token 0 an attention-sink row (a few channels ~10^3 x the others, clamped at ±448 by the static
+ * scale), the other tokens spread over the e4m3 range with a few outlier channels. Every row of
+ * the two pairs (`_ref` included) against the fp64 oracle of kref.h, element by element: a sum of
+ * K exact products in any order is within (K + 3)·2^-24·Σ|products| of the exact sum (plus the
+ * epilogue roundings), which Frobenius errors would hide in the rows that cancel. */
+static void fp8_model_like_x(float *x, int64_t M, int64_t K, float typ) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = urand(-typ, typ) * (rnd() % 8 == 0 ? 4.0f : 1.0f);
+            if (k % 97 == 5) v *= 40.0f; /* outlier channels */
+            if (m == 0) v = k % 191 == 7 ? (k & 1 ? -1.0f : 1.0f) * urand(500, 2000) * typ : v * 0.05f; /* sink token */
+            x[m * K + k] = rnd() % 3 == 0 ? bf16_round(v) : v;
+        }
+}
+
+static void test_fp8_model_shapes(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    static const tpair ps[] = {TP_FP8_TENSOR, TP_FP8_ROW};
+    static const int64_t NK[2][2] = {{960, 576}, {576, 1536}}, Ms[] = {32, 21, 1};
+    int runs = 0;
+    for (size_t pi = 0; pi < 2; pi++)
+        for (int sh = 0; sh < 2; sh++) {
+            const tpair p = ps[pi];
+            const int64_t N = NK[sh][0], K = NK[sh][1];
+            tw t = tw_make(p, N, K, sh == 0 && p == TP_FP8_TENSOR ? 3 : 1, sh == 0);
+            if (sh == 0 && p == TP_FP8_TENSOR) { /* q 576, k 192, v 192 rows; input scales 0.8..1.25 of each other */
+                t.w.row0[1] = 576, t.w.row0[2] = 768;
+                t.w.shard_in_scale[0] = 0.0108646564f, t.w.shard_in_scale[1] = 0.0087f, t.w.shard_in_scale[2] = 0.0135f;
+            }
+            tw ta = t; /* |w|, |bias|: the oracle of |x| then gives row_scale·Σ|x_k w_k| + |bias| */
+            ta.q = malloc((size_t)(N * K));
+            for (int64_t i = 0; i < N * K; i++) ((uint8_t *)ta.q)[i] = ((const uint8_t *)t.q)[i] & 0x7F;
+            ta.w.q = ta.q;
+            if (t.bias) {
+                ta.bias = malloc((size_t)N * 4);
+                for (int64_t n = 0; n < N; n++) ta.bias[n] = fabsf(t.bias[n]);
+                ta.w.bias = ta.bias;
+            }
+            float *x = malloc((size_t)(32 * K) * 4), *xa = malloc((size_t)(32 * K) * 4), *y = malloc((size_t)(32 * N) * 4);
+            double *want = malloc((size_t)(32 * N) * sizeof(double)), *mass = malloc((size_t)(32 * N) * sizeof(double));
+            fp8_model_like_x(x, 32, K, 0.0108646564f * 448 / 8);
+            for (int64_t i = 0; i < 32 * K; i++) xa[i] = fabsf(x[i]);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                tw_oracle(&t, x, M, want);
+                tw_oracle(&ta, xa, M, mass);
+                for (size_t i = 0; i < moq_kernel_table_len; i++) {
+                    const moq_kernel *k = &moq_kernel_table[i];
+                    if (tpair_of(k->pair) != p || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+                    char why[160];
+                    if (k->supports && !k->supports(&t.w, why, sizeof why)) continue;
+                    klin_run(&t, k->name, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
+                    runs++;
+                    for (int64_t j = 0; j < M * N; j++) {
+                        const double tol = (double)(K + 3) * 0x1p-24 * mass[j] + 0x1p-23 * fabs(want[j]);
+                        if (!(fabs((double)y[j] - want[j]) <= tol))
+                            fail_msg("%s m%lld_n%lld_k%lld: y[%lld, %lld] = %.9g, fp64 oracle %.9g (|diff| %.3g > %.3g from K f32 sums); seed %u",
+                                     k->name, (long long)M, (long long)N, (long long)K, (long long)(j / N), (long long)(j % N), (double)y[j], want[j],
+                                     fabs((double)y[j] - want[j]), tol, g_seed);
+                    }
+                }
+            }
+            free(x), free(xa), free(y), free(want), free(mass);
+            free(ta.q), free(ta.bias);
+            tw_free(&t);
+        }
+    print_message("%d fp8 row runs on model-like activations\n", runs);
+}
+
 /* The registry's choice follows the allowed features; _ref is always there. */
 static void test_choice_follows_cpu_mask(void **state) {
     (void)state;
@@ -283,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
+        cmocka_unit_test(test_fp8_model_shapes),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
     if (r) fprintf(stderr, "seed %u\n", g_seed);

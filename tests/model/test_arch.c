@@ -22,7 +22,8 @@
  *
  * Tolerance (max |d| / max |ref|): the generator cast the model to bf16 and back to f32, which also
  * rounded transformers' RoPE inv_freq buffer to bf16; moq keeps inv_freq in f32. Measured:
- * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4
+ * deepseek_v3_a 3.2e-4, deepseek_v3_b 7.9e-5, qwen3_5_moe 2.5e-5, qwen3_5 5.3e-5, llama4_a 2.7e-5, gpt_oss 2.8e-4,
+ * minimax_m2 5.8e-5 (per-head instead of whole-projection q/k norms, or no correction bias, changed a greedy id)
  * (YaRN); with moq's inv_freq rounded to bf16 as an experiment: 7.5e-7, 3.1e-7, 5.5e-6, 1.9e-6, 4.0e-7,
  * 1.5e-6 (the DeltaNet recurrence in f32 vs
  * transformers' chunked form), so the rest is f32 summation order. Limit 1e-3 vs transformers (a
@@ -32,57 +33,13 @@
 #include <math.h>
 
 #include "tu.h"
+#include "hf_ref.h"
 #include "arch_oracle.h"
 
-enum { NT = 20, NP = 12, NG = 8 };
-
-typedef struct ref {
-    moq_checkpoint *ck;
-    int32_t         tokens[NT], greedy[NG];
-    const float    *logits; /* [NT, V], in the mapping */
-    int64_t         V;
-} ref;
-
-static void load_ref(ref *r, const char *model) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "hf_tiny/%s/ref.safetensors", model);
-    char *p = tu_src_data_path(rel);
-    TU_OK(moq_checkpoint_open(&r->ck, p, NULL, err_));
-    free(p);
-    const moq_tensor *t = moq_checkpoint_tensor(r->ck, "tokens"), *g = moq_checkpoint_tensor(r->ck, "greedy"),
-                     *l = moq_checkpoint_tensor(r->ck, "logits");
-    assert_non_null(t);
-    assert_non_null(g);
-    assert_non_null(l);
-    assert_int_equal(t->nelem, NT);
-    assert_int_equal(g->nelem, NG);
-    memcpy(r->tokens, t->data, sizeof r->tokens);
-    memcpy(r->greedy, g->data, sizeof r->greedy);
-    assert_int_equal(l->shape[0], NT);
-    r->V = l->shape[1];
-    r->logits = l->data;
-}
-
-static double rel(const float *got, const float *want, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mr = fmax(mr, fabs((double)want[i]));
-        const double d = fabs((double)got[i] - (double)want[i]);
-        md = d > md || d != d ? d : md;
-    }
-    return md / mr;
-}
-
-static int argmax(const float *x, int64_t n) {
-    int b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = (int)i;
-    return b;
-}
 
 static void check_model(const char *model, const char *arch, int threads) {
     ref r;
-    load_ref(&r, model);
+    hf_ref_load(&r, model);
     char rel_dir[128];
     snprintf(rel_dir, sizeof rel_dir, "hf_tiny/%s", model);
     char *dir = tu_src_data_path(rel_dir);
@@ -98,20 +55,20 @@ static void check_model(const char *model, const char *arch, int threads) {
 
     /* 1. prefill of every token */
     TU_OK(moq_model_prefill(m, r.tokens, NT, pre, err_));
-    const double e1 = rel(pre, r.logits, NT * V);
+    const double e1 = hf_rel_err(pre, r.logits, NT * V);
 
     /* 2. prompt, then greedy decode step by step */
     moq_model_reset(m);
     TU_OK(moq_model_prefill(m, r.tokens, NP, dec, err_));
-    int32_t next = (int32_t)argmax(dec + (NP - 1) * V, V);
+    int32_t next = (int32_t)hf_argmax(dec + (NP - 1) * V, V);
     for (int j = 0; j < NG; j++) {
         assert_int_equal(next, r.greedy[j]);
         TU_OK(moq_model_decode(m, next, err_));
         memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
-        next = (int32_t)argmax(moq_model_logits(m), V);
+        next = (int32_t)hf_argmax(moq_model_logits(m), V);
     }
-    const double e2 = rel(dec + NP * V, r.logits + NP * V, NG * V);
-    const double e3 = rel(dec + NP * V, pre + NP * V, NG * V);
+    const double e2 = hf_rel_err(dec + NP * V, r.logits + NP * V, NG * V);
+    const double e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
     print_message("  %-14s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
     assert_true(e1 < 1e-3);
     assert_true(e2 < 1e-3);
@@ -176,6 +133,14 @@ static void test_gpt_oss(void **st) {
     check_model("gpt_oss", "GptOssForCausalLM", 2);
 }
 
+/* MiniMax-M2: q_norm / k_norm over the whole q and k projections (not per head), partial RoPE (8 of 16
+ * dims, theta 5e6), 8 experts top-2 every layer with sigmoid scores, selection by score +
+ * block_sparse_moe.e_score_correction_bias, unbiased weights renormalized; Mixtral's expert names w1/w2/w3. */
+static void test_minimax_m2(void **st) {
+    (void)st;
+    check_model("minimax_m2", "MiniMaxM2ForCausalLM", 2);
+}
+
 /* The multimodal checkpoints' layout: the same weights under another decoder prefix and head name,
  * config.json's text fields moved into text_config. Written from a fixture; the logits must be
  * transformers' for the fixture, unchanged. */
@@ -205,7 +170,7 @@ static void check_rekeyed(const char *model, const char *arch, const char *prefi
     moq_writer_free(w);
     free(cfg);
     ref r;
-    load_ref(&r, model);
+    hf_ref_load(&r, model);
     moq_model_opts o = moq_model_opts_default();
     o.ctx = 32;
     moq_model *m = NULL;
@@ -213,7 +178,7 @@ static void check_rekeyed(const char *model, const char *arch, const char *prefi
     assert_string_equal(moq_model_architecture(m), arch);
     float *got = malloc(sizeof(float) * NT * (size_t)r.V);
     TU_OK(moq_model_prefill(m, r.tokens, NT, got, err_));
-    const double e = rel(got, r.logits, NT * r.V);
+    const double e = hf_rel_err(got, r.logits, NT * r.V);
     print_message("  %-36s as %-22s vs transformers %.2e\n", arch, prefix, e);
     assert_true(e < 1e-3);
     free(got);
@@ -898,6 +863,7 @@ int main(void) {
         cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_qwen3_5_formats_vs_fp64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,60 +30,16 @@
 #include <math.h>
 
 #include "tu.h"
+#include "hf_ref.h"
 #include "arch_oracle.h"
 #include "model/arch/gemma4.h"
 #include "model/model.h"
 
-enum { NT = 20, NP = 12, NG = 8 };
-
-typedef struct ref {
-    moq_checkpoint *ck;
-    int32_t         tokens[NT], greedy[NG];
-    const float    *logits; /* [NT, V], in the mapping */
-    int64_t         V;
-} ref;
-
-static void load_ref(ref *r, const char *model) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "hf_tiny/%s/ref.safetensors", model);
-    char *p = tu_src_data_path(rel);
-    TU_OK(moq_checkpoint_open(&r->ck, p, NULL, err_));
-    free(p);
-    const moq_tensor *t = moq_checkpoint_tensor(r->ck, "tokens"), *g = moq_checkpoint_tensor(r->ck, "greedy"),
-                     *l = moq_checkpoint_tensor(r->ck, "logits");
-    assert_non_null(t);
-    assert_non_null(g);
-    assert_non_null(l);
-    assert_int_equal(t->nelem, NT);
-    assert_int_equal(g->nelem, NG);
-    memcpy(r->tokens, t->data, sizeof r->tokens);
-    memcpy(r->greedy, g->data, sizeof r->greedy);
-    assert_int_equal(l->shape[0], NT);
-    r->V = l->shape[1];
-    r->logits = l->data;
-}
-
-static double rel(const float *got, const float *want, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mr = fmax(mr, fabs((double)want[i]));
-        const double d = fabs((double)got[i] - (double)want[i]);
-        md = d > md || d != d ? d : md;
-    }
-    return md / mr;
-}
-
-static int argmax(const float *x, int64_t n) {
-    int b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = (int)i;
-    return b;
-}
 
 /* Prefill of all 20 tokens, then prompt + greedy decode, against transformers' logits of `model`. */
 static void check_dir(const char *model, const char *dir) {
     ref r;
-    load_ref(&r, model);
+    hf_ref_load(&r, model);
     moq_model_opts o = moq_model_opts_default();
     o.n_threads = 2;
     o.ctx = 64;
@@ -94,17 +50,17 @@ static void check_dir(const char *model, const char *dir) {
     const int64_t V = r.V;
     float *pre = malloc(sizeof(float) * NT * (size_t)V), *dec = malloc(sizeof(float) * NT * (size_t)V);
     TU_OK(moq_model_prefill(m, r.tokens, NT, pre, err_));
-    const double e1 = rel(pre, r.logits, NT * V);
+    const double e1 = hf_rel_err(pre, r.logits, NT * V);
     moq_model_reset(m);
     TU_OK(moq_model_prefill(m, r.tokens, NP, dec, err_));
-    int32_t next = (int32_t)argmax(dec + (NP - 1) * V, V);
+    int32_t next = (int32_t)hf_argmax(dec + (NP - 1) * V, V);
     for (int j = 0; j < NG; j++) {
         assert_int_equal(next, r.greedy[j]);
         TU_OK(moq_model_decode(m, next, err_));
         memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
-        next = (int32_t)argmax(moq_model_logits(m), V);
+        next = (int32_t)hf_argmax(moq_model_logits(m), V);
     }
-    const double e2 = rel(dec + NP * V, r.logits + NP * V, NG * V), e3 = rel(dec + NP * V, pre + NP * V, NG * V);
+    const double e2 = hf_rel_err(dec + NP * V, r.logits + NP * V, NG * V), e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
     print_message("  %s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
     assert_true(e1 < 1e-3);
     assert_true(e2 < 1e-3);
@@ -207,7 +163,7 @@ static void test_multimodal_layout(void **st) {
     moq_writer_free(w);
     free(cfg);
     ref r;
-    load_ref(&r, "gemma4_text");
+    hf_ref_load(&r, "gemma4_text");
     moq_model_opts o = moq_model_opts_default();
     o.ctx = 32;
     moq_model *m = NULL;
@@ -215,7 +171,7 @@ static void test_multimodal_layout(void **st) {
     assert_string_equal(moq_model_architecture(m), "Gemma4ForConditionalGeneration");
     float *got = malloc(sizeof(float) * NT * (size_t)r.V);
     TU_OK(moq_model_prefill(m, r.tokens, NT, got, err_));
-    const double e = rel(got, r.logits, NT * r.V);
+    const double e = hf_rel_err(got, r.logits, NT * r.V);
     print_message("  Gemma4ForConditionalGeneration vs transformers %.2e\n", e);
     assert_true(e < 1e-3);
     free(got);

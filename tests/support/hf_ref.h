@@ -1,0 +1,27 @@
+/* hf_ref.h — the transformers reference of a tiny model under tests/data/hf_tiny/<model>/ref.safetensors
+ * (scripts/gen_arch_fixtures.py writes it: 20 token ids, transformers' logits at each of them, and 8
+ * greedy ids after the first 12 tokens), and the two measures the architecture tests apply to it. */
+#ifndef MOQ_TESTS_HF_REF_H
+#define MOQ_TESTS_HF_REF_H
+
+#include <stdint.h>
+
+#include "io/checkpoint.h"
+
+enum { NT = 20, NP = 12, NG = 8 }; /* tokens, prompt length, greedy steps */
+
+typedef struct ref {
+    moq_checkpoint *ck;
+    int32_t         tokens[NT], greedy[NG];
+    const float    *logits; /* [NT, V], in the mapping */
+    int64_t         V;
+} ref;
+
+/* Opens hf_tiny/<model>/ref.safetensors from the source tree (fails the test when it is missing or malformed). */
+void   hf_ref_load(ref *r, const char *model);
+/* max |got - want| / max |want| (NaN in got gives NaN). */
+double hf_rel_err(const float *got, const float *want, int64_t n);
+/* index of the largest value, the lowest on ties */
+int    hf_argmax(const float *x, int64_t n);
+
+#endif
