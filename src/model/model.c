@@ -172,6 +172,9 @@ static const arch_row arch_rows[] = {
     /* DeepSeek-V3.2: MLA + a DSA indexer that keeps index_topk keys per query; up to that many
      * positions it keeps them all, so the context is capped there and the indexer weights unused */
     {"DeepseekV32ForCausalLM",              "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "DeepseekV32Config",    0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
+    /* GLM-5 / 5.1 / 5.2: DeepSeek-V3.2's blocks and names; interleaved indexer RoPE and "shared"
+     * indexer layers (model/arch/glm_moe_dsa.c) */
+    {"GlmMoeDsaForCausalLM",                "mlp",              "model",                "lm_head",                "shared_experts", NULL,                 "GlmMoeDsaConfig",      0,    0,  10000.0,   MOE_FIRST_K_DENSE, WINDOW_NONE,       ATTN_MLA,        ROUTER_SIGMOID_GROUPED, FAM_DEEPSEEK_V3, false, true,  false, false, false, false, false, "mlp",          "gate", MOQ_MOE_ACT_SILU,        false, false},
     /* DeepSeek-V4: DeepSeek's tensor names as transformers saves them (attn, ffn, head; config
      * fields and per-layer schedules: model/arch/deepseek_v4.c; attention and mHC: model/attn/dsv4.c) */
     {"DeepseekV4ForCausalLM",               "ffn",              "model",                "head",                   "shared_experts", NULL,                 "DeepseekV4Config",     0,    0,  10000.0,   MOE_EVERY_LAYER,   WINDOW_NONE,       ATTN_DSV4,       ROUTER_DSV4,            FAM_DEEPSEEK_V4, false, true,  false, false, false, false, true,  "ffn",          "gate", MOQ_MOE_ACT_SWIGLU_LIMIT, false, false},
@@ -664,7 +667,9 @@ static moq_status open_layers(moq_model *m, const moq_linear_opts *lo, moq_error
         layer *ly = &m->layers[l];
         if (m->arch->attn == ATTN_MLA) {
             snprintf(p, sizeof p, "%s.layers.%lld.self_attn", m->arch->prefix, (long long)l);
-            MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &m->mla, lo, &m->blobs, err));
+            moq_mla_dims dl = m->mla;
+            dl.ishared = m->ds.index_shared[l];
+            MOQ_TRY(moq_mla_open(&ly->mla, c, m->q, p, &dl, lo, &m->blobs, err));
         } else if (ly->linear) {
             snprintf(p, sizeof p, "%s.layers.%lld.linear_attn", m->arch->prefix, (long long)l);
             MOQ_TRY(moq_gdn_open(&ly->gdn, c, m->q, p, &m->gdn, lo, &m->blobs, err));
@@ -917,7 +922,7 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
         MOQ_TRY(read_bool(m->ckpt, "norm_topk_prob", &m->norm_topk, err));
     }
     if (m->arch->family == FAM_DEEPSEEK_V3) { /* DeepSeek-V3: the rope part of a head is what RoPE sees */
-        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, m->L, &m->ds, err));
+        MOQ_TRY(moq_deepseek_v3_read(m->ckpt, m->L, m->arch->config_class, &m->ds, err));
         m->D = m->ds.qk_rope_head_dim;
         m->KV = 1;
         m->Is = m->ds.n_shared_experts * m->Ie;
@@ -1055,8 +1060,9 @@ static moq_status open_model(moq_model *m, const char *dir, moq_error *err) {
     if (m->arch->attn == ATTN_MLA) {
         m->mla = (moq_mla_dims){.H = m->H, .A = m->A, .q_lora = m->ds.q_lora_rank, .R = m->ds.kv_lora_rank, .dn = m->ds.qk_nope_head_dim,
                                 .dr = m->ds.qk_rope_head_dim, .dv = m->ds.v_head_dim, .interleave = m->ds.rope_interleave,
-                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = m->eps, .topk = m->ds.index_topk,
-                                .nih = m->ds.index_n_heads, .ihd = m->ds.index_head_dim, .ctx = m->T};
+                                .scale = moq_deepseek_v3_softmax_scale(&m->ds, &rp), .eps = MOQ_DEEPSEEK_LORA_NORM_EPS, .topk = m->ds.index_topk,
+                                .nih = m->ds.index_n_heads, .ihd = m->ds.index_head_dim, .ctx = m->T,
+                                .i_interleave = m->ds.indexer_interleave};
         m->kv_row = moq_mla_cache_row(&m->mla); /* the latent and the rope key, shared by all heads */
     }
     m->tm.open_s = now_s() - t0;

@@ -426,6 +426,15 @@ static void ds_route(const ds_oracle *o, int l, const double *h, int *sel, doubl
     for (int j = 0; j < DTOPK; j++) w[j] = w[j] / (sum + 1e-20) * DRSF;
 }
 
+/* q_a_layernorm / kv_a_layernorm: transformers builds them as DeepseekV3RMSNorm(rank) with its default
+ * eps 1e-6, not the config's rms_norm_eps (1e-5 here) */
+static void ds_rms_lora(double *x, const double *w, int n) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double r = 1 / sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; i++) x[i] = x[i] * r * w[i];
+}
+
 /* logits [n, DV] of tokens run from position 0 (DeepseekV3DecoderLayer, eager attention) */
 static void ds_run(const ds_oracle *o, const int32_t *tok, int n, double *logits) {
     const int dq = DDN + DDR;
@@ -438,13 +447,13 @@ static void ds_run(const ds_oracle *o, const int32_t *tok, int n, double *logits
             ao_rms(h, o->in_norm[l], DH);
             if (o->s->q_lora) {
                 tg_lin(&o->q_a[l], h, qa);
-                ao_rms(qa, o->q_a_norm[l], DQL);
+                ds_rms_lora(qa, o->q_a_norm[l], DQL);
                 tg_lin(&o->q_b[l], qa, q);
             } else {
                 tg_lin(&o->q_b[l], h, q);
             }
             tg_lin(&o->kv_a[l], h, ckv);
-            ao_rms(ckv, o->kv_a_norm[l], DR);
+            ds_rms_lora(ckv, o->kv_a_norm[l], DR);
             ds_rope_apply(o, ckv + DR, p);
             for (int a = 0; a < DA; a++) ds_rope_apply(o, q + a * dq + DDN, p);
             for (int e = 0; o->s->fp8_kv && e < DR + DDR; e++) ckv[e] = tg_q_e4m3(ckv[e] / o->k_scale) * o->k_scale;

@@ -59,6 +59,8 @@ static const struct fixture { const char *name; fq_rule fq; } k_fixtures[] = {
     /* Gemma 4 (k_eq_v global layers with their own head_dim), scripts/modelopt_gemma4_fixtures.py */
     {"gemma4_text_fp8", FQ_BOUND}, {"gemma4_text_nvfp4", FQ_NONE}, {"gemma4_text_fp8_kv", FQ_BOUND}, {"gemma4_moe_fp8", FQ_KEPT},
     {"gemma4_moe_nvfp4", FQ_NONE},
+    /* GLM-5 (MLA + DSA indexer past index_topk with shared layers), scripts/modelopt_glm5_fixtures.py */
+    {"glm_moe_dsa_fp8", FQ_KEPT}, {"glm_moe_dsa_nvfp4", FQ_NONE},
     /* MiniMax-M2 (whole-projection q/k norms, sigmoid routing with the correction bias), scripts/modelopt_arch_fixtures.py */
     {"minimax_m2_fp8", FQ_BOUND}, {"minimax_m2_nvfp4", FQ_NONE},
 };

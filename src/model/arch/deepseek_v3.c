@@ -9,6 +9,10 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "model/arch/glm_moe_dsa.h"
+
+/* config classes with their own defaults / fields (one row each) */
+static const moq_deepseek_variant *const variants[] = {&moq_glm_moe_dsa_variant};
 
 typedef enum { F_INT, F_NUM, F_BOOL } ftype;
 
@@ -72,14 +76,21 @@ static moq_status read_mlp_types(const cJSON *j, const cJSON *text, int64_t L, m
     return MOQ_OK;
 }
 
-static moq_status read_all(const cJSON *j, int64_t L, moq_deepseek_cfg *d, moq_error *err) {
+static double field_default(size_t i, const moq_deepseek_variant *v) {
+    for (size_t k = 0; v && k < v->n_dflt; k++)
+        if (strcmp(v->dflt[k].key, fields[i].key) == 0) return v->dflt[k].value;
+    return fields[i].dflt;
+}
+
+static moq_status read_all(const cJSON *j, int64_t L, const moq_deepseek_variant *var, moq_deepseek_cfg *d, moq_error *err) {
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text_config");
     if (!cJSON_IsObject(text)) text = NULL;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         char *dst = (char *)d + fields[i].off;
-        if (fields[i].t == F_INT) *(int64_t *)(void *)dst = (int64_t)fields[i].dflt;
-        else if (fields[i].t == F_NUM) *(double *)(void *)dst = fields[i].dflt;
-        else *(bool *)(void *)dst = fields[i].dflt != 0;
+        const double dflt = field_default(i, var);
+        if (fields[i].t == F_INT) *(int64_t *)(void *)dst = (int64_t)dflt;
+        else if (fields[i].t == F_NUM) *(double *)(void *)dst = dflt;
+        else *(bool *)(void *)dst = dflt != 0;
         bool present = false;
         MOQ_TRY(read_field(j, NULL, i, d, &present, err));
         if (!present && text) MOQ_TRY(read_field(text, "text_config", i, d, &present, err));
@@ -91,16 +102,20 @@ static moq_status read_all(const cJSON *j, int64_t L, moq_deepseek_cfg *d, moq_e
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "qk_rope_head_dim %lld, expected an even value", (long long)d->qk_rope_head_dim);
     if (d->topk_group > d->n_group)
         return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "topk_group %lld exceeds n_group %lld", (long long)d->topk_group, (long long)d->n_group);
-    return read_mlp_types(j, text, L, d, err);
+    MOQ_TRY(read_mlp_types(j, text, L, d, err));
+    return var && var->read ? var->read(j, L, d, err) : MOQ_OK;
 }
 
-moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, moq_deepseek_cfg *out, moq_error *err) {
+moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, const char *config_class, moq_deepseek_cfg *out, moq_error *err) {
     memset(out, 0, sizeof *out);
     const char *text = moq_checkpoint_json_text(c, "config.json");
     if (!text) return MOQ_FAIL(err, MOQ_ERR_CONFIG, moq_checkpoint_path(c), "no config.json, expected one with the MLA dimensions");
     cJSON *j = NULL;
     MOQ_TRY(moq_json_parse(&j, text, strlen(text), "config.json", err));
-    const moq_status st = read_all(j, L, out, err);
+    const moq_deepseek_variant *var = NULL;
+    for (size_t i = 0; config_class && i < sizeof variants / sizeof variants[0]; i++)
+        if (strcmp(variants[i]->config_class, config_class) == 0) var = variants[i];
+    const moq_status st = read_all(j, L, var, out, err);
     cJSON_Delete(j);
     return st;
 }

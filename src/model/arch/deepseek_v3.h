@@ -12,6 +12,10 @@
 #include "model/rope.h"
 
 #define MOQ_DEEPSEEK_MAX_LAYERS 512 /* mlp_layer_types entries read */
+/* eps of the MLA's q_a_layernorm and kv_a_layernorm: transformers builds them without rms_norm_eps
+ * (DeepseekV3RMSNorm / GlmMoeDsaRMSNorm default 1e-6), whatever config.json says; DeepSeek-V3's
+ * configs say 1e-6 anyway, GLM-5's 1e-5 (vLLM and SGLang pass rms_norm_eps: 1e-5 there). */
+#define MOQ_DEEPSEEK_LORA_NORM_EPS 1e-6
 
 typedef struct moq_deepseek_cfg {
     int64_t q_lora_rank;            /* 0 when null: q_proj instead of q_a/q_b                 */
@@ -28,11 +32,26 @@ typedef struct moq_deepseek_cfg {
     bool    norm_topk_prob, rope_interleave;
     bool    has_mlp_types;          /* mlp_layer_types given (DeepseekV32Config): it decides    */
     bool    mlp_sparse[MOQ_DEEPSEEK_MAX_LAYERS];
+    bool    indexer_interleave;     /* the indexer's RoPE pairs (2i, 2i+1) (GLM-5), else rotate-half */
+    bool    index_shared[MOQ_DEEPSEEK_MAX_LAYERS]; /* layer reuses the previous full layer's top-k
+                                       (GLM-5 indexer_types "shared"): it has no indexer          */
 } moq_deepseek_cfg;
 
+/* A config class of the family whose defaults or extra fields differ from DeepseekV3Config's
+ * (one row each, e.g. GLM-5's in glm_moe_dsa.c): its defaults for absent keys, and a hook that reads
+ * its own keys after the common ones. */
+typedef struct moq_deepseek_default { const char *key; double value; } moq_deepseek_default;
+typedef struct moq_deepseek_variant {
+    const char                 *config_class;
+    const moq_deepseek_default *dflt;     /* overrides of the fields' DeepseekV3Config defaults */
+    size_t                      n_dflt;
+    moq_status                (*read)(const void *json, int64_t L, moq_deepseek_cfg *d, moq_error *err); /* cJSON *, may be NULL */
+} moq_deepseek_variant;
+
 /* Reads the fields from config.json (top level, else text_config) and checks their ranges; L is
- * num_hidden_layers (mlp_layer_types must have L entries, each "dense" or "sparse"). */
-moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, moq_deepseek_cfg *out, moq_error *err);
+ * num_hidden_layers (mlp_layer_types must have L entries, each "dense" or "sparse"). config_class
+ * (the architecture row's) picks a variant's defaults and extra fields; NULL or unlisted: none. */
+moq_status moq_deepseek_v3_read(const moq_checkpoint *c, int64_t L, const char *config_class, moq_deepseek_cfg *out, moq_error *err);
 
 /* The softmax scale of DeepseekV3Attention: (dn + dr)^-1/2, times m(mscale_all_dim)² when the rope
  * type is not default and mscale_all_dim is set, m(s) = 0.1 s ln(factor) + 1 (1 when factor <= 1). */

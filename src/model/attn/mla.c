@@ -46,7 +46,7 @@ moq_status moq_mla_open(moq_mla *a, const moq_checkpoint *c, const moq_qconfig *
     MOQ_TRY(want(&a->kv_b, A * (d->dn + d->dv), d->R, err));
     MOQ_TRY(OPEN(&a->o, "o_proj"));
     MOQ_TRY(want(&a->o, d->H, A * d->dv, err));
-    if (d->topk > 0 && d->ctx > d->topk) { /* DeepSeek-V3.2: the indexer decides once keys outnumber index_topk */
+    if (d->topk > 0 && d->ctx > d->topk && !d->ishared) { /* DeepSeek-V3.2: the indexer decides once keys outnumber index_topk */
         if (d->q_lora < 1 || d->nih < 1 || d->ihd < d->dr)
             return MOQ_FAIL(err, MOQ_ERR_CONFIG, "config.json", "DeepSeek sparse attention with q_lora_rank %lld, index_n_heads %lld, index_head_dim %lld; "
                             "expected a q LoRA, >= 1 head and index_head_dim >= qk_rope_head_dim (%lld)", (long long)d->q_lora, (long long)d->nih,
@@ -230,8 +230,8 @@ static moq_status index_select(const moq_mla *a, const moq_mla_ws *ws, const flo
         for (int64_t e = 0; e < ihd; e++) var += ((double)x[e] - mu) * ((double)x[e] - mu);
         const float rs = (float)(1.0 / sqrt(var / (double)ihd + 1e-6)), m = (float)mu;
         for (int64_t e = 0; e < ihd; e++) k[e] = (x[e] - m) * rs * a->i_kn_w[e] + a->i_kn_b[e];
-        moq_rope_apply(k, d->dr, p0 + i, inv_freq, mscale);
-        for (int64_t hd = 0; hd < nih; hd++) moq_rope_apply(ws->iq + (i * nih + hd) * ihd, d->dr, p0 + i, inv_freq, mscale);
+        rope(k, d->dr, p0 + i, inv_freq, mscale, d->i_interleave);
+        for (int64_t hd = 0; hd < nih; hd++) rope(ws->iq + (i * nih + hd) * ihd, d->dr, p0 + i, inv_freq, mscale, d->i_interleave);
     }
     const float ssc = 1.0f / sqrtf((float)ihd), wsc = 1.0f / sqrtf((float)nih);
     for (int64_t i = 0; i < M; i++) {
@@ -286,6 +286,8 @@ moq_status moq_mla_forward(const moq_mla *a, const moq_mla_ws *ws, const float *
     if (a->ik) {
         MOQ_TRY(index_select(a, ws, h, M, p0, inv_freq, mscale, err));
         sel = ws->sel;
+    } else if (d->ishared && d->topk > 0 && d->ctx > d->topk) {
+        sel = ws->sel; /* the previous full layer's choice for these M tokens */
     }
     if (moq_mla_expands(d, M)) attend_expanded(a, ws, kv, layer, p0, M, sel);
     else attend_absorbed(a, ws, kv, layer, p0, M, sel);

@@ -21,8 +21,9 @@
  * each query attends only to the index_topk keys of the best index score
  *   I(p) = Σ_h (weights_proj h)_h nih^-1/2 · relu(qI_h · kI_p · ihd^-1/2),
  *   qI = wq_b(rmsnorm(q_a(h))) [nih, ihd], kI = LayerNorm(wk h) (k_norm, eps 1e-6) [ihd], both with
- *   rotate-half RoPE (with the mscale) on their first dr values; kI is cached per position;
- * ties go to the lower position (torch.topk leaves them unspecified).
+ *   rotate-half RoPE (with the mscale) on their first dr values (GLM-5: interleaved pairs, i_interleave);
+ *   kI is cached per position; ties go to the lower position (torch.topk leaves them unspecified).
+ *   GLM-5's "shared" layers (ishared) run no indexer and reuse the previous layer's selection.
  * Tested by tests/model/test_arch.c (fp64 oracle; transformers' logits; prefill vs decode).
  */
 #ifndef MOQ_MODEL_ATTN_MLA_H
@@ -41,9 +42,13 @@ typedef struct moq_mla_dims {
     int64_t dn, dr, dv;      /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim                 */
     bool    interleave;      /* rope_interleave                                               */
     float   scale;           /* softmax scale                                                 */
-    double  eps;             /* rms_norm_eps                                                  */
+    double  eps;             /* q_a_layernorm / kv_a_layernorm eps (MOQ_DEEPSEEK_LORA_NORM_EPS) */
     int64_t topk, nih, ihd;  /* DeepSeek-V3.2 DSA: index_topk (0: none), index_n_heads, index_head_dim */
     int64_t ctx;             /* positions of the indexer's key cache                           */
+    bool    i_interleave;    /* the indexer's RoPE interleaved (GLM-5), else rotate-half (V3.2) */
+    bool    ishared;         /* this layer has no indexer: it keeps the keys the previous layer's
+                                indexer chose (GLM-5 indexer_types "shared"; the model runs layers
+                                in order over one workspace, so ws->sel still holds them)        */
 } moq_mla_dims;
 
 typedef struct moq_mla {
