@@ -141,7 +141,7 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .x_d = l->x, .x_bf16 = l->x_elem == MOQ_ELEM_BF16, .y_d = l->y, .y_bf16 = l->y_elem == MOQ_ELEM_BF16,
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
         .bias_d = (const float *)(pk + b.bias), .has_bias = w->bias != NULL, .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
-        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q(kind_of_pair[l->pair], l->M),
+        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q((int)kind_of_pair[l->pair], l->M),
         .stream = l->stream,
     };
     if (a.ws.total > l->ws_size)
