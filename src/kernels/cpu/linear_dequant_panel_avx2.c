@@ -146,43 +146,77 @@ static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float
 #define GEMV_M 8
 #define GEMV_G 6
 #define GEMV_KC 512
-static inline __m256 w16(const moq_linear_launch *l, const uint8_t *p, int h) {
-    switch (l->pair) {
+static inline __attribute__((always_inline)) __m256 w16(const moq_pair_id pair, const uint8_t *p, int h) {
+    switch (pair) {
     case MOQ_PAIR_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(p + 16 * h))), 16));
     case MOQ_PAIR_F16: return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16 * h)));
     default: return _mm256_load_ps((const float *)p + 8 * h);
     }
 }
 
+/* The 16 rows of one column as two f32 vectors. BF16: one 32-byte load and two word unpacks with
+ * zero (w << 16, exact, no shift), lanes in the order a = rows 0-3, 8-11, b = rows 4-7, 12-15;
+ * row_fix puts the finished sums back in row order. */
+static inline __attribute__((always_inline)) void wcol(const moq_pair_id pair, const uint8_t *p, __m256 *a, __m256 *b) {
+    if (pair == MOQ_PAIR_BF16) {
+        const __m256i v = _mm256_load_si256((const __m256i *)p), z = _mm256_setzero_si256();
+        *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+    } else {
+        *a = w16(pair, p, 0), *b = w16(pair, p, 1);
+    }
+}
+static inline __attribute__((always_inline)) void row_fix(const moq_pair_id pair, __m256 *a, __m256 *b) {
+    if (pair != MOQ_PAIR_BF16) return;
+    const __m256 lo = _mm256_permute2f128_ps(*a, *b, 0x20), hi = _mm256_permute2f128_ps(*a, *b, 0x31);
+    *a = lo, *b = hi;
+}
+
 /* Tokens [0, mr) of X (row stride K) over columns [k0, k1) of tile t, added into C (16 per token). */
-static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, int64_t t, const float *X, float *C,
-                                                            const int mr, int64_t k0, int64_t k1) {
+static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, const moq_pair_id pair, int64_t t,
+                                                            const float *X, float *C, const int mr, int64_t k0, int64_t k1) {
     const int64_t K = l->w->K;
-    const size_t unit = l->pair == MOQ_PAIR_F32 ? 4 : 2;
+    const size_t unit = pair == MOQ_PAIR_F32 ? 4 : 2;
     const uint8_t *pk = (const uint8_t *)l->packed + (size_t)(t * K) * 16 * unit;
     if (mr <= 2) {
-        __m256 acc[2][2][2];
+        __m256 acc[2][2][2]; /* [token][half][chain]: k unrolled by 2 so every index is a constant (registers) */
         for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
-        for (int64_t k = k0; k < k1; k++) {
+        int64_t k = k0;
+        for (; k + 1 < k1; k += 2) {
             const uint8_t *p = pk + (size_t)k * 16 * unit;
-            const __m256 a = w16(l, p, 0), b = w16(l, p, 1);
+            __m256 a, b, c, d;
+            wcol(pair, p, &a, &b), wcol(pair, p + 16 * unit, &c, &d);
+            for (int i = 0; i < mr; i++) {
+                const __m256 x = _mm256_broadcast_ss(X + i * K + k), y = _mm256_broadcast_ss(X + i * K + k + 1);
+                acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
+                acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
+                acc[i][0][1] = _mm256_fmadd_ps(c, y, acc[i][0][1]);
+                acc[i][1][1] = _mm256_fmadd_ps(d, y, acc[i][1][1]);
+            }
+        }
+        if (k < k1) {
+            const uint8_t *p = pk + (size_t)k * 16 * unit;
+            __m256 a, b;
+            wcol(pair, p, &a, &b);
             for (int i = 0; i < mr; i++) {
                 const __m256 x = _mm256_broadcast_ss(X + i * K + k);
-                acc[i][0][k & 1] = _mm256_fmadd_ps(a, x, acc[i][0][k & 1]);
-                acc[i][1][k & 1] = _mm256_fmadd_ps(b, x, acc[i][1][k & 1]);
+                acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
+                acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
             }
         }
         for (int i = 0; i < mr; i++) {
-            _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), _mm256_add_ps(acc[i][0][0], acc[i][0][1])));
-            _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), _mm256_add_ps(acc[i][1][0], acc[i][1][1])));
+            __m256 s0 = _mm256_add_ps(acc[i][0][0], acc[i][0][1]), s1 = _mm256_add_ps(acc[i][1][0], acc[i][1][1]);
+            row_fix(pair, &s0, &s1);
+            _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), s0));
+            _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), s1));
         }
         return;
     }
     __m256 a0[GEMV_G], a1[GEMV_G];
-    for (int i = 0; i < mr; i++) a0[i] = _mm256_load_ps(C + 16 * i), a1[i] = _mm256_load_ps(C + 16 * i + 8);
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
     for (int64_t k = k0; k < k1; k++) {
         const uint8_t *p = pk + (size_t)k * 16 * unit;
-        const __m256 a = w16(l, p, 0), b = w16(l, p, 1);
+        __m256 a, b;
+            wcol(pair, p, &a, &b);
         for (int i = 0; i < mr; i++) {
             const __m256 x = _mm256_broadcast_ss(X + i * K + k);
             a0[i] = _mm256_fmadd_ps(a, x, a0[i]);
@@ -192,13 +226,17 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
     for (int i = 0; i < mr; i++) _mm256_store_ps(C + 16 * i, a0[i]), _mm256_store_ps(C + 16 * i + 8, a1[i]);
 }
 
+/* One instance per (pair, token count): the widening and the token loop are fixed at compile time. */
 static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, float *C, int mr, int64_t k0, int64_t k1) {
-    switch (mr) {
-#define CASE(n) case n: gemv_tile(l, t, X, C, n, k0, k1); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
-#undef CASE
-    default: break;
+#define CASE(pr, n) case n: gemv_tile(l, pr, t, X, C, n, k0, k1); break;
+#define PAIR(pr) switch (mr) { CASE(pr, 1) CASE(pr, 2) CASE(pr, 3) CASE(pr, 4) CASE(pr, 5) CASE(pr, 6) default: break; }
+    switch (l->pair) {
+    case MOQ_PAIR_BF16: PAIR(MOQ_PAIR_BF16) break;
+    case MOQ_PAIR_F16: PAIR(MOQ_PAIR_F16) break;
+    default: PAIR(MOQ_PAIR_F32) break;
     }
+#undef PAIR
+#undef CASE
 }
 
 /* C (zeroed) += tile t for all M <= GEMV_M tokens. */
