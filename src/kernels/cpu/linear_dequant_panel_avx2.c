@@ -223,7 +223,11 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             a1[i] = _mm256_fmadd_ps(b, x, a1[i]);
         }
     }
-    for (int i = 0; i < mr; i++) _mm256_store_ps(C + 16 * i, a0[i]), _mm256_store_ps(C + 16 * i + 8, a1[i]);
+    for (int i = 0; i < mr; i++) {
+        row_fix(pair, &a0[i], &a1[i]);
+        _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), a0[i]));
+        _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), a1[i]));
+    }
 }
 
 /* One instance per (pair, token count): the widening and the token loop are fixed at compile time. */
