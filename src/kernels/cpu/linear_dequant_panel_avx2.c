@@ -159,7 +159,7 @@ static inline __attribute__((always_inline)) __m256 w16(const moq_pair_id pair, 
  * row_fix puts the finished sums back in row order. */
 static inline __attribute__((always_inline)) void wcol(const moq_pair_id pair, const uint8_t *p, __m256 *a, __m256 *b) {
     if (pair == MOQ_PAIR_BF16) {
-        const __m256i v = _mm256_load_si256((const __m256i *)p), z = _mm256_setzero_si256();
+        const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
         *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
     } else {
         *a = w16(pair, p, 0), *b = w16(pair, p, 1);
