@@ -20,8 +20,9 @@
  * every dequantized activation value is exactly a bf16 (e4m3 and e4m3·2^e: 4 significant bits;
  * e2m1: 2 bits; bf16 weights with bf16 x), the weights are decoded straight from the packed codes
  * to bf16 pairs (k, k+1) in registers (no panel) and vdpbf16ps does two exact products per lane
- * with f32 accumulation; NVFP4 / MXFP8 block scales multiply a per-block f32 accumulator.
- * For M > 4 these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
+ * with f32 accumulation; NVFP4 / MXFP8 block scales multiply a per-block f32 accumulator; BF16
+ * column pairs come from one word permute of 64 bytes (issue 15; before, the bf16-pair panel).
+ * For M > GEMV_M these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
  * docs/PERFORMANCE.md). Calls whose activation does not qualify (NVFP4 W4A16 or BF16 weights
  * with f32 x) take the f32 panel too: same exact products, so this is not a fallback in accuracy.
  * Threads: OpenMP over 16-row tiles (N); the activation pass over M.
