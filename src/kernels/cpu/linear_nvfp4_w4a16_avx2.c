@@ -12,8 +12,10 @@
  * Exactness: 2·e2m1 has ≤ 2 significant bits and e4m3 ≤ 4, so w·SF is exact in f32 and equals the
  * panel row's decoded weight; × a bf16 activation (8 bits) the product is exact too (f32
  * activations: rounded once, as in the panel row). Sums in f32, two chains per 8 rows per token
- * (four at M ≤ 2); global scale and bias in the epilogue (moq_y_store_tile16). So the result is the
- * panel row's up to summation order. Tokens: up to MT per pass over a 16-row tile.
+ * (four at M = 2); global scale and bias in the epilogue (moq_y_store_tile16). So the result is the
+ * panel row's up to summation order. M = 1 (tile_one) instead sums the 16 products (2w)·x of a
+ * block first (exact products, f32 sums) and multiplies that by D4(SF)/2 once per block: one more
+ * rounding per block, within the test tolerance. Tokens: up to MT per pass over a 16-row tile.
  * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
 #include <immintrin.h>
@@ -92,6 +94,38 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     }
 }
 
+/* M = 1: the block scale applied once per 16-block to 4 block accumulators (8 rows × k parity)
+ * instead of once per decoded weight: 4 FMAs per block and 16 rows instead of 32 multiplies. */
+static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int64_t m0, float *C) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256 c128 = _mm256_set1_ps(128.0f);
+    const float *x = X + (size_t)m0 * (size_t)K;
+    __m256 t00 = _mm256_setzero_ps(), t01 = t00, t10 = t00, t11 = t00;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 b00 = _mm256_setzero_ps(), b01 = b00, b10 = b00, b11 = b00;
+        for (int j = 0; j < 8; j++) {
+            const __m128i v = _mm_load_si128((const __m128i *)(W + (size_t)(8 * b + j) * 16));
+            const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, low4));
+            const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+            const __m256 x0 = _mm256_broadcast_ss(x + 16 * b + 2 * j), x1 = _mm256_broadcast_ss(x + 16 * b + 2 * j + 1);
+            b00 = _mm256_fmadd_ps(i8x8_ps(lo), x0, b00);
+            b10 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(lo, 8)), x0, b10);
+            b01 = _mm256_fmadd_ps(i8x8_ps(hi), x1, b01);
+            b11 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(hi, 8)), x1, b11);
+        }
+        const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
+        const __m256 s0 = _mm256_mul_ps(e4m3x8_div256(sc), c128), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c128);
+        t00 = _mm256_fmadd_ps(b00, s0, t00), t01 = _mm256_fmadd_ps(b01, s0, t01);
+        t10 = _mm256_fmadd_ps(b10, s1, t10), t11 = _mm256_fmadd_ps(b11, s1, t11);
+    }
+    _mm256_store_ps(C + 16 * m0, _mm256_add_ps(t00, t01));
+    _mm256_store_ps(C + 16 * m0 + 8, _mm256_add_ps(t10, t11));
+}
+
 moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, tiles = (w->N + 15) / 16;
@@ -108,7 +142,7 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
         for (int64_t t = 0; t < tiles; t++) {
             for (int64_t m0 = 0; m0 < M; m0 += MT) {
                 switch (M - m0 < MT ? M - m0 : MT) {
-                case 1: tile_tokens(l, t, X, m0, C, 1); break;
+                case 1: tile_one(l, t, X, m0, C); break;
                 case 2: tile_tokens(l, t, X, m0, C, 2); break;
                 case 3: tile_tokens(l, t, X, m0, C, 3); break;
                 default: tile_tokens(l, t, X, m0, C, 4); break;
