@@ -212,6 +212,19 @@ static void test_e4m3_nan_codes(void **state) {
  * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
  * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
  * chunks of both). Runs where the CPU has both. */
+/* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
+ * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
+static void test_nvfp4_w4a16_avx2_decode(void **state) {
+    (void)state;
+    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
+    assert_non_null(k);
+    if ((k->need & moq_cpu_features()) != k->need) {
+        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
+        return;
+    }
+    for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+}
+
 static void test_nvfp4_maddubs_equals_vnni(void **state) {
     (void)state;
     const uint32_t f = moq_cpu_features();
@@ -363,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
+        cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);

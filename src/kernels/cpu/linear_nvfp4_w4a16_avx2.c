@@ -1,0 +1,155 @@
+/* linear_nvfp4_w4a16_avx2.c — NVFP4 W4A16 (e2m1 weights, 16-blocks with e4m3 scales; bf16 / f32
+ * activations) decode on AVX2 + FMA + F16C, without an f32 panel (issue 14).
+ *
+ * Same packed layout and workspace as the dequant-panel row (rows16 codes: one byte per row
+ * holding k = 2c (low nibble) and 2c + 1 (high nibble); rows16 e4m3 block scales; the panel's
+ * pack hooks), so M > GEMV_M hands the call to moq_linear_panel_run_avx2 unchanged.
+ *
+ * Per 16 rows and one byte column (32 weights):
+ *   vpshufb on the 16-entry table 2·e2m1 as int8 {0,1,2,3,4,6,8,12,-0,..,-12} -> vpmovsxbd ->
+ *   vcvtdq2ps -> × (D4(SF)/2) (the block scale, decoded once per 16-block, 8 rows per ymm) ->
+ *   f32 FMA with the broadcast activation.
+ * Exactness: 2·e2m1 has ≤ 2 significant bits and e4m3 ≤ 4, so w·SF is exact in f32 and equals the
+ * panel row's decoded weight; × a bf16 activation (8 bits) the product is exact too (f32
+ * activations: rounded once, as in the panel row). Sums in f32, two chains per 8 rows per token
+ * (four at M = 2); global scale and bias in the epilogue (moq_y_store_tile16). So the result is the
+ * panel row's up to summation order. M = 1 (tile_one) instead sums the 16 products (2w)·x of a
+ * block first (exact products, f32 sums) and multiplies that by D4(SF)/2 once per block: one more
+ * rounding per block, within the test tolerance. Tokens: up to MT per pass over a 16-row tile.
+ * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/layout/layout.h"
+
+#define GEMV_M 8
+#define MT 4
+#define KC 256 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
+
+static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16_size(w->N, w->K / 2, 1) + 63) & ~(size_t)63; }
+/* Must match moq_linear_panel_workspace's layout (linear_dequant_panel_avx512.c). */
+static size_t thread_bytes(const moq_weight *w, int64_t M) {
+    return (size_t)KC * 64 + (size_t)KC * 32 + (size_t)M * 64 + (((size_t)w->K * 2 + 64 + 63) & ~(size_t)63);
+}
+static size_t shared_bytes(const moq_weight *w, int64_t M) {
+    return (((size_t)M * (size_t)w->K * 4 + (size_t)M * 4 + 63) & ~(size_t)63) +
+           (((size_t)M * (size_t)(w->K + 1) / 2 * 4 + 63) & ~(size_t)63);
+}
+
+/* 8 e4m3 codes -> f32 / 256 (exact: f16 shift; NaN codes -> f16 NaN). */
+static inline __m256 e4m3x8_div256(__m128i c8) {
+    const __m128i w = _mm_cvtepu8_epi16(c8);
+    __m128i t = _mm_slli_epi16(w, 7);
+    t = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7F));
+    return _mm256_cvtph_ps(_mm_or_si128(t, nan));
+}
+
+static inline __m256 i8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+/* C [mt, 16] = Σ_k W[16 t + r, k] · X[m0 + i, k] for tile t; mt is a constant after inlining. */
+static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, int64_t t, const float *X, int64_t m0,
+                                                             float *C, const int mt) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256 c128 = _mm256_set1_ps(128.0f); /* D4/256 · 128 = D4/2: the table holds 2·e2m1 */
+    const int np = mt <= 2 ? 2 : 1; /* accumulator chains per 8 rows: k parity at mt <= 2, else one */
+    __m256 acc[MT][2][2];
+    for (int i = 0; i < mt; i++)
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p < np; p++) acc[i][h][p] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
+        const __m256 s0 = _mm256_mul_ps(e4m3x8_div256(sc), c128), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c128);
+        for (int j = 0; j < 8; j++) {
+            const int64_t k = 16 * b + 2 * j;
+            const __m128i v = _mm_load_si128((const __m128i *)(W + (size_t)(8 * b + j) * 16));
+            const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, low4));
+            const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+            const __m256 wl0 = _mm256_mul_ps(i8x8_ps(lo), s0), wl1 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(lo, 8)), s1);
+            const __m256 wh0 = _mm256_mul_ps(i8x8_ps(hi), s0), wh1 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(hi, 8)), s1);
+            for (int i = 0; i < mt; i++) {
+                const float *x = X + (size_t)(m0 + i) * (size_t)K + k;
+                const __m256 x0 = _mm256_broadcast_ss(x), x1 = _mm256_broadcast_ss(x + 1);
+                const int q = np - 1; /* second chain for the odd k at mt <= 2 */
+                acc[i][0][0] = _mm256_fmadd_ps(wl0, x0, acc[i][0][0]);
+                acc[i][1][0] = _mm256_fmadd_ps(wl1, x0, acc[i][1][0]);
+                acc[i][0][q] = _mm256_fmadd_ps(wh0, x1, acc[i][0][q]);
+                acc[i][1][q] = _mm256_fmadd_ps(wh1, x1, acc[i][1][q]);
+            }
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        __m256 a = acc[i][0][0], c = acc[i][1][0];
+        if (np == 2) a = _mm256_add_ps(a, acc[i][0][1]), c = _mm256_add_ps(c, acc[i][1][1]);
+        _mm256_store_ps(C + 16 * (m0 + i), a);
+        _mm256_store_ps(C + 16 * (m0 + i) + 8, c);
+    }
+}
+
+/* M = 1: the block scale applied once per 16-block to 4 block accumulators (8 rows × k parity)
+ * instead of once per decoded weight: 4 FMAs per block and 16 rows instead of 32 multiplies. */
+static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int64_t m0, float *C) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256 c128 = _mm256_set1_ps(128.0f);
+    const float *x = X + (size_t)m0 * (size_t)K;
+    __m256 t00 = _mm256_setzero_ps(), t01 = t00, t10 = t00, t11 = t00;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 b00 = _mm256_setzero_ps(), b01 = b00, b10 = b00, b11 = b00;
+        for (int j = 0; j < 8; j++) {
+            const __m128i v = _mm_load_si128((const __m128i *)(W + (size_t)(8 * b + j) * 16));
+            const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, low4));
+            const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+            const __m256 x0 = _mm256_broadcast_ss(x + 16 * b + 2 * j), x1 = _mm256_broadcast_ss(x + 16 * b + 2 * j + 1);
+            b00 = _mm256_fmadd_ps(i8x8_ps(lo), x0, b00);
+            b10 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(lo, 8)), x0, b10);
+            b01 = _mm256_fmadd_ps(i8x8_ps(hi), x1, b01);
+            b11 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(hi, 8)), x1, b11);
+        }
+        const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
+        const __m256 s0 = _mm256_mul_ps(e4m3x8_div256(sc), c128), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c128);
+        t00 = _mm256_fmadd_ps(b00, s0, t00), t01 = _mm256_fmadd_ps(b01, s0, t01);
+        t10 = _mm256_fmadd_ps(b10, s1, t10), t11 = _mm256_fmadd_ps(b11, s1, t11);
+    }
+    _mm256_store_ps(C + 16 * m0, _mm256_add_ps(t00, t01));
+    _mm256_store_ps(C + 16 * m0 + 8, _mm256_add_ps(t10, t11));
+}
+
+moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error *err) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, tiles = (w->N + 15) / 16;
+    if (M > GEMV_M) return moq_linear_panel_run_avx2(l, err);
+    float *X = l->ws, *sm = X + M * w->K;
+    uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    const size_t tb = thread_bytes(w, M);
+    /* Decode: activations widened before the team starts, so the join is the only sync point. */
+    for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * w->K, &sm[m], thr0 + (size_t)KC * 96 + (size_t)M * 64);
+#pragma omp parallel num_threads(l->n_threads)
+    {
+        float *C = (float *)(thr0 + (size_t)omp_get_thread_num() * tb + (size_t)KC * 96);
+#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
+        for (int64_t t = 0; t < tiles; t++) {
+            for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                switch (M - m0 < MT ? M - m0 : MT) {
+                case 1: tile_one(l, t, X, m0, C); break;
+                case 2: tile_tokens(l, t, X, m0, C, 2); break;
+                case 3: tile_tokens(l, t, X, m0, C, 3); break;
+                default: tile_tokens(l, t, X, m0, C, 4); break;
+                }
+            }
+            moq_y_store_tile16(l, C, sm, t);
+        }
+    }
+    return MOQ_OK;
+}
