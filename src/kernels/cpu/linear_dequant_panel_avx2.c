@@ -6,7 +6,7 @@
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
  *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
  *
- * Decode (M <= 4) of BF16 / F16 / F32 weights skips the panel (gemv_tile, issue 14).
+ * Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel (gemv_tiles, issues 14 and 15).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
  */
 #include <immintrin.h>
@@ -135,35 +135,123 @@ static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float
     }
 }
 
-/* Decode (M <= GEMV_M) of the 16-bit and f32 pairs: the rows16 column of 16 rows widened in
- * registers (bf16 << 16, F16C, or loaded) and multiplied straight away, no panel; two accumulator
- * chains per 8 rows so FMA latency does not bound M = 1. Same products, f32 sums in another order. */
-#define GEMV_M 4
-static inline __m256 w16(const moq_linear_launch *l, const uint8_t *p, int h) {
-    switch (l->pair) {
+/* Decode (M <= GEMV_M = 8) of the 16-bit and f32 pairs (issues 14, 15): the rows16 column of 16
+ * rows widened in registers (bf16 << 16, F16C, or loaded) and multiplied straight away, no panel.
+ * Register-blocked over tokens: one widened column feeds up to GEMV_G tokens (2 ymm accumulators
+ * each); M <= 2 keeps two accumulator chains per 8 rows so FMA latency does not bound it. M = 7, 8
+ * run as two token groups over K-chunks of GEMV_KC columns (16 KB of bf16), so each weight byte
+ * comes from DRAM once and the second group re-reads it from L1. Exact: bf16 -> f32 is a shift;
+ * each product is one FMA rounding (exact for bf16 x: 8 + 8 significant bits); f32 sums in
+ * another order than the reference. */
+#define GEMV_M 8
+#define GEMV_G 6
+#define GEMV_KC 512
+static inline __attribute__((always_inline)) __m256 w16(const moq_pair_id pair, const uint8_t *p, int h) {
+    switch (pair) {
     case MOQ_PAIR_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(p + 16 * h))), 16));
     case MOQ_PAIR_F16: return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16 * h)));
     default: return _mm256_load_ps((const float *)p + 8 * h);
     }
 }
 
-static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, int64_t t, const float *X, float *C, const int mr) {
+/* The 16 rows of one column as two f32 vectors. BF16: one 32-byte load and two word unpacks with
+ * zero (w << 16, exact, no shift), lanes in the order a = rows 0-3, 8-11, b = rows 4-7, 12-15;
+ * row_fix puts the finished sums back in row order. */
+static inline __attribute__((always_inline)) void wcol(const moq_pair_id pair, const uint8_t *p, __m256 *a, __m256 *b) {
+    if (pair == MOQ_PAIR_BF16) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
+        *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+    } else {
+        *a = w16(pair, p, 0), *b = w16(pair, p, 1);
+    }
+}
+static inline __attribute__((always_inline)) void row_fix(const moq_pair_id pair, __m256 *a, __m256 *b) {
+    if (pair != MOQ_PAIR_BF16) return;
+    const __m256 lo = _mm256_permute2f128_ps(*a, *b, 0x20), hi = _mm256_permute2f128_ps(*a, *b, 0x31);
+    *a = lo, *b = hi;
+}
+
+/* Tokens [0, mr) of X (row stride K) over columns [k0, k1) of tile t, added into C (16 per token). */
+static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, const moq_pair_id pair, int64_t t,
+                                                            const float *X, float *C, const int mr, int64_t k0, int64_t k1) {
     const int64_t K = l->w->K;
-    const size_t unit = l->pair == MOQ_PAIR_F32 ? 4 : 2;
+    const size_t unit = pair == MOQ_PAIR_F32 ? 4 : 2;
     const uint8_t *pk = (const uint8_t *)l->packed + (size_t)(t * K) * 16 * unit;
-    __m256 acc[GEMV_M][2][2];
-    for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
+    if (mr <= 2) {
+        __m256 acc[2][2][2]; /* [token][half][chain]: k unrolled by 2 so every index is a constant (registers) */
+        for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
+        int64_t k = k0;
+        for (; k + 1 < k1; k += 2) {
+            const uint8_t *p = pk + (size_t)k * 16 * unit;
+            __m256 a, b, c, d;
+            wcol(pair, p, &a, &b), wcol(pair, p + 16 * unit, &c, &d);
+            for (int i = 0; i < mr; i++) {
+                const __m256 x = _mm256_broadcast_ss(X + i * K + k), y = _mm256_broadcast_ss(X + i * K + k + 1);
+                acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
+                acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
+                acc[i][0][1] = _mm256_fmadd_ps(c, y, acc[i][0][1]);
+                acc[i][1][1] = _mm256_fmadd_ps(d, y, acc[i][1][1]);
+            }
+        }
+        if (k < k1) {
+            const uint8_t *p = pk + (size_t)k * 16 * unit;
+            __m256 a, b;
+            wcol(pair, p, &a, &b);
+            for (int i = 0; i < mr; i++) {
+                const __m256 x = _mm256_broadcast_ss(X + i * K + k);
+                acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
+                acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
+            }
+        }
+        for (int i = 0; i < mr; i++) {
+            __m256 s0 = _mm256_add_ps(acc[i][0][0], acc[i][0][1]), s1 = _mm256_add_ps(acc[i][1][0], acc[i][1][1]);
+            row_fix(pair, &s0, &s1);
+            _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), s0));
+            _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), s1));
+        }
+        return;
+    }
+    __m256 a0[GEMV_G], a1[GEMV_G];
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
+    for (int64_t k = k0; k < k1; k++) {
         const uint8_t *p = pk + (size_t)k * 16 * unit;
-        const __m256 a = w16(l, p, 0), b = w16(l, p, 1);
+        __m256 a, b;
+            wcol(pair, p, &a, &b);
         for (int i = 0; i < mr; i++) {
             const __m256 x = _mm256_broadcast_ss(X + i * K + k);
-            acc[i][0][k & 1] = _mm256_fmadd_ps(a, x, acc[i][0][k & 1]);
-            acc[i][1][k & 1] = _mm256_fmadd_ps(b, x, acc[i][1][k & 1]);
+            a0[i] = _mm256_fmadd_ps(a, x, a0[i]);
+            a1[i] = _mm256_fmadd_ps(b, x, a1[i]);
         }
     }
-    for (int i = 0; i < mr; i++)
-        _mm256_store_ps(C + 16 * i, _mm256_add_ps(acc[i][0][0], acc[i][0][1])), _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(acc[i][1][0], acc[i][1][1]));
+    for (int i = 0; i < mr; i++) {
+        row_fix(pair, &a0[i], &a1[i]);
+        _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), a0[i]));
+        _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), a1[i]));
+    }
+}
+
+/* One instance per (pair, token count): the widening and the token loop are fixed at compile time. */
+static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, float *C, int mr, int64_t k0, int64_t k1) {
+#define CASE(pr, n) case n: gemv_tile(l, pr, t, X, C, n, k0, k1); break;
+#define PAIR(pr) switch (mr) { CASE(pr, 1) CASE(pr, 2) CASE(pr, 3) CASE(pr, 4) CASE(pr, 5) CASE(pr, 6) default: break; }
+    switch (l->pair) {
+    case MOQ_PAIR_BF16: PAIR(MOQ_PAIR_BF16) break;
+    case MOQ_PAIR_F16: PAIR(MOQ_PAIR_F16) break;
+    default: PAIR(MOQ_PAIR_F32) break;
+    }
+#undef PAIR
+#undef CASE
+}
+
+/* C (zeroed) += tile t for all M <= GEMV_M tokens. */
+static void gemv_tiles(const moq_linear_launch *l, int64_t t, const float *X, float *C) {
+    const int64_t M = l->M, K = l->w->K;
+    if (M <= GEMV_G) { gemv_any(l, t, X, C, (int)M, 0, K); return; }
+    for (int64_t k0 = 0; k0 < K; k0 += GEMV_KC) {
+        const int64_t k1 = K - k0 < GEMV_KC ? K : k0 + GEMV_KC;
+        gemv_any(l, t, X, C, 4, k0, k1);
+        gemv_any(l, t, X + 4 * K, C + 64, (int)M - 4, k0, k1);
+    }
 }
 
 static bool gemv_fits(const moq_linear_launch *l) {
@@ -188,12 +276,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         for (int64_t t = 0; t < tiles; t++) {
             memset(C, 0, (size_t)M * 64);
             if (gemv_fits(l)) {
-                switch (M) {
-                case 1: gemv_tile(l, t, X, C, 1); break;
-                case 2: gemv_tile(l, t, X, C, 2); break;
-                case 3: gemv_tile(l, t, X, C, 3); break;
-                default: gemv_tile(l, t, X, C, 4); break;
-                }
+                gemv_tiles(l, t, X, C);
                 moq_y_store_tile16(l, C, sm, t);
                 continue;
             }

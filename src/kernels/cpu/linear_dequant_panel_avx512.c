@@ -20,8 +20,9 @@
  * every dequantized activation value is exactly a bf16 (e4m3 and e4m3·2^e: 4 significant bits;
  * e2m1: 2 bits; bf16 weights with bf16 x), the weights are decoded straight from the packed codes
  * to bf16 pairs (k, k+1) in registers (no panel) and vdpbf16ps does two exact products per lane
- * with f32 accumulation; NVFP4 / MXFP8 block scales multiply a per-block f32 accumulator.
- * For M > 4 these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
+ * with f32 accumulation; NVFP4 / MXFP8 block scales multiply a per-block f32 accumulator; BF16
+ * column pairs come from one word permute of 64 bytes (issue 15; before, the bf16-pair panel).
+ * For M > GEMV_M these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
  * docs/PERFORMANCE.md). Calls whose activation does not qualify (NVFP4 W4A16 or BF16 weights
  * with f32 x) take the f32 panel too: same exact products, so this is not a fallback in accuracy.
  * Threads: OpenMP over 16-row tiles (N); the activation pass over M.
@@ -279,6 +280,23 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             const __m512i wv = e4m3_pair_bf16(q + 32 * kp);
             for (int i = 0; i < mr; i++) acc[i][kp & 1] = DPB(acc[i][kp & 1], wv, Xb[i * K2 + kp]);
         }
+    } else if (l->pair == MOQ_PAIR_BF16) {
+        /* Columns k, k+1 of 16 rows (64 bytes) -> dword lane r = (w[r,k], w[r,k+1]) by one word
+         * permute: each weight read once for all mr tokens (issue 15). k unrolled by 2 so the two
+         * accumulator chains per token stay in registers. */
+        static const uint16_t tab[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+        const __m512i il = _mm512_loadu_si512(tab);
+        const uint8_t *q = pk + t * K * 32;
+        int64_t kp = 0;
+        for (; kp + 1 < K / 2; kp += 2) {
+            const __m512i w0 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q + 64 * kp));
+            const __m512i w1 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q + 64 * kp + 64));
+            for (int i = 0; i < mr; i++) acc[i][0] = DPB(acc[i][0], w0, Xb[i * K2 + kp]), acc[i][1] = DPB(acc[i][1], w1, Xb[i * K2 + kp + 1]);
+        }
+        if (kp < K / 2) {
+            const __m512i w0 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q + 64 * kp));
+            for (int i = 0; i < mr; i++) acc[i][0] = DPB(acc[i][0], w0, Xb[i * K2 + kp]);
+        }
     } else if (l->pair == MOQ_PAIR_NVFP4_W4A16 || l->pair == MOQ_PAIR_NVFP4) {
         /* 32 bytes = byte columns j, j+1 of 16 rows = 64 weights. Widened to words, a 32-entry
          * word permute decodes the low nibble (it reads only bits 4:0: the table repeats) and,
@@ -340,7 +358,7 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
 
 static bool gemv_fits(const moq_linear_launch *l) {
     return l->M <= GEMV_M && (l->pair == MOQ_PAIR_FP8_TENSOR || l->pair == MOQ_PAIR_FP8_ROW || l->pair == MOQ_PAIR_NVFP4_W4A16 ||
-                              l->pair == MOQ_PAIR_MXFP8);
+                              l->pair == MOQ_PAIR_MXFP8 || l->pair == MOQ_PAIR_BF16);
 }
 
 /* True when this call's dequantized activations are exact bf16 values (see the file header). */
