@@ -89,6 +89,19 @@ typedef enum attn_kind {
                         GQA with q_proj = [query | gate] per head and partial RoPE (this file)       */
 } attn_kind;
 
+/* What each attention kind can run on beyond the CPU forward: the GPU forward (model_gpu.c), tensor
+ * parallelism (--tp), batched decode (moq_batch); `what` names it in the refusals. One row per kind. */
+static const struct attn_caps {
+    const char *what;
+    bool        gpu, tp, batch;
+} attn_caps[] = {
+    [ATTN_GQA]        = {"grouped-query attention", true, true, true},
+    [ATTN_MLA]        = {"multi-head latent attention", false, false, false},
+    [ATTN_DSV4]       = {"DeepSeek-V4's compressed attention and hyper-connections", false, false, false},
+    [ATTN_HYBRID_GDN] = {"Gated DeltaNet layers", false, false, false},
+};
+_Static_assert(sizeof attn_caps / sizeof attn_caps[0] == ATTN_HYBRID_GDN + 1, "one attn_caps row per attn_kind");
+
 /* Which layers hold routed experts, and how tokens are routed to them. */
 typedef enum moe_rule {
     MOE_EVERY_LAYER,    /* Mixtral                                                               */
@@ -857,9 +870,7 @@ static moq_status alloc_ws(moq_model *m, moq_error *err) {
  * naming it. */
 static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err) {
     const arch_row *r = m->arch;
-    const char *why = r->attn == ATTN_MLA ? "multi-head latent attention"
-                      : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
-                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
+    const char *why = !attn_caps[r->attn].gpu ? attn_caps[r->attn].what
                       : n_moe > 0 && (r->shared_expert || r->router != ROUTER_SOFTMAX || r->family == FAM_LLAMA4 || r->sinks)
                           ? "routed experts with shared experts, sigmoid routing, NoPE layers or attention sinks (the GPU runs "
                             "Qwen3-MoE's and Mixtral's softmax top-k experts)"
@@ -876,9 +887,8 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
  * not split here are refused by name. */
 static moq_status tp_setup(moq_model *m, int64_t n_moe, moq_error *err) {
     const arch_row *r = m->arch;
-    const char *why = r->attn == ATTN_MLA ? "multi-head latent attention" : r->attn == ATTN_HYBRID_GDN ? "Gated DeltaNet layers"
+    const char *why = !attn_caps[r->attn].tp ? attn_caps[r->attn].what
                       : r->family == FAM_LLAMA4 ? "Llama 4's shared expert and chunked layers"
-                      : r->attn == ATTN_DSV4 ? "DeepSeek-V4's compressed attention and hyper-connections"
                       : r->family == FAM_GEMMA4 ? "Gemma 4's per-layer head sizes and k_eq_v global layers"
                       : r->family == FAM_MINIMAX_M2 ? "MiniMax-M2's q/k norms over all heads"
                       : m->opts.device == MOQ_DEVICE_CUDA && m->opts.tp_backend != MOQ_COMM_NCCL
@@ -1576,7 +1586,7 @@ moq_status moq_model_forward_rows(moq_model *m, moq_kv_cache *kv, int64_t page, 
 int64_t moq_model_chunk(const moq_model *m) { return m->chunk; }
 const float *moq_model_step_logits(const moq_model *m) { return m->logits_ws; }
 bool moq_model_batchable(const moq_model *m) {
-    return !m->grp && m->tp.G < 2 && m->arch->attn != ATTN_MLA && m->arch->attn != ATTN_HYBRID_GDN && m->arch->attn != ATTN_DSV4;
+    return !m->grp && m->tp.G < 2 && attn_caps[m->arch->attn].batch;
 }
 const moq_kv_cache *moq_model_kv(const moq_model *m) { return &m->kv; }
 const char *moq_model_path(const moq_model *m) { return moq_checkpoint_path(m->ckpt); }
