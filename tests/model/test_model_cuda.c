@@ -39,23 +39,7 @@ enum { L_ = 2, H_ = 256, A_ = 4, KV_ = 2, D_ = 64, I_ = 256, V_ = 128, NPRE = 10
 #define MEDIAN_TOL 5e-3
 #define MAX_TOL 1e-1
 
-static char gpu_info[600];
-static bool have_gpu(void) {
-    moq_error e;
-    static int state = -1;
-    if (state < 0) {
-        state = moq_device_check(MOQ_DEVICE_CUDA, gpu_info, sizeof gpu_info, &e) == MOQ_OK;
-        if (!state) snprintf(gpu_info, sizeof gpu_info, "%s", e.msg);
-    }
-    return state;
-}
-#define NEED_GPU()                                                              \
-    do {                                                                        \
-        if (!have_gpu()) {                                                      \
-            print_message("skipped: no usable GPU (%s)\n", gpu_info);         \
-            skip();                                                             \
-        }                                                                       \
-    } while (0)
+#define NEED_GPU() TU_NEED_GPU()
 
 typedef struct spec {
     const char *name, *arch, *algo;
@@ -630,7 +614,8 @@ static void test_batch_api(void **state) {
 /* Without a GPU (or without CUDA in the build) device CUDA is refused at open, nothing leaks. */
 static void test_no_gpu(void **state) {
     (void)state;
-    if (have_gpu()) {
+    const char *gpu_info;
+    if (tu_have_gpu(&gpu_info)) {
         print_message("skipped: a GPU is present (%s)\n", gpu_info);
         skip();
     }

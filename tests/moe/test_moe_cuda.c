@@ -26,23 +26,7 @@
 #include "moe/routing.h"
 #include "tmoe_ref.h"
 
-static char gpu_info[600];
-static bool have_gpu(void) {
-    moq_error e;
-    static int state = -1;
-    if (state < 0) {
-        state = moq_device_check(MOQ_DEVICE_CUDA, gpu_info, sizeof gpu_info, &e) == MOQ_OK;
-        if (!state) snprintf(gpu_info, sizeof gpu_info, "%s", e.msg);
-    }
-    return state;
-}
-#define NEED_GPU()                                                      \
-    do {                                                                \
-        if (!have_gpu()) {                                              \
-            print_message("skipped: no usable GPU (%s)\n", gpu_info); \
-            skip();                                                     \
-        }                                                               \
-    } while (0)
+#define NEED_GPU() TU_NEED_GPU()
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 static uint32_t rnd(void) { g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(g_rng >> 33); }
@@ -243,7 +227,7 @@ static void test_refusals(void **state) {
 /* Built or run without a GPU: opening is refused cleanly (no crash, nothing allocated). */
 static void test_no_gpu(void **state) {
     (void)state;
-    if (have_gpu()) skip();
+    if (tu_have_gpu(NULL)) skip();
     moq_moe_routing r = {0};
     r.scoring = MOQ_MOE_SCORE_SOFTMAX, r.top_k = 1, r.routed_scaling_factor = 1.0f;
     const float lg[2] = {0, 1};

@@ -135,3 +135,15 @@ moq_tokenizer *tu_open_golden_tokenizer(const char *style) {
     free(p);
     return t;
 }
+
+bool tu_have_gpu(const char **info) {
+    static char gi[600];
+    static int state = -1;
+    if (state < 0) {
+        moq_error e;
+        state = moq_device_check(MOQ_DEVICE_CUDA, gi, sizeof gi, &e) == MOQ_OK;
+        if (!state) snprintf(gi, sizeof gi, "%s", e.msg);
+    }
+    if (info) *info = gi;
+    return state == 1;
+}

@@ -4,6 +4,7 @@
 #define MOQ_TU_H
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,18 @@ moq_tokenizer *tu_open_golden_tokenizer(const char *style);
 char *tu_src_data_path(const char *rel);
 /* Path of the moq CLI (MOQ_BIN). */
 const char *tu_moq_bin(void);
+
+/* A usable CUDA GPU (moq_device_check, asked once per process); *info: its description, or why not. */
+bool tu_have_gpu(const char **info);
+/* In a test: skip it with the reason when there is no usable GPU (the CUDA tests' rule). */
+#define TU_NEED_GPU()                                                      \
+    do {                                                                   \
+        const char *tu_gi_;                                                \
+        if (!tu_have_gpu(&tu_gi_)) {                                       \
+            print_message("skipped: no usable GPU (%s)\n", tu_gi_);       \
+            skip();                                                        \
+        }                                                                  \
+    } while (0)
 
 /* Fails with the formatted error when st != MOQ_OK. */
 #define TU_OK(expr)                                                                                \
