@@ -28,49 +28,23 @@
 
 #include "tu.h"
 #include "arch_oracle.h"
-
-enum { NT = 20, NP = 12, NG = 8 };
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mr = fmax(mr, fabs((double)want[i]));
-        const double d = fabs((double)got[i] - (double)want[i]);
-        md = d > md || d != d ? d : md;
-    }
-    return md / mr;
-}
+#include "hf_ref.h"
 
 /* transformers' greedy step under the generator's min_new_tokens = 8: the argmax with the
  * eos_token_id (1 in these configs) suppressed (deepseek_v32's 7th step: eos 2.955 > id 33 2.881). */
 enum { EOS = 1 };
-static int argmax(const float *x, int64_t n) {
-    int b = EOS == 0 ? 1 : 0;
-    for (int64_t i = 1; i < n; i++)
-        if (i != EOS && x[i] > x[b]) b = (int)i;
-    return b;
-}
+static int argmax(const float *x, int64_t n) { return hf_argmax_except(x, n, EOS); }
 
 /* hf_tiny/<model> against its ref.safetensors: prefill, then greedy decode (see the top). */
 static void check_hf(const char *model, const char *arch) {
     char rel[128];
-    snprintf(rel, sizeof rel, "hf_tiny/%s/ref.safetensors", model);
-    char *rp = tu_src_data_path(rel);
     snprintf(rel, sizeof rel, "hf_tiny/%s", model);
     char *dir = tu_src_data_path(rel);
-    moq_checkpoint *ck = NULL;
-    TU_OK(moq_checkpoint_open(&ck, rp, NULL, err_));
-    const moq_tensor *t = moq_checkpoint_tensor(ck, "tokens"), *g = moq_checkpoint_tensor(ck, "greedy"), *l = moq_checkpoint_tensor(ck, "logits");
-    assert_non_null(t);
-    assert_non_null(g);
-    assert_non_null(l);
-    assert_int_equal(t->nelem, NT);
-    assert_int_equal(g->nelem, NG);
-    int32_t tok[NT], greedy[NG];
-    memcpy(tok, t->data, sizeof tok);
-    memcpy(greedy, g->data, sizeof greedy);
-    const float *want = l->data;
-    const int64_t V = l->shape[1];
+    ref r;
+    hf_ref_load(&r, model);
+    const int32_t *tok = r.tokens, *greedy = r.greedy;
+    const float *want = r.logits;
+    const int64_t V = r.V;
     moq_model_opts o = moq_model_opts_default();
     o.n_threads = 2;
     o.ctx = 64;
@@ -80,7 +54,7 @@ static void check_hf(const char *model, const char *arch) {
     assert_int_equal(moq_model_vocab_size(m), V);
     float *pre = malloc(sizeof(float) * NT * (size_t)V), *dec = malloc(sizeof(float) * NT * (size_t)V);
     TU_OK(moq_model_prefill(m, tok, NT, pre, err_));
-    const double e1 = rel_err(pre, want, NT * V);
+    const double e1 = hf_rel_err(pre, want, NT * V);
     moq_model_reset(m);
     TU_OK(moq_model_prefill(m, tok, NP, dec, err_));
     int32_t next = (int32_t)argmax(dec + (NP - 1) * V, V);
@@ -90,12 +64,12 @@ static void check_hf(const char *model, const char *arch) {
         memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
         next = (int32_t)argmax(moq_model_logits(m), V);
     }
-    const double e2 = rel_err(dec + NP * V, want + NP * V, NG * V), e3 = rel_err(dec + NP * V, pre + NP * V, NG * V);
+    const double e2 = hf_rel_err(dec + NP * V, want + NP * V, NG * V), e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
     /* 4. two prefill calls, the second of 8 positions from 12 (windows closing inside a later chunk) */
     moq_model_reset(m);
     TU_OK(moq_model_prefill(m, tok, NP, dec, err_));
     TU_OK(moq_model_prefill(m, tok + NP, NG, dec + NP * V, err_));
-    const double e4 = rel_err(dec, pre, NT * V);
+    const double e4 = hf_rel_err(dec, pre, NT * V);
     assert_true(e4 < 1e-5);
     print_message("  %-14s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
     assert_true(e1 < 1e-3);
@@ -104,8 +78,7 @@ static void check_hf(const char *model, const char *arch) {
     free(pre);
     free(dec);
     moq_model_free(m);
-    moq_checkpoint_free(ck);
-    free(rp);
+    moq_checkpoint_free(r.ck);
     free(dir);
 }
 

@@ -21,64 +21,32 @@
 
 #include "tu.h"
 #include "arch_oracle.h"
+#include "hf_ref.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/model.h"
 
-enum { NT = 20, NP = 12, NG = 8, EOS = 1 };
+enum { EOS = 1 };
 
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mr = fmax(mr, fabs((double)want[i]));
-        const double d = fabs((double)got[i] - (double)want[i]);
-        md = d > md || d != d ? d : md;
-    }
-    return md / mr;
-}
-
-/* transformers' greedy step under the generator's min_new_tokens = 8: argmax with eos suppressed */
-static int argmax(const float *x, int64_t n) {
-    int b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (i != EOS && x[i] > x[b]) b = (int)i;
-    return b;
-}
-
-typedef struct { int32_t tok[NT], greedy[NG]; const float *want; int64_t V; moq_checkpoint *ck; } oracle;
-
-static void oracle_open(oracle *o) {
-    char *rp = tu_src_data_path("hf_tiny/glm_moe_dsa/ref.safetensors");
-    TU_OK(moq_checkpoint_open(&o->ck, rp, NULL, err_));
-    free(rp);
-    const moq_tensor *t = moq_checkpoint_tensor(o->ck, "tokens"), *g = moq_checkpoint_tensor(o->ck, "greedy"), *l = moq_checkpoint_tensor(o->ck, "logits");
-    assert_non_null(t);
-    assert_non_null(g);
-    assert_non_null(l);
-    assert_int_equal(t->nelem, NT);
-    assert_int_equal(g->nelem, NG);
-    memcpy(o->tok, t->data, sizeof o->tok);
-    memcpy(o->greedy, g->data, sizeof o->greedy);
-    o->want = l->data;
-    o->V = l->shape[1];
-}
+/* the hf_tiny reference (hf_ref.h) with transformers' greedy step under min_new_tokens = 8 (eos suppressed) */
+static int argmax(const float *x, int64_t n) { return hf_argmax_except(x, n, EOS); }
 
 /* prefill of all NT tokens of `dir` into a new [NT, V] buffer */
-static float *prefill_all(const char *dir, const oracle *o) {
+static float *prefill_all(const char *dir, const ref *o) {
     moq_model_opts op = moq_model_opts_default();
     op.n_threads = 2;
     op.ctx = 64;
     moq_model *m = NULL;
     TU_OK(moq_model_open(&m, dir, &op, err_));
     float *pre = malloc(sizeof(float) * NT * (size_t)o->V);
-    TU_OK(moq_model_prefill(m, o->tok, NT, pre, err_));
+    TU_OK(moq_model_prefill(m, o->tokens, NT, pre, err_));
     moq_model_free(m);
     return pre;
 }
 
 static void test_glm5_vs_transformers(void **st) {
     (void)st;
-    oracle o;
-    oracle_open(&o);
+    ref o;
+    hf_ref_load(&o, "glm_moe_dsa");
     const int64_t V = o.V;
     char *dir = tu_src_data_path("hf_tiny/glm_moe_dsa");
     moq_model_opts op = moq_model_opts_default();
@@ -89,10 +57,10 @@ static void test_glm5_vs_transformers(void **st) {
     assert_string_equal(moq_model_architecture(m), "GlmMoeDsaForCausalLM");
     assert_int_equal(moq_model_vocab_size(m), V);
     float *pre = malloc(sizeof(float) * NT * (size_t)V), *dec = malloc(sizeof(float) * NT * (size_t)V);
-    TU_OK(moq_model_prefill(m, o.tok, NT, pre, err_));
-    const double e1 = rel_err(pre, o.want, NT * V);
+    TU_OK(moq_model_prefill(m, o.tokens, NT, pre, err_));
+    const double e1 = hf_rel_err(pre, o.logits, NT * V);
     moq_model_reset(m);
-    TU_OK(moq_model_prefill(m, o.tok, NP, dec, err_));
+    TU_OK(moq_model_prefill(m, o.tokens, NP, dec, err_));
     int32_t next = (int32_t)argmax(dec + (NP - 1) * V, V);
     for (int j = 0; j < NG; j++) {
         assert_int_equal(next, o.greedy[j]);
@@ -100,11 +68,11 @@ static void test_glm5_vs_transformers(void **st) {
         memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
         next = (int32_t)argmax(moq_model_logits(m), V);
     }
-    const double e2 = rel_err(dec + NP * V, o.want + NP * V, NG * V), e3 = rel_err(dec + NP * V, pre + NP * V, NG * V);
+    const double e2 = hf_rel_err(dec + NP * V, o.logits + NP * V, NG * V), e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
     moq_model_reset(m);
-    TU_OK(moq_model_prefill(m, o.tok, NP, dec, err_));
-    TU_OK(moq_model_prefill(m, o.tok + NP, NG, dec + NP * V, err_));
-    const double e4 = rel_err(dec, pre, NT * V);
+    TU_OK(moq_model_prefill(m, o.tokens, NP, dec, err_));
+    TU_OK(moq_model_prefill(m, o.tokens + NP, NG, dec + NP * V, err_));
+    const double e4 = hf_rel_err(dec, pre, NT * V);
     print_message("  glm_moe_dsa prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e, two chunks %.2e\n", e1,
                   e2, e3, e4);
     assert_true(e1 < 1e-3);
@@ -143,10 +111,10 @@ static char *variant(const char *tag, const char *repl, int topk) {
 
 static void test_glm5_schedule_spellings(void **st) {
     (void)st;
-    oracle o;
-    oracle_open(&o);
+    ref o;
+    hf_ref_load(&o, "glm_moe_dsa");
     char *dir = tu_src_data_path("hf_tiny/glm_moe_dsa");
-    float *ref = prefill_all(dir, &o);
+    float *base = prefill_all(dir, &o);
     static const char *const spell[] = {
         "\"index_topk_pattern\": \"FSFS\"",
         "\"index_topk_pattern\": [\"full\", \"shared\", \"full\", \"shared\"]",
@@ -155,7 +123,7 @@ static void test_glm5_schedule_spellings(void **st) {
     for (size_t i = 0; i < sizeof spell / sizeof spell[0]; i++) {
         char *d = variant("glm5_spell", spell[i], 5);
         float *got = prefill_all(d, &o);
-        assert_memory_equal(got, ref, sizeof(float) * NT * (size_t)o.V);
+        assert_memory_equal(got, base, sizeof(float) * NT * (size_t)o.V);
         free(got);
         tu_rmtree(d);
         free(d);
@@ -163,13 +131,13 @@ static void test_glm5_schedule_spellings(void **st) {
     /* every key kept (index_topk 64 > 20 positions): transformers' logits are then out of reach */
     char *d = variant("glm5_all", "\"indexer_types\": [\"full\", \"shared\", \"full\", \"shared\"]", 64);
     float *all = prefill_all(d, &o);
-    const double e = rel_err(all, o.want, NT * o.V);
+    const double e = hf_rel_err(all, o.logits, NT * o.V);
     print_message("  every key kept: %.2e vs transformers (must exceed 1e-3)\n", e);
     assert_true(e > 1e-3);
     free(all);
     tu_rmtree(d);
     free(d);
-    free(ref);
+    free(base);
     free(dir);
     moq_checkpoint_free(o.ck);
 }
@@ -305,8 +273,8 @@ static void test_glm5_defaults(void **st) {
 byte-level tokenizer maps byte b to id b), `moq check` is clean, `moq inspect` does not warn. */
 static void test_glm5_cli(void **st) {
     (void)st;
-    oracle o;
-    oracle_open(&o);
+    ref o;
+    hf_ref_load(&o, "glm_moe_dsa");
     char *dir = tu_src_data_path("hf_tiny/glm_moe_dsa"), *prompt = tu_src_data_path("hf_tiny/prompt.bin"), cmd[2048], out[16384], want[256];
     int n = snprintf(want, sizeof want, "\"ids\":[");
     for (int j = 0; j < NG; j++) n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", j ? "," : "", o.greedy[j]);

@@ -38,9 +38,11 @@ double hf_rel_err(const float *got, const float *want, int64_t n) {
     return md / mr;
 }
 
-int hf_argmax(const float *x, int64_t n) {
-    int b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = (int)i;
+int hf_argmax(const float *x, int64_t n) { return hf_argmax_except(x, n, -1); }
+
+int hf_argmax_except(const float *x, int64_t n, int64_t never) {
+    int b = never == 0 ? 1 : 0;
+    for (int64_t i = b + 1; i < n; i++)
+        if (i != never && x[i] > x[b]) b = (int)i;
     return b;
 }

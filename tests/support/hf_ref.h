@@ -23,5 +23,8 @@ void   hf_ref_load(ref *r, const char *model);
 double hf_rel_err(const float *got, const float *want, int64_t n);
 /* index of the largest value, the lowest on ties */
 int    hf_argmax(const float *x, int64_t n);
+/* the same with id `never` left out: transformers' greedy step under generate(min_new_tokens) with
+ * `never` = eos_token_id */
+int    hf_argmax_except(const float *x, int64_t n, int64_t never);
 
 #endif
