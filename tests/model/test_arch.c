@@ -38,45 +38,10 @@
 
 
 static void check_model(const char *model, const char *arch, int threads) {
-    ref r;
-    hf_ref_load(&r, model);
     char rel_dir[128];
     snprintf(rel_dir, sizeof rel_dir, "hf_tiny/%s", model);
     char *dir = tu_src_data_path(rel_dir);
-    moq_model_opts o = moq_model_opts_default();
-    o.n_threads = threads;
-    o.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &o, err_));
-    assert_string_equal(moq_model_architecture(m), arch);
-    assert_int_equal(moq_model_vocab_size(m), r.V);
-    const int64_t V = r.V;
-    float *pre = malloc(sizeof(float) * NT * (size_t)V), *dec = malloc(sizeof(float) * NT * (size_t)V);
-
-    /* 1. prefill of every token */
-    TU_OK(moq_model_prefill(m, r.tokens, NT, pre, err_));
-    const double e1 = hf_rel_err(pre, r.logits, NT * V);
-
-    /* 2. prompt, then greedy decode step by step */
-    moq_model_reset(m);
-    TU_OK(moq_model_prefill(m, r.tokens, NP, dec, err_));
-    int32_t next = (int32_t)hf_argmax(dec + (NP - 1) * V, V);
-    for (int j = 0; j < NG; j++) {
-        assert_int_equal(next, r.greedy[j]);
-        TU_OK(moq_model_decode(m, next, err_));
-        memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
-        next = (int32_t)hf_argmax(moq_model_logits(m), V);
-    }
-    const double e2 = hf_rel_err(dec + NP * V, r.logits + NP * V, NG * V);
-    const double e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
-    print_message("  %-14s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
-    assert_true(e1 < 1e-3);
-    assert_true(e2 < 1e-3);
-    assert_true(e3 < 1e-5);
-    free(pre);
-    free(dec);
-    moq_model_free(m);
-    moq_checkpoint_free(r.ck);
+    hf_ref_check_dir(model, dir, arch, threads);
     free(dir);
 }
 

@@ -37,39 +37,7 @@
 
 
 /* Prefill of all 20 tokens, then prompt + greedy decode, against transformers' logits of `model`. */
-static void check_dir(const char *model, const char *dir) {
-    ref r;
-    hf_ref_load(&r, model);
-    moq_model_opts o = moq_model_opts_default();
-    o.n_threads = 2;
-    o.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &o, err_));
-    assert_string_equal(moq_model_architecture(m), "Gemma4ForCausalLM");
-    assert_int_equal(moq_model_vocab_size(m), r.V);
-    const int64_t V = r.V;
-    float *pre = malloc(sizeof(float) * NT * (size_t)V), *dec = malloc(sizeof(float) * NT * (size_t)V);
-    TU_OK(moq_model_prefill(m, r.tokens, NT, pre, err_));
-    const double e1 = hf_rel_err(pre, r.logits, NT * V);
-    moq_model_reset(m);
-    TU_OK(moq_model_prefill(m, r.tokens, NP, dec, err_));
-    int32_t next = (int32_t)hf_argmax(dec + (NP - 1) * V, V);
-    for (int j = 0; j < NG; j++) {
-        assert_int_equal(next, r.greedy[j]);
-        TU_OK(moq_model_decode(m, next, err_));
-        memcpy(dec + (NP + j) * V, moq_model_logits(m), sizeof(float) * (size_t)V);
-        next = (int32_t)hf_argmax(moq_model_logits(m), V);
-    }
-    const double e2 = hf_rel_err(dec + NP * V, r.logits + NP * V, NG * V), e3 = hf_rel_err(dec + NP * V, pre + NP * V, NG * V);
-    print_message("  %s prefill vs transformers %.2e, decode vs transformers %.2e, decode vs prefill %.2e\n", model, e1, e2, e3);
-    assert_true(e1 < 1e-3);
-    assert_true(e2 < 1e-3);
-    assert_true(e3 < 1e-5);
-    free(pre);
-    free(dec);
-    moq_model_free(m);
-    moq_checkpoint_free(r.ck);
-}
+static void check_dir(const char *model, const char *dir) { hf_ref_check_dir(model, dir, "Gemma4ForCausalLM", 2); }
 
 static void test_vs_transformers(void **st) {
     (void)st;

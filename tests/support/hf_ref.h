@@ -27,4 +27,10 @@ int    hf_argmax(const float *x, int64_t n);
  * `never` = eos_token_id */
 int    hf_argmax_except(const float *x, int64_t n, int64_t never);
 
+/* The architecture tests' check of a checkpoint folder `dir` against hf_tiny/<model>'s reference:
+ * prefill of all NT tokens, then the NP-token prompt and NG greedy steps (ids must be transformers'),
+ * logits within 1e-3 of max |ref| both ways, decode within 1e-5 of prefill; `arch` is what moq must
+ * name the model. Prints the three errors. */
+void hf_ref_check_dir(const char *model, const char *dir, const char *arch, int threads);
+
 #endif
