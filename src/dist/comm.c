@@ -141,7 +141,7 @@ moq_status moq_comm_bind_rank(moq_comm_backend b, int rank, moq_error *err) {
             return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "nccl", "rank %d needs GPU %d and %d %s visible (NCCL: one GPU per rank; it refuses two ranks on one GPU)",
                             rank, rank, n, n == 1 ? "is" : "are");
         const char *e = moq_nccl_bind(rank);
-        if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "cudaSetDevice(%d): %s", rank, e);
+        if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, "nccl", "rank %d cannot bind GPU %d (cudaSetDevice: %s); expected one usable GPU per rank", rank, rank, e);
     }
 #endif
     (void)b, (void)rank, (void)err;
