@@ -109,7 +109,8 @@ static moq_status gpu_open(moq_moe_gpu *g, const moq_moe *m, int64_t Tmax, moq_e
     if (v->n_local < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "no local experts");
     if (r->expert_scale) return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "per-expert weight scales (Gemma 4's per_expert_scale) are not applied by the GPU routing");
     if (r->scoring != MOQ_MOE_SCORE_SOFTMAX && r->scoring != MOQ_MOE_SCORE_SIGMOID)
-        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "scoring function %d: the GPU routing runs softmax and sigmoid scores", (int)r->scoring);
+        return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "%s scores: the GPU routing runs softmax and sigmoid scores (use --device cpu)",
+                        r->scoring == MOQ_MOE_SCORE_SQRTSOFTPLUS ? "sqrt(softplus)" : "unknown");
     if (E > MOQ_CUDA_MOE_MAX_E || A > MOQ_CUDA_MOE_MAX_A || g->k > 32 || r->num_expert_group > MOQ_CUDA_MOE_MAX_GROUPS)
         return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, g->name, "%lld experts, top_k %d, %lld tokens per step: the GPU routing handles up to %d experts, "
                         "top_k <= 32 and tokens x top_k <= %d", (long long)E, r->top_k, (long long)Tmax, MOQ_CUDA_MOE_MAX_E, MOQ_CUDA_MOE_MAX_A);
