@@ -10,7 +10,8 @@
 #      batch-1 decode, batch 64; `moq bench moe --device cuda` at Qwen3-30B-A3B's layer shape and
 #      `moq bench model` on a 2-layer Qwen3-30B-A3B-shaped MoE; `moq bench linear --device cuda` at
 #      N = K = 8192, M = 1 and 16.
-# Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds [EVALS="fixture ..."] [ALGOS="NVFP4 FP8"] scripts/device_all.sh
+# Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds [EVALS="fixture ..."] [ALGOS="NVFP4 FP8"]
+#   [PROFILE=1 [PROFILE_ALGOS="FP8 NVFP4"]] scripts/device_all.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -80,8 +81,20 @@ for a in $ALGOS; do
   log "bench model $a (8B shape) --device cuda" | tee -a "$OUT/summary.log"
   timeout $(( $(left) - 20 < 90 ? $(left) - 20 : 90 )) "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 \
     | tee "$OUT/bench_d_$a.log" | tail -12 | tee -a "$OUT/summary.log"
-  rm -rf "$S/d_$a"
+  [ "${PROFILE:-0}" = 1 ] || rm -rf "$S/d_$a"
 done
+# 3. PROFILE=1: per-kernel GPU times (ncu, one metric, clocks left alone) of the 8B decode: a 2048-token
+#    prefill then 2 decode steps; profile.csv holds every kernel in launch order (the last ~450 are
+#    one decode step at position ~2050). Needs the 8B checkpoints, so keep them when PROFILE is set.
+if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
+  for a in ${PROFILE_ALGOS:-FP8}; do
+    [ "$(left)" -lt 60 ] && break
+    log "ncu decode profile $a" | tee -a "$OUT/summary.log"
+    timeout $(( $(left) - 30 )) ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/profile_$a.csv" 2> "$OUT/profile_$a.err"
+    echo "profile $a rc=$? lines=$(wc -l < "$OUT/profile_$a.csv")" | tee -a "$OUT/summary.log"
+  done
+fi
 for a in fp8_tensor nvfp4_w4a4 nvfp4_w4a16 fp8_blk128 mxfp8; do
   [ "$(left)" -lt 15 ] && break
   for m in 1 16; do timeout 10 "$BIN/moq" bench linear --device cuda --algo "$a" --m $m --n 8192 --k 8192 --json 2>&1 | tail -1 >> "$OUT/linear.jsonl"; done
