@@ -48,6 +48,9 @@ template <> struct sk<MOQ_CK_NVFP4_W4A16> { static constexpr int VB = 16, VPT = 
 template <int KIND> struct skd {
     static constexpr int VB = sk<KIND>::VB, VPT = sk<KIND>::VPT, CK = 4 * VPT, STEPS = VPT / 4, WW = VB / 4;
     static constexpr bool FP4 = KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16;
+    /* W4A4 may run on f16 (e2m1x8_f16): its activation (e2m1 · e4m3) is exact in f16 too; W4A16's
+     * bf16 activation is not, so it keeps the bf16 decode */
+    static constexpr bool H16_OK = KIND == MOQ_CK_NVFP4;
     /* activation words per lane per token per chunk: bf16 values (2 per word) or e4m3 codes (4) */
     static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
     /* chunks in flight per iteration: about 128 weight bytes per lane */
@@ -91,6 +94,29 @@ __device__ __forceinline__ void fp4_scales(uint32_t s16, uint32_t &lo2, uint32_t
     const uint32_t ua = *(const uint16_t *)&a, ub = *(const uint16_t *)&b;
     lo2 = ua | (ua << 16), hi2 = ub | (ub << 16);
 }
+/* f16 decode (H16, NVFP4 W4A4). e2m1 code v = s e1 e0 m as f16 of value · 2^-14 has a zero low
+ * byte and the high byte H(v) = s·128 + (e1 e0 m)·2 (exponent field e, mantissa bit m; e = 0 is
+ * the f16 subnormal m · 2^-15), so the 8 codes v0..v7 of a word (v_2i the low nibble of byte i)
+ * decode 4 at a time, one per byte: 7 integer ops for the 8 high bytes, then 4 byte permutes
+ * into f16x2 (v0, v2) (v4, v6) (v1, v3) (v5, v7) — 11 ops per 8 values, against 4-5 per 2 for
+ * the bf16 bit placement above (SASS of the two kernels: docs/PERFORMANCE.md 2026-12-01 21:40). */
+__device__ __forceinline__ void e2m1x8_f16(uint32_t w, uint32_t *o) {
+    const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u); /* H(v0) H(v2) H(v4) H(v6) */
+    const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);        /* H(v1) H(v3) H(v5) H(v7) */
+    o[0] = __byte_perm(lo, 0u, 0x1404), o[1] = __byte_perm(lo, 0u, 0x3424);
+    o[2] = __byte_perm(hi, 0u, 0x1404), o[3] = __byte_perm(hi, 0u, 0x3424);
+}
+__device__ __forceinline__ uint32_t hmul2u(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*(const __half2 *)&a, *(const __half2 *)&b);
+    return *(const uint32_t *)&r;
+}
+/* two e4m3 block scales (u16) -> f16 of scale · 2^6 each, (lo, lo) and (hi, hi). Exact: e4m3 is
+ * exact in f16 and 448 · 2^6 < 65504; a product v · 2^-14 · s · 2^6 (<= 6 significant bits,
+ * >= 2^-18, <= 10.5) is exact in f16 as well. The epilogue multiplies by 2^8. */
+__device__ __forceinline__ void fp4_scales_f16(uint32_t s16, uint32_t &lo2, uint32_t &hi2) {
+    const uint32_t h = hmul2u(e4m3x2_f16(s16), 0x54005400u); /* f16 64.0 = 0x5400 */
+    lo2 = __byte_perm(h, 0u, 0x1010), hi2 = __byte_perm(h, 0u, 0x3232);
+}
 
 template <bool F16> __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     if (F16)
@@ -130,11 +156,36 @@ template <int KIND, int S> __device__ __forceinline__ void frag_b(const uint32_t
     }
 }
 
-/* Steps S.. of a chunk: B fragments once per step, A fragments (the decode) once per tile. */
-template <int KIND, int S, int NT>
+/* Steps S.. of a chunk: B fragments once per step, A fragments (the decode) once per tile.
+ * H16 (NVFP4 W4A4 on f16): two steps per weight word j, each word decoded once (e2m1x8_f16):
+ * step 2j takes the lane's values {0, 2} and {1, 3} of the word, step 2j + 1 {4, 6} and {5, 7};
+ * the activation's B fragments pair the same values (its f16 words hold 2 consecutive values). */
+template <int KIND, bool H16, int S, int NT>
 __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<KIND>::WW], const uint32_t (*act)[skd<KIND>::AW],
                                       const uint32_t (*sc)[4]) {
-    if constexpr (S < skd<KIND>::STEPS) {
+    if constexpr (H16 && S < skd<KIND>::STEPS) {
+        constexpr int j = S / 2;
+        uint32_t B[2][NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint32_t *x = act[nt] + 4 * j;
+            B[0][nt][0] = __byte_perm(x[0], x[1], 0x5410), B[0][nt][1] = __byte_perm(x[0], x[1], 0x7632);
+            B[1][nt][0] = __byte_perm(x[2], x[3], 0x5410), B[1][nt][1] = __byte_perm(x[2], x[3], 0x7632);
+        }
+#pragma unroll
+        for (int i = 0; i < GV_T; i++) {
+            uint32_t d0[4], d8[4];
+            e2m1x8_f16(w[i][0][j], d0), e2m1x8_f16(w[i][1][j], d8);
+            const uint32_t sg = sc[i][j / 2], sg8 = sc[i][2 + j / 2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t A[4] = {hmul2u(d0[h], sg), hmul2u(d8[h], sg8), hmul2u(d0[2 + h], sg), hmul2u(d8[2 + h], sg8)};
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) mma<true>(c[i * NT + nt], A, B[h][nt][0], B[h][nt][1]);
+            }
+        }
+        steps<KIND, H16, S + 2, NT>(c, w, act, sc);
+    } else if constexpr (!H16 && S < skd<KIND>::STEPS) {
         uint32_t B[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) frag_b<KIND, S>(act[nt], B[nt]);
@@ -145,7 +196,7 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) mma<sk<KIND>::F16>(c[i * NT + nt], A, B[nt][0], B[nt][1]);
         }
-        steps<KIND, S + 1, NT>(c, w, act, sc);
+        steps<KIND, H16, S + 1, NT>(c, w, act, sc);
     }
 }
 
@@ -153,9 +204,10 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
  * own K chunks (every token m < M) into shared memory first (aq8, the quantizer's arithmetic),
  * laid out [m][local chunk][chunk values] (codes for the f16 path, bf16 A otherwise), then the
  * per-chunk block scales (MXFP8 e8m0 u8, FP8 128-block f32) [m][local chunk]. Local chunk
- * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w. */
-template <int KIND, int NT, bool FUSED>
-__global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a) {
+ * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w.
+ * H16: NVFP4 W4A4 on f16 (e2m1x8_f16; the activation A, fused or from the quantizer, in f16). */
+template <int KIND, int NT, bool FUSED, bool H16>
+__global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 0) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
     constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -173,7 +225,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
     for (int r = 0; r < R / 4; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 
     typedef uint32_t wbuf[U][GV_T][2][WW];
-    auto load_w = [&](wbuf &w, int64_t c0) {
+    /* NVFP4: the chunk's two e4m3 block scales of rows g and g + 8 (u16), loaded with the weights
+     * (issued at the chunk's math, they added a round trip per chunk after the first) */
+    typedef uint32_t sbuf[U][GV_T][2];
+    auto load_w = [&](wbuf &w, sbuf &sr, int64_t c0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW;
@@ -181,15 +236,21 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
             for (int i = 0; i < GV_T; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    if (c < nch) ldvec<WW>(w[u][i][h], codes + (nb + 16 * i + g + 8 * h) * rowb + c * (CK * D::VB / D::VPT) + t * D::VB);
-                    else
+                    const int64_t n = nb + 16 * i + g + 8 * h;
+                    if (c < nch) {
+                        ldvec<WW>(w[u][i][h], codes + n * rowb + c * (CK * D::VB / D::VPT) + t * D::VB);
+                        if constexpr (D::FP4) sr[u][i][h] = __ldg((const unsigned short *)((const uint8_t *)a.scales_d + n * (Kp / 16) + c * (CK / 16) + 2 * t));
+                    } else {
 #pragma unroll
                         for (int q = 0; q < WW; q++) w[u][i][h][q] = 0;
+                        if constexpr (D::FP4) sr[u][i][h] = 0;
+                    }
                 }
         }
     };
     wbuf w;
-    load_w(w, kw);  /* weights do not depend on the previous kernel: in flight before the wait */
+    sbuf sr;
+    load_w(w, sr, kw); /* weights do not depend on the previous kernel: in flight before the wait */
     griddep_wait(); /* the activation is the previous kernel's output */
     extern __shared__ __align__(16) uint8_t fz[];
     constexpr int VBY = sk<KIND>::F16 ? 1 : 2; /* activation bytes per value in fz */
@@ -215,14 +276,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
             if (!live) continue;
             uint8_t *dst = fz + ((m * LC + lc) * CK + o * 8) * VBY;
             if (sk<KIND>::F16) *(uint2 *)dst = aq_u8x8(q);
-            else *(uint4 *)dst = aq_bf16x8(d);
+            else *(uint4 *)dst = H16 ? aq_f16x8(d) : aq_bf16x8(d);
             if (KIND == MOQ_CK_MXFP8 && o == 0) fz_s[m * LC + lc] = scode;
             if (KIND == MOQ_CK_FP8_BLK128 && o == 0) ((float *)fz_s)[m * LC + lc] = k0 < a.K ? gscale : 0.0f;
         }
         __syncthreads();
     }
     for (int64_t c0 = kw; c0 < nch; c0 += (int64_t)KW * U) {
-        if (c0 != kw) load_w(w, c0);
+        if (c0 != kw) load_w(w, sr, c0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = c0 + (int64_t)u * KW, k0 = c * CK;
@@ -241,12 +302,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 }
             }
             uint32_t sc[GV_T][4] = {};
-            if (D::FP4) {
+            if constexpr (D::FP4) {
 #pragma unroll
                 for (int i = 0; i < GV_T; i++) {
-                    const uint8_t *s = (const uint8_t *)a.scales_d + (nb + 16 * i + g) * (Kp / 16) + k0 / 16 + 2 * t;
-                    fp4_scales(*(const uint16_t *)s, sc[i][0], sc[i][1]);
-                    fp4_scales(*(const uint16_t *)(s + 8 * (Kp / 16)), sc[i][2], sc[i][3]);
+                    if (H16) fp4_scales_f16(sr[u][i][0], sc[i][0], sc[i][1]), fp4_scales_f16(sr[u][i][1], sc[i][2], sc[i][3]);
+                    else fp4_scales(sr[u][i][0], sc[i][0], sc[i][1]), fp4_scales(sr[u][i][1], sc[i][2], sc[i][3]);
                 }
             }
             if (sk<KIND>::SB && !FUSED) {
@@ -274,7 +334,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 float tmp[R / 4][4];
 #pragma unroll
                 for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
-                steps<KIND, 0, NT>(tmp, w[u], act, sc);
+                steps<KIND, H16, 0, NT>(tmp, w[u], act, sc);
 #pragma unroll
                 for (int i = 0; i < GV_T; i++)
 #pragma unroll
@@ -291,7 +351,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                 float tmp[R / 4][4];
 #pragma unroll
                 for (int r = 0; r < R / 4; r++) tmp[r][0] = tmp[r][1] = tmp[r][2] = tmp[r][3] = 0.0f;
-                steps<KIND, 0, NT>(tmp, w[u], act, sc);
+                steps<KIND, H16, 0, NT>(tmp, w[u], act, sc);
 #pragma unroll
                 for (int i = 0; i < GV_T; i++) {
                     float swg, swg8;
@@ -318,7 +378,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
                         }
                 }
             } else {
-                steps<KIND, 0, NT>(acc, w[u], act, sc);
+                steps<KIND, H16, 0, NT>(acc, w[u], act, sc);
             }
         }
     }
@@ -331,7 +391,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_mma_kernel(moq_cuda_args a
     cl.sync();
     if (cl.block_rank() == 0) {
         const int ks = (int)cl.num_blocks();
-        constexpr float undo = D::FP4 ? 1024.0f : 1.0f;
+        constexpr float undo = D::FP4 ? (H16 ? 256.0f : 1024.0f) : 1.0f;
         const float *tok = (const float *)(ws + a.ws.tok);
         for (int e = threadIdx.x; e < R * 32; e += GV_WARPS * 32) {
             const int r = e / 32, ln = e % 32;
@@ -399,21 +459,30 @@ static const struct { bool fusable; int max_m; } gv_fuse[MOQ_CK_COUNT] = {
 };
 #define GV_FUSE_SMEM (40 << 10) /* activation slices per block, within the 48 KiB default */
 static int g_fuse_m = -2;       /* -1: the table */
+/* MOQ_CUDA_GEMV_E2M1 (for measurements): 1 (default) NVFP4 W4A4 on f16 (e2m1x8_f16), 0 the bf16
+ * bit placement that W4A16 keeps. MOQ_CUDA_GEMV_BALANCE: 1 (default) the K split rounded down to
+ * the fewest blocks with the same chunks per warp, 0 the demand's split as it is. */
+static int g_e2m1 = -1, g_balance = -1;
 /* per pair kind, host copies of the kernel's constants */
-#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0}
-static const struct { int ck, u, vby, sby; } gv_kind[MOQ_CK_COUNT] = {
+#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK}
+static const struct { int ck, u, vby, sby; bool h16; } gv_kind[MOQ_CK_COUNT] = {
     [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
     [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
 };
+static bool h16_of(int kind) {
+    if (g_e2m1 < 0) g_e2m1 = knob("MOQ_CUDA_GEMV_E2M1", 1, 0, 1);
+    return gv_kind[kind].h16 && g_e2m1;
+}
 
 /* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
  * its dynamic shared memory. */
-typedef struct gv_plan { int64_t tiles, ks; bool fused; size_t smem; } gv_plan;
+typedef struct gv_plan { int64_t tiles, ks; bool fused, h16; size_t smem; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
-    gv_plan p = {a->Np / (16 * GV_T), 1, false, 0};
+    if (g_balance < 0) g_balance = knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
+    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
@@ -423,15 +492,20 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     if (ks > kmax) ks = kmax;
     if (ks > 8) ks = 8;
     if (ks < 1) ks = 1;
+    /* e.g. N = K = 4096 FP8: 32 chunks over ks = 5 blocks x 4 warps leave 2 chunks on some warps
+     * and 1 on others; ks = 4 gives every warp 2 with a fifth fewer blocks (one wave, less
+     * repeated activation quantizing when fused) */
+    if (g_balance) ks = cdiv(nch, GV_WARPS * cdiv(nch, GV_WARPS * ks));
     p.ks = ks;
     const int64_t lc = GV_WARPS * cdiv(nch, ks * GV_WARPS);
     const size_t smem = (size_t)(a->M * lc) * (size_t)(gv_kind[k].ck * gv_kind[k].vby + gv_kind[k].sby);
     const int max_m = g_fuse_m >= 0 ? g_fuse_m : gv_fuse[k].max_m;
     if (gv_fuse[k].fusable && a->M <= max_m && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM) p.fused = true, p.smem = smem;
+    p.h16 = p.h16 && (p.fused || a->a_f16); /* A in f16: quantized here, or by the quantizer told so */
     return p;
 }
 
-template <int KIND, int NT, bool FUSED> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
+template <int KIND, int NT, bool FUSED, bool H16> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.tiles, (unsigned)p.ks, 1);
     cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
@@ -444,7 +518,7 @@ template <int KIND, int NT, bool FUSED> static const char *launch1(const moq_cud
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED>;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED, H16>;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
@@ -453,11 +527,16 @@ template <int KIND, int NT, bool FUSED> static const char *launch1(const moq_cud
     }
     return moq_cuda_launch_check("gemv kernel launch");
 }
+template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
+    if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
+        if (p.fused) return launch1<KIND, 1, true, H16>(a, p); /* M <= 8 */
+    return a->M <= 8 ? launch1<KIND, 1, false, H16>(a, p) : launch1<KIND, 2, false, H16>(a, p);
+}
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     const gv_plan p = plan_of(a);
-    if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
-        if (p.fused) return launch1<KIND, 1, true>(a, p); /* M <= 8 */
-    return a->M <= 8 ? launch1<KIND, 1, false>(a, p) : launch1<KIND, 2, false>(a, p);
+    if constexpr (skd<KIND>::H16_OK)
+        if (p.h16) return launch_h<KIND, true>(a, p);
+    return launch_h<KIND, false>(a, p);
 }
 
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
@@ -479,6 +558,12 @@ extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
 extern "C" int moq_cuda_gemv_fuses(const moq_cuda_args *a) {
     if (a->M > 16 || a->kind < 0 || a->kind >= MOQ_CK_COUNT || a->Np % (16 * GV_T)) return 0;
     return (int)plan_of(a).fused;
+}
+
+/* Whether the decode path reads A in f16 (NVFP4 W4A4 on f16, H16) rather than bf16. */
+extern "C" int moq_cuda_gemv_a_f16(int kind, int64_t M) {
+    if (kind < 0 || kind >= MOQ_CK_COUNT || M > 16 || moq_cuda_gemv_fma_fits(kind, M)) return 0;
+    return (int)h16_of(kind);
 }
 
 /* Whether the decode path reads the activation codes q (fp8 kinds, this kernel) rather than A. */
