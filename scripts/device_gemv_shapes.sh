@@ -8,10 +8,12 @@
 #   2. alone on the GPU, `moq bench linear --device cuda --json` at M = 1 and 16 on N x K =
 #      8192x8192, 28672x4096 (gate_up), 6144x4096 (qkv), 4096x4096 (o), 4096x14336 (down): the
 #      defaults of FP8 per-tensor and NVFP4 W4A4 first, then the knobs at M = 1 (NVFP4:
-#      E2M1=0, FUSE_M=1, BALANCE=0; FP8: BALANCE=0, WARPS=8 / 32), then the other formats;
-#   3. `moq bench model --device cuda` on 8B-shaped Llamas (FP8, NVFP4, NVFP4 with E2M1=0).
+#      E2M1=0, FUSE_M=1, BALANCE=0, WARPS=16; FP8: BALANCE=0, WARPS=8 / 32, U2=1, U2=1 with
+#      WARPS=8), then the other formats;
+#   3. `moq bench model --device cuda` on 8B-shaped Llamas (FP8, NVFP4; VARIANTS adds more, e.g.
+#      "NVFP4:MOQ_CUDA_GEMV_E2M1=0").
 # Logs under $OUT (summary.log, tests.log, linear.jsonl, bench_model.log); the summary last.
-# Usage: OUT=/tmp/out LIMIT=seconds scripts/device_gemv_shapes.sh
+# Usage: OUT=/tmp/out LIMIT=seconds [SKIP_KNOBS=1] [FORMATS="..."] [VARIANTS=...] scripts/device_gemv_shapes.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -62,18 +64,21 @@ b() {
   echo "$tag $a m=$m $nk $(echo "$r" | grep -o '"hot_us":[0-9.]*,"cold_us":[0-9.]*,"cold_weight_gbs":[0-9.]*,"cold_of_copy":[0-9.]*')" | tee -a "$OUT/summary.log"
 }
 for a in fp8_tensor nvfp4_w4a4; do for nk in $SHAPES; do for m in 1 16; do b default $a $m $nk || break 3; done; done; done
-for nk in $SHAPES; do
+[ "${SKIP_KNOBS:-0}" = 1 ] || for nk in $SHAPES; do
   b e2m1_bf16 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_E2M1=0 || break
   b fuse1 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_FUSE_M=1 || break
   b balance0 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_BALANCE=0 || break
+  b warps16 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_WARPS=16 || break
   b balance0 fp8_tensor 1 $nk MOQ_CUDA_GEMV_BALANCE=0 || break
   b warps8 fp8_tensor 1 $nk MOQ_CUDA_GEMV_WARPS=8 || break
   b warps32 fp8_tensor 1 $nk MOQ_CUDA_GEMV_WARPS=32 || break
+  b u2 fp8_tensor 1 $nk MOQ_CUDA_GEMV_U2=1 || break
+  b u2_warps8 fp8_tensor 1 $nk MOQ_CUDA_GEMV_U2=1 MOQ_CUDA_GEMV_WARPS=8 || break
 done
 RESERVE=70
-for a in nvfp4_w4a16 mxfp8 fp8_blk128 fp8_row bf16; do for nk in $SHAPES; do for m in 1 16; do b default $a $m $nk || break 3; done; done; done
-for v in "FP8 -" "NVFP4 -" "NVFP4 MOQ_CUDA_GEMV_E2M1=0"; do
-  set -- $v; a=$1; e=$2
+for a in ${FORMATS:-nvfp4_w4a16 mxfp8 fp8_blk128 fp8_row bf16}; do for nk in $SHAPES; do for m in 1 16; do b default $a $m $nk || break 3; done; done; done
+for v in FP8:- NVFP4:- ${VARIANTS:-}; do
+  a=${v%%:*}; e=${v#*:}
   while kill -0 "${SP[$a]}" 2>/dev/null && [ "$(left)" -gt 20 ]; do sleep 1; done
   if [ "$(left)" -lt 20 ] || kill -0 "${SP[$a]}" 2>/dev/null; then log "no time left for bench model $a $e" | tee -a "$OUT/summary.log"; continue; fi
   log "bench model $a (8B shape) --device cuda $e" | tee -a "$OUT/summary.log"

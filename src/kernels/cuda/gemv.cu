@@ -51,6 +51,8 @@ template <int KIND> struct skd {
     /* W4A4 may run on f16 (e2m1x8_f16): its activation (e2m1 · e4m3) is exact in f16 too; W4A16's
      * bf16 activation is not, so it keeps the bf16 decode */
     static constexpr bool H16_OK = KIND == MOQ_CK_NVFP4;
+    /* compiled with twice the chunks in flight per warp too (UM = 2, MOQ_CUDA_GEMV_U2) */
+    static constexpr bool U2_OK = KIND == MOQ_CK_FP8_TENSOR;
     /* activation words per lane per token per chunk: bf16 values (2 per word) or e4m3 codes (4) */
     static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
     /* chunks in flight per iteration: about 128 weight bytes per lane */
@@ -205,11 +207,12 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
  * laid out [m][local chunk][chunk values] (codes for the f16 path, bf16 A otherwise), then the
  * per-chunk block scales (MXFP8 e8m0 u8, FP8 128-block f32) [m][local chunk]. Local chunk
  * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w.
- * H16: NVFP4 W4A4 on f16 (e2m1x8_f16; the activation A, fused or from the quantizer, in f16). */
-template <int KIND, int NT, bool FUSED, bool H16>
+ * H16: NVFP4 W4A4 on f16 (e2m1x8_f16; the activation A, fused or from the quantizer, in f16).
+ * UM: chunks in flight per warp, times D::U (registers: UM = 2 doubles the weight buffer). */
+template <int KIND, int NT, bool FUSED, bool H16, int UM>
 __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 0) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
-    constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
+    constexpr int WW = D::WW, AW = D::AW, U = D::U * UM, CK = D::CK, R = GV_T * NT * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t Kp = a.Kp, nch = Kp / CK, nb = (int64_t)blockIdx.x * (16 * GV_T);
     const int kw = blockIdx.y * GV_WARPS + warp, KW = gridDim.y * GV_WARPS;
@@ -463,9 +466,11 @@ static int g_fuse_m = -2;       /* -1: the table */
  * bit placement that W4A16 keeps. MOQ_CUDA_GEMV_BALANCE: 1 (default) the K split rounded down to
  * the fewest blocks with the same chunks per warp, 0 the demand's split as it is. */
 static int g_e2m1 = -1, g_balance = -1;
+/* MOQ_CUDA_GEMV_U2 (for measurements): 1 = twice the chunks in flight per warp (FP8 per-tensor) */
+static int g_u2 = -1;
 /* per pair kind, host copies of the kernel's constants */
-#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK}
-static const struct { int ck, u, vby, sby; bool h16; } gv_kind[MOQ_CK_COUNT] = {
+#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::U2_OK}
+static const struct { int ck, u, vby, sby; bool h16, u2; } gv_kind[MOQ_CK_COUNT] = {
     [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
     [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
@@ -477,12 +482,13 @@ static bool h16_of(int kind) {
 
 /* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
  * its dynamic shared memory. */
-typedef struct gv_plan { int64_t tiles, ks; bool fused, h16; size_t smem; } gv_plan;
+typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, u2; size_t smem; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
     if (g_balance < 0) g_balance = knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
-    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), 0};
+    if (g_u2 < 0) g_u2 = knob("MOQ_CUDA_GEMV_U2", 0, 0, 1);
+    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_u2 && gv_kind[a->kind].u2, 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
@@ -505,7 +511,7 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     return p;
 }
 
-template <int KIND, int NT, bool FUSED, bool H16> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
+template <int KIND, int NT, bool FUSED, bool H16, int UM> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.tiles, (unsigned)p.ks, 1);
     cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
@@ -518,7 +524,7 @@ template <int KIND, int NT, bool FUSED, bool H16> static const char *launch1(con
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED, H16>;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED, H16, UM>;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
@@ -527,10 +533,15 @@ template <int KIND, int NT, bool FUSED, bool H16> static const char *launch1(con
     }
     return moq_cuda_launch_check("gemv kernel launch");
 }
-template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
+template <int KIND, bool H16, int UM> static const char *launch_u(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
-        if (p.fused) return launch1<KIND, 1, true, H16>(a, p); /* M <= 8 */
-    return a->M <= 8 ? launch1<KIND, 1, false, H16>(a, p) : launch1<KIND, 2, false, H16>(a, p);
+        if (p.fused) return launch1<KIND, 1, true, H16, UM>(a, p); /* M <= 8 */
+    return a->M <= 8 ? launch1<KIND, 1, false, H16, UM>(a, p) : launch1<KIND, 2, false, H16, UM>(a, p);
+}
+template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
+    if constexpr (skd<KIND>::U2_OK)
+        if (p.u2) return launch_u<KIND, H16, 2>(a, p);
+    return launch_u<KIND, H16, 1>(a, p);
 }
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     const gv_plan p = plan_of(a);
