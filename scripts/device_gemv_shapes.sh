@@ -4,16 +4,15 @@
 # scripts/device_all_stage.sh (.devbin/devbin.tar.xz; nothing is built on the device):
 #   1. correctness, side by side: test_linear_cuda at the defaults, with MOQ_CUDA_GEMV_E2M1=0 (the
 #      bf16 e2m1 decode), with MOQ_CUDA_GEMV_FUSE_M=8 (every fusable kind quantizes its own
-#      activation), test_model_cuda, compute-sanitizer memcheck of `moq run --device cuda` (NVFP4);
+#      activation), with MOQ_CUDA_GEMV_PE=0 (the peer-by-peer cluster reduction), test_model_cuda, compute-sanitizer memcheck of `moq run --device cuda` (NVFP4);
 #   2. alone on the GPU, `moq bench linear --device cuda --json` at M = 1 and 16 on N x K =
 #      8192x8192, 28672x4096 (gate_up), 6144x4096 (qkv), 4096x4096 (o), 4096x14336 (down): the
-#      defaults of FP8 per-tensor and NVFP4 W4A4 first, then the knobs at M = 1 (NVFP4:
-#      E2M1=0, FUSE_M=1, BALANCE=0, WARPS=16; FP8: BALANCE=0, WARPS=8 / 32, U2=1, U2=1 with
-#      WARPS=8), then the other formats;
+#      defaults of FP8 per-tensor and NVFP4 W4A4 first, then the knob runs of KNOBS (below), then
+#      the other formats (at OTHER_MS, default "1 16");
 #   3. `moq bench model --device cuda` on 8B-shaped Llamas (FP8, NVFP4; VARIANTS adds more, e.g.
 #      "NVFP4:MOQ_CUDA_GEMV_E2M1=0").
 # Logs under $OUT (summary.log, tests.log, linear.jsonl, bench_model.log); the summary last.
-# Usage: OUT=/tmp/out LIMIT=seconds [SKIP_KNOBS=1] [FORMATS="..."] [VARIANTS=...] scripts/device_gemv_shapes.sh
+# Usage: OUT=/tmp/out LIMIT=seconds [KNOBS=...] [FORMATS="..."] [OTHER_MS="1 16"] [VARIANTS=...] scripts/device_gemv_shapes.sh
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -44,12 +43,13 @@ t() { local name=$1 lim=$2; shift 2; ( timeout "$lim" "$@" > "$OUT/$name.log" 2>
 t test_linear_cuda 120 "$BIN/test_linear_cuda"
 MOQ_CUDA_GEMV_E2M1=0 t test_linear_e2m1bf16 120 "$BIN/test_linear_cuda"
 MOQ_CUDA_GEMV_FUSE_M=8 t test_linear_fuse8 120 "$BIN/test_linear_cuda"
+MOQ_CUDA_GEMV_PE=0 t test_linear_pe0 120 "$BIN/test_linear_cuda"
 t test_model_cuda 120 "$BIN/test_model_cuda"
 command -v compute-sanitizer >/dev/null &&
   t memcheck_nvfp4 100 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
 for j in $(jobs -p); do case " ${SP[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done
 log "tests done" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_model_cuda memcheck_nvfp4; do
+for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe0 test_model_cuda memcheck_nvfp4; do
   [ -f "$OUT/$f.log" ] || continue
   grep -E "PASSED|FAILED|ERROR SUMMARY|rc=|^FAIL|CUDA rows checked" "$OUT/$f.log" | tail -6 | sed "s/^/$f: /" | tee -a "$OUT/summary.log"
 done
@@ -64,19 +64,19 @@ b() {
   echo "$tag $a m=$m $nk $(echo "$r" | grep -o '"hot_us":[0-9.]*,"cold_us":[0-9.]*,"cold_weight_gbs":[0-9.]*,"cold_of_copy":[0-9.]*')" | tee -a "$OUT/summary.log"
 }
 for a in fp8_tensor nvfp4_w4a4; do for nk in $SHAPES; do for m in 1 16; do b default $a $m $nk || break 3; done; done; done
-[ "${SKIP_KNOBS:-0}" = 1 ] || for nk in $SHAPES; do
-  b e2m1_bf16 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_E2M1=0 || break
-  b fuse1 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_FUSE_M=1 || break
-  b balance0 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_BALANCE=0 || break
-  b warps16 nvfp4_w4a4 1 $nk MOQ_CUDA_GEMV_WARPS=16 || break
-  b balance0 fp8_tensor 1 $nk MOQ_CUDA_GEMV_BALANCE=0 || break
-  b warps8 fp8_tensor 1 $nk MOQ_CUDA_GEMV_WARPS=8 || break
-  b warps32 fp8_tensor 1 $nk MOQ_CUDA_GEMV_WARPS=32 || break
-  b u2 fp8_tensor 1 $nk MOQ_CUDA_GEMV_U2=1 || break
-  b u2_warps8 fp8_tensor 1 $nk MOQ_CUDA_GEMV_U2=1 MOQ_CUDA_GEMV_WARPS=8 || break
+# KNOBS: "tag algo M shapes ENV=V[,ENV=V]" entries, ';'-separated (shapes: all = $SHAPES). Run 1
+# (21:26) measured NVFP4 E2M1=0 / FUSE_M=1 / BALANCE=0 / WARPS=16 and FP8 BALANCE=0 / WARPS=8 / 32 /
+# U2=1 (since removed) on every shape at M = 1; the default list checks what run 1 chose.
+KNOBS=${KNOBS:-"pe0 fp8_tensor 1 all MOQ_CUDA_GEMV_PE=0; w32 nvfp4_w4a16 1 6144x4096 MOQ_CUDA_GEMV_WARPS=32;
+w32 nvfp4_w4a16 1 4096x14336 MOQ_CUDA_GEMV_WARPS=32; fuse0 nvfp4_w4a4 1 4096x4096 MOQ_CUDA_GEMV_FUSE_M=0"}
+IFS=';' read -ra KL <<< "${KNOBS//$'\n'/ }"
+for k in "${KL[@]}"; do
+  read -r tag a m shapes envs <<< "$k"
+  [ "$shapes" = all ] && shapes=$SHAPES
+  for nk in $shapes; do b "$tag" "$a" "$m" "$nk" ${envs//,/ } || break 2; done
 done
-RESERVE=70
-for a in ${FORMATS:-nvfp4_w4a16 mxfp8 fp8_blk128 fp8_row bf16}; do for nk in $SHAPES; do for m in 1 16; do b default $a $m $nk || break 3; done; done; done
+RESERVE=${OTHERS_RESERVE:-70}
+for a in ${FORMATS:-nvfp4_w4a16 mxfp8 fp8_blk128 fp8_row bf16}; do for nk in $SHAPES; do for m in ${OTHER_MS:-1 16}; do b default $a $m $nk || break 3; done; done; done
 for v in FP8:- NVFP4:- ${VARIANTS:-}; do
   a=${v%%:*}; e=${v#*:}
   while kill -0 "${SP[$a]}" 2>/dev/null && [ "$(left)" -gt 20 ]; do sleep 1; done
@@ -87,7 +87,7 @@ for v in FP8:- NVFP4:- ${VARIANTS:-}; do
     | tee "$OUT/bench_${a}_$e.log" | grep -E "decode" | tee -a "$OUT/summary.log"
 done
 log "end" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_model_cuda memcheck_nvfp4; do
+for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe0 test_model_cuda memcheck_nvfp4; do
   [ -f "$OUT/$f.log" ] && { echo "######## $f"; cat "$OUT/$f.log"; rm "$OUT/$f.log"; } >> "$OUT/tests.log"
 done
 for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "######## $f"; cat "$f"; rm "$f"; } >> "$OUT/bench_model.log"; done

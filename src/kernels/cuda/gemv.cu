@@ -51,8 +51,9 @@ template <int KIND> struct skd {
     /* W4A4 may run on f16 (e2m1x8_f16): its activation (e2m1 · e4m3) is exact in f16 too; W4A16's
      * bf16 activation is not, so it keeps the bf16 decode */
     static constexpr bool H16_OK = KIND == MOQ_CK_NVFP4;
-    /* compiled with twice the chunks in flight per warp too (UM = 2, MOQ_CUDA_GEMV_U2) */
-    static constexpr bool U2_OK = KIND == MOQ_CK_FP8_TENSOR;
+    /* PE (gemv_mma_kernel): the cluster reduction with all peers' loads in flight at once; not
+     * for NVFP4, whose whole kernel it moved to 96-127 registers (ptxas; 80 without) */
+    static constexpr bool PE_OK = !FP4;
     /* activation words per lane per token per chunk: bf16 values (2 per word) or e4m3 codes (4) */
     static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
     /* chunks in flight per iteration: about 128 weight bytes per lane */
@@ -208,11 +209,12 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
  * per-chunk block scales (MXFP8 e8m0 u8, FP8 128-block f32) [m][local chunk]. Local chunk
  * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w.
  * H16: NVFP4 W4A4 on f16 (e2m1x8_f16; the activation A, fused or from the quantizer, in f16).
- * UM: chunks in flight per warp, times D::U (registers: UM = 2 doubles the weight buffer). */
-template <int KIND, int NT, bool FUSED, bool H16, int UM>
+ * PE: the cluster's final reduction reads every peer's partial sums before adding any (one
+ * distributed-shared-memory round trip instead of one per peer; PE_OK kinds). */
+template <int KIND, int NT, bool FUSED, bool H16, bool PE>
 __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 0) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
-    constexpr int WW = D::WW, AW = D::AW, U = D::U * UM, CK = D::CK, R = GV_T * NT * 4;
+    constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t Kp = a.Kp, nch = Kp / CK, nb = (int64_t)blockIdx.x * (16 * GV_T);
     const int kw = blockIdx.y * GV_WARPS + warp, KW = gridDim.y * GV_WARPS;
@@ -386,11 +388,24 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
         }
     }
 
-    /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all */
+    /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all:
+     * per peer in rank order, its warps in order (deterministic). PE: each block first adds its
+     * own warps (sum[e], e = 32 · register + lane), then rank 0 loads all peers' sums before the
+     * first add. */
     __shared__ float red[GV_WARPS][R][32];
+    __shared__ float sum[PE ? R * 32 : 1];
 #pragma unroll
     for (int r = 0; r < R; r++) red[warp][r][lane] = acc[r / 4][r % 4];
     cg::cluster_group cl = cg::this_cluster();
+    if constexpr (PE) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < R * 32; e += GV_WARPS * 32) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < GV_WARPS; wi++) v += red[wi][e / 32][e % 32];
+            sum[e] = v;
+        }
+    }
     cl.sync();
     if (cl.block_rank() == 0) {
         const int ks = (int)cl.num_blocks();
@@ -399,10 +414,18 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
         for (int e = threadIdx.x; e < R * 32; e += GV_WARPS * 32) {
             const int r = e / 32, ln = e % 32;
             float v = 0.0f;
-            for (int b = 0; b < ks; b++) {
-                const float *pr = b == 0 ? &red[0][0][0] : cl.map_shared_rank(&red[0][0][0], b);
+            if constexpr (PE) {
+                float part[8];
 #pragma unroll
-                for (int wi = 0; wi < GV_WARPS; wi++) v += pr[(wi * R + r) * 32 + ln];
+                for (int b = 0; b < 8; b++) part[b] = b == 0 ? sum[e] : b < ks ? cl.map_shared_rank(sum, b)[e] : 0.0f; /* ks <= 8 */
+#pragma unroll
+                for (int b = 0; b < 8; b++) v += part[b];
+            } else {
+                for (int b = 0; b < ks; b++) {
+                    const float *pr = b == 0 ? &red[0][0][0] : cl.map_shared_rank(&red[0][0][0], b);
+#pragma unroll
+                    for (int wi = 0; wi < GV_WARPS; wi++) v += pr[(wi * R + r) * 32 + ln];
+                }
             }
             const int i = r / (NT * 4), nt = (r / 4) % NT, ce = r % 4;
             const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = nt * 8 + 2 * (ln & 3) + (ce & 1);
@@ -425,11 +448,17 @@ static int sm_count(void) {
     return n;
 }
 
-/* Warps of demand per SM that the K split aims at, per pair kind, for M <= 8 and M > 8: the best of
- * 16 / 32 / 64 at N = K = 8192, M = 1 and 16, on the H200 (docs/PERFORMANCE.md, 2026-12-01). */
-static const int demand_warps[MOQ_CK_COUNT][2] = {
-    [MOQ_CK_BF16] = {16, 32},        [MOQ_CK_FP8_TENSOR] = {16, 16}, [MOQ_CK_FP8_ROW] = {16, 16}, [MOQ_CK_FP8_BLK128] = {16, 16},
-    [MOQ_CK_NVFP4] = {32, 16},       [MOQ_CK_NVFP4_W4A16] = {32, 16}, [MOQ_CK_MXFP8] = {16, 16},
+/* Warps of demand per SM that the K split aims at, per pair kind, for M <= 8 and M > 8, and for
+ * fewer than GV_WIDE tiles (N < 8192) or more: the best of 16 / 32 / 64 at N = K = 8192, M = 1 and
+ * 16 (2026-12-01 18:26), and for NVFP4 at M = 1 of 16 / 32 on the 8B shapes (21:26: qkv 6144x4096
+ * 22 % and down 4096x14336 14 % faster at 16, o 4096x4096 the same split either way, N = 8192 and
+ * 28672 6-14 % faster at 32; FP8 best at 16 on every shape but qkv, within 8 % there), on the H200
+ * (docs/PERFORMANCE.md). */
+#define GV_WIDE 256
+static const int demand_warps[MOQ_CK_COUNT][2][2] = {
+    [MOQ_CK_BF16] = {{16, 16}, {32, 32}},       [MOQ_CK_FP8_TENSOR] = {{16, 16}, {16, 16}}, [MOQ_CK_FP8_ROW] = {{16, 16}, {16, 16}},
+    [MOQ_CK_FP8_BLK128] = {{16, 16}, {16, 16}}, [MOQ_CK_NVFP4] = {{16, 32}, {16, 16}},      [MOQ_CK_NVFP4_W4A16] = {{16, 32}, {16, 16}},
+    [MOQ_CK_MXFP8] = {{16, 16}, {16, 16}},
 };
 /* whether the kernel reads the activation codes q (f16 path) or the bf16 A */
 static const bool sk_reads_q[MOQ_CK_COUNT] = {
@@ -455,10 +484,13 @@ static int g_warps = -1; /* 0: the table */
  * block of a row of tiles quantizes the same K slice again (tiles times the quantizer's work)
  * before its first chunk: that serial step costs more than the launch it saves for NVFP4, BF16
  * and at M >= 2 (FP8) or 4 (FP8 128-blocks). MXFP8 at M <= 2 runs gemv_fma.cu, never fused.
- * MOQ_CUDA_GEMV_FUSE_M (0..8, for measurements) replaces max_m of every fusable kind. */
-static const struct { bool fusable; int max_m; } gv_fuse[MOQ_CK_COUNT] = {
-    [MOQ_CK_BF16] = {true, 0},       [MOQ_CK_FP8_TENSOR] = {true, 1},  [MOQ_CK_FP8_ROW] = {false, 0}, [MOQ_CK_FP8_BLK128] = {true, 2},
-    [MOQ_CK_NVFP4] = {true, 0},      [MOQ_CK_NVFP4_W4A16] = {true, 0}, [MOQ_CK_MXFP8] = {true, 0},
+ * NVFP4 W4A4 fuses at M = 1 only where a block's K slice is at most max_k values (one quantizer
+ * step per thread: N = K = 4096 at 8 blocks per cluster 13.6 -> 11.9 us, qkv 20.8 -> 17.8, but
+ * 2048-value slices 1-9 us slower, 2026-12-01 21:26); 0 = no limit.
+ * MOQ_CUDA_GEMV_FUSE_M (0..8, for measurements) replaces max_m of every fusable kind and drops max_k. */
+static const struct { bool fusable; int max_m, max_k; } gv_fuse[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = {true, 0, 0},       [MOQ_CK_FP8_TENSOR] = {true, 1, 0},  [MOQ_CK_FP8_ROW] = {false, 0, 0}, [MOQ_CK_FP8_BLK128] = {true, 2, 0},
+    [MOQ_CK_NVFP4] = {true, 1, 1024},   [MOQ_CK_NVFP4_W4A16] = {true, 0, 0}, [MOQ_CK_MXFP8] = {true, 0, 0},
 };
 #define GV_FUSE_SMEM (40 << 10) /* activation slices per block, within the 48 KiB default */
 static int g_fuse_m = -2;       /* -1: the table */
@@ -466,11 +498,11 @@ static int g_fuse_m = -2;       /* -1: the table */
  * bit placement that W4A16 keeps. MOQ_CUDA_GEMV_BALANCE: 1 (default) the K split rounded down to
  * the fewest blocks with the same chunks per warp, 0 the demand's split as it is. */
 static int g_e2m1 = -1, g_balance = -1;
-/* MOQ_CUDA_GEMV_U2 (for measurements): 1 = twice the chunks in flight per warp (FP8 per-tensor) */
-static int g_u2 = -1;
+/* MOQ_CUDA_GEMV_PE (for measurements): 0 = the peer-by-peer cluster reduction for every kind */
+static int g_pe = -1;
 /* per pair kind, host copies of the kernel's constants */
-#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::U2_OK}
-static const struct { int ck, u, vby, sby; bool h16, u2; } gv_kind[MOQ_CK_COUNT] = {
+#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::PE_OK}
+static const struct { int ck, u, vby, sby; bool h16, pe; } gv_kind[MOQ_CK_COUNT] = {
     [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
     [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
@@ -482,17 +514,17 @@ static bool h16_of(int kind) {
 
 /* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
  * its dynamic shared memory. */
-typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, u2; size_t smem; } gv_plan;
+typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, pe; size_t smem; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
     if (g_balance < 0) g_balance = knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
-    if (g_u2 < 0) g_u2 = knob("MOQ_CUDA_GEMV_U2", 0, 0, 1);
-    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_u2 && gv_kind[a->kind].u2, 0};
+    if (g_pe < 0) g_pe = knob("MOQ_CUDA_GEMV_PE", 1, 0, 1);
+    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
-    const int warps = g_warps ? g_warps : demand_warps[k][nt - 1];
+    const int warps = g_warps ? g_warps : demand_warps[k][nt - 1][p.tiles >= GV_WIDE];
     int64_t ks = cdiv((int64_t)sm_count() * warps, p.tiles * GV_WARPS);
     const int64_t kmax = nch / (GV_WARPS * gv_kind[k].u);
     if (ks > kmax) ks = kmax;
@@ -505,13 +537,14 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     p.ks = ks;
     const int64_t lc = GV_WARPS * cdiv(nch, ks * GV_WARPS);
     const size_t smem = (size_t)(a->M * lc) * (size_t)(gv_kind[k].ck * gv_kind[k].vby + gv_kind[k].sby);
-    const int max_m = g_fuse_m >= 0 ? g_fuse_m : gv_fuse[k].max_m;
-    if (gv_fuse[k].fusable && a->M <= max_m && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM) p.fused = true, p.smem = smem;
+    const int max_m = g_fuse_m >= 0 ? g_fuse_m : gv_fuse[k].max_m, max_k = g_fuse_m >= 0 ? 0 : gv_fuse[k].max_k;
+    if (gv_fuse[k].fusable && a->M <= max_m && (!max_k || lc * gv_kind[k].ck <= max_k) && !moq_cuda_gemv_fma_fits(k, a->M) && smem <= GV_FUSE_SMEM)
+        p.fused = true, p.smem = smem;
     p.h16 = p.h16 && (p.fused || a->a_f16); /* A in f16: quantized here, or by the quantizer told so */
     return p;
 }
 
-template <int KIND, int NT, bool FUSED, bool H16, int UM> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
+template <int KIND, int NT, bool FUSED, bool H16, bool PE> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.tiles, (unsigned)p.ks, 1);
     cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
@@ -524,7 +557,7 @@ template <int KIND, int NT, bool FUSED, bool H16, int UM> static const char *lau
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 2;
-    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED, H16, UM>;
+    void (*k)(moq_cuda_args) = gemv_mma_kernel<KIND, NT, FUSED, H16, PE>;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, *a);
     if (e != cudaSuccess) { /* without the dependent launch (a stream or driver that refuses it) */
         (void)cudaGetLastError();
@@ -533,15 +566,15 @@ template <int KIND, int NT, bool FUSED, bool H16, int UM> static const char *lau
     }
     return moq_cuda_launch_check("gemv kernel launch");
 }
-template <int KIND, bool H16, int UM> static const char *launch_u(const moq_cuda_args *a, const gv_plan &p) {
+template <int KIND, bool H16, bool PE> static const char *launch_u(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
-        if (p.fused) return launch1<KIND, 1, true, H16, UM>(a, p); /* M <= 8 */
-    return a->M <= 8 ? launch1<KIND, 1, false, H16, UM>(a, p) : launch1<KIND, 2, false, H16, UM>(a, p);
+        if (p.fused) return launch1<KIND, 1, true, H16, PE>(a, p); /* M <= 8 */
+    return a->M <= 8 ? launch1<KIND, 1, false, H16, PE>(a, p) : launch1<KIND, 2, false, H16, PE>(a, p);
 }
 template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
-    if constexpr (skd<KIND>::U2_OK)
-        if (p.u2) return launch_u<KIND, H16, 2>(a, p);
-    return launch_u<KIND, H16, 1>(a, p);
+    if constexpr (skd<KIND>::PE_OK)
+        if (p.pe) return launch_u<KIND, H16, true>(a, p);
+    return launch_u<KIND, H16, false>(a, p);
 }
 template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     const gv_plan p = plan_of(a);
