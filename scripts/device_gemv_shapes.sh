@@ -4,7 +4,7 @@
 # scripts/device_all_stage.sh (.devbin/devbin.tar.xz; nothing is built on the device):
 #   1. correctness, side by side: test_linear_cuda at the defaults, with MOQ_CUDA_GEMV_E2M1=0 (the
 #      bf16 e2m1 decode), with MOQ_CUDA_GEMV_FUSE_M=8 (every fusable kind quantizes its own
-#      activation), with MOQ_CUDA_GEMV_PE=0 (the peer-by-peer cluster reduction), test_model_cuda, compute-sanitizer memcheck of `moq run --device cuda` (NVFP4);
+#      activation), with MOQ_CUDA_GEMV_PE=1 (the cluster reduction with all peers' loads in flight), test_model_cuda, compute-sanitizer memcheck of `moq run --device cuda` (NVFP4);
 #   2. alone on the GPU, `moq bench linear --device cuda --json` at M = 1 and 16 on N x K =
 #      8192x8192, 28672x4096 (gate_up), 6144x4096 (qkv), 4096x4096 (o), 4096x14336 (down): the
 #      defaults of FP8 per-tensor and NVFP4 W4A4 first, then the knob runs of KNOBS (below), then
@@ -43,13 +43,13 @@ t() { local name=$1 lim=$2; shift 2; ( timeout "$lim" "$@" > "$OUT/$name.log" 2>
 t test_linear_cuda 120 "$BIN/test_linear_cuda"
 MOQ_CUDA_GEMV_E2M1=0 t test_linear_e2m1bf16 120 "$BIN/test_linear_cuda"
 MOQ_CUDA_GEMV_FUSE_M=8 t test_linear_fuse8 120 "$BIN/test_linear_cuda"
-MOQ_CUDA_GEMV_PE=0 t test_linear_pe0 120 "$BIN/test_linear_cuda"
+MOQ_CUDA_GEMV_PE=1 t test_linear_pe1 120 "$BIN/test_linear_cuda"
 t test_model_cuda 120 "$BIN/test_model_cuda"
 command -v compute-sanitizer >/dev/null &&
   t memcheck_nvfp4 100 compute-sanitizer --tool memcheck "$BIN/moq" run "$R/llama_nvfp4" --device cuda -p "Hello there, how are you" -n 6 --ctx 64
 for j in $(jobs -p); do case " ${SP[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done
 log "tests done" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe0 test_model_cuda memcheck_nvfp4; do
+for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe1 test_model_cuda memcheck_nvfp4; do
   [ -f "$OUT/$f.log" ] || continue
   grep -E "PASSED|FAILED|ERROR SUMMARY|rc=|^FAIL|CUDA rows checked" "$OUT/$f.log" | tail -6 | sed "s/^/$f: /" | tee -a "$OUT/summary.log"
 done
@@ -67,8 +67,8 @@ for a in fp8_tensor nvfp4_w4a4; do for nk in $SHAPES; do for m in 1 16; do b def
 # KNOBS: "tag algo M shapes ENV=V[,ENV=V]" entries, ';'-separated (shapes: all = $SHAPES). Run 1
 # (21:26) measured NVFP4 E2M1=0 / FUSE_M=1 / BALANCE=0 / WARPS=16 and FP8 BALANCE=0 / WARPS=8 / 32 /
 # U2=1 (since removed) on every shape at M = 1; the default list checks what run 1 chose.
-KNOBS=${KNOBS:-"pe0 fp8_tensor 1 all MOQ_CUDA_GEMV_PE=0; w32 nvfp4_w4a16 1 6144x4096 MOQ_CUDA_GEMV_WARPS=32;
-w32 nvfp4_w4a16 1 4096x14336 MOQ_CUDA_GEMV_WARPS=32; fuse0 nvfp4_w4a4 1 4096x4096 MOQ_CUDA_GEMV_FUSE_M=0"}
+KNOBS=${KNOBS:-"pe1 fp8_tensor 1 all MOQ_CUDA_GEMV_PE=1; w16 nvfp4_w4a16 1 6144x4096 MOQ_CUDA_GEMV_WARPS=16;
+w16 nvfp4_w4a16 1 4096x14336 MOQ_CUDA_GEMV_WARPS=16; fuse0 nvfp4_w4a4 1 4096x4096 MOQ_CUDA_GEMV_FUSE_M=0"}
 IFS=';' read -ra KL <<< "${KNOBS//$'\n'/ }"
 for k in "${KL[@]}"; do
   read -r tag a m shapes envs <<< "$k"
@@ -87,7 +87,7 @@ for v in FP8:- NVFP4:- ${VARIANTS:-}; do
     | tee "$OUT/bench_${a}_$e.log" | grep -E "decode" | tee -a "$OUT/summary.log"
 done
 log "end" | tee -a "$OUT/summary.log"
-for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe0 test_model_cuda memcheck_nvfp4; do
+for f in test_linear_cuda test_linear_e2m1bf16 test_linear_fuse8 test_linear_pe1 test_model_cuda memcheck_nvfp4; do
   [ -f "$OUT/$f.log" ] && { echo "######## $f"; cat "$OUT/$f.log"; rm "$OUT/$f.log"; } >> "$OUT/tests.log"
 done
 for f in "$OUT"/bench_*.log; do [ -f "$f" ] && { echo "######## $f"; cat "$f"; rm "$f"; } >> "$OUT/bench_model.log"; done

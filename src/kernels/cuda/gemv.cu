@@ -453,11 +453,11 @@ static int sm_count(void) {
  * 16 (2026-12-01 18:26), and for NVFP4 at M = 1 of 16 / 32 on the 8B shapes (21:26: qkv 6144x4096
  * 22 % and down 4096x14336 14 % faster at 16, o 4096x4096 the same split either way, N = 8192 and
  * 28672 6-14 % faster at 32; FP8 best at 16 on every shape but qkv, within 8 % there), on the H200
- * (docs/PERFORMANCE.md). */
+ * (docs/PERFORMANCE.md). W4A16 keeps 32 below 256 tiles until measured there. */
 #define GV_WIDE 256
 static const int demand_warps[MOQ_CK_COUNT][2][2] = {
     [MOQ_CK_BF16] = {{16, 16}, {32, 32}},       [MOQ_CK_FP8_TENSOR] = {{16, 16}, {16, 16}}, [MOQ_CK_FP8_ROW] = {{16, 16}, {16, 16}},
-    [MOQ_CK_FP8_BLK128] = {{16, 16}, {16, 16}}, [MOQ_CK_NVFP4] = {{16, 32}, {16, 16}},      [MOQ_CK_NVFP4_W4A16] = {{16, 32}, {16, 16}},
+    [MOQ_CK_FP8_BLK128] = {{16, 16}, {16, 16}}, [MOQ_CK_NVFP4] = {{16, 32}, {16, 16}},      [MOQ_CK_NVFP4_W4A16] = {{32, 32}, {16, 16}},
     [MOQ_CK_MXFP8] = {{16, 16}, {16, 16}},
 };
 /* whether the kernel reads the activation codes q (f16 path) or the bf16 A */
@@ -498,7 +498,8 @@ static int g_fuse_m = -2;       /* -1: the table */
  * bit placement that W4A16 keeps. MOQ_CUDA_GEMV_BALANCE: 1 (default) the K split rounded down to
  * the fewest blocks with the same chunks per warp, 0 the demand's split as it is. */
 static int g_e2m1 = -1, g_balance = -1;
-/* MOQ_CUDA_GEMV_PE (for measurements): 0 = the peer-by-peer cluster reduction for every kind */
+/* MOQ_CUDA_GEMV_PE (for measurements): 1 = the PE cluster reduction for the PE_OK kinds; default 0
+ * until it has run on the device (written after the last device call of 2026-12-01) */
 static int g_pe = -1;
 /* per pair kind, host copies of the kernel's constants */
 #define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::PE_OK}
@@ -519,7 +520,7 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
     if (g_balance < 0) g_balance = knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
-    if (g_pe < 0) g_pe = knob("MOQ_CUDA_GEMV_PE", 1, 0, 1);
+    if (g_pe < 0) g_pe = knob("MOQ_CUDA_GEMV_PE", 0, 0, 1);
     gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
