@@ -85,7 +85,7 @@ const char *moq_cuda_act_quant(const moq_cuda_args *a);
  * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
 /* 1 when this call's decode kernel quantizes its own activation (gemv.cu's gv_fuse table: FP8
- * per-tensor at M = 1, FP8 128x128 at M <= 2): then the caller skips moq_cuda_act_quant and the
+ * per-tensor at M = 1, FP8 128x128 at M <= 2, NVFP4 W4A4 at M = 1 on short K slices): then the caller skips moq_cuda_act_quant and the
  * workspace's A, q, sf, tok, gs are not written. */
 int moq_cuda_gemv_fuses(const moq_cuda_args *a);
 /* 1 when the decode path for (kind, M) reads A in f16 (NVFP4 W4A4, gemv.cu H16): the quantizer

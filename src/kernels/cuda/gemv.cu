@@ -10,7 +10,9 @@
  *   e4m3 -> f16 by the hardware cvt (FP8 per-tensor / per-channel / 128x128 / MXFP8; the
  *           activation codes q are converted the same way): f16 mma, exact products;
  *   e2m1 -> bf16 by bit placement (value · 2^-126), times its e4m3 block scale · 2^116 (exact in
- *           bf16: 2-bit × 4-bit significands, >= 2^-20): bf16 mma with the bf16 activation A;
+ *           bf16: 2-bit × 4-bit significands, >= 2^-20): bf16 mma with the bf16 activation A
+ *           (W4A16); W4A4 (H16): e2m1 -> f16 4 codes per integer op (e2m1x8_f16), times the
+ *           block scale · 2^6 in f16, f16 mma with the activation A in f16 (exact for W4A4);
  *   bf16 weights feed the bf16 mma as they are.
  * The mma sums over its 16 k positions in any order, so each lane's k positions map to
  * consecutive k of its own vector (the same map for the activation's B fragment): no repacking
@@ -21,8 +23,9 @@
  * fixed order (deterministic), and writes y = acc · undo · row_scale[n] · tok[m] (+ bias[n]).
  * Launched with programmatic dependent launch: the first weight loads are issued before
  * griddepcontrol.wait, so they overlap the activation quantizer kernel before it. Where gv_fuse
- * says so (FP8 per-tensor M = 1, FP8 128x128 M <= 2: measured faster) there is no quantizer
- * kernel: the blocks quantize their own K slices of x into shared memory (FUSED). */
+ * says so (FP8 per-tensor M = 1, FP8 128x128 M <= 2, NVFP4 W4A4 M = 1 with K slices of <= 1024
+ * values: measured faster) there is no quantizer kernel: the blocks quantize their own K slices
+ * of x into shared memory (FUSED). */
 #include "kernels/cuda/act_quant.cuh"
 
 #include <cooperative_groups.h>
