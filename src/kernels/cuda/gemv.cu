@@ -105,7 +105,7 @@ __device__ __forceinline__ void fp4_scales(uint32_t s16, uint32_t &lo2, uint32_t
  * the f16 subnormal m · 2^-15), so the 8 codes v0..v7 of a word (v_2i the low nibble of byte i)
  * decode 4 at a time, one per byte: 7 integer ops for the 8 high bytes, then 4 byte permutes
  * into f16x2 (v0, v2) (v4, v6) (v1, v3) (v5, v7) — 11 ops per 8 values, against 4-5 per 2 for
- * the bf16 bit placement above (SASS of the two kernels: docs/PERFORMANCE.md 2026-12-01 21:40). */
+ * the bf16 bit placement above (SASS counts: docs/PERFORMANCE.md, "Decode on the 8B shapes"). */
 __device__ __forceinline__ void e2m1x8_f16(uint32_t w, uint32_t *o) {
     const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u); /* H(v0) H(v2) H(v4) H(v6) */
     const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);        /* H(v1) H(v3) H(v5) H(v7) */
@@ -213,7 +213,9 @@ __device__ __forceinline__ void steps(float (*c)[4], const uint32_t (*w)[2][skd<
  * lc = GV_WARPS · j + w is the block's j-th chunk of warp w: c = j · KW + GV_WARPS · blockIdx.y + w.
  * H16: NVFP4 W4A4 on f16 (e2m1x8_f16; the activation A, fused or from the quantizer, in f16).
  * PE: the cluster's final reduction reads every peer's partial sums before adding any (one
- * distributed-shared-memory round trip instead of one per peer; PE_OK kinds). */
+ * distributed-shared-memory round trip instead of one per peer; PE_OK kinds).
+ * Launch bounds: H16 at M <= 8 unfused is held to 6 blocks per SM (80 registers, as the bf16
+ * decode; ptxas otherwise takes 95, 5 blocks). */
 template <int KIND, int NT, bool FUSED, bool H16, bool PE>
 __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 0) gemv_mma_kernel(moq_cuda_args a) {
     using D = skd<KIND>;
@@ -488,7 +490,7 @@ static int g_warps = -1; /* 0: the table */
  * before its first chunk: that serial step costs more than the launch it saves for NVFP4, BF16
  * and at M >= 2 (FP8) or 4 (FP8 128-blocks). MXFP8 at M <= 2 runs gemv_fma.cu, never fused.
  * NVFP4 W4A4 fuses at M = 1 only where a block's K slice is at most max_k values (one quantizer
- * step per thread: N = K = 4096 at 8 blocks per cluster 13.6 -> 11.9 us, qkv 20.8 -> 17.8, but
+ * step per thread: N = K = 4096 at 4 blocks per cluster 13.6 -> 11.9 us, qkv 20.8 -> 17.8, but
  * 2048-value slices 1-9 us slower, 2026-12-01 21:26); 0 = no limit.
  * MOQ_CUDA_GEMV_FUSE_M (0..8, for measurements) replaces max_m of every fusable kind and drops max_k. */
 static const struct { bool fusable; int max_m, max_k; } gv_fuse[MOQ_CK_COUNT] = {
