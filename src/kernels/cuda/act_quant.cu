@@ -9,7 +9,7 @@ struct aq_out {
     __nv_bfloat16 *A;
     uint8_t *q, *sf;
     float *tok, *gs;
-    int skip_a;
+    int skip_a, a_f16;
 };
 
 __device__ float block_amax(float v) {
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
             *(uint32_t *)(o.q + m * (Kp / 2) + k0 / 2) = packed;
         }
         if (KIND == MOQ_CK_MXFP8 && (c & 3) == 0) o.sf[m * (Kp / 32) + k0 / 32] = scode;
-        if (!o.skip_a) *(uint4 *)(A + k0) = aq_bf16x8(d);
+        if (!o.skip_a) *(uint4 *)(A + k0) = o.a_f16 ? aq_f16x8(d) : aq_bf16x8(d);
         if (KIND == MOQ_CK_FP8_TENSOR || KIND == MOQ_CK_FP8_ROW || KIND == MOQ_CK_FP8_BLK128 || KIND == MOQ_CK_MXFP8)
             *(uint2 *)(o.q + m * Kp + k0) = aq_u8x8(q);
     }
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
 extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
     char *ws = (char *)a->ws_d;
     aq_out o = {(__nv_bfloat16 *)(ws + a->ws.a), (uint8_t *)(ws + a->ws.q), (uint8_t *)(ws + a->ws.sf), (float *)(ws + a->ws.tok),
-                (float *)(ws + a->ws.gs), a->skip_a};
+                (float *)(ws + a->ws.gs), a->skip_a, a->a_f16};
     const int64_t slices = a->kind == MOQ_CK_FP8_ROW ? 1 : cdiv(a->Kp / 8, AQ_THREADS);
     const dim3 grid((unsigned)moq_cuda_mpad(a->M), (unsigned)slices), block(AQ_THREADS);
 #define AQ(k) act_quant_kernel<k><<<grid, block, 0, (cudaStream_t)a->stream>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break

@@ -120,6 +120,16 @@ __device__ __forceinline__ uint4 aq_bf16x8(const float *d) {
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+/* d[0..7] -> 8 f16 (round to nearest even; exact for the NVFP4 dequantized values, e2m1 · e4m3). */
+__device__ __forceinline__ uint4 aq_f16x8(const float *d) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __half2 h = __floats2half2_rn(d[2 * i], d[2 * i + 1]);
+        w[i] = *(const uint32_t *)&h;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
 __device__ __forceinline__ uint2 aq_u8x8(const uint8_t *c) {
     uint32_t lo = 0, hi = 0;
 #pragma unroll

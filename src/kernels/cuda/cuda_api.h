@@ -11,7 +11,8 @@
  *   then    row_scale f32 [Np], bias f32 [Np] (0 without bias)
  * Workspace (device, caller-owned; offsets from moq_cuda_ws_layout):
  *   A   bf16 [Mp, Kp]   the activation after quantize-dequantize, exact in bf16 for every
- *                       quantized pair (D4, D2·D4, D4·2^e), without per-token / g128 scales
+ *                       quantized pair (D4, D2·D4, D4·2^e), without per-token / g128 scales;
+ *                       f16 when a_f16 (NVFP4 W4A4 at M <= 16: e2m1 · e4m3 is exact in f16)
  *   q   u8   [Mp, Kp]   activation codes (e4m3; NVFP4 packed [Mp, Kp/2])
  *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
  *   tok f32  [Mp]       per-token scale (1 when the pair has none)
@@ -71,6 +72,7 @@ typedef struct moq_cuda_args {
     float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
     int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
     int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
+    int           a_f16;       /* write A in f16, not bf16 (NVFP4 W4A4 decode: exact in f16 too)  */
     void         *ws_d;
     moq_cuda_ws   ws;
     void         *stream;      /* cudaStream_t every launch goes to (NULL: the default stream)  */
@@ -83,9 +85,12 @@ const char *moq_cuda_act_quant(const moq_cuda_args *a);
  * dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
 /* 1 when this call's decode kernel quantizes its own activation (gemv.cu's gv_fuse table: FP8
- * per-tensor at M = 1, FP8 128x128 at M <= 2): then the caller skips moq_cuda_act_quant and the
+ * per-tensor at M = 1, FP8 128x128 at M <= 2, NVFP4 W4A4 at M = 1 on short K slices): then the caller skips moq_cuda_act_quant and the
  * workspace's A, q, sf, tok, gs are not written. */
 int moq_cuda_gemv_fuses(const moq_cuda_args *a);
+/* 1 when the decode path for (kind, M) reads A in f16 (NVFP4 W4A4, gemv.cu H16): the quantizer
+ * writes A in f16 then (a_f16). */
+int moq_cuda_gemv_a_f16(int kind, int64_t M);
 /* 1 when the decode path for (kind, M) reads the activation codes q (FP8 kinds) and not A: the
  * quantizer skips A then. */
 int moq_cuda_gemv_reads_q(int kind, int64_t M);

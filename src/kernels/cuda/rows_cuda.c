@@ -142,7 +142,7 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
         .bias_d = (const float *)(pk + b.bias), .has_bias = w->bias != NULL, .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
         .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q((int)kind_of_pair[l->pair], l->M),
-        .stream = l->stream,
+        .a_f16 = l->M <= 16 && moq_cuda_gemv_a_f16((int)kind_of_pair[l->pair], l->M), .stream = l->stream,
     };
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
