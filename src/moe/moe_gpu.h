@@ -35,6 +35,16 @@ uint64_t   moq_moe_gpu_expert_bytes(const moq_moe_gpu *g);
  * router logits f32 [T, E], or NULL to run the layer's router. stream: cudaStream_t or NULL. */
 moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err);
 
+/* For benchmarks (`moq bench moe --device cuda --graph`): n calls of moq_moe_gpu_run captured into one
+ * CUDA graph on a stream of the graph's own, as a model's decode step is (call i with the router
+ * logits logits_d + i·T·E, or the layer's router when logits_d is NULL). replay launches the graph
+ * and waits for it. */
+typedef struct moq_moe_gpu_graph moq_moe_gpu_graph;
+moq_status moq_moe_gpu_graph_create(moq_moe_gpu_graph **out, moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, int n, float *y_d,
+                                    moq_error *err);
+moq_status moq_moe_gpu_graph_replay(moq_moe_gpu_graph *gr, moq_error *err);
+void       moq_moe_gpu_graph_free(moq_moe_gpu_graph *gr);
+
 /* Routing alone on the GPU for host logits [T, E] -> ids [T, k], weights [T, k] (host). Allocates
  * and frees device memory per call: for tests, not the forward path. */
 moq_status moq_moe_gpu_route(const moq_moe_routing *r, int64_t E, const float *logits, int64_t T, int32_t *ids, float *weights,
