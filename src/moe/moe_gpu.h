@@ -6,6 +6,10 @@
  *   (one launch) -> gather -> act_quant (part 1) -> grouped w13 (one launch) -> activation ->
  *   act_quant -> grouped w2 (one launch) -> combine into y
  *
+ * or, for T <= 16 tokens (decode; weights not on the input), the same arithmetic in 3 launches:
+ *   router + x quantizer + route + group -> grouped w13 + activation -> grouped w2 (quantizing its
+ *   rows itself) + combine into y   (MOQ_CUDA_MOE_UNFUSED=1 at open: the chain, for measurements)
+ *
  * Every buffer a step needs is allocated at open for up to max_tokens tokens (workspace from
  * max_tokens × top_k rows); run only enqueues work on `stream` (a cudaStream_t, NULL: the default) (no allocation, no host
  * synchronisation). Gate and up keep their own alphas (per-row scales of the packed w13, as the CPU's

@@ -16,6 +16,11 @@
  * from the act_quant workspace, f32 FMA, per-16/32/128 block scales, epilogue row_scale·tok + bias.
  * Work items of more than one row share every weight load (MT rows per item), so prefill reads each
  * expert's weight ceil(rows / 16) times; a tensor-core tile for large row counts is not here yet.
+ * (The inner loop is gemv_fma.cu's; sharing it needs a header both include, left to that file's owner.)
+ *
+ * Decode (T <= 16, moe_cuda.h): route_decode + grouped mode 1 (w13 + activation) + grouped mode 2
+ * (w2 quantizing its own rows + combine) do the general chain's arithmetic in the same order, so the
+ * two give the same y bit for bit (tests/moe/test_moe_cuda.c); only where the steps run differs.
  */
 #include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/moe_cuda.h"
