@@ -68,35 +68,51 @@ __device__ __forceinline__ void warp_best(float &v, int &i) {
 #define RS_THREADS 1024
 
 /* routing.c's rules for token t, one warp (lane = this thread's lane): ids / weights [t·k, t·k + k).
- * The logits are read through L2 (__ldcg): the decode kernel's blocks write them in the same launch. */
-__device__ void route_token(const moq_cuda_moe_route &r, int64_t t, int lane) {
-    const int64_t E = r.E, k = r.k;
+ * Lane l keeps the scores of experts l + 32 i in registers (p, sel; E <= 1024): the softmax sum runs in
+ * expert order on every lane from shuffles (measured: the sum over global scratch on one lane took
+ * ~13 us of a decode step). Only grouped routing writes sel to the scratch (groups span lanes). The
+ * logits are read through L2 (__ldcg): the decode kernel's blocks write them in the same launch. */
+template <int RT_N> __device__ void route_token_n(const moq_cuda_moe_route &r, int64_t t, int lane) { /* E <= 32 RT_N */
+    const int E = (int)r.E, k = (int)r.k, ni = (E + 31) / 32;
     const float *lg = r.logits_d + t * E;
-    float *p = r.scr_d + t * (2 * E + 2 * MOQ_CUDA_MOE_MAX_GROUPS), *sel = p + E, *gs = sel + E;
+    float p[RT_N], sel[RT_N];
     if (!r.sigmoid) {
         float mx = -INFINITY;
-        for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) p[i] = i < ni && lane + 32 * i < E ? __ldcg(lg + lane + 32 * i) : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) mx = fmaxf(mx, p[i]);
         for (int d = 16; d; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, d));
-        for (int64_t e = lane; e < E; e += 32) p[e] = expf(__fsub_rn(__ldcg(lg + e), mx));
-        __syncwarp();
-        float sum = 0.0f;
-        if (lane == 0)
-            for (int64_t e = 0; e < E; e++) sum = __fadd_rn(sum, p[e]);
-        sum = __shfl_sync(0xFFFFFFFFu, sum, 0);
-        for (int64_t e = lane; e < E; e += 32) p[e] = __fdiv_rn(p[e], sum);
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) p[i] = i < ni && lane + 32 * i < E ? expf(__fsub_rn(p[i], mx)) : 0.0f;
+        float sum = 0.0f; /* routing.c's order: e = 0, 1, ..., E - 1 */
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) {
+            if (i >= ni) break;
+            for (int j = 0; j < 32 && 32 * i + j < E; j++) sum = __fadd_rn(sum, __shfl_sync(0xFFFFFFFFu, p[i], j));
+        }
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) p[i] = __fdiv_rn(p[i], sum);
     } else {
-        for (int64_t e = lane; e < E; e += 32) p[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-__ldcg(lg + e))));
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) p[i] = i < ni && lane + 32 * i < E ? __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-__ldcg(lg + lane + 32 * i)))) : 0.0f;
     }
     uint32_t allowed = 0; /* bit i: expert lane + 32 i may still be picked (E <= 1024) */
-    for (int64_t e = lane, i = 0; e < E; e += 32, i++) {
-        sel[e] = r.bias_d ? __fadd_rn(p[e], r.bias_d[e]) : p[e];
-        allowed |= 1u << i;
+#pragma unroll
+    for (int i = 0; i < RT_N; i++) {
+        const int e = lane + 32 * i;
+        sel[i] = 0.0f;
+        if (i < ni && e < E) sel[i] = r.bias_d ? __fadd_rn(p[i], r.bias_d[e]) : p[i], allowed |= 1u << i;
     }
-    __syncwarp();
     if (r.n_group > 1) {
+        float *gsel = r.scr_d + t * (2 * E + 2 * MOQ_CUDA_MOE_MAX_GROUPS) + E, *gs = gsel + E;
+#pragma unroll
+        for (int i = 0; i < RT_N; i++)
+            if (i < ni && lane + 32 * i < E) gsel[lane + 32 * i] = sel[i];
+        __syncwarp();
         const int64_t G = r.n_group, per = E / G;
         for (int64_t g = lane; g < G; g += 32) { /* routing.c: sum of the two best biased scores, or the best */
-            const float *s = sel + g * per;
+            const float *s = gsel + g * per;
             float a = -INFINITY, b = -INFINITY;
             for (int64_t i = 0; i < per; i++) {
                 if (s[i] > a) b = a, a = s[i];
@@ -118,30 +134,42 @@ __device__ void route_token(const moq_cuda_moe_route &r, int64_t t, int lane) {
             __syncwarp();
             keep[bi >> 6] |= 1ull << (bi & 63);
         }
-        for (int64_t e = lane, i = 0; e < E; e += 32, i++) {
-            const int64_t g = e / per;
-            if (!((keep[g >> 6] >> (g & 63)) & 1)) allowed &= ~(1u << i);
+#pragma unroll
+        for (int i = 0; i < RT_N; i++) {
+            const int64_t e = lane + 32 * i, g = e / per;
+            if (i < ni && e < E && !((keep[g >> 6] >> (g & 63)) & 1)) allowed &= ~(1u << i);
         }
     }
     float wsum = 0.0f, wj = 0.0f;
     int32_t idj = 0;
-    for (int64_t j = 0; j < k; j++) {
+    for (int j = 0; j < k; j++) {
         float bv = 0.0f;
         int bi = -1;
-        for (int64_t e = lane, i = 0; e < E; e += 32, i++)
-            if ((allowed >> i) & 1) best_of(bv, bi, sel[e], (int)e);
+#pragma unroll
+        for (int i = 0; i < RT_N; i++)
+            if ((allowed >> i) & 1) best_of(bv, bi, sel[i], lane + 32 * i);
         warp_best(bv, bi);
         if (bi < 0) bi = 0; /* only NaN scores leave nothing selectable */
+        float pb = 0.0f;    /* p of the winner, from its lane */
+#pragma unroll
+        for (int i = 0; i < RT_N; i++)
+            if (i == (bi >> 5)) pb = p[i];
+        pb = __shfl_sync(0xFFFFFFFFu, pb, bi & 31);
         if ((bi & 31) == lane) allowed &= ~(1u << (bi >> 5));
-        if (lane == j) idj = bi, wj = p[bi];          /* lane j keeps slot j (k <= 32 here) */
-        if (lane == 0) wsum = __fadd_rn(wsum, p[bi]);
+        if (lane == j) idj = bi, wj = pb; /* lane j keeps slot j (k <= 32 here) */
+        wsum = __fadd_rn(wsum, pb);
     }
-    wsum = __shfl_sync(0xFFFFFFFFu, wsum, 0);
     if (lane < k) {
         if (r.renormalize) wj = __fdiv_rn(wj, wsum);
         if (r.scaling != 1.0f) wj = __fmul_rn(wj, r.scaling);
         r.ids_d[t * k + lane] = idj, r.wts_d[t * k + lane] = wj;
     }
+}
+/* registers for the scores of up to 128, 256 or 1024 experts */
+__device__ void route_token(const moq_cuda_moe_route &r, int64_t t, int lane) {
+    if (r.E <= 128) route_token_n<4>(r, t, lane);
+    else if (r.E <= 256) route_token_n<8>(r, t, lane);
+    else route_token_n<MOQ_CUDA_MOE_MAX_E / 32>(r, t, lane);
 }
 
 __global__ void __launch_bounds__(RS_THREADS) route_sort_kernel(moq_cuda_moe_route r) {
@@ -453,11 +481,20 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
     const uint4 *wrow = (const uint4 *)(codes + n0 * rowbytes);
     const int64_t rstride = rowbytes / 16;
     uint4 wvs[U][R];
+    uint32_t sraw[U][R]; /* each vector's block scale(s), loaded with it (one memory round trip, not two) */
     auto load_w = [&](int64_t v0) {
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) wvs[u][r] = v0 + 32 * u < nvec ? __ldg(wrow + r * rstride + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
+            for (int r = 0; r < R; r++) {
+                const int64_t v = v0 + 32 * u, n = n0 + r;
+                const bool in = v < nvec;
+                wvs[u][r] = in ? __ldg(wrow + r * rstride + v) : make_uint4(0, 0, 0, 0);
+                sraw[u][r] = 0;
+                if (in && (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16)) sraw[u][r] = __ldg((const uint16_t *)(scales + n * (Kp / 16) + 2 * v));
+                if (in && KIND == MOQ_CK_MXFP8) sraw[u][r] = __ldg(scales + n * (Kp / 32) + v * C / 32);
+                if (in && KIND == MOQ_CK_FP8_BLK128 && r == 0) sraw[u][r] = __float_as_uint(__ldg((const float *)scales + (n / 128) * (Kp / 128) + v * C / 128));
+            }
     };
     if (live) load_w(lane); /* mode 2: in flight while the w13 grid finishes */
 
@@ -552,13 +589,13 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
                 }
                 float sc0 = 1.0f, sc1 = 1.0f;
                 if (KIND == MOQ_CK_NVFP4 || KIND == MOQ_CK_NVFP4_W4A16) {
-                    const uint8_t *s = scales + n * (Kp / 16) + 2 * v;
-                    sc0 = d_e4m3_dec(s[0]) * 16384.0f, sc1 = d_e4m3_dec(s[1]) * 16384.0f;
+                    sc0 = d_e4m3_dec(sraw[u][r] & 0xFFu) * 16384.0f, sc1 = d_e4m3_dec(sraw[u][r] >> 8) * 16384.0f;
                 } else if (KIND == MOQ_CK_MXFP8) {
-                    sc0 = d_e8m0_dec(scales[n * (Kp / 32) + k0 / 32]);
+                    sc0 = d_e8m0_dec(sraw[u][r]);
                 }
-                float swg = 1.0f;
-                if (KIND == MOQ_CK_FP8_BLK128) swg = ((const float *)scales)[(n / 128) * (Kp / 128) + k0 / 128];
+                float swg = 1.0f; /* the 128-block of rows n0 .. n0 + R - 1 (R divides 128) */
+                if (KIND == MOQ_CK_FP8_BLK128) swg = __uint_as_float(sraw[u][0]);
+                (void)n;
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     const int ma = R > 1 ? (m < MA ? m : 0) : 0;
@@ -615,10 +652,10 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
                 g.y_d[(row0 + m) * g.N + n] = fmaf(acc[r][m] * undo * rs, tokb[arow[m]], b);
             }
         }
+        if (MODE == 2) __threadfence(); /* o visible to the tile that combines (release) */
     }
     if (MODE == 2) { /* combine: the last of token t's tiles to finish this n-range sums its slots in order */
         __shared__ int32_t mine[MT];
-        __threadfence();
         __syncthreads();
         if (threadIdx.x < MT) {
             const int m = threadIdx.x;
@@ -634,7 +671,11 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
             mine[m] = t;
         }
         __syncthreads();
-        __threadfence();
+        bool any = false;
+#pragma unroll
+        for (int m = 0; m < MT; m++) any |= m < cnt && mine[m] >= 0;
+        if (!any) return;
+        __threadfence(); /* (acquire) the other tiles' o after their counts */
         for (int m = 0; m < MT && m < cnt; m++) {
             const int32_t t = mine[m];
             if (t < 0) continue;
