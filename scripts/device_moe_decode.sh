@@ -60,12 +60,13 @@ done
     log "bench moe $a --device cuda --graph"; timeout 25 "$BIN/moq" bench moe --algo "$a" --device cuda --graph 2>&1 | tail -2
   done
   if command -v ncu >/dev/null; then
-    for u in 0 1; do
+    for a in ${NCU_ALGOS:-NVFP4 FP8}; do
+      u=${NCU_UNFUSED:-0}
       [ "$(left)" -lt 30 ] && break
-      log "ncu bench moe NVFP4 (MOQ_CUDA_MOE_UNFUSED=$u): 40 kernels after the first 200"
+      log "ncu bench moe $a (MOQ_CUDA_MOE_UNFUSED=$u): 40 kernels after the first 200"
       MOQ_CUDA_MOE_UNFUSED=$u timeout 25 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw -s 200 -c 40 \
-        "$BIN/moq" bench moe --algo NVFP4 --device cuda > "$OUT/ncu_nvfp4_u$u.csv" 2> "$OUT/ncu_nvfp4_u$u.err"
-      echo "ncu rc=$?"; python3 - "$OUT/ncu_nvfp4_u$u.csv" <<'PY' 2>&1 | tail -12
+        "$BIN/moq" bench moe --algo "$a" --device cuda > "$OUT/ncu_${a}_u$u.csv" 2> "$OUT/ncu_${a}_u$u.err"
+      echo "ncu rc=$?"; python3 - "$OUT/ncu_${a}_u$u.csv" <<'PY' 2>&1 | tail -9
 import csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
 h = rows[0]; ki = h.index("Kernel Name"); ti = h.index("gpu__time_duration.sum")
