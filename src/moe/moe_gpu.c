@@ -28,6 +28,7 @@ struct moq_moe_gpu {
     int32_t      *local_of, *ids, *pos, *tok, *tiles;
     int32_t      *counts;             /* decode: the routing counter, then [16, ceil(H / 8)] combine counters */
     int           fused;              /* decode path allowed (0: MOQ_CUDA_MOE_UNFUSED=1, for measurements) */
+    int           fuse_router;        /* decode: router logits inside route_decode (MOQ_CUDA_MOE_FUSE_ROUTER=1; see run_decode) */
     uint8_t      *ws;
     size_t        ws13_size;
     void         *mem[MAX_MEM];
@@ -144,6 +145,8 @@ static moq_status gpu_open(moq_moe_gpu *g, const moq_moe *m, int64_t Tmax, moq_e
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(gput(g, bufs[i].p, NULL, bufs[i].n, bufs[i].what, err));
     const char *kn = getenv("MOQ_CUDA_MOE_UNFUSED"); /* knob for before/after measurements (docs/PERFORMANCE.md) */
     g->fused = !(kn && kn[0] == '1');
+    const char *kr = getenv("MOQ_CUDA_MOE_FUSE_ROUTER");
+    g->fuse_router = kr && kr[0] == '1';
     return MOQ_OK;
 }
 
@@ -203,8 +206,13 @@ static bool decode_fits(const moq_moe_gpu *g, int64_t T) {
            moq_cuda_moe_w2_smem(T, g->b2.Kp) <= MOQ_CUDA_MOE_DEC_SMEM;
 }
 
-/* Three launches: route_decode (router, x quantized per token, routing, rows grouped), grouped w13 with
- * the activation in its epilogue, grouped w2 quantizing its rows itself with the combine in its epilogue. */
+/* Three launches: route_decode (x quantized per token, routing, rows grouped), grouped w13 with the
+ * activation in its epilogue, grouped w2 quantizing its rows itself with the combine in its epilogue;
+ * a layer that runs its own router launches the router kernel first. route_decode can compute the
+ * router logits itself (blocks of warps, the last block routes: MOQ_CUDA_MOE_FUSE_ROUTER=1), but the
+ * 2-layer Qwen3-30B-A3B-shaped model decoded 12-15 % slower that way than with the general chain on
+ * the H200 (docs/PERFORMANCE.md, 2026-12-01 21:24 and 21:31 UTC), while the layer without its router
+ * ran faster than the chain: so the router stays a kernel of its own until that is understood. */
 static moq_status run_decode(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
     const moq_moe_view *v = &g->v;
     const int64_t A = T * g->k, mt = T;
@@ -217,7 +225,9 @@ static moq_status run_decode(moq_moe_gpu *g, const float *x_d, int64_t T, const 
     if (logits_d) r->logits_d = logits_d;
     else {
         if (!g->router) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "no router logits given and the layer has no router weight");
-        r->logits_d = g->logits, d.w_d = g->router, d.w_dtype = g->router_dt, d.wb_d = g->router_b;
+        r->logits_d = g->logits;
+        if (g->fuse_router) d.w_d = g->router, d.w_dtype = g->router_dt, d.wb_d = g->router_b;
+        else MOQ_TRY(ck(moq_cuda_moe_router(x_d, T, v->H, v->E, g->router, g->router_dt, g->router_b, g->logits, stream), g->name, err));
     }
     MOQ_TRY(ck(moq_cuda_moe_route_decode(&d), g->name, err));
     const moq_cuda_moe_gemm base = {.N = 0, .max_tiles = g->max_tiles, .mt = mt, .grid_tiles = max_tiles_of(A, v->n_local), .ws_d = g->ws, .ws = d.ws,
