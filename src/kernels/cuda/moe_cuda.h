@@ -18,12 +18,12 @@
  *   combine     y [T, H] = Σ_j w_j · o[pos[t, j]] in slot order (weight 1 on the input side)
  *
  * Decode (T <= 16 tokens, weights not on the input; src/moe/moe_gpu.c picks it): three launches,
- *   route_decode  router logits (blocks of warps, one per (token, expert)) and each token's x
- *                 quantized for w13 (act_quant.cuh's arithmetic, one block per token, into the
- *                 workspace rows t < T); the last block to finish (an atomic counter, reset by it)
- *                 routes every token (route_sort's rules) and groups the rows by local expert in a
- *                 fixed order (expert, then assignment: ranks, no atomics), and zeroes y of a token
- *                 with no local expert
+ *   route_decode  optionally the router logits (w_d set: blocks of warps, one per (token, expert))
+ *                 and each token's x quantized for w13 (act_quant.cuh's arithmetic, one block per
+ *                 token, into the workspace rows t < T); the last block to finish (an atomic counter,
+ *                 reset by it) routes every token (route_sort's rules) and groups the rows by local
+ *                 expert in a fixed order (expert, then assignment: ranks, no atomics), and zeroes y
+ *                 of a token with no local expert
  *   grouped mode 1 (w13): a tile's rows read their token's quantized x (row_tok); a block's warps
  *                 hold gate rows [i0, i0 + 4R) and the up rows [Ip + i0, ...) of the same i, so the
  *                 epilogue writes the activation a [A, Ip] (moq_moe_act_ref's arithmetic) directly
