@@ -210,8 +210,8 @@ static bool decode_fits(const moq_moe_gpu *g, int64_t T) {
  * activation in its epilogue, grouped w2 quantizing its rows itself with the combine in its epilogue;
  * a layer that runs its own router launches the router kernel first. route_decode can compute the
  * router logits itself (blocks of warps, the last block routes: MOQ_CUDA_MOE_FUSE_ROUTER=1), but the
- * 2-layer Qwen3-30B-A3B-shaped model decoded 12-15 % slower that way than with the general chain on
- * the H200 (docs/PERFORMANCE.md, 2026-12-01 21:24 and 21:31 UTC), while the layer without its router
+ * 2-layer Qwen3-30B-A3B-shaped model decoded 10-12 % slower that way than with the general chain on
+ * the H200 (docs/PERFORMANCE.md, 2026-12-01 21:23 and 21:30 UTC), while the layer without its router
  * ran faster than the chain: so the router stays a kernel of its own until that is understood. */
 static moq_status run_decode(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
     const moq_moe_view *v = &g->v;
