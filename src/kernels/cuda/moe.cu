@@ -69,9 +69,10 @@ __device__ __forceinline__ void warp_best(float &v, int &i) {
 
 /* routing.c's rules for token t, one warp (lane = this thread's lane): ids / weights [t·k, t·k + k).
  * Lane l keeps the scores of experts l + 32 i in registers (p, sel; E <= 1024): the softmax sum runs in
- * expert order on every lane from shuffles (measured: the sum over global scratch on one lane took
- * ~13 us of a decode step). Only grouped routing writes sel to the scratch (groups span lanes). The
- * logits are read through L2 (__ldcg): the decode kernel's blocks write them in the same launch. */
+ * expert order on every lane from shuffles, not on one lane over global scratch (that change did not
+ * move the ~15 us ncu gives one routing block, docs/PERFORMANCE.md: the time is elsewhere). Only
+ * grouped routing writes sel to the scratch (groups span lanes). The logits are read through L2
+ * (__ldcg): the fused-router decode kernel's blocks write them in the same launch. */
 template <int RT_N> __device__ void route_token_n(const moq_cuda_moe_route &r, int64_t t, int lane) { /* E <= 32 RT_N */
     const int E = (int)r.E, k = (int)r.k, ni = (E + 31) / 32;
     const float *lg = r.logits_d + t * E;
