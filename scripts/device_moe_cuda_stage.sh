@@ -9,7 +9,7 @@ B=${1:-build}
 D=${2:-.devmoe}
 rm -rf "$D" && mkdir -p "$D/.devbin/lib" "$D/scripts" "$D/tests/data"
 cp "$B"/moq "$B"/test_moe_cuda "$B"/test_model_cuda "$D/.devbin/"
-cp scripts/device_moe_cuda.sh "$D/scripts/"
+cp scripts/device_moe_cuda.sh scripts/device_moe_decode.sh "$D/scripts/"
 cp -r tests/data/text "$D/tests/data/"
 head -c 4000 tests/data/text/pride_and_prejudice_ch1-2.txt > "$D/tests/data/text/short.txt" # eval's CPU reference in seconds
 # every shared library the binaries load beyond glibc, the C++/OpenMP runtimes and CUDA (the device image

@@ -43,7 +43,7 @@ void cmd_bench_moe_help(FILE *out) {
     char list[512];
     fprintf(out,
             "usage: moq bench moe --algo A [--experts E] [--topk K] [--hidden H] [--inter I] [--tokens T] [--threads N]\n"
-            "                     [--device cpu|cuda] [--hot] [--json]\n\n"
+            "                     [--device cpu|cuda [--graph]] [--hot] [--json]\n\n"
             "Measures one MoE layer (silu-gated experts, softmax top-k) with random experts of format A,\n"
             "default shape Qwen3-30B-A3B: E=128, K=8, H=2048, I=768, T=1. T=1: selected-expert bytes/s\n"
             "from DRAM vs measured DRAM bandwidth; T>1: GFLOP/s vs one expert's linear kernel.\n\n"
@@ -52,7 +52,9 @@ void cmd_bench_moe_help(FILE *out) {
             "  --threads N   OpenMP threads (default: all)\n"
             "  --hot         decode: the same k experts every call (weights stay in cache)\n"
             "  --device cuda the layer on the GPU (src/moe/moe_gpu.c): decode = selected-expert bytes/s against\n"
-            "                the GPU's device-to-device copy bandwidth; prefill = GFLOP/s (times: 200 calls / sync)\n",
+            "                the GPU's device-to-device copy bandwidth; prefill = GFLOP/s (times: 400 / 40 calls / sync);\n"
+            "                router logits given (the layer's router is not run)\n"
+            "  --graph       --device cuda: also 64 calls captured into one CUDA graph (as a model's decode step), replayed\n",
             cli_bench_algo_list(list, sizeof list, 1));
 }
 
@@ -82,7 +84,8 @@ static int gpu_copy_gbs(double *gbs) {
 /* The layer on the GPU: R distinct router-logit sets uploaded once (decode: set r routes to experts
  * [r·K, r·K + K) mod E, so consecutive calls never reuse an expert until a full cycle, > L2 for the
  * default shape), then `n` calls timed between two synchronisations. */
-static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, long long E, long long K, long long H, long long I, long long T, int hot, int json) {
+static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, long long E, long long K, long long H, long long I, long long T, int hot, int json,
+                     int graph) {
     enum { R = 64 };
     moq_error err = {0};
     moq_moe_gpu *g = NULL;
@@ -118,13 +121,24 @@ static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, lon
         if (!rc && moq_device_sync(MOQ_DEVICE_CUDA, &err)) rc = cli_report(&err);
         t = (now_s() - t0) / n;
     }
+    double tg = 0; /* --graph: the R calls captured into one CUDA graph (as a model's decode step), replayed */
+    moq_moe_gpu_graph *gr = NULL;
+    if (!rc && graph && moq_moe_gpu_graph_create(&gr, g, x_d, T, lg_d, R, y_d, &err)) rc = cli_report(&err);
+    for (int pass = 0; !rc && graph && pass < 2; pass++) {
+        const int reps = pass ? (T == 1 ? 8 : 1) : 1;
+        const double t0 = now_s();
+        for (int i = 0; i < reps && !rc; i++)
+            if (moq_moe_gpu_graph_replay(gr, &err)) rc = cli_report(&err);
+        tg = (now_s() - t0) / (reps * R);
+    }
+    moq_moe_gpu_graph_free(gr);
     if (!rc) {
         const uint64_t per = moq_moe_expert_bytes(fmt, H, I);
         const double sel = (double)per * (double)K, flop = 2.0 * (double)T * (double)K * 3.0 * (double)H * (double)I;
         if (json)
             printf("{\"algo\":\"%s\",\"device\":\"cuda\",\"experts\":%lld,\"topk\":%lld,\"hidden\":%lld,\"inter\":%lld,\"tokens\":%lld,"
-                   "\"expert_bytes\":%llu,\"gpu_copy_gbs\":%.1f,\"time_us\":%.2f,\"selected_gbs\":%.1f,\"of_copy\":%.3f,\"gflops\":%.1f}\n",
-                   algo, E, K, H, I, T, (unsigned long long)per, bw, t * 1e6, sel / t / 1e9, sel / t / 1e9 / bw, flop / t / 1e9);
+                   "\"expert_bytes\":%llu,\"gpu_copy_gbs\":%.1f,\"time_us\":%.2f,\"selected_gbs\":%.1f,\"of_copy\":%.3f,\"gflops\":%.1f,\"graph_us\":%.2f}\n",
+                   algo, E, K, H, I, T, (unsigned long long)per, bw, t * 1e6, sel / t / 1e9, sel / t / 1e9 / bw, flop / t / 1e9, tg * 1e6);
         else {
             printf("moq bench moe --device cuda: %s E=%lld top-%lld H=%lld I=%lld T=%lld; GPU copy (read + write) %.1f GB/s; %.1f MiB on the GPU\n",
                    algo, E, K, H, I, T, bw, (double)moq_moe_gpu_bytes(g) / 1048576.0);
@@ -132,6 +146,10 @@ static int bench_gpu(const moq_moe *l, moq_moe_format fmt, const char *algo, lon
                 printf("decode: %.2f us per layer call (mean of %d); %lld experts' stored bytes %.2f MB -> %.1f GB/s = %.0f %% of copy bandwidth "
                        "(bound %.2f us)\n", t * 1e6, n, K, sel / 1e6, sel / t / 1e9, 100.0 * sel / t / 1e9 / bw, sel / (bw * 1e9) * 1e6);
             else printf("prefill: %.1f us per call (mean of %d) = %.1f GFLOP/s\n", t * 1e6, n, flop / t / 1e9);
+            if (graph && T == 1)
+                printf("decode, CUDA graph of %d calls: %.2f us per layer call -> %.1f GB/s = %.0f %% of copy bandwidth\n", R, tg * 1e6, sel / tg / 1e9,
+                       100.0 * sel / tg / 1e9 / bw);
+            else if (graph) printf("prefill, CUDA graph of %d calls: %.1f us per call = %.1f GFLOP/s\n", R, tg * 1e6, flop / tg / 1e9);
         }
     }
     moq_moe_gpu_free(g);
@@ -145,9 +163,9 @@ static float frand(void) { g_s ^= g_s << 13, g_s ^= g_s >> 7, g_s ^= g_s << 17; 
 int cmd_bench_moe(int argc, char **argv) {
     const char *algo = NULL;
     long long E = 128, K = 8, H = 2048, I = 768, T = 1;
-    int threads = omp_get_max_threads(), json = 0, hot = 0, gpu = 0;
+    int threads = omp_get_max_threads(), json = 0, hot = 0, gpu = 0, graph = 0;
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"experts", 1, 0, 'e'}, {"topk", 1, 0, 'k'}, {"hidden", 1, 0, 'h'},
-                                       {"inter", 1, 0, 'i'}, {"tokens", 1, 0, 't'}, {"threads", 1, 0, 'n'}, {"json", 0, 0, 'j'}, {"hot", 0, 0, 'H'}, {"device", 1, 0, 'D'}, {0, 0, 0, 0}};
+                                       {"inter", 1, 0, 'i'}, {"tokens", 1, 0, 't'}, {"threads", 1, 0, 'n'}, {"json", 0, 0, 'j'}, {"hot", 0, 0, 'H'}, {"device", 1, 0, 'D'}, {"graph", 0, 0, 'G'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -161,6 +179,7 @@ int cmd_bench_moe(int argc, char **argv) {
         case 'n': threads = atoi(optarg); break;
         case 'j': json = 1; break;
         case 'H': hot = 1; break;
+        case 'G': graph = 1; break;
         case 'D':
             if (strcmp(optarg, "cuda") != 0 && strcmp(optarg, "cpu") != 0) return cli_usage_error("bench moe", "--device %s, expected cpu or cuda", optarg);
             gpu = strcmp(optarg, "cuda") == 0;
@@ -176,6 +195,7 @@ int cmd_bench_moe(int argc, char **argv) {
                                cli_bench_algo_list(list, sizeof list, 1));
     }
     algo = moq_pairs[pair].name; /* reports name the pair */
+    if (graph && !gpu) return cli_usage_error("bench moe", "--graph needs --device cuda");
     if (E < 1 || K < 1 || K > E || H < 1 || I < 1 || T < 1 || threads < 1 || E > 4096)
         return cli_usage_error("bench moe", "need 1 <= --topk <= --experts <= 4096 and --hidden, --inter, --tokens, --threads >= 1");
 
@@ -217,7 +237,7 @@ int cmd_bench_moe(int argc, char **argv) {
     dir[0] = 0;
 
     if (gpu) {
-        rc = bench_gpu(ls[0], fmt, algo, E, K, H, I, T, hot, json);
+        rc = bench_gpu(ls[0], fmt, algo, E, K, H, I, T, hot, json, graph);
         goto done;
     }
     const double bw = dram_read_gbs(threads);

@@ -26,6 +26,9 @@ struct moq_moe_gpu {
     int           router_dt;           /* 0 f32, 1 bf16, 2 f16                                       */
     float        *router_b, *cbias, *logits, *scr, *wts, *rw, *xg, *h, *a, *o;
     int32_t      *local_of, *ids, *pos, *tok, *tiles;
+    int32_t      *counts;             /* decode: the routing counter, then [16, ceil(H / 8)] combine counters */
+    int           fused;              /* decode path allowed (0: MOQ_CUDA_MOE_UNFUSED=1, for measurements) */
+    int           fuse_router;        /* decode: router logits inside route_decode (MOQ_CUDA_MOE_FUSE_ROUTER=1; see run_decode) */
     uint8_t      *ws;
     size_t        ws13_size;
     void         *mem[MAX_MEM];
@@ -137,8 +140,13 @@ static moq_status gpu_open(moq_moe_gpu *g, const moq_moe *m, int64_t Tmax, moq_e
         {(void **)&g->xg, (size_t)(A * H) * 4, "gathered rows"}, {(void **)&g->h, (size_t)(A * v->N13) * 4, "w13 output"},
         {(void **)&g->a, (size_t)(A * v->Ip) * 4, "activations"}, {(void **)&g->o, (size_t)(A * H) * 4, "w2 output"},
         {(void **)&g->ws, g->ws13_size, "activation workspace"},
+        {(void **)&g->counts, (size_t)(1 + MOQ_CUDA_MOE_DEC_T * ((H + 7) / 8)) * 4, "decode counters"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(gput(g, bufs[i].p, NULL, bufs[i].n, bufs[i].what, err));
+    const char *kn = getenv("MOQ_CUDA_MOE_UNFUSED"); /* knob for before/after measurements (docs/PERFORMANCE.md) */
+    g->fused = !(kn && kn[0] == '1');
+    const char *kr = getenv("MOQ_CUDA_MOE_FUSE_ROUTER");
+    g->fuse_router = kr && kr[0] == '1';
     return MOQ_OK;
 }
 
@@ -191,10 +199,58 @@ static moq_status project(moq_moe_gpu *g, const moq_cuda_blob *b, const uint8_t 
     return ck(moq_cuda_moe_grouped(&ga), g->name, err);
 }
 
+/* The decode path (moe_cuda.h): T <= 16 tokens, routing weights on the output, w2's activation rows
+ * of a tile within mode 2's shared memory. */
+static bool decode_fits(const moq_moe_gpu *g, int64_t T) {
+    return g->fused && T <= MOQ_CUDA_MOE_DEC_T && !g->v.routing->weight_on_input && g->b13.Kp % 128 == 0 && g->b2.Kp % 128 == 0 &&
+           moq_cuda_moe_w2_smem(T, g->b2.Kp) <= MOQ_CUDA_MOE_DEC_SMEM;
+}
+
+/* Three launches: route_decode (x quantized per token, routing, rows grouped), grouped w13 with the
+ * activation in its epilogue, grouped w2 quantizing its rows itself with the combine in its epilogue;
+ * a layer that runs its own router launches the router kernel first. route_decode can compute the
+ * router logits itself (blocks of warps, the last block routes: MOQ_CUDA_MOE_FUSE_ROUTER=1), but the
+ * 2-layer Qwen3-30B-A3B-shaped model decoded 10-12 % slower that way than with the general chain on
+ * the H200 (docs/PERFORMANCE.md, 2026-12-01 21:23 and 21:30 UTC), while the layer without its router
+ * ran faster than the chain: so the router stays a kernel of its own until that is understood. */
+static moq_status run_decode(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
+    const moq_moe_view *v = &g->v;
+    const int64_t A = T * g->k, mt = T;
+    moq_cuda_moe_decode d = {.r = route_args(v->routing, T, v->E, v->n_local, g->max_tiles), .x_d = x_d, .H = v->H, .kind = (moq_cuda_kind)g->b13.kind,
+                             .Kp = g->b13.Kp, .a_scale = g->a13, .rcp_approx = v->rcpa, .ws_d = g->ws, .ws = moq_cuda_ws_layout(T, v->N13, g->b13.Kp, 0),
+                             .y_d = y_d, .count_d = g->counts};
+    moq_cuda_moe_route *r = &d.r;
+    r->bias_d = g->cbias, r->local_of_d = g->local_of, r->scr_d = g->scr;
+    r->ids_d = g->ids, r->pos_d = g->pos, r->tok_d = g->tok, r->wts_d = g->wts, r->rw_d = g->rw, r->tiles_d = g->tiles, r->stream = stream;
+    if (logits_d) r->logits_d = logits_d;
+    else {
+        if (!g->router) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g->name, "no router logits given and the layer has no router weight");
+        r->logits_d = g->logits;
+        if (g->fuse_router) d.w_d = g->router, d.w_dtype = g->router_dt, d.wb_d = g->router_b;
+        else MOQ_TRY(ck(moq_cuda_moe_router(x_d, T, v->H, v->E, g->router, g->router_dt, g->router_b, g->logits, stream), g->name, err));
+    }
+    MOQ_TRY(ck(moq_cuda_moe_route_decode(&d), g->name, err));
+    const moq_cuda_moe_gemm base = {.N = 0, .max_tiles = g->max_tiles, .mt = mt, .grid_tiles = max_tiles_of(A, v->n_local), .ws_d = g->ws, .ws = d.ws,
+                                    .tiles_d = g->tiles, .stream = stream, .row_tok_d = g->tok};
+    moq_cuda_moe_gemm w13 = base;
+    w13.kind = (moq_cuda_kind)g->b13.kind, w13.mode = 1, w13.N = v->N13, w13.Kp = g->b13.Kp, w13.w_d = g->w13, w13.stride = g->b13.total;
+    w13.codes = g->b13.codes, w13.scales = g->b13.scales, w13.rs = g->b13.rs, w13.bias = g->b13.bias, w13.y_d = g->a;
+    w13.act = (int)v->act, w13.gated = moq_moe_act_table[v->act].gated, w13.limit = v->act_limit, w13.alpha = v->act_alpha, w13.beta = v->act_beta;
+    w13.Ip = v->Ip;
+    MOQ_TRY(ck(moq_cuda_moe_grouped(&w13), g->name, err));
+    moq_cuda_moe_gemm w2 = base;
+    w2.kind = (moq_cuda_kind)g->b2.kind, w2.mode = 2, w2.N = v->H, w2.Kp = g->b2.Kp, w2.w_d = g->w2, w2.stride = g->b2.total;
+    w2.codes = g->b2.codes, w2.scales = g->b2.scales, w2.rs = g->b2.rs, w2.bias = g->b2.bias, w2.y_d = g->o;
+    w2.Ip = v->Ip, w2.a_d = g->a, w2.a_scale = g->a2, w2.rcp_approx = v->rcpa, w2.pos_d = g->pos, w2.wts_d = g->wts, w2.k = g->k;
+    w2.count_d = g->counts + 1, w2.out_d = y_d;
+    return ck(moq_cuda_moe_grouped(&w2), g->name, err);
+}
+
 moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, float *y_d, void *stream, moq_error *err) {
     if (!g || !x_d || !y_d || T < 1 || T > g->Tmax)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, g ? g->name : "moq_moe_gpu_run", "%lld tokens, expected 1..%lld and non-NULL x, y", (long long)T,
                         (long long)(g ? g->Tmax : 0));
+    if (decode_fits(g, T)) return run_decode(g, x_d, T, logits_d, y_d, stream, err);
     const moq_moe_view *v = &g->v;
     const int64_t A = T * g->k;
     if (!logits_d) {
@@ -212,6 +268,43 @@ moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const fl
     MOQ_TRY(ck(moq_cuda_moe_act((int)v->act, gated, v->act_limit, v->act_alpha, v->act_beta, g->h, A, v->N13, v->Ip, g->a, stream), g->name, err));
     MOQ_TRY(project(g, &g->b2, g->w2, v->H, v->Ip, g->a2, g->a, A, g->o, stream, err));
     return ck(moq_cuda_moe_combine(g->o, g->pos, g->wts, r.on_input, T, g->k, v->H, y_d, stream), g->name, err);
+}
+
+struct moq_moe_gpu_graph { void *stream, *exec; };
+
+void moq_moe_gpu_graph_free(moq_moe_gpu_graph *gr) {
+    if (!gr) return;
+    moq_cuda_graph_destroy(gr->exec);
+    moq_cuda_stream_destroy(gr->stream);
+    free(gr);
+}
+
+moq_status moq_moe_gpu_graph_create(moq_moe_gpu_graph **out, moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, int n, float *y_d,
+                                    moq_error *err) {
+    *out = NULL;
+    if (!g || n < 1) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_moe_gpu_graph_create", "a layer and n >= 1 calls (got %d)", n);
+    moq_moe_gpu_graph *gr = calloc(1, sizeof *gr);
+    if (!gr) return MOQ_FAIL(err, MOQ_ERR_NOMEM, g->name, "out of host memory");
+    moq_status st = ck(moq_cuda_stream_create(&gr->stream), g->name, err);
+    if (st == MOQ_OK) st = ck(moq_cuda_capture_begin(gr->stream), g->name, err);
+    if (st == MOQ_OK) {
+        for (int i = 0; i < n && st == MOQ_OK; i++)
+            st = moq_moe_gpu_run(g, x_d, T, logits_d ? logits_d + (size_t)i * (size_t)(T * g->v.E) : NULL, y_d, gr->stream, err);
+        if (st != MOQ_OK) moq_cuda_capture_end(gr->stream, NULL);
+        else st = ck(moq_cuda_capture_end(gr->stream, &gr->exec), g->name, err);
+    }
+    if (st != MOQ_OK) {
+        moq_moe_gpu_graph_free(gr);
+        return st;
+    }
+    *out = gr;
+    return MOQ_OK;
+}
+
+moq_status moq_moe_gpu_graph_replay(moq_moe_gpu_graph *gr, moq_error *err) {
+    if (!gr) return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_moe_gpu_graph_replay", "no graph");
+    MOQ_TRY(ck(moq_cuda_graph_launch(gr->exec, gr->stream), "moq_moe_gpu_graph_replay", err));
+    return ck(moq_cuda_stream_sync(gr->stream), "moq_moe_gpu_graph_replay", err);
 }
 
 moq_status moq_moe_gpu_route(const moq_moe_routing *r, int64_t E, const float *logits, int64_t T, int32_t *ids, float *weights, moq_error *err) {
@@ -265,6 +358,18 @@ moq_status moq_moe_gpu_run(moq_moe_gpu *g, const float *x_d, int64_t T, const fl
     (void)g, (void)x_d, (void)T, (void)logits_d, (void)y_d, (void)stream;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_run", "this libmoq was built without CUDA");
 }
+struct moq_moe_gpu_graph { int unused; };
+moq_status moq_moe_gpu_graph_create(moq_moe_gpu_graph **out, moq_moe_gpu *g, const float *x_d, int64_t T, const float *logits_d, int n, float *y_d,
+                                    moq_error *err) {
+    (void)g, (void)x_d, (void)T, (void)logits_d, (void)n, (void)y_d;
+    *out = NULL;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_graph_create", "this libmoq was built without CUDA");
+}
+moq_status moq_moe_gpu_graph_replay(moq_moe_gpu_graph *gr, moq_error *err) {
+    (void)gr;
+    return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_graph_replay", "this libmoq was built without CUDA");
+}
+void moq_moe_gpu_graph_free(moq_moe_gpu_graph *gr) { (void)gr; }
 moq_status moq_moe_gpu_route(const moq_moe_routing *r, int64_t E, const float *logits, int64_t T, int32_t *ids, float *weights, moq_error *err) {
     (void)r, (void)E, (void)logits, (void)T, (void)ids, (void)weights;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_moe_gpu_route", "this libmoq was built without CUDA");

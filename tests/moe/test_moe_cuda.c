@@ -14,8 +14,11 @@
  * logits at T = 1 (decode), 5 and 40 (several 16-row work items per expert): max |gpu - cpu| / max
  * |cpu| <= 1e-2, the limit of test_model_cuda.c's linears (the quantized activation codes are the
  * CPU's bit for bit; summation order, and through it a rare flipped code of the second projection's
- * activation, separate them). One format also runs with half the experts mapped elsewhere
- * (expert_map), whose rows must then be skipped alike. Without a GPU each test skips with the reason.
+ * activation, separate them). T = 1 and 5 run the decode path (3 launches: routing + x quantizer,
+ * w13 + activation, w2 with its own quantizer + combine) and again the general chain
+ * (MOQ_CUDA_MOE_UNFUSED=1 at open); T = 40 the general chain. One format also runs with half the
+ * experts mapped elsewhere (expert_map), whose rows must then be skipped alike (and a token with no
+ * local expert gets y = 0). Without a GPU each test skips with the reason.
  */
 #include "tu.h"
 
@@ -109,6 +112,8 @@ static void test_route_ties(void **state) {
 enum { E_ = 8, K_ = 2, H_ = 256, I_ = 256 };
 #define PREFIX "model.layers.0.mlp"
 
+static float g_last[64 * H_]; /* the GPU output of the last run_case (T <= 64) */
+
 static double run_case(const moq_moe *m, int64_t T, uint64_t seed) {
     const size_t nx = (size_t)(T * H_), nl = (size_t)(T * E_);
     float *x = malloc(4 * nx), *lg = malloc(4 * nl), *yc = malloc(4 * nx), *yg = malloc(4 * nx);
@@ -130,6 +135,7 @@ static double run_case(const moq_moe *m, int64_t T, uint64_t seed) {
     TU_OK(moq_device_download(MOQ_DEVICE_CUDA, yg, yd, 4 * nx, err_));
     double mx = 0, d = 0;
     for (size_t i = 0; i < nx; i++) mx = fmax(mx, fabs(yc[i])), d = fmax(d, isfinite(yg[i]) ? fabs((double)yg[i] - yc[i]) : INFINITY);
+    memcpy(g_last, yg, 4 * nx);
     moq_moe_gpu_free(g);
     moq_device_free(MOQ_DEVICE_CUDA, xd), moq_device_free(MOQ_DEVICE_CUDA, ld), moq_device_free(MOQ_DEVICE_CUDA, yd);
     free(x), free(lg), free(yc), free(yg), free(ws);
@@ -166,12 +172,23 @@ static void test_layers(void **state) {
             moq_moe *m = NULL;
             TU_OK(moq_moe_create(&m, ck, PREFIX, &o, err_));
             for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
-                const double rel = run_case(m, Ts[t], 0x1234 + t);
-                print_message("%-28s %-14s T=%-3lld %s: max |gpu - cpu| / max |cpu| = %.3g\n", moq_moe_kernel_name(m, 0), map ? "expert map" : "all local",
-                              (long long)Ts[t], moq_moe_kernel_name(m, 1), rel);
-                if (!(rel <= 1e-2))
-                    snprintf(fails + strlen(fails), sizeof fails - strlen(fails), "format %d%s T=%lld: %.3g; ", (int)fmts[f], map ? " (map)" : "",
-                             (long long)Ts[t], rel);
+                static float dec[64 * H_];
+                for (int unfused = 0; unfused < (Ts[t] <= 16 ? 2 : 1); unfused++) {
+                    if (unfused) setenv("MOQ_CUDA_MOE_UNFUSED", "1", 1);
+                    const double rel = run_case(m, Ts[t], 0x1234 + t);
+                    unsetenv("MOQ_CUDA_MOE_UNFUSED");
+                    const char *path = Ts[t] > 16 || unfused ? "chain" : "decode";
+                    print_message("%-28s %-14s T=%-3lld %-6s %s: max |gpu - cpu| / max |cpu| = %.3g\n", moq_moe_kernel_name(m, 0),
+                                  map ? "expert map" : "all local", (long long)Ts[t], path, moq_moe_kernel_name(m, 1), rel);
+                    if (!(rel <= 1e-2))
+                        snprintf(fails + strlen(fails), sizeof fails - strlen(fails), "format %d%s T=%lld %s: %.3g; ", (int)fmts[f], map ? " (map)" : "",
+                                 (long long)Ts[t], path, rel);
+                    /* the decode path does the chain's arithmetic in the same order: equal bit for bit */
+                    if (!unfused) memcpy(dec, g_last, sizeof(float) * (size_t)(Ts[t] * H_));
+                    else if (memcmp(dec, g_last, sizeof(float) * (size_t)(Ts[t] * H_)) != 0)
+                        snprintf(fails + strlen(fails), sizeof fails - strlen(fails), "format %d%s T=%lld: decode != chain; ", (int)fmts[f],
+                                 map ? " (map)" : "", (long long)Ts[t]);
+                }
             }
             moq_moe_free(m);
         }
