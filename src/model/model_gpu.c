@@ -69,6 +69,7 @@ struct moq_gpu {
     void      *ws;
     size_t     ws_size;
     int32_t   *ids;                      /* device [4, rows]: tokens, seqs, positions, logits rows */
+    int32_t   *att_done;                 /* device [chunk, A]: attention's split counters, kept zero */
     int32_t   *h_ids;                    /* pinned host staging of the same           */
     float     *h_logits;                 /* pinned [MOQ_GPU_LROWS, V]                 */
     void      *stream;                   /* every step runs on it                     */
@@ -186,6 +187,15 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));
+    { /* attention's per-(token, GQA group) counters start at zero; each launch leaves them so */
+        const size_t n = (size_t)(g->chunk * A) * sizeof(int32_t);
+        int32_t *z = calloc(n, 1);
+        if (!z) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of host memory");
+        moq_status st = dev_alloc(g, (void **)&g->att_done, n, "attention counters", err);
+        if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->att_done, z, n, err);
+        free(z);
+        MOQ_TRY(st);
+    }
     if (m->tp.G > 1) { /* --tp: the vocabulary-parallel lm_head's gather, MOQ_GPU_LROWS rows at a time */
         const size_t n = (size_t)(MOQ_GPU_LROWS * m->tp.v_per * m->tp.G);
         MOQ_TRY(dev_alloc(g, (void **)&g->lg_d, n * sizeof(float), "the gathered logits", err));
@@ -301,7 +311,7 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
     const int32_t *tok_d = g->ids, *seq_d = g->ids + C, *pos_d = g->ids + 2 * C;
     const char *where = moq_checkpoint_path(m->ckpt);
     void *st = g->stream;
-    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x, st), m->embed.name, err));
+    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, H, m->embed_mult, g->x, st), m->embed.name, err));
     MOQ_TRY(tp_sum_d(m, g->x, M * H, err)); /* --tp: one rank holds each token's row, the others zeros */
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -316,7 +326,7 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
         if (flash)
             MOQ_TRY(cuda_ok(moq_cuda_attention_prefill(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, g->att, st), ly->o.name, err));
         else
-            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
+            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att_done, g->att, st),
                             ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
         MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel o_proj */
