@@ -11,10 +11,11 @@
 #      `moq bench model` on a 2-layer Qwen3-30B-A3B-shaped MoE; `moq bench linear --device cuda` at
 #      N = K = 8192, M = 1 and 16.
 # Full logs under $OUT; the summary last. Usage: OUT=/tmp/out LIMIT=seconds [EVALS="fixture ..."] [ALGOS="NVFP4 FP8"]
-#   [PROFILE=1 [PROFILE_ALGOS="FP8 NVFP4"]] [TESTS="test_model_cuda ..."] [MOE=0] [LINEAR=0] scripts/device_all.sh
+#   [PROFILE=1 [PROFILE_ALGOS="FP8 NVFP4"]] [TESTS="test_model_cuda ..."] [MOE=0] [LINEAR=0] [LAYERS=32] scripts/device_all.sh
 # TESTS names the step-1 programs to run (default all: test_linear_cuda test_moe_cuda test_model_cuda
 # test_attn_cuda test_comm serve_cuda memcheck_dense memcheck_attn memcheck_moe); MOE=0 skips the MoE synth and benches,
-# LINEAR=0 the linear sweep (for a call about the model's own kernels).
+# LINEAR=0 the linear sweep (for a call about the model's own kernels); LAYERS=L writes the 8B-shaped
+# checkpoints with L layers instead of 32 (each layer's kernels as at 32; the synth takes ~3.5 s a layer).
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -43,7 +44,7 @@ MOE=${MOE:-1}
 want() { case " $TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
 declare -A SP
 for a in $ALGOS; do
-  ( "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 32 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_d_$a.log" 2>&1 ) &
+  ( "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers "${LAYERS:-32}" --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_d_$a.log" 2>&1 ) &
   SP[d_$a]=$!
   [ "$MOE" = 1 ] || continue
   ( "$BIN/moq" synth "$S/m_$a" --arch qwen3moe --algo "$a" --layers 2 --hidden 2048 --inter 768 --heads 32 --kv-heads 4 \

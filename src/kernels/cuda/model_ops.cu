@@ -58,13 +58,14 @@ __global__ void __launch_bounds__(1024) rmsnorm_rows_kernel(float *x, const floa
     const int64_t j = blockIdx.x, i = GATHER ? rows[j] : j, H4 = H / 4;
     float4 *xr = (float4 *)(x + i * H);
     const float4 *tr = t ? (const float4 *)(t + i * H) : NULL;
-    float4 v[NV];
+    float4 v[NV], g[NV]; /* g: the weights, loaded with x (not after the block's sum) for NV <= 4 */
     double ss = 0;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         const int64_t e = threadIdx.x + (int64_t)k * blockDim.x;
         if (e >= H4) continue;
         v[k] = xr[e];
+        if (NV <= 4) g[k] = ((const float4 *)w)[e]; /* 8: no room under 64 registers a thread */
         if (tr) {
             const float4 b = tr[e];
             v[k] = make_float4(__fadd_rn(v[k].x, b.x), __fadd_rn(v[k].y, b.y), __fadd_rn(v[k].z, b.z), __fadd_rn(v[k].w, b.w));
@@ -79,9 +80,9 @@ __global__ void __launch_bounds__(1024) rmsnorm_rows_kernel(float *x, const floa
     for (int k = 0; k < NV; k++) {
         const int64_t e = threadIdx.x + (int64_t)k * blockDim.x;
         if (e >= H4) continue;
-        const float4 g = ((const float4 *)w)[e];
-        hr[e] = make_float4(__fmul_rn(__fmul_rn(v[k].x, r), g.x), __fmul_rn(__fmul_rn(v[k].y, r), g.y), __fmul_rn(__fmul_rn(v[k].z, r), g.z),
-                            __fmul_rn(__fmul_rn(v[k].w, r), g.w));
+        if (NV > 4) g[k] = ((const float4 *)w)[e];
+        hr[e] = make_float4(__fmul_rn(__fmul_rn(v[k].x, r), g[k].x), __fmul_rn(__fmul_rn(v[k].y, r), g[k].y), __fmul_rn(__fmul_rn(v[k].z, r), g[k].z),
+                            __fmul_rn(__fmul_rn(v[k].w, r), g[k].w));
     }
 }
 
@@ -217,20 +218,6 @@ __device__ __forceinline__ void kv8_dec(const uint2 &r, float scale, float *f) {
     for (int k = 0; k < 4; k++) f[k] = __fmul_rn(d_e4m3_dec((r.x >> 8 * k) & 0xFF), scale), f[4 + k] = __fmul_rn(d_e4m3_dec((r.y >> 8 * k) & 0xFF), scale);
 }
 
-/* (m, l, o) of two online-softmax states merged into the first: scales exp(m_x - max), an empty state
- * (m = -inf) contributing nothing. */
-template <int GB>
-__device__ __forceinline__ void softmax_merge(float *m, float *l, float (*o)[8], const float *m2, const float *l2, const float (*o2)[8]) {
-#pragma unroll
-    for (int g = 0; g < GB; g++) {
-        const float mx = fmaxf(m[g], m2[g]);
-        const float c1 = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx), c2 = m2[g] == -INFINITY ? 0.0f : expf(m2[g] - mx);
-        m[g] = mx, l[g] = l[g] * c1 + l2[g] * c2;
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[g][e] = o[g][e] * c1 + o2[g][e] * c2;
-    }
-}
-
 /* Attention of single query rows over the paged cache, split over keys (flash-decoding), for decode
  * and batch steps: block (kv head × group part, token, split), AT_THREADS threads. The block takes up
  * to GB q heads of one GQA group (GB = 4, 2 or 1 by the group size; a group of G heads is
@@ -241,37 +228,44 @@ __device__ __forceinline__ void softmax_merge(float *m, float *l, float (*o)[8],
  * not depend on the positions (a CUDA graph replays it at any length; ranges past the span are
  * empty). Inside a range: a key row (D values) is read by LPK = D/8 lanes, 8 values (one 16-byte bf16
  * or 8-byte e4m3 vector) each; the block's NG = AT_THREADS / LPK lane groups take keys k0 + g + u NG
- * (u = 0..3), then the next NG · 4, and each group issues the K and V loads of U = 4 keys before using any (16-32 KiB
- * in flight per block), reduces the U × GB dot products over its LPK lanes by shuffles, and folds the
- * U keys into its online softmax (max, sum, weighted V) with one rescale. Groups then merge by
- * shuffles (within a warp) and shared memory (across warps) into the range's (m, l, o[D]), written to
- * part [M, A, n_split, D + 2].
+ * (u = 0..3), then the next 4 NG, and so on. Per round a group issues the K and V loads of its U = 4
+ * keys before using any (16-32 KiB in flight per block; the page numbers of the next round are
+ * loaded meanwhile), reduces the U × GB dot products over its LPK lanes by shuffles and folds the U
+ * keys into its online softmax (max, sum, weighted V) with one rescale. The groups' states then meet
+ * in shared memory and are merged in group order into the range's (m, l, o[D]), written to part
+ * [M, A, n_split, D + 2]. (GB = 4 with bf16 KV spills ~50 bytes a thread at the 128-register cap
+ * that keeps two blocks per SM.)
  *
- * Combine, fused: each block counts itself done on done[token, block x] (atomic, after a fence); the
- * last of the token's n_split blocks reads the n_split parts in split order (deterministic whatever
- * order the blocks finished in), writes att = Σ c_s o_s / Σ c_s l_s with c_s = exp(m_s - max m),
- * skipping empty ranges, and resets the counter to 0 for the next launch. The K/V of every token of
- * the step are stored before this runs. */
+ * Ranges past the span (n_ne = ceil(span / range keys) hold keys) return at once: a batch step's
+ * short rows cost no more than their keys. Combine, fused: each block counts itself done on
+ * done[token, block x] (atomic, after a fence); the last of the n_ne blocks reads the parts' (m, l)
+ * in one round of loads, then each output element's n_ne partial sums 8 loads at a time, adds them
+ * in split order (deterministic whatever order the blocks finished in): att = Σ c_s o_s / Σ c_s l_s
+ * with c_s = exp(m_s - max m), and resets the counter to 0 for the next launch. The K/V of every
+ * token of the step are stored before this runs. */
 #define AT_THREADS 256
 #define AT_MAX_SPLIT 64
 template <int D, int GB, int E>
-__global__ void __launch_bounds__(AT_THREADS) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale, int64_t W, const int32_t *seq,
+__global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale, int64_t W, const int32_t *seq,
                                                                  const int32_t *pos, moq_cuda_kv kv, int n_split, float *part, int32_t *done,
                                                                  float *att) {
-    constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4, NW = AT_THREADS / 32;
+    constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4;
     typedef typename kv8_raw<E>::T raw;
-    __shared__ float s_o[NW][GB][D], s_m[NW][GB], s_l[NW][GB];
-    __shared__ float s_c[GB][AT_MAX_SPLIT], s_L[GB];
+    __shared__ __align__(16) float s_o[NG][GB][D]; /* 32 KiB at every D: NG · D = 2048 */
+    __shared__ float s_m[NG][GB], s_l[NG][GB], s_cg[NG][GB], s_mx[GB];
+    __shared__ float s_c[GB][AT_MAX_SPLIT], s_lk[GB][AT_MAX_SPLIT], s_L[GB];
     __shared__ int s_last;
     let_dependents_start();
     const int G = (int)(A / KV), nb = (G + GB - 1) / GB, kvh = blockIdx.x / nb, gp = blockIdx.x % nb;
     const int ng = G - gp * GB < GB ? G - gp * GB : GB; /* q heads of this block: h0 .. h0 + ng - 1 */
     const int64_t h0 = (int64_t)kvh * G + gp * GB, i = blockIdx.y, p = pos[i];
-    const int sp = blockIdx.z, tid = threadIdx.x, r = tid % LPK, kg = tid / LPK, lane = tid & 31, w = tid / 32;
+    const int sp = blockIdx.z, tid = threadIdx.x, r = tid % LPK, kg = tid / LPK, lane = tid & 31;
     const int64_t lo = W > 0 && p + 1 > W ? p + 1 - W : 0, span = p + 1 - lo;
     int64_t split_keys = (span + n_split - 1) / n_split;
     if (split_keys < MOQ_CUDA_SPLIT_MIN) split_keys = MOQ_CUDA_SPLIT_MIN;
     const int64_t k0 = lo + sp * split_keys, k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
+    const int n_ne = (int)((span + split_keys - 1) / split_keys); /* ranges that hold keys: 0 .. n_ne - 1 */
+    if (sp >= n_ne) return; /* an empty range: nothing to read, write or count */
     const int64_t qkvN = (A + 2 * KV) * D;
     float q[GB][8], o[GB][8], m[GB], l[GB];
 #pragma unroll
@@ -287,19 +281,25 @@ __global__ void __launch_bounds__(AT_THREADS) attn_decode_kernel(const float *qk
     const int pg = (int)kv.page;
     /* the trip count follows the warp's first lane group, so every lane of a warp runs the same
      * iterations (the shuffles below need the whole warp); a group's keys past k1 are masked */
+    /* keys past k1 read key k1 - 1 instead (no branches) and get weight 0 below; the page numbers
+     * of a round's keys are loaded during the round before (the 8 vector loads of a round wait on
+     * nothing but them) */
+    const int kend = (int)k1 - 1;
+    auto key_of = [&](int64_t j0, int u) { return (int)(j0 + u * NG) < kend ? (int)(j0 + u * NG) : kend; };
+    int page[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) page[u] = __ldg(bt + key_of(k0 + kg, u) / pg);
     for (int64_t jw = k0 + (kg - lane / LPK); jw < k1; jw += NG * U) {
         const int64_t j0 = jw + lane / LPK;
-        /* keys past k1 read key k1 - 1 instead (no branches: the 4 page lookups, then the 8 vector
-         * loads, all issued before any is used) and get weight 0 below */
-        int jc[U], page[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) jc[u] = (int)(j0 + u * NG < k1 ? j0 + u * NG : k1 - 1), page[u] = __ldg(bt + jc[u] / pg);
         raw kr[U], vr[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t idx = (((int64_t)page[u] * pg + jc[u] % pg) * KV + kvh) * D + r * 8;
+            const int64_t idx = (((int64_t)page[u] * pg + key_of(j0, u) % pg) * KV + kvh) * D + r * 8;
             kr[u] = kv8_ld<E>(kv.k, idx), vr[u] = kv8_ld<E>(kv.v, idx);
         }
+        if (jw + NG * U < k1)
+#pragma unroll
+            for (int u = 0; u < U; u++) page[u] = __ldg(bt + key_of(j0 + NG * U, u) / pg);
         float s[U][GB];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -346,59 +346,51 @@ __global__ void __launch_bounds__(AT_THREADS) attn_decode_kernel(const float *qk
                 for (int e = 0; e < 8; e++) o[g][e] = fmaf(pu[u][g], v[e], o[g][e]);
         }
     }
-    /* merge the lane groups of a warp (lanes r, r + LPK, ... hold the same elements) */
+    /* merge the NG lane groups' states through shared memory, in group order */
 #pragma unroll
-    for (int off = 16; off >= LPK; off >>= 1) {
-        float m2[GB], l2[GB], o2[GB][8];
-#pragma unroll
-        for (int g = 0; g < GB; g++) {
-            m2[g] = __shfl_xor_sync(0xffffffffu, m[g], off), l2[g] = __shfl_xor_sync(0xffffffffu, l[g], off);
-#pragma unroll
-            for (int e = 0; e < 8; e++) o2[g][e] = __shfl_xor_sync(0xffffffffu, o[g][e], off);
-        }
-        softmax_merge<GB>(m, l, o, m2, l2, o2);
-    }
-    if (lane < LPK) {
-#pragma unroll
-        for (int g = 0; g < GB; g++) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) s_o[w][g][r * 8 + e] = o[g][e];
-            if (lane == 0) s_m[w][g] = m[g], s_l[w][g] = l[g];
-        }
+    for (int g = 0; g < GB; g++) {
+        float4 *dst = (float4 *)&s_o[kg][g][r * 8];
+        dst[0] = make_float4(o[g][0], o[g][1], o[g][2], o[g][3]), dst[1] = make_float4(o[g][4], o[g][5], o[g][6], o[g][7]);
+        if (r == 0) s_m[kg][g] = m[g], s_l[kg][g] = l[g];
     }
     __syncthreads();
-    /* merge the warps: thread (g, e) for e < D, in warp order */
+    if (tid < GB * NG) { /* c = exp(m - max m) per (group, head), 0 for a group that saw no key */
+        const int g = tid / NG, k = tid % NG;
+        float mx = -INFINITY;
+        for (int k2 = 0; k2 < NG; k2++) mx = fmaxf(mx, s_m[k2][g]);
+        s_cg[k][g] = s_m[k][g] == -INFINITY ? 0.0f : expf(s_m[k][g] - mx);
+        if (k == 0) s_mx[g] = mx;
+    }
+    __syncthreads();
     for (int x = tid; x < ng * D; x += AT_THREADS) {
         const int g = x / D, e = x % D;
-        float mx = -INFINITY;
-        for (int k = 0; k < NW; k++) mx = fmaxf(mx, s_m[k][g]);
         float acc = 0, sum = 0;
-        for (int k = 0; k < NW; k++) {
-            const float c = s_m[k][g] == -INFINITY ? 0.0f : expf(s_m[k][g] - mx);
-            acc += c * s_o[k][g][e], sum += c * s_l[k][g];
-        }
+        for (int k = 0; k < NG; k++) acc += s_cg[k][g] * s_o[k][g][e], sum += s_cg[k][g] * s_l[k][g];
         float *out = part + ((i * A + h0 + g) * n_split + sp) * (D + 2);
         out[e] = acc;
-        if (e == 0) out[D] = mx, out[D + 1] = sum;
+        if (e == 0) out[D] = s_mx[g], out[D + 1] = sum;
     }
-    /* the last block of this (token, heads) combines the n_split parts */
+    /* the last of the n_ne blocks of this (token, heads) combines their parts */
     __threadfence();
     __syncthreads();
     int32_t *cnt = done + i * gridDim.x + blockIdx.x;
-    if (tid == 0) s_last = atomicAdd(cnt, 1) == n_split - 1;
+    if (tid == 0) s_last = atomicAdd(cnt, 1) == n_ne - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int x = tid; x < ng * n_split; x += AT_THREADS) s_c[x / n_split][x % n_split] = __ldcg(part + ((i * A + h0 + x / n_split) * n_split + x % n_split) * (D + 2) + D);
+    const float *pp = part + (i * A + h0) * n_split * (D + 2); /* part (g, k) at pp + (g n_split + k)(D + 2) */
+    for (int x = tid; x < ng * n_ne; x += AT_THREADS) { /* every (m, l) in one round of loads */
+        const int g = x / n_ne, k = x % n_ne;
+        s_c[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D), s_lk[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D + 1);
+    }
     __syncthreads();
     if (tid < ng) {
         float mx = -INFINITY, sum = 0;
-        for (int k = 0; k < n_split; k++) mx = fmaxf(mx, s_c[tid][k]);
-        for (int k = 0; k < n_split; k++) {
-            const float mk = s_c[tid][k];
-            const float c = mk == -INFINITY ? 0.0f : expf(mk - mx);
-            if (mk != -INFINITY) sum += c * __ldcg(part + ((i * A + h0 + tid) * n_split + k) * (D + 2) + D + 1);
-            s_c[tid][k] = mk == -INFINITY ? -1.0f : c; /* -1: empty range, skipped */
+        for (int k = 0; k < n_ne; k++) mx = fmaxf(mx, s_c[tid][k]);
+        for (int k = 0; k < n_ne; k++) {
+            const float mk = s_c[tid][k], c = mk == -INFINITY ? -1.0f : expf(mk - mx); /* -1: no finite score, skipped */
+            if (c >= 0.0f) sum += c * s_lk[tid][k];
+            s_c[tid][k] = c;
         }
         s_L[tid] = sum;
     }
@@ -406,8 +398,14 @@ __global__ void __launch_bounds__(AT_THREADS) attn_decode_kernel(const float *qk
     for (int x = tid; x < ng * D; x += AT_THREADS) {
         const int g = x / D, e = x % D;
         float acc = 0;
-        for (int k = 0; k < n_split; k++)
-            if (s_c[g][k] >= 0.0f) acc += s_c[g][k] * __ldcg(part + ((i * A + h0 + g) * n_split + k) * (D + 2) + e);
+        for (int k0c = 0; k0c < n_ne; k0c += 8) { /* 8 loads in flight, then summed in split order */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f ? __ldcg(pp + (g * n_split + k0c + u) * (D + 2) + e) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f) acc += s_c[g][k0c + u] * v[u];
+        }
         att[i * A * D + (h0 + g) * D + e] = acc / s_L[g];
     }
     if (tid == 0) *cnt = 0;
