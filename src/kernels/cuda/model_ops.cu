@@ -1,13 +1,17 @@
 /* model_ops.cu — the decoder's non-linear steps on the GPU (src/model/model_gpu.c calls them through
  * cuda_api.h): embedding gather, residual add + RMSNorm, per-head q/k RMSNorm + RoPE + the store of
- * K and V into the paged cache, attention over the paged cache (split over keys, then a combine),
- * SwiGLU. Each is the CPU runner's f32 arithmetic (model.c, rope.c, kv_cache.c) in the same order
- * where it matters: RMSNorm's sum of squares in f64 and r = f32(1 / sqrt(ss / n + eps)); the RoPE
- * angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then × mscale; FP8 KV codes
- * E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only sums (dot products,
- * softmax) are reordered. Everything is enqueued on the caller's stream (NULL: the default stream), never synchronised, so
- * a decode step can be captured into a CUDA graph; nothing here allocates.
- * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward).
+ * K and V into the paged cache, attention over the paged cache (decode / batch rows: flash-decoding
+ * per GQA group with the combine fused; prefill: tiled flash attention), SwiGLU. At batch 1 each is
+ * sized not to be latency-bound: float4 rows over up to 1024 threads, several blocks per token, many
+ * K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
+ * kv_cache.c) in the same order where it matters: RMSNorm's sum of squares in f64 and r = f32(1 /
+ * sqrt(ss / n + eps)); the RoPE angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then ×
+ * mscale; FP8 KV codes E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only
+ * sums (dot products, softmax) are reordered. Everything is enqueued on the caller's stream (NULL:
+ * the default stream), never synchronised, so a decode step can be captured into a CUDA graph;
+ * nothing here allocates.
+ * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward) and
+ * tests/model/test_attn_cuda.c (attention and the norms against fp64 at the 8B shape and more).
  */
 #include <atomic>
 #include "kernels/cuda/common.cuh"
