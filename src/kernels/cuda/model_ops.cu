@@ -222,6 +222,28 @@ __device__ __forceinline__ void kv8_dec(const uint2 &r, float scale, float *f) {
     for (int k = 0; k < 4; k++) f[k] = __fmul_rn(d_e4m3_dec((r.x >> 8 * k) & 0xFF), scale), f[4 + k] = __fmul_rn(d_e4m3_dec((r.y >> 8 * k) & 0xFF), scale);
 }
 
+/* 2^x by the SFU (ex2.approx.ftz: ~2 ulp): the decode softmax works in base 2, scores pre-multiplied
+ * by log2(e), which gives the same weights as exp of the natural-log scores. */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* q = n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by one multiply-high (Granlund-Montgomery, no
+ * division in the key loop): l = ceil(log2 d), m = floor(2^(31 + l) / d) + 1 < 2^32; the error
+ * n (m d - 2^(31+l)) / (d 2^(31+l)) < 2^-l <= 1/d never carries past the fraction of n / d. */
+struct pg_div {
+    uint32_t m;
+    int      sh; /* 31 + l */
+    __device__ __forceinline__ int div(int n) const { return (int)(((uint64_t)(uint32_t)n * m) >> sh); }
+};
+static pg_div pg_div_of(int64_t d) {
+    int l = 0;
+    while (((int64_t)1 << l) < d) l++;
+    return pg_div{(uint32_t)(((uint64_t)1 << (31 + l)) / (uint64_t)d + 1), 31 + l};
+}
+
 /* Attention of single query rows over the paged cache, split over keys (flash-decoding), for decode
  * and batch steps: block (kv head × group part, token, split), AT_THREADS threads. The block takes up
  * to GB q heads of one GQA group (GB = 4, 2 or 1 by the group size; a group of G heads is
@@ -243,16 +265,17 @@ __device__ __forceinline__ void kv8_dec(const uint2 &r, float scale, float *f) {
  * Ranges past the span (n_ne = ceil(span / range keys) hold keys) return at once: a batch step's
  * short rows cost no more than their keys. Combine, fused: each block counts itself done on
  * done[token, block x] (atomic, after a fence); the last of the n_ne blocks reads the parts' (m, l)
- * in one round of loads, then each output element's n_ne partial sums 8 loads at a time, adds them
+ * in one round of loads, then each output element's n_ne partial sums 16 loads at a time, adds them
  * in split order (deterministic whatever order the blocks finished in): att = Σ c_s o_s / Σ c_s l_s
- * with c_s = exp(m_s - max m), and resets the counter to 0 for the next launch. The K/V of every
- * token of the step are stored before this runs. */
+ * with c_s = 2^(m_s - max m), and resets the counter to 0 for the next launch. Scores are kept in
+ * base 2 (q·k · scale · log2 e, weights by ex2); positions are < 2^31 (int keys, pg_div). The K/V of
+ * every token of the step are stored before this runs. */
 #define AT_THREADS 256
 #define AT_MAX_SPLIT 64
 template <int D, int GB, int E>
-__global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale, int64_t W, const int32_t *seq,
-                                                                 const int32_t *pos, moq_cuda_kv kv, int n_split, float *part, int32_t *done,
-                                                                 float *att) {
+__global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale2, int64_t W,
+                                                                 const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, pg_div pd, int n_split,
+                                                                 float *part, int32_t *done, float *att) {
     constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4;
     typedef typename kv8_raw<E>::T raw;
     __shared__ __align__(16) float s_o[NG][GB][D]; /* 32 KiB at every D: NG · D = 2048 */
@@ -292,18 +315,19 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     auto key_of = [&](int64_t j0, int u) { return (int)(j0 + u * NG) < kend ? (int)(j0 + u * NG) : kend; };
     int page[U];
 #pragma unroll
-    for (int u = 0; u < U; u++) page[u] = __ldg(bt + key_of(k0 + kg, u) / pg);
+    for (int u = 0; u < U; u++) page[u] = __ldg(bt + pd.div(key_of(k0 + kg, u)));
     for (int64_t jw = k0 + (kg - lane / LPK); jw < k1; jw += NG * U) {
         const int64_t j0 = jw + lane / LPK;
         raw kr[U], vr[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t idx = (((int64_t)page[u] * pg + key_of(j0, u) % pg) * KV + kvh) * D + r * 8;
+            const int j = key_of(j0, u);
+            const int64_t idx = (((int64_t)page[u] * pg + (j - pd.div(j) * pg)) * KV + kvh) * D + r * 8;
             kr[u] = kv8_ld<E>(kv.k, idx), vr[u] = kv8_ld<E>(kv.v, idx);
         }
         if (jw + NG * U < k1)
 #pragma unroll
-            for (int u = 0; u < U; u++) page[u] = __ldg(bt + key_of(j0 + NG * U, u) / pg);
+            for (int u = 0; u < U; u++) page[u] = __ldg(bt + pd.div(key_of(j0 + NG * U, u)));
         float s[U][GB];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -329,13 +353,13 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
             float mx = m[g];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                s[u][g] = j0 + u * NG < k1 ? s[u][g] * scale : -INFINITY;
+                s[u][g] = j0 + u * NG < k1 ? s[u][g] * scale2 : -INFINITY;
                 mx = fmaxf(mx, s[u][g]);
             }
-            const float corr = mx == -INFINITY ? 1.0f : expf(m[g] - mx);
+            const float corr = mx == -INFINITY ? 1.0f : ex2(m[g] - mx);
             float sum = 0;
 #pragma unroll
-            for (int u = 0; u < U; u++) pu[u][g] = s[u][g] == -INFINITY ? 0.0f : expf(s[u][g] - mx), sum += pu[u][g];
+            for (int u = 0; u < U; u++) pu[u][g] = s[u][g] == -INFINITY ? 0.0f : ex2(s[u][g] - mx), sum += pu[u][g];
             l[g] = l[g] * corr + sum, m[g] = mx;
 #pragma unroll
             for (int e = 0; e < 8; e++) o[g][e] *= corr;
@@ -362,7 +386,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         const int g = tid / NG, k = tid % NG;
         float mx = -INFINITY;
         for (int k2 = 0; k2 < NG; k2++) mx = fmaxf(mx, s_m[k2][g]);
-        s_cg[k][g] = s_m[k][g] == -INFINITY ? 0.0f : expf(s_m[k][g] - mx);
+        s_cg[k][g] = s_m[k][g] == -INFINITY ? 0.0f : ex2(s_m[k][g] - mx);
         if (k == 0) s_mx[g] = mx;
     }
     __syncthreads();
@@ -392,7 +416,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         float mx = -INFINITY, sum = 0;
         for (int k = 0; k < n_ne; k++) mx = fmaxf(mx, s_c[tid][k]);
         for (int k = 0; k < n_ne; k++) {
-            const float mk = s_c[tid][k], c = mk == -INFINITY ? -1.0f : expf(mk - mx); /* -1: no finite score, skipped */
+            const float mk = s_c[tid][k], c = mk == -INFINITY ? -1.0f : ex2(mk - mx); /* -1: no finite score, skipped */
             if (c >= 0.0f) sum += c * s_lk[tid][k];
             s_c[tid][k] = c;
         }
@@ -402,12 +426,12 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     for (int x = tid; x < ng * D; x += AT_THREADS) {
         const int g = x / D, e = x % D;
         float acc = 0;
-        for (int k0c = 0; k0c < n_ne; k0c += 8) { /* 8 loads in flight, then summed in split order */
-            float v[8];
+        for (int k0c = 0; k0c < n_ne; k0c += 16) { /* 16 loads in flight, then summed in split order */
+            float v[16];
 #pragma unroll
-            for (int u = 0; u < 8; u++) v[u] = k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f ? __ldcg(pp + (g * n_split + k0c + u) * (D + 2) + e) : 0.0f;
+            for (int u = 0; u < 16; u++) v[u] = k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f ? __ldcg(pp + (g * n_split + k0c + u) * (D + 2) + e) : 0.0f;
 #pragma unroll
-            for (int u = 0; u < 8; u++)
+            for (int u = 0; u < 16; u++)
                 if (k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f) acc += s_c[g][k0c + u] * v[u];
         }
         att[i * A * D + (h0 + g) * D + e] = acc / s_L[g];
@@ -418,10 +442,12 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
 template <int D, int GB> static void launch_decode(dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
                                                    const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
                                                    int32_t *done_d, float *att_d) {
+    const float scale2 = scale * 1.4426950408889634f; /* scores in base 2 (ex2) */
+    const pg_div pd = pg_div_of(kv->page);
     if (kv->elem == MOQ_CUDA_KV_E4M3)
-        attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d, done_d, att_d);
+        attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
     else
-        attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d, done_d, att_d);
+        attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
 }
 template <int D> static void launch_decode_d(int gb, dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
                                              const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
@@ -436,6 +462,7 @@ extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t
                                           float *part_d, int32_t *done_d, float *att_d, void *stream) {
     if (n_split < 1 || n_split > AT_MAX_SPLIT) return "attention: n_split must be 1..64";
     if (KV < 1 || A % KV) return "attention: the q heads must be a multiple of the kv heads";
+    if (kv->page < 1 || kv->page > ((int64_t)1 << 30)) return "attention: the page size must be 1..2^30 positions";
     const int64_t G = A / KV;
     const int gb = G >= 4 ? 4 : G == 1 ? 1 : G == 2 ? 2 : 4; /* a group of 3 is one block of 4 with a head idle */
     const dim3 grid((unsigned)(KV * cdiv(G, gb)), (unsigned)M, (unsigned)n_split);
