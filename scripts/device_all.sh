@@ -15,7 +15,9 @@
 # TESTS names the step-1 programs to run (default all: test_linear_cuda test_moe_cuda test_model_cuda
 # test_attn_cuda test_comm serve_cuda memcheck_dense memcheck_attn memcheck_moe); MOE=0 skips the MoE synth and benches,
 # LINEAR=0 the linear sweep (for a call about the model's own kernels); LAYERS=L writes the 8B-shaped
-# checkpoints with L layers instead of 32 (each layer's kernels as at 32; the synth takes ~3.5 s a layer).
+# checkpoints with L layers instead of 32 (each layer's kernels as at 32; the synth takes ~3.5 s a layer);
+# BENCH=0 skips `moq bench model` (the profile still runs); MIN_LEFT (default 60) is the time that must
+# be left to start an 8B bench or profile.
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -41,6 +43,7 @@ log "device" | tee "$OUT/summary.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$OUT/summary.log"
 TESTS=${TESTS-"test_linear_cuda test_moe_cuda test_model_cuda test_attn_cuda test_comm serve_cuda memcheck_dense memcheck_attn memcheck_moe"}
 MOE=${MOE:-1}
+MIN_LEFT=${MIN_LEFT:-60} # seconds of LIMIT that must be left to start an 8B bench or profile
 want() { case " $TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
 declare -A SP
 for a in $ALGOS; do
@@ -87,18 +90,20 @@ for a in $ALGOS; do
   timeout 25 "$BIN/moq" bench model "$S/m_$a" --device cuda --prompt 256 --decode 64 2>&1 | tail -6 | tee -a "$OUT/summary.log"
 done
 for a in $ALGOS; do
-  while kill -0 "${SP[d_$a]}" 2>/dev/null && [ "$(left)" -gt 60 ]; do sleep 1; done
-  if [ "$(left)" -lt 60 ] || kill -0 "${SP[d_$a]}" 2>/dev/null; then log "no time left for bench model $a 8B" | tee -a "$OUT/summary.log"; continue; fi
+  while kill -0 "${SP[d_$a]}" 2>/dev/null && [ "$(left)" -gt "$MIN_LEFT" ]; do sleep 1; done
+  if [ "$(left)" -lt "$MIN_LEFT" ] || kill -0 "${SP[d_$a]}" 2>/dev/null; then log "no time left for bench model $a 8B" | tee -a "$OUT/summary.log"; continue; fi
+  if [ "${BENCH:-1}" = 1 ]; then
   log "bench model $a (8B shape) --device cuda" | tee -a "$OUT/summary.log"
   timeout $(( $(left) - 20 < 90 ? $(left) - 20 : 90 )) "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 \
     | tee "$OUT/bench_d_$a.log" | tail -12 | tee -a "$OUT/summary.log"
+  fi
   # 3. PROFILE=1: per-kernel GPU times (ncu, one metric, clocks left alone) of the 8B decode: a 2048-token
   #    prefill then 2 decode steps; profile.csv holds every kernel in launch order (the last ~450 are
   #    one decode step at position ~2050; scripts/ncu_step_summary.py groups them).
   if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && case " ${PROFILE_ALGOS:-FP8} " in *" $a "*) true ;; *) false ;; esac \
-     && [ "$(left)" -ge 60 ]; then
+     && [ "$(left)" -ge "$MIN_LEFT" ]; then
     log "ncu decode profile $a" | tee -a "$OUT/summary.log"
-    timeout $(( $(left) - 30 )) ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    timeout $(( $(left) - MIN_LEFT / 2 )) ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
       "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/profile_$a.csv" 2> "$OUT/profile_$a.err"
     echo "profile $a rc=$? lines=$(wc -l < "$OUT/profile_$a.csv")" | tee -a "$OUT/summary.log"
     python3 scripts/ncu_step_summary.py "$OUT/profile_$a.csv" 2>&1 | head -16 | tee -a "$OUT/summary.log"

@@ -398,14 +398,20 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         out[e] = acc;
         if (e == 0) out[D] = s_mx[g], out[D + 1] = sum;
     }
-    /* the last of the n_ne blocks of this (token, heads) combines their parts */
-    __threadfence();
+    /* the last of the n_ne blocks of this (token, heads) combines their parts. Ordering as in
+     * cooperative groups' grid sync: the barrier orders the block's part writes before thread 0's
+     * fence (cumulative), which orders them before its count; the last block's thread 0 fences after
+     * seeing the count, and the barrier hands that on. One fence per block, not per warp: a
+     * MEMBAR.SC.GPU in every warp cost more than the keys. */
     __syncthreads();
     int32_t *cnt = done + i * gridDim.x + blockIdx.x;
-    if (tid == 0) s_last = atomicAdd(cnt, 1) == n_ne - 1;
+    if (tid == 0) {
+        __threadfence();
+        s_last = atomicAdd(cnt, 1) == n_ne - 1;
+        if (s_last) __threadfence();
+    }
     __syncthreads();
     if (!s_last) return;
-    __threadfence();
     const float *pp = part + (i * A + h0) * n_split * (D + 2); /* part (g, k) at pp + (g n_split + k)(D + 2) */
     for (int x = tid; x < ng * n_ne; x += AT_THREADS) { /* every (m, l) in one round of loads */
         const int g = x / n_ne, k = x % n_ne;
