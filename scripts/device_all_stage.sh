@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-BINS="moq test_linear_cuda test_moe_cuda test_model_cuda test_comm"
+BINS="moq test_linear_cuda test_moe_cuda test_model_cuda test_attn_cuda test_comm"
 rm -rf .devbin .devstage && mkdir -p .devstage/.devbin/lib .devstage/.devbin/testdata/golden .devbin
 for b in $BINS; do cp "$B/$b" .devstage/.devbin/; done
 cp -r "$B"/testdata/golden/rcp .devstage/.devbin/testdata/golden/

@@ -876,6 +876,7 @@ static moq_status gpu_refusal(const moq_model *m, int64_t n_moe, moq_error *err)
                             "Qwen3-MoE's and Mixtral's softmax top-k experts)"
                       : r->sandwich || r->gelu || r->embed_scale ? "Gemma's sandwich norms, GeGLU and scaled embeddings"
                       : m->D != 64 && m->D != 128 && m->D != 256 ? "a head_dim other than 64, 128 or 256"
+                      : m->H % 4 || (n_moe < m->L && m->I % 4) ? "a hidden or intermediate size that is not a multiple of 4 (rows are read as float4)"
                       : NULL;
     if (!why) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "config.json", "%s on --device cuda: the GPU forward runs the dense GQA architectures "

@@ -40,7 +40,9 @@
 #define MOQ_GPU_PREFILL 2048 /* tokens per step of one sequence's prefill       */
 #define MOQ_GPU_CHUNK 256    /* rows per step of a batch run (several sequences)  */
 #define MOQ_GPU_PAGE 16      /* positions per KV page                            */
-#define MOQ_GPU_SPLITS 16    /* most key ranges one query's attention is split in */
+#define MOQ_GPU_SPLITS 16    /* most key ranges of an eager step's query (ceil(span / 64) of them) */
+#define MOQ_GPU_GRAPH_SPLITS 64 /* key ranges of a graph step's query: 64-key ranges up to span 4096,
+                                 * ~2 blocks per SM for one 8B token (8 KV heads x 33 ranges at 2k) */
 #define MOQ_GPU_GRAPHS 64    /* steps of 1..64 rows that all want logits (decode) replay a CUDA graph */
 #define MOQ_GPU_LROWS 64     /* logits rows downloaded at once through the pinned buffer */
 
@@ -69,6 +71,7 @@ struct moq_gpu {
     void      *ws;
     size_t     ws_size;
     int32_t   *ids;                      /* device [4, rows]: tokens, seqs, positions, logits rows */
+    int32_t   *att_done;                 /* device [chunk, A]: attention's split counters, kept zero */
     int32_t   *h_ids;                    /* pinned host staging of the same           */
     float     *h_logits;                 /* pinned [MOQ_GPU_LROWS, V]                 */
     void      *stream;                   /* every step runs on it                     */
@@ -180,12 +183,25 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     MOQ_TRY(upload_f32(g, &g->final_norm, m->final_norm, H, "the final norm", err));
     MOQ_TRY(upload_f32(g, &g->inv_freq, m->inv_freq, D / 2, "the RoPE frequencies", err));
     MOQ_TRY(upload_table(m, g, err));
+    /* attention parts: eager steps (up to chunk rows, MOQ_GPU_SPLITS ranges) or graph steps (up to
+     * MOQ_GPU_GRAPHS rows, MOQ_GPU_GRAPH_SPLITS ranges) */
+    const int64_t graph_rows = g->chunk < MOQ_GPU_GRAPHS ? g->chunk : MOQ_GPU_GRAPHS;
+    const int64_t part_rows = g->chunk * MOQ_GPU_SPLITS > graph_rows * MOQ_GPU_GRAPH_SPLITS ? g->chunk * MOQ_GPU_SPLITS : graph_rows * MOQ_GPU_GRAPH_SPLITS;
     struct { float **p; int64_t n; } bufs[] = {
         {&g->x, C * H}, {&g->h, C * H}, {&g->qkv, C * qkvN}, {&g->att, C * A * D}, {&g->tmp, C * H},
-        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, g->chunk * A * MOQ_GPU_SPLITS * (D + 2)},
+        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, part_rows * A * (D + 2)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));
+    { /* attention's per-(token, GQA group) counters start at zero; each launch leaves them so */
+        const size_t n = (size_t)(g->chunk * A) * sizeof(int32_t);
+        int32_t *z = calloc(n, 1);
+        if (!z) return MOQ_FAIL(err, MOQ_ERR_NOMEM, where, "out of host memory");
+        moq_status st = dev_alloc(g, (void **)&g->att_done, n, "attention counters", err);
+        if (st == MOQ_OK) st = moq_device_upload(MOQ_DEVICE_CUDA, g->att_done, z, n, err);
+        free(z);
+        MOQ_TRY(st);
+    }
     if (m->tp.G > 1) { /* --tp: the vocabulary-parallel lm_head's gather, MOQ_GPU_LROWS rows at a time */
         const size_t n = (size_t)(MOQ_GPU_LROWS * m->tp.v_per * m->tp.G);
         MOQ_TRY(dev_alloc(g, (void **)&g->lg_d, n * sizeof(float), "the gathered logits", err));
@@ -301,7 +317,7 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
     const int32_t *tok_d = g->ids, *seq_d = g->ids + C, *pos_d = g->ids + 2 * C;
     const char *where = moq_checkpoint_path(m->ckpt);
     void *st = g->stream;
-    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, 0, H, m->embed_mult, g->x, st), m->embed.name, err));
+    MOQ_TRY(cuda_ok(moq_cuda_embed(tok_d, M, g->table, H, m->embed_mult, g->x, st), m->embed.name, err));
     MOQ_TRY(tp_sum_d(m, g->x, M * H, err)); /* --tp: one rank holds each token's row, the others zeros */
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -316,7 +332,7 @@ static moq_status enqueue_layers(moq_model *m, const moq_gpu_kv *pool, int64_t M
         if (flash)
             MOQ_TRY(cuda_ok(moq_cuda_attention_prefill(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, g->att, st), ly->o.name, err));
         else
-            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att, st),
+            MOQ_TRY(cuda_ok(moq_cuda_attention(g->qkv, M, A, KV, D, m->attn_scale, ly->window, seq_d, pos_d, &kv, n_split, g->part, g->att_done, g->att, st),
                             ly->o.name, err));
         MOQ_TRY(lin(g, &ly->o, g->att, M, g->tmp, err));
         MOQ_TRY(tp_sum_d(m, g->tmp, M * H, err)); /* row-parallel o_proj */
@@ -363,7 +379,7 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
         MOQ_TRY(cuda_ok(moq_cuda_h2d_async(pool->bt, pool->h_bt, (size_t)(n_bt * pool->max_pages) * sizeof(int32_t), g->stream), where, err));
     const bool graph = !g->no_graphs && nl == M && M <= MOQ_GPU_GRAPHS;
     const bool flash = !graph && one_seq && M > 1;
-    int64_t n_split = MOQ_GPU_SPLITS; /* a graph covers every length: 16 ranges, each token cuts its own */
+    int64_t n_split = MOQ_GPU_GRAPH_SPLITS; /* a graph covers every length: 64 ranges, each token cuts its own */
     if (!graph) {
         n_split = (span + MOQ_CUDA_SPLIT_MIN - 1) / MOQ_CUDA_SPLIT_MIN;
         n_split = n_split < 1 ? 1 : n_split > MOQ_GPU_SPLITS ? MOQ_GPU_SPLITS : n_split;

@@ -122,10 +122,9 @@ typedef struct moq_cuda_kv {
 } moq_cuda_kv;
 /* Every step below enqueues on `stream` (a cudaStream_t; NULL: the default stream) and never
  * synchronises, so a whole decode step can be captured into a CUDA graph (model_gpu.c). */
-/* x [M, H] = table[tok] (bf16 or f32 rows) · mult. */
-const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d,
-                           void *stream);
-/* x += t (t may be NULL); h = rmsnorm(x) · w, per row of H. */
+/* x [M, H] = table[tok] (f32 rows) · mult. H % 4 == 0 (float4 rows) for this and the next three. */
+const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const float *table_d, int64_t H, float mult, float *x_d, void *stream);
+/* x += t (t may be NULL); h = rmsnorm(x) · w, per row of H (H <= 32768). */
 const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d,
                                  void *stream);
 /* h [n, H]: row j = rmsnorm(x[rows[j]] + t[rows[j]]) · w (x unchanged): the rows whose logits are wanted. */
@@ -137,17 +136,19 @@ const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t K
                                    const float *k_norm_d, double eps, const float *inv_freq_d, float mscale, const int32_t *seq_d,
                                    const int32_t *pos_d, const moq_cuda_kv *kv, void *stream);
 /* att [M, A D] = softmax(q kᵀ · scale) v over keys lo..pos[i] of seq[i] (lo = pos - window + 1 when
- * window > 0), GQA. Each token's span is cut into n_split ranges of max(MOQ_CUDA_SPLIT_MIN,
- * ceil(span / n_split)) keys (flash-decoding), combined after; part_d f32 [M, A, n_split, D + 2]. */
+ * window > 0), GQA (A a multiple of KV). Each token's span is cut into n_split (1..64) ranges of
+ * max(MOQ_CUDA_SPLIT_MIN, ceil(span / n_split)) keys (flash-decoding), combined in the same launch
+ * by the last block of each (token, GQA group); part_d f32 [M, A, n_split, D + 2]; done_d int32
+ * [M, A], zero before the first call, left zero by each. */
 enum { MOQ_CUDA_SPLIT_MIN = 64 };
 const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
-                               float *part_d, float *att_d, void *stream);
+                               float *part_d, int32_t *done_d, float *att_d, void *stream);
 /* The same for a prefill: the M rows are one sequence (seq[0]) at consecutive positions pos[0] + i,
  * their K/V already stored; tiles of 64 queries x 64 keys through shared memory (flash attention). */
 const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                        const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream);
-/* act [M, I] = silu(gu[:, :I]) · gu[:, I:]. */
+/* act [M, I] = silu(gu[:, :I]) · gu[:, I:]; I % 4 == 0. */
 const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream);
 
 /* ---- streams and graphs (device.cu): handles are cudaStream_t / cudaGraphExec_t as void * ---- */

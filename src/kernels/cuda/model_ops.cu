@@ -1,86 +1,125 @@
 /* model_ops.cu — the decoder's non-linear steps on the GPU (src/model/model_gpu.c calls them through
  * cuda_api.h): embedding gather, residual add + RMSNorm, per-head q/k RMSNorm + RoPE + the store of
- * K and V into the paged cache, attention over the paged cache (split over keys, then a combine),
- * SwiGLU. Each is the CPU runner's f32 arithmetic (model.c, rope.c, kv_cache.c) in the same order
- * where it matters: RMSNorm's sum of squares in f64 and r = f32(1 / sqrt(ss / n + eps)); the RoPE
- * angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then × mscale; FP8 KV codes
- * E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only sums (dot products,
- * softmax) are reordered. Everything is enqueued on the caller's stream (NULL: the default stream), never synchronised, so
- * a decode step can be captured into a CUDA graph; nothing here allocates.
- * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward).
+ * K and V into the paged cache, attention over the paged cache (decode / batch rows: flash-decoding
+ * per GQA group with the combine fused; prefill: tiled flash attention), SwiGLU. At batch 1 each is
+ * sized not to be latency-bound: float4 rows over up to 1024 threads, several blocks per token, many
+ * K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
+ * kv_cache.c) in the same order where it matters: RMSNorm's sum of squares in f64 and r = f32(1 /
+ * sqrt(ss / n + eps)); the RoPE angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then ×
+ * mscale; FP8 KV codes E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only
+ * sums (dot products, softmax) are reordered. Everything is enqueued on the caller's stream (NULL:
+ * the default stream), never synchronised, so a decode step can be captured into a CUDA graph;
+ * nothing here allocates.
+ * Tested by tests/model/test_model_cuda.c (the GPU forward against the CPU forward) and
+ * tests/model/test_attn_cuda.c (attention and the norms against fp64 at the 8B shape and more).
  */
 #include <atomic>
 #include "kernels/cuda/common.cuh"
 
 #define MO_CHECK(what) return moq_cuda_launch_check(what)
 
-__global__ void embed_kernel(const int32_t *tok, const void *table, int bf16, int64_t H, float mult, float *x) {
-    const int64_t i = blockIdx.x, t = tok[i];
-    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) {
-        const float v = bf16 ? __bfloat162float(((const __nv_bfloat16 *)table)[t * H + e]) : ((const float *)table)[t * H + e];
-        x[i * H + e] = __fmul_rn(v, mult);
-    }
+/* The kernels whose output a linear reads next (the norms, attention, SwiGLU) let that linear's
+ * decode kernel start now: gemv.cu launches it as a programmatic dependent, it issues its first
+ * weight loads and then waits (griddepcontrol.wait) for this whole grid to finish and its writes to
+ * be visible, so only the weight stream overlaps this kernel. No effect before a plain launch. */
+__device__ __forceinline__ void let_dependents_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+/* x [M, H] = table[tok] · mult, float4 per thread: grid (H/4 / 256 blocks, M). */
+__global__ void embed_kernel(const int32_t *tok, const float *table, int64_t H, float mult, float *x) {
+    const int64_t i = blockIdx.y, e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, H4 = H / 4;
+    if (e >= H4) return;
+    const float4 v = ((const float4 *)table)[tok[i] * H4 + e];
+    ((float4 *)x)[i * H4 + e] = make_float4(__fmul_rn(v.x, mult), __fmul_rn(v.y, mult), __fmul_rn(v.z, mult), __fmul_rn(v.w, mult));
 }
 
-extern "C" const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const void *table_d, int table_bf16, int64_t H, float mult, float *x_d,
-                                      void *stream) {
-    embed_kernel<<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(tok_d, table_d, table_bf16, H, mult, x_d);
+extern "C" const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const float *table_d, int64_t H, float mult, float *x_d, void *stream) {
+    if (H % 4) return "embedding gather: the hidden size must be a multiple of 4";
+    embed_kernel<<<dim3((unsigned)cdiv(H / 4, 256), (unsigned)M), 256, 0, (cudaStream_t)stream>>>(tok_d, table_d, H, mult, x_d);
     MO_CHECK("embedding gather");
 }
 
-/* Block-wide f64 sum (blockDim.x a multiple of 32, <= 1024). */
+/* Block-wide f64 sum (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
 __device__ double block_sum(double v, double *sh) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    const int w = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x & 31;
+    if (lane == 0) sh[w] = v;
     __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[w] = v;
-    __syncthreads();
-    double s = 0;
-    for (int i = 0; i < nw; i++) s += sh[i];
-    return s;
+    v = lane < nw ? sh[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
-/* x[i] += t[i] (t may be NULL); h[i] = x[i] · r · w with r = f32(1/sqrt(mean(x²) + eps)). */
-__global__ void add_rmsnorm_kernel(float *x, const float *t, const float *w, int64_t H, double eps, float *h) {
+/* Residual add + RMSNorm of rows of H (H % 4 == 0): one block per row, up to 1024 threads, thread t
+ * holding the float4s t, t + blockDim, ... (NV of them) in registers between the sum of squares and
+ * the scaling, so a row is one round of loads (M = 1 is not latency-bound). Per row i (GATHER: i =
+ * rows[j], output row j, x left as it is; else i = j and x[i] += t[i] written back when t is given):
+ * v = x + t, ss = Σ v² in f64, r = f32(1/sqrt(ss/H + eps)), h = (v · r) · w. */
+template <int NV, bool GATHER>
+__global__ void __launch_bounds__(1024) rmsnorm_rows_kernel(float *x, const float *t, const float *w, const int32_t *rows, int64_t H, double eps,
+                                                            float *h) {
     __shared__ double sh[32];
-    const int64_t i = blockIdx.x;
-    float *xr = x + i * H;
+    let_dependents_start();
+    const int64_t j = blockIdx.x, i = GATHER ? rows[j] : j, H4 = H / 4;
+    float4 *xr = (float4 *)(x + i * H);
+    const float4 *tr = t ? (const float4 *)(t + i * H) : NULL;
+    float4 v[NV], g[NV]; /* g: the weights, loaded with x (not after the block's sum) for NV <= 4 */
     double ss = 0;
-    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) {
-        float v = xr[e];
-        if (t) v = __fadd_rn(v, t[i * H + e]), xr[e] = v;
-        ss += (double)v * v;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int64_t e = threadIdx.x + (int64_t)k * blockDim.x;
+        if (e >= H4) continue;
+        v[k] = xr[e];
+        if (NV <= 4) g[k] = ((const float4 *)w)[e]; /* 8: no room under 64 registers a thread */
+        if (tr) {
+            const float4 b = tr[e];
+            v[k] = make_float4(__fadd_rn(v[k].x, b.x), __fadd_rn(v[k].y, b.y), __fadd_rn(v[k].z, b.z), __fadd_rn(v[k].w, b.w));
+            if (!GATHER) xr[e] = v[k];
+        }
+        ss += (double)v[k].x * v[k].x + (double)v[k].y * v[k].y + (double)v[k].z * v[k].z + (double)v[k].w * v[k].w;
     }
     ss = block_sum(ss, sh);
     const float r = (float)(1.0 / sqrt(ss / (double)H + eps));
-    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) h[i * H + e] = __fmul_rn(__fmul_rn(xr[e], r), w[e]);
+    float4 *hr = (float4 *)(h + j * H);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int64_t e = threadIdx.x + (int64_t)k * blockDim.x;
+        if (e >= H4) continue;
+        if (NV > 4) g[k] = ((const float4 *)w)[e];
+        hr[e] = make_float4(__fmul_rn(__fmul_rn(v[k].x, r), g[k].x), __fmul_rn(__fmul_rn(v[k].y, r), g[k].y), __fmul_rn(__fmul_rn(v[k].z, r), g[k].z),
+                            __fmul_rn(__fmul_rn(v[k].w, r), g[k].w));
+    }
+}
+
+/* The launch of rmsnorm_rows_kernel for n rows: NV = the fewest float4s per thread (1, 2, 4, 8) that
+ * 1024 threads cover H with, threads = H/4 / NV rounded up to a warp. */
+template <bool GATHER>
+static const char *launch_rmsnorm(float *x, const float *t, const float *w, const int32_t *rows, int64_t n, int64_t H, double eps, float *h,
+                                  void *stream, const char *what) {
+    const int64_t H4 = H / 4;
+    if (H % 4 || H4 > 8 * 1024) return GATHER ? "final rmsnorm: the hidden size must be a multiple of 4, at most 32768"
+                                              : "residual add + rmsnorm: the hidden size must be a multiple of 4, at most 32768";
+    const int nv = H4 <= 1024 ? 1 : H4 <= 2048 ? 2 : H4 <= 4096 ? 4 : 8;
+    const unsigned th = (unsigned)(cdiv(cdiv(H4, nv), 32) * 32);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (nv) {
+    case 1: rmsnorm_rows_kernel<1, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
+    case 2: rmsnorm_rows_kernel<2, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
+    case 4: rmsnorm_rows_kernel<4, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
+    default: rmsnorm_rows_kernel<8, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
+    }
+    return moq_cuda_launch_check(what);
 }
 
 extern "C" const char *moq_cuda_add_rmsnorm(float *x_d, const float *t_d, const float *w_d, int64_t M, int64_t H, double eps, float *h_d,
                                              void *stream) {
-    add_rmsnorm_kernel<<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(x_d, t_d, w_d, H, eps, h_d);
-    MO_CHECK("residual add + rmsnorm");
+    return launch_rmsnorm<false>(x_d, t_d, w_d, NULL, M, H, eps, h_d, stream, "residual add + rmsnorm");
 }
 
 /* h[j] = rmsnorm(x[r] + t[r]) · w for r = rows[j] (x is left as it is): the final norm of the rows
- * whose logits are wanted, gathered into consecutive rows of h; the arithmetic of add_rmsnorm. */
-__global__ void final_norm_rows_kernel(const float *x, const float *t, const float *w, const int32_t *rows, int64_t H, double eps, float *h) {
-    __shared__ double sh[32];
-    const int64_t j = blockIdx.x, i = rows[j];
-    double ss = 0;
-    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) {
-        const float v = __fadd_rn(x[i * H + e], t[i * H + e]);
-        ss += (double)v * v;
-    }
-    ss = block_sum(ss, sh);
-    const float r = (float)(1.0 / sqrt(ss / (double)H + eps));
-    for (int64_t e = threadIdx.x; e < H; e += blockDim.x) h[j * H + e] = __fmul_rn(__fmul_rn(__fadd_rn(x[i * H + e], t[i * H + e]), r), w[e]);
-}
-
+ * whose logits are wanted, gathered into consecutive rows of h. */
 extern "C" const char *moq_cuda_final_norm_rows(const float *x_d, const float *t_d, const float *w_d, const int32_t *rows_d, int64_t n, int64_t H,
                                                 double eps, float *h_d, void *stream) {
-    final_norm_rows_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)stream>>>(x_d, t_d, w_d, rows_d, H, eps, h_d);
-    MO_CHECK("final rmsnorm of the logits rows");
+    return launch_rmsnorm<true>((float *)x_d, t_d, w_d, rows_d, n, H, eps, h_d, stream, "final rmsnorm of the logits rows");
 }
 
 /* Cache slot of (token's sequence, position): page from the sequence's block table. */
@@ -98,164 +137,349 @@ __device__ __forceinline__ float kv_load(const void *base, int elem, int64_t idx
     return __bfloat162float(((const __nv_bfloat16 *)base)[idx]);
 }
 
-/* One block per token, one warp per head (q heads, then k heads, then v heads): per-head RMSNorm
- * (q/k, when given), RoPE (rotate-half over the whole head), q written back in place, k and v
- * stored into the cache. Lane j holds elements j + 32 s, so element i and i + D/2 share a lane. */
+/* One warp per head, 4 heads per block: grid (ceil((A + 2 KV) / 4), M), heads in the order q, k, v.
+ * Per-head RMSNorm (q/k, when given), RoPE (rotate-half over the whole head, cos/sin of the lane's own
+ * angles in f64), q written back in place, k and v stored into the cache. Lane j holds elements
+ * j + 32 s, so element i and i + D/2 share a lane. */
 template <int C>
-__global__ void qk_rope_store_kernel(float *qkv, int64_t A, int64_t KV, const float *qn, const float *kn, double eps,
-                                     const float *inv_freq, float mscale, const int32_t *seq, const int32_t *pos, moq_cuda_kv kv) {
-    constexpr int D = 32 * C, Hh = D / 2;
-    __shared__ float cs[Hh], sn[Hh];
-    const int64_t i = blockIdx.x, p = pos[i];
-    for (int e = threadIdx.x; e < Hh; e += blockDim.x) {
-        const double a = (double)p * (double)inv_freq[e];
-        cs[e] = __fmul_rn((float)cos(a), mscale), sn[e] = __fmul_rn((float)sin(a), mscale);
+__global__ void __launch_bounds__(128) qk_rope_store_kernel(float *qkv, int64_t A, int64_t KV, const float *qn, const float *kn, double eps,
+                                                            const float *inv_freq, float mscale, const int32_t *seq, const int32_t *pos,
+                                                            moq_cuda_kv kv) {
+    constexpr int D = 32 * C;
+    const int lane = threadIdx.x & 31;
+    const int64_t hd = (int64_t)blockIdx.x * 4 + threadIdx.x / 32, i = blockIdx.y;
+    if (hd >= A + 2 * KV) return;
+    const int64_t p = pos[i], qkvN = (A + 2 * KV) * D;
+    float *x = qkv + i * qkvN + hd * D;
+    float v[C];
+#pragma unroll
+    for (int s = 0; s < C; s++) v[s] = x[lane + 32 * s];
+    const bool isv = hd >= A + KV;
+    const float *nw_ = hd < A ? qn : (isv ? NULL : kn);
+    if (nw_) {
+        double ss = 0;
+#pragma unroll
+        for (int s = 0; s < C; s++) ss += (double)v[s] * v[s];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = (float)(1.0 / sqrt(ss / (double)D + eps));
+#pragma unroll
+        for (int s = 0; s < C; s++) v[s] = __fmul_rn(__fmul_rn(v[s], r), nw_[lane + 32 * s]);
     }
-    __syncthreads();
-    const int lane = threadIdx.x & 31, nw = blockDim.x / 32;
-    const int64_t qkvN = (A + 2 * KV) * D, slot = kv_slot(kv, seq[i], p);
-    for (int64_t hd = threadIdx.x / 32; hd < A + 2 * KV; hd += nw) {
-        float *x = qkv + i * qkvN + hd * D;
-        float v[C];
+    if (!isv) {
 #pragma unroll
-        for (int s = 0; s < C; s++) v[s] = x[lane + 32 * s];
-        const bool isv = hd >= A + KV;
-        const float *nw_ = hd < A ? qn : (isv ? NULL : kn);
-        if (nw_) {
-            double ss = 0;
-#pragma unroll
-            for (int s = 0; s < C; s++) ss += (double)v[s] * v[s];
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float r = (float)(1.0 / sqrt(ss / (double)D + eps));
-#pragma unroll
-            for (int s = 0; s < C; s++) v[s] = __fmul_rn(__fmul_rn(v[s], r), nw_[lane + 32 * s]);
+        for (int s = 0; s < C / 2; s++) {
+            const int e = lane + 32 * s;
+            const double a = (double)p * (double)inv_freq[e];
+            const float cs = __fmul_rn((float)cos(a), mscale), sn = __fmul_rn((float)sin(a), mscale);
+            const float x0 = v[s], x1 = v[s + C / 2];
+            v[s] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+            v[s + C / 2] = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
         }
-        if (!isv) {
+    }
+    if (hd < A) {
 #pragma unroll
-            for (int s = 0; s < C / 2; s++) {
-                const int e = lane + 32 * s;
-                const float x0 = v[s], x1 = v[s + C / 2];
-                v[s] = __fsub_rn(__fmul_rn(x0, cs[e]), __fmul_rn(x1, sn[e]));
-                v[s + C / 2] = __fadd_rn(__fmul_rn(x1, cs[e]), __fmul_rn(x0, sn[e]));
-            }
-        }
-        if (hd < A) {
+        for (int s = 0; s < C; s++) x[lane + 32 * s] = v[s];
+    } else {
+        const int64_t h = isv ? hd - A - KV : hd - A, slot = kv_slot(kv, seq[i], p);
+        void *base = isv ? kv.v : kv.k;
+        const float sc = isv ? kv.v_scale : kv.k_scale;
 #pragma unroll
-            for (int s = 0; s < C; s++) x[lane + 32 * s] = v[s];
-        } else {
-            const int64_t h = isv ? hd - A - KV : hd - A;
-            void *base = isv ? kv.v : kv.k;
-            const float sc = isv ? kv.v_scale : kv.k_scale;
-#pragma unroll
-            for (int s = 0; s < C; s++) kv_store(base, kv.elem, (slot * KV + h) * D + lane + 32 * s, v[s], sc);
-        }
+        for (int s = 0; s < C; s++) kv_store(base, kv.elem, (slot * KV + h) * D + lane + 32 * s, v[s], sc);
     }
 }
 
 extern "C" const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, const float *q_norm_d,
                                               const float *k_norm_d, double eps, const float *inv_freq_d, float mscale, const int32_t *seq_d,
                                               const int32_t *pos_d, const moq_cuda_kv *kv, void *stream) {
+    const dim3 grid((unsigned)cdiv(A + 2 * KV, 4), (unsigned)M);
+    cudaStream_t s = (cudaStream_t)stream;
     switch (D) {
-    case 64: qk_rope_store_kernel<2><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 128: qk_rope_store_kernel<4><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 256: qk_rope_store_kernel<8><<<(unsigned)M, 256, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 64: qk_rope_store_kernel<2><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 128: qk_rope_store_kernel<4><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 256: qk_rope_store_kernel<8><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
     default: return "qk_rope_store: head_dim must be 64, 128 or 256";
     }
     MO_CHECK("q/k norm + rope + kv store");
 }
 
-/* Attention, split over keys (flash-decoding): block (head, token, split) with 4 warps; each token
- * cuts its own span (p + 1 - lo keys) into n_split ranges of max(MOQ_CUDA_SPLIT_MIN, ceil(span /
- * n_split)) keys, so the launch shape does not depend on the positions (a CUDA graph replays it at
- * any length; ranges past the span write an empty part); warp w takes
- * keys start + w, start + w + 4, ... of its split, lane j holds elements j·C .. j·C + C - 1 of the
- * head (16-byte loads of bf16 K/V at C = 8), keeps an online softmax (max, sum, weighted V); the
- * warps merge in shared memory and the block writes (max, sum, o[D]) for its split. The token at
- * position p sees keys lo..p (lo = p - W + 1 for a window W, else 0); the K/V of every token of the
- * step are stored before this runs, so prefill and decode are the same kernel. */
-template <int C>
-__global__ void attn_split_kernel(const float *qkv, int64_t A, int64_t KV, float scale, int64_t W, const int32_t *seq, const int32_t *pos,
-                                  moq_cuda_kv kv, int64_t n_split, float *part) {
-    constexpr int D = 32 * C, NW = 4;
-    const int64_t hd = blockIdx.x, i = blockIdx.y, sp = blockIdx.z, p = pos[i], grp = A / KV, kvh = hd / grp;
+/* Eight consecutive K or V values of one lane: 16 bytes of bf16 or 8 bytes of e4m3 codes, loaded
+ * as one vector (read-only for the kernel's life: the step's K/V were stored before it) and decoded
+ * as kv_load does (bf16 exactly; e4m3 D4(code) · scale). */
+template <int E> struct kv8_raw { typedef uint4 T; };
+template <> struct kv8_raw<MOQ_CUDA_KV_E4M3> { typedef uint2 T; };
+template <int E> __device__ __forceinline__ typename kv8_raw<E>::T kv8_ld(const void *base, int64_t idx) {
+    typedef typename kv8_raw<E>::T T;
+    if (E == MOQ_CUDA_KV_E4M3) return __ldg((const T *)((const uint8_t *)base + idx));
+    return __ldg((const T *)((const __nv_bfloat16 *)base + idx));
+}
+__device__ __forceinline__ void kv8_dec(const uint4 &r, float, float *f) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) f[2 * k] = u2f(w[k] << 16), f[2 * k + 1] = u2f(w[k] & 0xFFFF0000u);
+}
+__device__ __forceinline__ void kv8_dec(const uint2 &r, float scale, float *f) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) f[k] = __fmul_rn(d_e4m3_dec((r.x >> 8 * k) & 0xFF), scale), f[4 + k] = __fmul_rn(d_e4m3_dec((r.y >> 8 * k) & 0xFF), scale);
+}
+
+/* 2^x by the SFU (ex2.approx.ftz: ~2 ulp): the decode softmax works in base 2, scores pre-multiplied
+ * by log2(e), which gives the same weights as exp of the natural-log scores. */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* q = n / d for 0 <= n < 2^31 and 1 <= d < 2^31 by one multiply-high (Granlund-Montgomery, no
+ * division in the key loop): l = ceil(log2 d), m = floor(2^(31 + l) / d) + 1 < 2^32; the error
+ * n (m d - 2^(31+l)) / (d 2^(31+l)) < 2^-l <= 1/d never carries past the fraction of n / d. */
+struct pg_div {
+    uint32_t m;
+    int      sh; /* 31 + l */
+    __device__ __forceinline__ int div(int n) const { return (int)(((uint64_t)(uint32_t)n * m) >> sh); }
+};
+static pg_div pg_div_of(int64_t d) {
+    int l = 0;
+    while (((int64_t)1 << l) < d) l++;
+    return pg_div{(uint32_t)(((uint64_t)1 << (31 + l)) / (uint64_t)d + 1), 31 + l};
+}
+
+/* Attention of single query rows over the paged cache, split over keys (flash-decoding), for decode
+ * and batch steps: block (kv head × group part, token, split), AT_THREADS threads. The block takes up
+ * to GB q heads of one GQA group (GB = 4, 2 or 1 by the group size; a group of G heads is
+ * ceil(G / GB) blocks), so each K/V row of its keys is read once for all of them.
+ *
+ * Keys: the token at position p sees lo..p (lo = p - W + 1 for a window W, else 0); its span is cut
+ * into n_split ranges of max(MOQ_CUDA_SPLIT_MIN, ceil(span / n_split)) keys, so the launch shape does
+ * not depend on the positions (a CUDA graph replays it at any length; ranges past the span are
+ * empty). Inside a range: a key row (D values) is read by LPK = D/8 lanes, 8 values (one 16-byte bf16
+ * or 8-byte e4m3 vector) each; the block's NG = AT_THREADS / LPK lane groups take keys k0 + g + u NG
+ * (u = 0..3), then the next 4 NG, and so on. Per round a group issues the K and V loads of its U = 4
+ * keys before using any (16-32 KiB in flight per block; the page numbers of the next round are
+ * loaded meanwhile), reduces the U × GB dot products over its LPK lanes by shuffles and folds the U
+ * keys into its online softmax (max, sum, weighted V) with one rescale. The groups' states then meet
+ * in shared memory and are merged in group order into the range's (m, l, o[D]), written to part
+ * [M, A, n_split, D + 2]. (GB = 4 with bf16 KV spills ~50 bytes a thread at the 128-register cap
+ * that keeps two blocks per SM.)
+ *
+ * Ranges past the span (n_ne = ceil(span / range keys) hold keys) return at once: a batch step's
+ * short rows cost no more than their keys. Combine, fused: each block counts itself done on
+ * done[token, block x] (atomic, after a fence); the last of the n_ne blocks reads the parts' (m, l)
+ * in one round of loads, then each output element's n_ne partial sums 16 loads at a time, adds them
+ * in split order (deterministic whatever order the blocks finished in): att = Σ c_s o_s / Σ c_s l_s
+ * with c_s = 2^(m_s - max m), and resets the counter to 0 for the next launch. Scores are kept in
+ * base 2 (q·k · scale · log2 e, weights by ex2); positions are < 2^31 (int keys, pg_div). The K/V of
+ * every token of the step are stored before this runs. */
+#define AT_THREADS 256
+#define AT_MAX_SPLIT 64
+template <int D, int GB, int E>
+__global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale2, int64_t W,
+                                                                 const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, pg_div pd, int n_split,
+                                                                 float *part, int32_t *done, float *att) {
+    constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4;
+    typedef typename kv8_raw<E>::T raw;
+    __shared__ __align__(16) float s_o[NG][GB][D]; /* 32 KiB at every D: NG · D = 2048 */
+    __shared__ float s_m[NG][GB], s_l[NG][GB], s_cg[NG][GB], s_mx[GB];
+    __shared__ float s_c[GB][AT_MAX_SPLIT], s_lk[GB][AT_MAX_SPLIT], s_L[GB];
+    __shared__ int s_last;
+    let_dependents_start();
+    const int G = (int)(A / KV), nb = (G + GB - 1) / GB, kvh = blockIdx.x / nb, gp = blockIdx.x % nb;
+    const int ng = G - gp * GB < GB ? G - gp * GB : GB; /* q heads of this block: h0 .. h0 + ng - 1 */
+    const int64_t h0 = (int64_t)kvh * G + gp * GB, i = blockIdx.y, p = pos[i];
+    const int sp = blockIdx.z, tid = threadIdx.x, r = tid % LPK, kg = tid / LPK, lane = tid & 31;
     const int64_t lo = W > 0 && p + 1 > W ? p + 1 - W : 0, span = p + 1 - lo;
     int64_t split_keys = (span + n_split - 1) / n_split;
     if (split_keys < MOQ_CUDA_SPLIT_MIN) split_keys = MOQ_CUDA_SPLIT_MIN;
-    const int64_t k0 = lo + sp * split_keys;
-    const int64_t k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
-    const int lane = threadIdx.x & 31, w = threadIdx.x / 32;
+    const int64_t k0 = lo + sp * split_keys, k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
+    const int n_ne = (int)((span + split_keys - 1) / split_keys); /* ranges that hold keys: 0 .. n_ne - 1 */
+    if (sp >= n_ne) return; /* an empty range: nothing to read, write or count */
     const int64_t qkvN = (A + 2 * KV) * D;
-    float q[C], o[C];
+    float q[GB][8], o[GB][8], m[GB], l[GB];
 #pragma unroll
-    for (int s = 0; s < C; s++) q[s] = qkv[i * qkvN + hd * D + lane * C + s], o[s] = 0;
-    float mx = -INFINITY, sum = 0;
-    const int32_t sq = seq[i];
-    for (int64_t j = k0 + w; j < k1; j += NW) {
-        const int64_t base = (kv_slot(kv, sq, j) * KV + kvh) * D + lane * C;
-        float d = 0;
+    for (int g = 0; g < GB; g++) {
+        const float4 *qp = (const float4 *)(qkv + i * qkvN + (h0 + g) * D + r * 8);
+        const float4 a = g < ng ? qp[0] : make_float4(0, 0, 0, 0), b = g < ng ? qp[1] : make_float4(0, 0, 0, 0);
+        q[g][0] = a.x, q[g][1] = a.y, q[g][2] = a.z, q[g][3] = a.w, q[g][4] = b.x, q[g][5] = b.y, q[g][6] = b.z, q[g][7] = b.w;
+        m[g] = -INFINITY, l[g] = 0;
 #pragma unroll
-        for (int s = 0; s < C; s++) d = fmaf(q[s], kv_load(kv.k, kv.elem, base + s, kv.k_scale), d);
-        for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
-        const float sc = d * scale, mn = fmaxf(mx, sc), corr = expf(mx - mn), e = expf(sc - mn);
-        sum = sum * corr + e;
-#pragma unroll
-        for (int s = 0; s < C; s++) o[s] = fmaf(e, kv_load(kv.v, kv.elem, base + s, kv.v_scale), o[s] * corr);
-        mx = mn;
+        for (int e = 0; e < 8; e++) o[g][e] = 0;
     }
-    __shared__ float smx[NW], ssum[NW], so[NW][D];
-    if (lane == 0) smx[w] = mx, ssum[w] = sum;
+    const int32_t *bt = kv.block_table + (int64_t)seq[i] * kv.max_pages;
+    const int pg = (int)kv.page;
+    /* the trip count follows the warp's first lane group, so every lane of a warp runs the same
+     * iterations (the shuffles below need the whole warp); a group's keys past k1 are masked */
+    /* keys past k1 read key k1 - 1 instead (no branches) and get weight 0 below; the page numbers
+     * of a round's keys are loaded during the round before (the 8 vector loads of a round wait on
+     * nothing but them) */
+    const int kend = (int)k1 - 1;
+    auto key_of = [&](int64_t j0, int u) { return (int)(j0 + u * NG) < kend ? (int)(j0 + u * NG) : kend; };
+    int page[U];
 #pragma unroll
-    for (int s = 0; s < C; s++) so[w][lane * C + s] = o[s];
-    __syncthreads();
-    float *out = part + ((i * A + hd) * n_split + sp) * (D + 2);
-    float M = -INFINITY;
-    for (int k = 0; k < NW; k++) M = fmaxf(M, smx[k]);
-    for (int e = threadIdx.x; e < D + 2; e += blockDim.x) {
-        float acc = 0, l = 0;
-        for (int k = 0; k < NW; k++) {
-            const float c = smx[k] == -INFINITY ? 0.0f : expf(smx[k] - M);
-            if (e < D) acc += c * so[k][e];
-            l += c * ssum[k];
+    for (int u = 0; u < U; u++) page[u] = __ldg(bt + pd.div(key_of(k0 + kg, u)));
+    for (int64_t jw = k0 + (kg - lane / LPK); jw < k1; jw += NG * U) {
+        const int64_t j0 = jw + lane / LPK;
+        raw kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = key_of(j0, u);
+            const int64_t idx = (((int64_t)page[u] * pg + (j - pd.div(j) * pg)) * KV + kvh) * D + r * 8;
+            kr[u] = kv8_ld<E>(kv.k, idx), vr[u] = kv8_ld<E>(kv.v, idx);
         }
-        out[e] = e < D ? acc : (e == D ? M : l);
+        if (jw + NG * U < k1)
+#pragma unroll
+            for (int u = 0; u < U; u++) page[u] = __ldg(bt + pd.div(key_of(j0 + NG * U, u)));
+        float s[U][GB];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float k[8];
+            kv8_dec(kr[u], kv.k_scale, k);
+#pragma unroll
+            for (int g = 0; g < GB; g++) {
+                float d = 0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) d = fmaf(q[g][e], k[e], d);
+                s[u][g] = d;
+            }
+        }
+#pragma unroll
+        for (int off = LPK / 2; off > 0; off >>= 1)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int g = 0; g < GB; g++) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+        float pu[U][GB];
+#pragma unroll
+        for (int g = 0; g < GB; g++) { /* mx = -inf: no key of this group in range yet */
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                s[u][g] = j0 + u * NG < k1 ? s[u][g] * scale2 : -INFINITY;
+                mx = fmaxf(mx, s[u][g]);
+            }
+            const float corr = mx == -INFINITY ? 1.0f : ex2(m[g] - mx);
+            float sum = 0;
+#pragma unroll
+            for (int u = 0; u < U; u++) pu[u][g] = s[u][g] == -INFINITY ? 0.0f : ex2(s[u][g] - mx), sum += pu[u][g];
+            l[g] = l[g] * corr + sum, m[g] = mx;
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[g][e] *= corr;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float v[8];
+            kv8_dec(vr[u], kv.v_scale, v);
+#pragma unroll
+            for (int g = 0; g < GB; g++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) o[g][e] = fmaf(pu[u][g], v[e], o[g][e]);
+        }
     }
+    /* merge the NG lane groups' states through shared memory, in group order */
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        float4 *dst = (float4 *)&s_o[kg][g][r * 8];
+        dst[0] = make_float4(o[g][0], o[g][1], o[g][2], o[g][3]), dst[1] = make_float4(o[g][4], o[g][5], o[g][6], o[g][7]);
+        if (r == 0) s_m[kg][g] = m[g], s_l[kg][g] = l[g];
+    }
+    __syncthreads();
+    if (tid < GB * NG) { /* c = exp(m - max m) per (group, head), 0 for a group that saw no key */
+        const int g = tid / NG, k = tid % NG;
+        float mx = -INFINITY;
+        for (int k2 = 0; k2 < NG; k2++) mx = fmaxf(mx, s_m[k2][g]);
+        s_cg[k][g] = s_m[k][g] == -INFINITY ? 0.0f : ex2(s_m[k][g] - mx);
+        if (k == 0) s_mx[g] = mx;
+    }
+    __syncthreads();
+    for (int x = tid; x < ng * D; x += AT_THREADS) {
+        const int g = x / D, e = x % D;
+        float acc = 0, sum = 0;
+        for (int k = 0; k < NG; k++) acc += s_cg[k][g] * s_o[k][g][e], sum += s_cg[k][g] * s_l[k][g];
+        float *out = part + ((i * A + h0 + g) * n_split + sp) * (D + 2);
+        out[e] = acc;
+        if (e == 0) out[D] = s_mx[g], out[D + 1] = sum;
+    }
+    /* the last of the n_ne blocks of this (token, heads) combines their parts. Ordering as in
+     * cooperative groups' grid sync: the barrier orders the block's part writes before thread 0's
+     * fence (cumulative), which orders them before its count; the last block's thread 0 fences after
+     * seeing the count, and the barrier hands that on. One fence per block, not per warp: a
+     * MEMBAR.SC.GPU in every warp cost more than the keys. */
+    __syncthreads();
+    int32_t *cnt = done + i * gridDim.x + blockIdx.x;
+    if (tid == 0) {
+        __threadfence();
+        s_last = atomicAdd(cnt, 1) == n_ne - 1;
+        if (s_last) __threadfence();
+    }
+    __syncthreads();
+    if (!s_last) return;
+    const float *pp = part + (i * A + h0) * n_split * (D + 2); /* part (g, k) at pp + (g n_split + k)(D + 2) */
+    for (int x = tid; x < ng * n_ne; x += AT_THREADS) { /* every (m, l) in one round of loads */
+        const int g = x / n_ne, k = x % n_ne;
+        s_c[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D), s_lk[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D + 1);
+    }
+    __syncthreads();
+    if (tid < ng) {
+        float mx = -INFINITY, sum = 0;
+        for (int k = 0; k < n_ne; k++) mx = fmaxf(mx, s_c[tid][k]);
+        for (int k = 0; k < n_ne; k++) {
+            const float mk = s_c[tid][k], c = mk == -INFINITY ? -1.0f : ex2(mk - mx); /* -1: no finite score, skipped */
+            if (c >= 0.0f) sum += c * s_lk[tid][k];
+            s_c[tid][k] = c;
+        }
+        s_L[tid] = sum;
+    }
+    __syncthreads();
+    for (int x = tid; x < ng * D; x += AT_THREADS) {
+        const int g = x / D, e = x % D;
+        float acc = 0;
+        for (int k0c = 0; k0c < n_ne; k0c += 16) { /* 16 loads in flight, then summed in split order */
+            float v[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) v[u] = k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f ? __ldcg(pp + (g * n_split + k0c + u) * (D + 2) + e) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if (k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f) acc += s_c[g][k0c + u] * v[u];
+        }
+        att[i * A * D + (h0 + g) * D + e] = acc / s_L[g];
+    }
+    if (tid == 0) *cnt = 0;
 }
 
-/* att[i, hd, :] = Σ_s c_s o_s / Σ_s c_s l_s, c_s = exp(m_s - max m). */
-__global__ void attn_combine_kernel(const float *part, int64_t A, int64_t D, int64_t n_split, float *att) {
-    const int64_t hd = blockIdx.x, i = blockIdx.y;
-    const float *pp = part + (i * A + hd) * n_split * (D + 2);
-    float M = -INFINITY;
-    for (int64_t s = 0; s < n_split; s++) M = fmaxf(M, pp[s * (D + 2) + D]);
-    float l = 0;
-    for (int64_t s = 0; s < n_split; s++) {
-        const float m = pp[s * (D + 2) + D];
-        if (m != -INFINITY) l += expf(m - M) * pp[s * (D + 2) + D + 1];
-    }
-    for (int64_t e = threadIdx.x; e < D; e += blockDim.x) {
-        float acc = 0;
-        for (int64_t s = 0; s < n_split; s++) {
-            const float m = pp[s * (D + 2) + D];
-            if (m != -INFINITY) acc += expf(m - M) * pp[s * (D + 2) + e];
-        }
-        att[i * A * D + hd * D + e] = acc / l;
-    }
+template <int D, int GB> static void launch_decode(dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
+                                                   const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
+                                                   int32_t *done_d, float *att_d) {
+    const float scale2 = scale * 1.4426950408889634f; /* scores in base 2 (ex2) */
+    const pg_div pd = pg_div_of(kv->page);
+    if (kv->elem == MOQ_CUDA_KV_E4M3)
+        attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
+    else
+        attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
+}
+template <int D> static void launch_decode_d(int gb, dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
+                                             const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
+                                             int32_t *done_d, float *att_d) {
+    if (gb == 4) launch_decode<D, 4>(grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, n_split, part_d, done_d, att_d);
+    else if (gb == 2) launch_decode<D, 2>(grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, n_split, part_d, done_d, att_d);
+    else launch_decode<D, 1>(grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, n_split, part_d, done_d, att_d);
 }
 
 extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                           const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
-                                          float *part_d, float *att_d, void *stream) {
-    const dim3 grid((unsigned)A, (unsigned)M, (unsigned)n_split);
+                                          float *part_d, int32_t *done_d, float *att_d, void *stream) {
+    if (n_split < 1 || n_split > AT_MAX_SPLIT) return "attention: n_split must be 1..64";
+    if (KV < 1 || A % KV) return "attention: the q heads must be a multiple of the kv heads";
+    if (kv->page < 1 || kv->page > ((int64_t)1 << 30)) return "attention: the page size must be 1..2^30 positions";
+    const int64_t G = A / KV;
+    const int gb = G >= 4 ? 4 : G == 1 ? 1 : G == 2 ? 2 : 4; /* a group of 3 is one block of 4 with a head idle */
+    const dim3 grid((unsigned)(KV * cdiv(G, gb)), (unsigned)M, (unsigned)n_split);
+    cudaStream_t s = (cudaStream_t)stream;
     switch (D) {
-    case 64: attn_split_kernel<2><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
-    case 128: attn_split_kernel<4><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
-    case 256: attn_split_kernel<8><<<grid, 128, 0, (cudaStream_t)stream>>>(qkv_d, A, KV, scale, window, seq_d, pos_d, *kv, n_split, part_d); break;
+    case 64: launch_decode_d<64>(gb, grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, (int)n_split, part_d, done_d, att_d); break;
+    case 128: launch_decode_d<128>(gb, grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, (int)n_split, part_d, done_d, att_d); break;
+    case 256: launch_decode_d<256>(gb, grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, (int)n_split, part_d, done_d, att_d); break;
     default: return "attention: head_dim must be 64, 128 or 256";
     }
-    const char *e = moq_cuda_launch_check("attention (split)");
-    if (e) return e;
-    attn_combine_kernel<<<dim3((unsigned)A, (unsigned)M), 128, 0, (cudaStream_t)stream>>>(part_d, A, D, n_split, att_d);
-    MO_CHECK("attention (combine)");
+    MO_CHECK("attention (decode)");
 }
 
 /* Prefill attention, tiled (flash-attention style, f32 on the CUDA cores): the M rows of the step are
@@ -414,18 +638,19 @@ extern "C" const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M,
     }
 }
 
-/* act = silu(gate) · up = gate / (1 + exp(-gate)) · up (model.c swiglu). */
-__global__ void swiglu_kernel(const float *gu, int64_t M, int64_t I, float *act) {
-    const int64_t n = M * I;
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n; c += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = c / I, e = c % I;
-        const float g = gu[i * 2 * I + e], u = gu[i * 2 * I + I + e];
-        act[c] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-    }
+/* act = silu(gate) · up = gate / (1 + exp(-gate)) · up (model.c swiglu), float4 per thread: grid
+ * (I/4 / 256 blocks, M). */
+__global__ void swiglu_kernel(const float *gu, int64_t I, float *act) {
+    let_dependents_start();
+    const int64_t i = blockIdx.y, e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, I4 = I / 4;
+    if (e >= I4) return;
+    const float4 g = ((const float4 *)gu)[i * 2 * I4 + e], u = ((const float4 *)gu)[i * 2 * I4 + I4 + e];
+    ((float4 *)act)[i * I4 + e] = make_float4(__fmul_rn(__fdiv_rn(g.x, __fadd_rn(1.0f, expf(-g.x))), u.x), __fmul_rn(__fdiv_rn(g.y, __fadd_rn(1.0f, expf(-g.y))), u.y),
+                                              __fmul_rn(__fdiv_rn(g.z, __fadd_rn(1.0f, expf(-g.z))), u.z), __fmul_rn(__fdiv_rn(g.w, __fadd_rn(1.0f, expf(-g.w))), u.w));
 }
 
 extern "C" const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream) {
-    const int64_t n = M * I, b = cdiv(n, 256) < 4096 ? cdiv(n, 256) : 4096;
-    swiglu_kernel<<<(unsigned)b, 256, 0, (cudaStream_t)stream>>>(gu_d, M, I, act_d);
+    if (I % 4) return "swiglu: the intermediate size must be a multiple of 4";
+    swiglu_kernel<<<dim3((unsigned)cdiv(I / 4, 256), (unsigned)M), 256, 0, (cudaStream_t)stream>>>(gu_d, I, act_d);
     MO_CHECK("swiglu");
 }
