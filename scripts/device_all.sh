@@ -83,11 +83,13 @@ for a in $ALGOS; do
   [ "$MOE" = 1 ] || break
   [ "$(left)" -lt 30 ] && break
   log "bench moe $a --device cuda (Qwen3-30B-A3B layer, decode)" | tee -a "$OUT/summary.log"
-  timeout 25 "$BIN/moq" bench moe --algo "$a" --device cuda 2>&1 | tail -2 | tee -a "$OUT/summary.log"
+  timeout 25 "$BIN/moq" bench moe --algo "$a" --device cuda --graph 2>&1 | tail -3 | tee -a "$OUT/summary.log"
   while kill -0 "${SP[m_$a]}" 2>/dev/null && [ "$(left)" -gt 30 ]; do sleep 1; done
   [ "$(left)" -lt 30 ] && break
   log "bench model $a (2-layer Qwen3-30B-A3B shape) --device cuda" | tee -a "$OUT/summary.log"
   timeout 25 "$BIN/moq" bench model "$S/m_$a" --device cuda --prompt 256 --decode 64 2>&1 | tail -6 | tee -a "$OUT/summary.log"
+  log "same, MOQ_CUDA_MOE_UNFUSED=1 (the 9-kernel chain, for comparison)" | tee -a "$OUT/summary.log"
+  MOQ_CUDA_MOE_UNFUSED=1 timeout 25 "$BIN/moq" bench model "$S/m_$a" --device cuda --prompt 256 --decode 64 2>&1 | grep "^decode " | tee -a "$OUT/summary.log"
 done
 for a in $ALGOS; do
   while kill -0 "${SP[d_$a]}" 2>/dev/null && [ "$(left)" -gt "$MIN_LEFT" ]; do sleep 1; done
