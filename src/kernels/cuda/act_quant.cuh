@@ -110,26 +110,24 @@ __device__ __forceinline__ void aq_load8(const void *x, int xb, bool live, int64
     }
 }
 
-/* d[0..7] -> 8 bf16 (round to nearest even), as 4 words. */
-__device__ __forceinline__ uint4 aq_bf16x8(const float *d) {
+/* d[0..7] -> 8 halves as 4 words, rounded to nearest even: bf16 (F16 false) or f16 (F16 true;
+ * exact for the NVFP4 dequantized values, e2m1 · e4m3). */
+template <bool F16> __device__ __forceinline__ uint4 aq_halfx8(const float *d) {
     uint32_t w[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(d[2 * i], d[2 * i + 1]);
-        w[i] = *(const uint32_t *)&h;
+        if constexpr (F16) {
+            const __half2 h = __floats2half2_rn(d[2 * i], d[2 * i + 1]);
+            w[i] = *(const uint32_t *)&h;
+        } else {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(d[2 * i], d[2 * i + 1]);
+            w[i] = *(const uint32_t *)&h;
+        }
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
-/* d[0..7] -> 8 f16 (round to nearest even; exact for the NVFP4 dequantized values, e2m1 · e4m3). */
-__device__ __forceinline__ uint4 aq_f16x8(const float *d) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const __half2 h = __floats2half2_rn(d[2 * i], d[2 * i + 1]);
-        w[i] = *(const uint32_t *)&h;
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
+__device__ __forceinline__ uint4 aq_bf16x8(const float *d) { return aq_halfx8<false>(d); }
+__device__ __forceinline__ uint4 aq_f16x8(const float *d) { return aq_halfx8<true>(d); }
 __device__ __forceinline__ uint2 aq_u8x8(const uint8_t *c) {
     uint32_t lo = 0, hi = 0;
 #pragma unroll
