@@ -113,6 +113,8 @@ static void test_every_fast_row(void **state) {
         check_row(k, 4, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 7, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 8, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        /* M = 12: two token groups of 6 over 256-k chunks (the AVX-512 k4bf16dot and small-M passes) */
+        check_row(k, 12, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
