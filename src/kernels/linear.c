@@ -330,6 +330,7 @@ moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_
 }
 
 const char *moq_linear_kernel_name(const moq_linear *l) { return l ? l->k->name : ""; }
+const char *moq_linear_kernel_name_for(const moq_linear *l, int64_t M) { return l && M >= 1 ? row_for_m(l, M)->name : ""; }
 
 unsigned moq_linear_forget_canonical(moq_linear *l) {
     if (!l || !l->k->packed_size || l->plan_only) return 0;
