@@ -1,7 +1,8 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma row (moq_linear_fp8_k4_run_avx2),
+ *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma rows (moq_linear_fp8_k4_run_avx2;
+ *               the registry's M range of the gemm rows, and no gemm row for those two pairs),
  *               measured faster there (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).

@@ -2,6 +2,8 @@
  * hook, same numerics), on 16-row zmm vectors: one 64-byte line of the layout is k 4g..4g+3 of a
  * whole tile.
  *
+ *   The M ranges are the registry rows' (kernels.c: 2..64 for FP8 per-tensor / per-channel, 2.. for
+ *   128x128 and MXFP8); M outside them runs the next row (k4bf16dot / k4fma), not code here.
  *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx512).
  *   2..64       small-M (issue 15): two tiles (32 rows) per pass, their codes read and decoded in
  *               registers once for all M <= 8 tokens (16 accumulators, each broadcast of x feeding
