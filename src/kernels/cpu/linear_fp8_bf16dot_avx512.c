@@ -140,6 +140,16 @@ static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm
     for (int u = 0; u < nt; u++)
         for (int64_t m = 0; m < M; m++) {
             const float *c = C[u] + 16 * m;
+            const int64_t n0 = 16 * (t0 + u);
+            if (l->y_elem == MOQ_ELEM_F32 && n0 + 16 <= N) { /* the scalar loop below, 16 lanes, same operations */
+                __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(c), _mm512_set1_ps(256.0f)), _mm512_set1_ps(sm[m])),
+                                         _mm512_loadu_ps(l->row_scale + n0));
+                y = _mm512_mask_mov_ps(y, _mm_cmpneq_epi8_mask(_mm_loadu_si128((const __m128i *)(nan + n0)), _mm_setzero_si128()),
+                                       _mm512_set1_ps(NAN));
+                if (w->bias) y = _mm512_add_ps(y, _mm512_loadu_ps(w->bias + n0));
+                _mm512_storeu_ps((float *)l->y + m * N + n0, y);
+                continue;
+            }
             for (int r = 0; r < 16 && 16 * (t0 + u) + r < N; r++) {
                 const int64_t n = 16 * (t0 + u) + r;
                 float y = nan[n] ? NAN : c[r] * 256.0f * sm[m] * l->row_scale[n];
