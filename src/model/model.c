@@ -1240,18 +1240,20 @@ static inline int64_t row_slot(const moq_model *m, int64_t i, int64_t p) {
     return tab ? (int64_t)tab[p / m->rpage] * m->rpage + p % m->rpage : p;
 }
 
-/* q · k in 16 interleaved partial sums (lane j takes e ≡ j mod 16), then a pairwise fold: the
+/* q · k in 16 interleaved partial sums (lane j takes e ≡ j mod 16, up to the last multiple of 16;
+ * the rest in one more sum), then a pairwise fold: the
  * compiler vectorizes it, where the one running sum was a chain of D dependent adds (issue 15:
  * attention was 10 % of a batched step). Same order for every row, batch size and thread count. */
 static inline float dot16(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
+    float acc[16] = {0}, t = 0;
     int64_t e = 0;
     for (; e + 16 <= n; e += 16)
         for (int j = 0; j < 16; j++) acc[j] += a[e + j] * b[e + j];
-    for (int j = 0; e < n; e++, j++) acc[j] += a[e] * b[e];
-    for (int w = 8; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
+    for (; e < n; e++) t += a[e] * b[e]; /* D % 16 != 0 */
+    for (int j = 0; j < 8; j++) acc[j] += acc[j + 8];
+    for (int j = 0; j < 4; j++) acc[j] += acc[j + 4];
+    for (int j = 0; j < 2; j++) acc[j] += acc[j + 2];
+    return acc[0] + acc[1] + t;
 }
 
 /* Causal attention of the step's M rows over their sequences' caches (row i at position rpos[i]
@@ -1271,8 +1273,9 @@ static void attention(moq_model *m, int64_t l, int64_t M) {
         const float *q = m->qkv + i * qkvN + hd * qh;
         float mx = -INFINITY;
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(m->rkv, 0, kl, row_slot(m, i, p), kvh * D, D, row);
-            s[p] = dot16(q, row, D) * sc;
+            const float *kr = moq_kv_cache_row_f32(m->rkv, 0, kl, row_slot(m, i, p), kvh * D); /* f32: no copy */
+            if (!kr) moq_kv_cache_read(m->rkv, 0, kl, row_slot(m, i, p), kvh * D, D, row), kr = row;
+            s[p] = dot16(q, kr, D) * sc;
             if (cap > 0) s[p] = cap * tanhf(s[p] / cap); /* attn_logit_softcapping */
             if (s[p] > mx) mx = s[p];
         }
@@ -1286,9 +1289,10 @@ static void attention(moq_model *m, int64_t l, int64_t M) {
         float *o = m->att + i * A * D + hd * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int64_t p = p_lo; p < npos; p++) {
-            moq_kv_cache_read(m->rkv, 1, kl, row_slot(m, i, p), kvh * D, D, row);
+            const float *vr = moq_kv_cache_row_f32(m->rkv, 1, kl, row_slot(m, i, p), kvh * D);
+            if (!vr) moq_kv_cache_read(m->rkv, 1, kl, row_slot(m, i, p), kvh * D, D, row), vr = row;
             const float wgt = s[p] / sum;
-            for (int64_t e = 0; e < D; e++) o[e] += wgt * row[e];
+            for (int64_t e = 0; e < D; e++) o[e] += wgt * vr[e];
         }
     }
 }
