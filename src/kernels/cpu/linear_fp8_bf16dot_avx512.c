@@ -129,6 +129,7 @@ static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm
     const uint8_t *W[2] = {(const uint8_t *)l->packed + t0 * G * 64, (const uint8_t *)l->packed + (t0 + nt - 1) * G * 64};
     _Alignas(64) float Cb[2][MAXM * 16];
     float *C[2] = {Cb[0], Cb[1]};
+    for (int u = 0; u < nt; u++) memset(C[u], 0, (size_t)M * 64); /* K = 0: no pass writes C */
     const int64_t ng = (M + MTB - 1) / MTB, mt = (M + ng - 1) / ng, cg = ng == 1 ? G : 64;
     for (int64_t g0 = 0; g0 < G; g0 += cg) {
         const int64_t g1 = g0 + cg < G ? g0 + cg : G;
