@@ -20,8 +20,8 @@
  * the pack's NaN-row flags turn those rows' outputs into NaN, as on the k4fma rows. Sums: f32 in
  * vdpbf16ps's order (two products, then the accumulator), so results match the `_ref` row to f32
  * summation order. Structure of the _gemm rows' small-M pass: two 16-row tiles per pass, up to 8
- * tokens (16 accumulators), each broadcast x pair feeding two vdpbf16ps; M = 9..16 token groups of
- * <= 8 over 256-k chunks. Rows: cpu_avx512_fp8_{tensor,row}_k4bf16dot (kernels.c), M = 4..16 (its
+ * tokens (16 accumulators), each broadcast x pair feeding two vdpbf16ps; M = 9..64 token groups of
+ * <= 8 over 256-k chunks. Rows: cpu_avx512_fp8_{tensor,row}_k4bf16dot (kernels.c), M = 4..64 (its
  * M range in the registry; other M run the next row on the same packed weight).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (shape sweep, subnormal, NaN codes).
  */
@@ -36,7 +36,7 @@
 #include "kernels/layout/layout.h"
 
 #define MTB 8   /* tokens per pass                                  */
-#define MAXM 16 /* the row's M range is 2..MAXM (kernels.c)          */
+#define MAXM 64 /* the row's M range ends at MAXM (kernels.c); C: 2 × 4 KiB on the stack */
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
