@@ -28,7 +28,7 @@
 #define GEMM512(nm, p, lo, hi) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
                       moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx512, lo, hi}
 #define K4BF16(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 0, NULL, moq_linear_fp8_k4_packed_size, \
-                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_fp8_bf16dot_run_avx512, 4, 64}
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_fp8_bf16dot_run_avx512, 4, 0}
 #define CUDA_MMA(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 0, NULL, moq_cuda_row_packed_size, moq_cuda_row_pack, \
                          moq_cuda_row_workspace, moq_cuda_row_run, 0, 0}
 #define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
@@ -69,7 +69,7 @@ const moq_kernel moq_kernel_table[] = {
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512, 0, 0},
     /* e4m3 weights on rows16k4, one packed weight for every M; each row runs the M range in its
      * last two fields, other M the next row below on that weight (kernels.h). FP8 per-tensor /
-     * per-channel at M = 4..64 with AVX512_BF16: e4m3 × e4m3 products exact in bf16, vdpbf16ps
+     * per-channel at M >= 4 with AVX512_BF16: e4m3 × e4m3 products exact in bf16, vdpbf16ps
      * (32 products per instruction against the f32 FMA's 16; linear_fp8_bf16dot_avx512.c). */
     K4BF16("cpu_avx512_fp8_tensor_k4bf16dot", MOQ_PAIR_FP8_TENSOR),
     K4BF16("cpu_avx512_fp8_row_k4bf16dot",    MOQ_PAIR_FP8_ROW),

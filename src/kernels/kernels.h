@@ -92,8 +92,8 @@ typedef struct moq_kernel {
      * first that fits, whatever M) is its entry row; a call whose M is outside the entry row's range
      * runs the next row of the table on the same packed weight (same pack hook, its features and
      * supports() fitting) whose range holds M (moq_linear_run). So which code runs for which M is
-     * read from this table, e.g. FP8 per-tensor on AVX-512 BF16: M = 4..64 k4bf16dot, 2..3 the gemm
-     * row's small-M pass, M = 1 and > 64 k4fma. A row with no bounds ends the chain. */
+     * read from this table, e.g. FP8 per-tensor on AVX-512 BF16: M >= 4 k4bf16dot, 2..3 the gemm
+     * row's small-M pass, M = 1 k4fma; without AVX512_BF16 the gemm row 2..64, k4fma above. A row with no bounds ends the chain. */
     int               m_lo, m_hi;
 } moq_kernel;
 

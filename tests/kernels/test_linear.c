@@ -115,6 +115,8 @@ static void test_every_fast_row(void **state) {
         check_row(k, 8, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         /* M = 12: two token groups of 6 over 256-k chunks (the AVX-512 k4bf16dot and small-M passes) */
         check_row(k, 12, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        /* M = 70: k4bf16dot's token blocks of 64, a partial second one */
+        check_row(k, 70, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
@@ -379,7 +381,7 @@ static void test_m_ranges(void **state) {
     static const struct { uint32_t mask, need; const char *row[6]; } cases[] = {
         {~0u, MOQ_CPU_AVX512 | MOQ_CPU_AVX512BF16,
          {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_k4bf16dot", "cpu_avx512_fp8_tensor_k4bf16dot",
-          "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_k4fma"}},
+          "cpu_avx512_fp8_tensor_k4bf16dot", "cpu_avx512_fp8_tensor_k4bf16dot"}},
         {MOQ_CPU_AVX2 | MOQ_CPU_AVX512, MOQ_CPU_AVX512,
          {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm",
           "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_k4fma"}},

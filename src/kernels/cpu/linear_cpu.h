@@ -43,7 +43,7 @@ size_t     moq_linear_fp8_k4_scale_offset(const moq_weight *w);
 size_t     moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err);
 moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err);
-/* FP8 per-tensor / per-channel, M = 4..64, AVX512_BF16: the same packed weight and workspace, e4m3
+/* FP8 per-tensor / per-channel, M >= 4, AVX512_BF16: the same packed weight and workspace, e4m3
  * decoded to bf16 pairs in registers, vdpbf16ps (linear_fp8_bf16dot_avx512.c). */
 moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_error *err);
 

@@ -21,7 +21,8 @@
  * vdpbf16ps's order (two products, then the accumulator), so results match the `_ref` row to f32
  * summation order. Structure of the _gemm rows' small-M pass: two 16-row tiles per pass, up to 8
  * tokens (16 accumulators), each broadcast x pair feeding two vdpbf16ps; M = 9..64 token groups of
- * <= 8 over 256-k chunks. Rows: cpu_avx512_fp8_{tensor,row}_k4bf16dot (kernels.c), M = 4..64 (its
+ * <= 8 over 256-k chunks, larger M in blocks of 64 tokens. Rows: cpu_avx512_fp8_{tensor,row}_k4bf16dot
+ * (kernels.c), M >= 4 (its
  * M range in the registry; other M run the next row on the same packed weight).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (shape sweep, subnormal, NaN codes).
  */
@@ -36,7 +37,7 @@
 #include "kernels/layout/layout.h"
 
 #define MTB 8   /* tokens per pass                                  */
-#define MAXM 64 /* the row's M range ends at MAXM (kernels.c); C: 2 × 4 KiB on the stack */
+#define MAXM 64 /* tokens per block (C: 2 × 4 KiB on the stack)     */
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
@@ -129,42 +130,44 @@ static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm
     const uint8_t *W[2] = {(const uint8_t *)l->packed + t0 * G * 64, (const uint8_t *)l->packed + (t0 + nt - 1) * G * 64};
     _Alignas(64) float Cb[2][MAXM * 16];
     float *C[2] = {Cb[0], Cb[1]};
-    for (int u = 0; u < nt; u++) memset(C[u], 0, (size_t)M * 64); /* K = 0: no pass writes C */
-    const int64_t ng = (M + MTB - 1) / MTB, mt = (M + ng - 1) / ng, cg = ng == 1 ? G : 64;
-    for (int64_t g0 = 0; g0 < G; g0 += cg) {
-        const int64_t g1 = g0 + cg < G ? g0 + cg : G;
-        for (int64_t i0 = 0; i0 < M; i0 += mt) {
-            float *Ci[2] = {C[0] + 16 * i0, C[1] + 16 * i0};
-            pass_any(W, nt, g0, g1, Xp + i0, M, (int)(M - i0 < mt ? M - i0 : mt), Ci, g0 == 0);
+    for (int64_t mb = 0; mb < M; mb += MAXM) { /* token blocks of <= MAXM: C stays on the stack */
+        const int64_t Mb = M - mb < MAXM ? M - mb : MAXM;
+        for (int u = 0; u < nt; u++) memset(C[u], 0, (size_t)Mb * 64); /* K = 0: no pass writes C */
+        const int64_t ng = (Mb + MTB - 1) / MTB, mt = (Mb + ng - 1) / ng, cg = ng == 1 ? G : 64;
+        for (int64_t g0 = 0; g0 < G; g0 += cg) {
+            const int64_t g1 = g0 + cg < G ? g0 + cg : G;
+            for (int64_t i0 = 0; i0 < Mb; i0 += mt) {
+                float *Ci[2] = {C[0] + 16 * i0, C[1] + 16 * i0};
+                pass_any(W, nt, g0, g1, Xp + mb + i0, M, (int)(Mb - i0 < mt ? Mb - i0 : mt), Ci, g0 == 0);
+            }
         }
+        for (int u = 0; u < nt; u++)
+            for (int64_t i = 0; i < Mb; i++) {
+                const float *c = C[u] + 16 * i;
+                const int64_t n0 = 16 * (t0 + u), m = mb + i;
+                if (l->y_elem == MOQ_ELEM_F32 && n0 + 16 <= N) { /* the scalar loop below, 16 lanes, same operations */
+                    __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(c), _mm512_set1_ps(256.0f)), _mm512_set1_ps(sm[m])),
+                                             _mm512_loadu_ps(l->row_scale + n0));
+                    y = _mm512_mask_mov_ps(y, _mm_cmpneq_epi8_mask(_mm_loadu_si128((const __m128i *)(nan + n0)), _mm_setzero_si128()),
+                                           _mm512_set1_ps(NAN));
+                    if (w->bias) y = _mm512_add_ps(y, _mm512_loadu_ps(w->bias + n0));
+                    _mm512_storeu_ps((float *)l->y + m * N + n0, y);
+                    continue;
+                }
+                for (int r = 0; r < 16 && n0 + r < N; r++) {
+                    const int64_t n = n0 + r;
+                    float y = nan[n] ? NAN : c[r] * 256.0f * sm[m] * l->row_scale[n];
+                    if (w->bias) y += w->bias[n];
+                    moq_y_store(l->y, l->y_elem, N, m, n, y);
+                }
+            }
     }
-    for (int u = 0; u < nt; u++)
-        for (int64_t m = 0; m < M; m++) {
-            const float *c = C[u] + 16 * m;
-            const int64_t n0 = 16 * (t0 + u);
-            if (l->y_elem == MOQ_ELEM_F32 && n0 + 16 <= N) { /* the scalar loop below, 16 lanes, same operations */
-                __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(c), _mm512_set1_ps(256.0f)), _mm512_set1_ps(sm[m])),
-                                         _mm512_loadu_ps(l->row_scale + n0));
-                y = _mm512_mask_mov_ps(y, _mm_cmpneq_epi8_mask(_mm_loadu_si128((const __m128i *)(nan + n0)), _mm_setzero_si128()),
-                                       _mm512_set1_ps(NAN));
-                if (w->bias) y = _mm512_add_ps(y, _mm512_loadu_ps(w->bias + n0));
-                _mm512_storeu_ps((float *)l->y + m * N + n0, y);
-                continue;
-            }
-            for (int r = 0; r < 16 && 16 * (t0 + u) + r < N; r++) {
-                const int64_t n = 16 * (t0 + u) + r;
-                float y = nan[n] ? NAN : c[r] * 256.0f * sm[m] * l->row_scale[n];
-                if (w->bias) y += w->bias[n];
-                moq_y_store(l->y, l->y_elem, N, m, n, y);
-            }
-        }
 }
 
 moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_error *err) {
+    (void)err;
     const moq_weight *w = l->w;
     const int64_t M = l->M, tiles = (w->N + 15) / 16;
-    if (M > MAXM)
-        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld, expected <= %d (the row's M range in kernels.c)", (long long)M, MAXM);
     uint32_t *Xp = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + xp_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)sm + al64((size_t)M * 4);
