@@ -538,6 +538,9 @@ MOQ_API moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x
                                   void *y, moq_elem y_elem, void *ws, size_t ws_size, moq_error *err);
 /* Name of the chosen kernel ("cpu_avx512_nvfp4_w4a4_vnni16"); borrowed, lives as long as l. */
 MOQ_API const char *moq_linear_kernel_name(const moq_linear *l);
+/* Name of the kernel that runs M rows: the chosen one, or where M is outside the M range of its
+ * registry row, the row on the same packed weight that serves M (src/kernels/kernels.h). */
+MOQ_API const char *moq_linear_kernel_name_for(const moq_linear *l, int64_t M);
 /* The rows tried before the chosen one and why each was rejected ("" when the first fit). */
 MOQ_API const char *moq_linear_rejections(const moq_linear *l);
 

@@ -184,7 +184,7 @@ static int bench_cuda(const char *algo, moq_pair_id p, long long M, long long N,
     }
     {
         const double flop = 2.0 * (double)M * (double)N * (double)K;
-        const char *kname = moq_linear_kernel_name(ls[0]);
+        const char *kname = moq_linear_kernel_name_for(ls[0], M);
         if (json)
             printf("{\"device\":\"cuda\",\"gpu\":\"%s\",\"algo\":\"%s\",\"kernel\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"weight_bytes\":%zu,"
                    "\"copy_gbs\":%.1f,\"hot_us\":%.2f,\"cold_us\":%.2f,\"cold_weight_gbs\":%.1f,\"cold_of_copy\":%.3f,\"hot_tflops\":%.2f,\"cold_tflops\":%.2f}\n",
@@ -404,7 +404,7 @@ int cmd_bench(int argc, char **argv) {
         tc[nc] = now_s() - a;
     }
     const double hot = median(th, nh), cold = median(tc, nc), hot_cpu = median(tcpu, nh);
-    const char *kname = moq_linear_kernel_name(ls[0]);
+    const char *kname = moq_linear_kernel_name_for(ls[0], M);
     free(ws);
     for (int i = 0; i < copies; i++) moq_linear_free(ls[i]), ls[i] = NULL;
 

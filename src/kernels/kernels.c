@@ -14,26 +14,28 @@
 #define AVX512 (MOQ_CPU_AVX512)
 #define VNNI   (MOQ_CPU_AVX512 | MOQ_CPU_AVX512VNNI)
 #define PANEL(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, p, NULL, moq_linear_panel_packed_size, \
-                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
+                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512, 0, 0}
 #define BF16DOT(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 1, moq_linear_panel_bf16_supports, \
-                      moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512}
+                      moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512, 0, 0}
 #define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
-                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2}
+                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2, 0, 0}
 #define FP8K4(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
-                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx2}
+                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx2, 0, 0}
 #define FP8K4_512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
-                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx512}
-#define GEMM2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
-                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx2}
-#define GEMM512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
-                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx512}
+                      moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx512, 0, 0}
+#define GEMM2(nm, p, lo, hi) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx2, lo, hi}
+#define GEMM512(nm, p, lo, hi) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_gemm_run_avx512, lo, hi}
+#define K4BF16(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 0, NULL, moq_linear_fp8_k4_packed_size, \
+                      moq_linear_fp8_k4_pack, moq_linear_gemm_workspace, moq_linear_fp8_bf16dot_run_avx512, 4, 0}
 #define CUDA_MMA(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 0, NULL, moq_cuda_row_packed_size, moq_cuda_row_pack, \
-                         moq_cuda_row_workspace, moq_cuda_row_run}
+                         moq_cuda_row_workspace, moq_cuda_row_run, 0, 0}
 #define CUDA_LT(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 1, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
-                         moq_cuda_row_pack, moq_cuda_row_workspace_lt, moq_cuda_row_run}
+                         moq_cuda_row_pack, moq_cuda_row_workspace_lt, moq_cuda_row_run, 0, 0}
 #define CUDA_DQ(nm, p)  {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CUDA_SM90, 0, 2, moq_cuda_row_lt_supports, moq_cuda_row_packed_size, \
-                         moq_cuda_row_pack, moq_cuda_row_workspace_dq, moq_cuda_row_run}
-#define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run}
+                         moq_cuda_row_pack, moq_cuda_row_workspace_dq, moq_cuda_row_run, 0, 0}
+#define REF(nm, p)   {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_REF, 0, 0, NULL, NULL, NULL, moq_linear_ref_workspace, moq_linear_ref_run, 0, 0}
 
 const moq_kernel moq_kernel_table[] = {
 #ifdef MOQ_HAVE_CUDA
@@ -64,13 +66,19 @@ const moq_kernel moq_kernel_table[] = {
 #endif
     /* NVFP4 W4A4: integer dot products of e2m1 codes (×2 they are integers in [-12, 12]). */
     {"cpu_avx512_nvfp4_w4a4_vnni16", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX512, VNNI, 0, NULL,
-     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512},
-    /* e4m3 weights on rows16k4 for every M (linear_gemm_avx512.c): M = 1 the k4fma row below,
-     * M = 2..16 each weight decoded once for all tokens, M > 16 a packed f32-panel GEMM. */
-    GEMM512("cpu_avx512_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR),
-    GEMM512("cpu_avx512_fp8_row_gemm",    MOQ_PAIR_FP8_ROW),
-    GEMM512("cpu_avx512_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128),
-    GEMM512("cpu_avx512_mxfp8_gemm",      MOQ_PAIR_MXFP8),
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_vnni_run_avx512, 0, 0},
+    /* e4m3 weights on rows16k4, one packed weight for every M; each row runs the M range in its
+     * last two fields, other M the next row below on that weight (kernels.h). FP8 per-tensor /
+     * per-channel at M >= 4 with AVX512_BF16: e4m3 × e4m3 products exact in bf16, vdpbf16ps
+     * (32 products per instruction against the f32 FMA's 16; linear_fp8_bf16dot_avx512.c). */
+    K4BF16("cpu_avx512_fp8_tensor_k4bf16dot", MOQ_PAIR_FP8_TENSOR),
+    K4BF16("cpu_avx512_fp8_row_k4bf16dot",    MOQ_PAIR_FP8_ROW),
+    /* linear_gemm_avx512.c: M = 2..64 each weight decoded once for all tokens (f32 FMA); above, for
+     * the block-scaled pairs, a packed f32-panel GEMM (the unblocked ones: k4fma, measured faster). */
+    GEMM512("cpu_avx512_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR, 2, 64),
+    GEMM512("cpu_avx512_fp8_row_gemm",    MOQ_PAIR_FP8_ROW,    2, 64),
+    GEMM512("cpu_avx512_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128, 2, 0),
+    GEMM512("cpu_avx512_mxfp8_gemm",      MOQ_PAIR_MXFP8,      2, 0),
     /* FP8 decoded in registers from rows16k4 (linear_fp8_avx512.c): 3 integer ops per 16 weights. */
     FP8K4_512("cpu_avx512_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4_512("cpu_avx512_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
@@ -95,17 +103,18 @@ const moq_kernel moq_kernel_table[] = {
     /* AVX2 + FMA + F16C, decode-first rows: NVFP4 W4A4 as integer block dot products (vpmaddubsw:
      * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
     {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
-     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2},
-    GEMM2("cpu_avx2_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR), /* the same on AVX2 (linear_gemm_avx2.c) */
-    GEMM2("cpu_avx2_fp8_row_gemm",    MOQ_PAIR_FP8_ROW),
-    GEMM2("cpu_avx2_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128),
-    GEMM2("cpu_avx2_mxfp8_gemm",      MOQ_PAIR_MXFP8),
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
+    /* The packed GEMM on AVX2 (linear_gemm_avx2.c) at M > 16 for the block-scaled pairs; M <= 16 the
+     * k4fma rows below. FP8 per-tensor / per-channel run k4fma at every M (measured faster than
+     * the GEMM: docs/PERFORMANCE.md), so they have no gemm row on AVX2. */
+    GEMM2("cpu_avx2_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128, 17, 0),
+    GEMM2("cpu_avx2_mxfp8_gemm",      MOQ_PAIR_MXFP8,      17, 0),
     FP8K4("cpu_avx2_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),
     FP8K4("cpu_avx2_fp8_row_k4fma",    MOQ_PAIR_FP8_ROW),
     FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
     FP8K4("cpu_avx2_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     {"cpu_avx2_nvfp4_w4a16_shuffma", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4_W4A16, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, MOQ_PAIR_NVFP4_W4A16, NULL,
-     moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_nvfp4_w4a16_run_avx2}, /* M <= 8; above: the panel */
+     moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_nvfp4_w4a16_run_avx2, 0, 0}, /* M <= 8; above: the panel */
     /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
     PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
     PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),

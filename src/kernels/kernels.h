@@ -88,6 +88,13 @@ typedef struct moq_kernel {
     void            (*pack)(const moq_weight *w, void *dst);
     size_t          (*workspace)(const moq_weight *w, int64_t M, int n_threads);
     moq_status      (*run)(const moq_linear_launch *l, moq_error *err);
+    /* The token counts M this row runs, m_lo..m_hi (0 = no bound). The row chosen for a layer (the
+     * first that fits, whatever M) is its entry row; a call whose M is outside the entry row's range
+     * runs the next row of the table on the same packed weight (same pack hook, its features and
+     * supports() fitting) whose range holds M (moq_linear_run). So which code runs for which M is
+     * read from this table, e.g. FP8 per-tensor on AVX-512 BF16: M >= 4 k4bf16dot, 2..3 the gemm
+     * row's small-M pass, M = 1 k4fma; without AVX512_BF16 the gemm row 2..64, k4fma above. A row with no bounds ends the chain. */
+    int               m_lo, m_hi;
 } moq_kernel;
 
 extern const moq_kernel moq_kernel_table[];

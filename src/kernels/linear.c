@@ -72,7 +72,10 @@ void moq_y_store_tile16(const moq_linear_launch *l, const float *C, const float 
 struct moq_linear {
     moq_weight        w;          /* copy; pointers borrowed from the caller                 */
     moq_pair_id       pair;
-    const moq_kernel *k;
+    const moq_kernel *k;          /* the entry row (its name is the layer's kernel)           */
+    const moq_kernel *by_m[4];    /* k, then the rows on k's packed weight that serve the M
+                                     outside k's range (kernels.h m_lo/m_hi), table order     */
+    int               n_by_m;
     void             *packed;     /* the row's layout, 64-byte aligned, owned                */
     size_t            packed_bytes;
     bool              plan_only;  /* chosen, not packed: run refuses                          */
@@ -208,6 +211,28 @@ moq_status moq_linear_create_from_weight(moq_linear **out, const moq_weight *w, 
     l->w = *w;
     l->pair = p;
     l->k = k;
+    /* The M chain: k, then each later row on the same packed weight that fits, until one with no
+     * M bounds (every M is then served: checked, a table without such a row is a bug). */
+    l->by_m[l->n_by_m++] = k;
+    for (size_t i = (size_t)(k - moq_kernel_table) + 1; i < moq_kernel_table_len && (k->m_lo > 1 || k->m_hi > 0); i++) {
+        const moq_kernel *r = &moq_kernel_table[i];
+        const moq_kernel *last = l->by_m[l->n_by_m - 1];
+        if (last->m_lo <= 1 && last->m_hi == 0) break;
+        char why[160];
+        if (r->op != k->op || r->pair != p || r->target != k->target || r->pack != k->pack || r->packed_size != k->packed_size ||
+            (r->need & feat) != r->need || (r->supports && !r->supports(w, why, sizeof why)))
+            continue;
+        if (l->n_by_m == (int)(sizeof l->by_m / sizeof l->by_m[0])) break;
+        l->by_m[l->n_by_m++] = r;
+    }
+    {
+        const moq_kernel *last = l->by_m[l->n_by_m - 1];
+        if (last->m_lo > 1 || last->m_hi > 0) {
+            free(l);
+            return MOQ_FAIL(err, MOQ_ERR_INTERNAL, name, "kernel %s serves M %d..%d and no later row on its packed weight serves the rest",
+                            k->name, k->m_lo, k->m_hi);
+        }
+    }
     l->device = k->target == MOQ_TARGET_CUDA_SM90 ? MOQ_DEVICE_CUDA : MOQ_DEVICE_CPU;
     l->rcpa_corr = o.rcpa_corr;
     l->n_threads = o.n_threads > 0 ? o.n_threads : omp_get_max_threads();
@@ -254,9 +279,18 @@ void moq_linear_free(moq_linear *l) {
 /* Bytes of the AWQ-scaled copy of x (f32 [M, K]) at the start of the workspace, 64-aligned. */
 static size_t pre_bytes(const moq_linear *l, int64_t M) { return l->w.pre_scale ? ((size_t)M * (size_t)l->w.K * 4 + 63) & ~(size_t)63 : 0; }
 
+/* The row of l's M chain that runs M (the last one has no bounds). */
+static const moq_kernel *row_for_m(const moq_linear *l, int64_t M) {
+    for (int i = 0; i < l->n_by_m - 1; i++) {
+        const moq_kernel *r = l->by_m[i];
+        if (M >= (r->m_lo > 0 ? r->m_lo : 1) && (r->m_hi == 0 || M <= r->m_hi)) return r;
+    }
+    return l->by_m[l->n_by_m - 1];
+}
+
 size_t moq_linear_workspace_size(const moq_linear *l, int64_t M) {
     if (!l || M < 1) return 0;
-    return pre_bytes(l, M) + l->k->workspace(&l->w, M, l->n_threads) + 64;
+    return pre_bytes(l, M) + row_for_m(l, M)->workspace(&l->w, M, l->n_threads) + 64;
 }
 
 moq_status moq_linear_run(const moq_linear *l, const void *x, moq_elem x_elem, int64_t M, void *y, moq_elem y_elem, void *ws,
@@ -286,15 +320,17 @@ moq_status moq_linear_run_stream(const moq_linear *l, const void *x, moq_elem x_
         x = xs, x_elem = MOQ_ELEM_F32;
         a += pre_bytes(l, M);
     }
+    const moq_kernel *k = row_for_m(l, M);
     moq_linear_launch la = {
-        .k = l->k, .w = &l->w, .pair = l->pair, .packed = l->packed, .row_scale = l->row_scale, .a_scale = l->a_scale,
+        .k = k, .w = &l->w, .pair = l->pair, .packed = l->packed, .row_scale = l->row_scale, .a_scale = l->a_scale,
         .rcpa_corr = l->rcpa_corr, .x = x, .x_elem = x_elem, .M = M, .y = y, .y_elem = y_elem,
         .ws = (void *)a, .ws_size = ws_size - (size_t)(a - (uintptr_t)ws), .n_threads = l->n_threads, .stream = stream,
     };
-    return l->k->run(&la, err);
+    return k->run(&la, err);
 }
 
 const char *moq_linear_kernel_name(const moq_linear *l) { return l ? l->k->name : ""; }
+const char *moq_linear_kernel_name_for(const moq_linear *l, int64_t M) { return l && M >= 1 ? row_for_m(l, M)->name : ""; }
 
 unsigned moq_linear_forget_canonical(moq_linear *l) {
     if (!l || !l->k->packed_size || l->plan_only) return 0;

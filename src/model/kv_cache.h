@@ -36,6 +36,12 @@ void       moq_kv_cache_free(moq_kv_cache *kv);
 void       moq_kv_cache_write(moq_kv_cache *kv, int64_t layer, int64_t pos, const float *k, const float *v);
 /* Reads row `pos` of layer's K (which=0) or V (which=1), elements [off, off+n) into out f32. */
 void       moq_kv_cache_read(const moq_kv_cache *kv, int which, int64_t layer, int64_t pos, int64_t off, int64_t n, float *out);
+/* The same row in place, for an f32 cache (what moq_kv_cache_read would copy); NULL for the other
+ * encodings, whose values need decoding. Lives as long as the cache; rewritten by a write there. */
+static inline const float *moq_kv_cache_row_f32(const moq_kv_cache *kv, int which, int64_t layer, int64_t pos, int64_t off) {
+    if (kv->elem != MOQ_ELEM_F32) return NULL;
+    return (const float *)(which ? kv->v : kv->k) + ((size_t)layer * (size_t)kv->ctx + (size_t)pos) * (size_t)kv->row + (size_t)off;
+}
 /* Bytes held. */
 size_t     moq_kv_cache_bytes(const moq_kv_cache *kv);
 

@@ -143,3 +143,27 @@ void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_fre
         x[2 * i + 1] = x1 * cs + x0 * sn;
     }
 }
+
+void moq_rope_angles(int64_t D, int64_t pos, const float *inv_freq, float mscale, float *cs, float *sn) {
+    for (int64_t i = 0; i < D / 2; i++) {
+        const double a = (double)pos * (double)inv_freq[i]; /* as moq_rope_apply */
+        cs[i] = (float)cos(a) * mscale, sn[i] = (float)sin(a) * mscale;
+    }
+}
+
+void moq_rope_apply_cs(float *x, int64_t D, const float *cs, const float *sn) {
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; i++) {
+        const float x0 = x[i], x1 = x[i + h];
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + h] = x1 * cs[i] + x0 * sn[i];
+    }
+}
+
+void moq_rope_apply_pairs_cs(float *x, int64_t D, const float *cs, const float *sn) {
+    for (int64_t i = 0; i < D / 2; i++) {
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * cs[i] - x1 * sn[i];
+        x[2 * i + 1] = x1 * cs[i] + x0 * sn[i];
+    }
+}

@@ -40,5 +40,12 @@ void moq_rope_apply(float *x, int64_t D, int64_t pos, const float *inv_freq, flo
 /* The same rotation over the pairs (2i, 2i + 1) (Llama 4's view_as_complex form; HF Llama 4
  * checkpoints keep Meta's row order, so q and k rows are not permuted to rotate_half's). */
 void moq_rope_apply_pairs(float *x, int64_t D, int64_t pos, const float *inv_freq, float mscale);
+/* The same two rotations with the angles' cos/sin (× mscale) computed once for a position and
+ * reused by every head (issue 15: a batched step computed them per head and row, 6× the trig of a
+ * layer's work): moq_rope_angles fills cs, sn [D/2] with exactly the values moq_rope_apply uses, so
+ * the results are bit-identical. */
+void moq_rope_angles(int64_t D, int64_t pos, const float *inv_freq, float mscale, float *cs, float *sn);
+void moq_rope_apply_cs(float *x, int64_t D, const float *cs, const float *sn);
+void moq_rope_apply_pairs_cs(float *x, int64_t D, const float *cs, const float *sn);
 
 #endif

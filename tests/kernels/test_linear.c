@@ -113,6 +113,10 @@ static void test_every_fast_row(void **state) {
         check_row(k, 4, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 7, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 8, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        /* M = 12: two token groups of 6 over 256-k chunks (the AVX-512 k4bf16dot and small-M passes) */
+        check_row(k, 12, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_F32);
+        /* M = 70: k4bf16dot's token blocks of 64, a partial second one */
+        check_row(k, 70, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
     }
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
@@ -356,6 +360,50 @@ static void test_choice_follows_cpu_mask(void **state) {
     tw_free(&t);
 }
 
+/* Which row runs which M is the registry's m_lo..m_hi (kernels.h): every row with an M range has a
+ * later row on the same packed weight with none (so every M is served), and an FP8 per-tensor layer
+ * runs the rows the table names for M = 1, 3, 8, 64, 65, 128 under each cpu mask. */
+static void test_m_ranges(void **state) {
+    (void)state;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (k->m_lo <= 1 && k->m_hi == 0) continue;
+        assert_true(k->pack != NULL);
+        size_t j = i + 1;
+        while (j < moq_kernel_table_len && !(moq_kernel_table[j].pair == k->pair && moq_kernel_table[j].pack == k->pack &&
+                                              moq_kernel_table[j].target == k->target && moq_kernel_table[j].m_lo <= 1 && moq_kernel_table[j].m_hi == 0))
+            j++;
+        if (j == moq_kernel_table_len) fail_msg("%s serves M %d..%d but no later row on its packed weight serves every M", k->name, k->m_lo, k->m_hi);
+    }
+    const uint32_t f = moq_cpu_features();
+    tw t = tw_make(TP_FP8_TENSOR, 40, 64, 1, 0);
+    static const int64_t Ms[] = {1, 3, 8, 64, 65, 128};
+    static const struct { uint32_t mask, need; const char *row[6]; } cases[] = {
+        {~0u, MOQ_CPU_AVX512 | MOQ_CPU_AVX512BF16,
+         {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_k4bf16dot", "cpu_avx512_fp8_tensor_k4bf16dot",
+          "cpu_avx512_fp8_tensor_k4bf16dot", "cpu_avx512_fp8_tensor_k4bf16dot"}},
+        {MOQ_CPU_AVX2 | MOQ_CPU_AVX512, MOQ_CPU_AVX512,
+         {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm",
+          "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_k4fma"}},
+        {MOQ_CPU_AVX2, MOQ_CPU_AVX2,
+         {"cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma",
+          "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma"}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if ((f & cases[c].need) != cases[c].need) continue;
+        moq_linear_opts o = moq_linear_opts_default();
+        o.name = "test.layer";
+        o.cpu_mask = cases[c].mask;
+        moq_linear *l = NULL;
+        TU_OK(moq_linear_create_from_weight(&l, &t.w, &o, err_));
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            if (strcmp(moq_linear_kernel_name_for(l, Ms[mi]), cases[c].row[mi]) != 0)
+                fail_msg("mask %#x M=%lld: %s runs, expected %s", cases[c].mask, (long long)Ms[mi], moq_linear_kernel_name_for(l, Ms[mi]), cases[c].row[mi]);
+        moq_linear_free(l);
+    }
+    tw_free(&t);
+}
+
 int main(void) {
     g_seed = (unsigned)time(NULL);
     g_rng = g_seed;
@@ -375,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
+        cmocka_unit_test(test_m_ranges),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),

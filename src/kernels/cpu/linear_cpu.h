@@ -37,12 +37,15 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
 size_t     moq_linear_fp8_k4_nan_offset(const moq_weight *w);
 size_t     moq_linear_fp8_k4_scale_offset(const moq_weight *w);
 
-/* The same packed weight for every M (linear_gemm_avx2.c, linear_gemm_avx512.c): M = 1 the k4fma
- * row, 2..16 one decode of each weight for all tokens (register-blocked over tokens), above a packed
+/* The same packed weight for every M (linear_gemm_avx2.c, linear_gemm_avx512.c; each row's M range
+ * is in kernels.c): M = 1 the k4fma row, 2..64 (AVX-512) one decode of each weight for all tokens (register-blocked over tokens), above a packed
  * BLIS-style GEMM (f32 weight panels decoded once per cache block, 2-D thread split). */
 size_t     moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err);
 moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err);
+/* FP8 per-tensor / per-channel, M >= 4, AVX512_BF16: the same packed weight and workspace, e4m3
+ * decoded to bf16 pairs in registers, vdpbf16ps (linear_fp8_bf16dot_avx512.c). */
+moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_error *err);
 
 /* NVFP4 W4A16 decode (M <= 8) on AVX2: e2m1 via vpshufb, block scale once per 16-block, f32 FMA
  * (linear_nvfp4_w4a16_avx2.c); the panel row's pack and workspace, M > 8 runs the panel row. */

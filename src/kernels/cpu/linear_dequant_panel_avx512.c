@@ -356,6 +356,52 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
     for (int i = 0; i < mr; i++) _mm512_store_ps(C + 16 * i, _mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
+/* BF16 weights, M = 2..GEMV_M (issue 15, the lm_head of a batched decode step): two 16-row tiles per
+ * pass, so each broadcast x pair (a load) feeds two vdpbf16ps; the one-tile loop above does one load
+ * per vdpbf16ps, and the loads bounded it (M = 8: 3.3× the M = 1 time at N = 8192, K = 2048).
+ * Same products and sums per row as gemv_tile, in the same order. C0, C1: [mr][16]. */
+static inline __attribute__((always_inline)) void gemv_bf16_tiles2(const moq_linear_launch *l, int64_t t, const uint32_t *Xb, int64_t K2,
+                                                                  float *C0, float *C1, const int mr) {
+    static const uint16_t tab[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const int64_t K = l->w->K;
+    const __m512i il = _mm512_loadu_si512(tab);
+    const uint8_t *q0 = (const uint8_t *)l->packed + t * K * 32, *q1 = q0 + K * 32;
+    __m512 a0[GEMV_M], a1[GEMV_M];
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int64_t kp = 0; kp < K / 2; kp++) {
+        const __m512i w0 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q0 + 64 * kp));
+        const __m512i w1 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q1 + 64 * kp));
+        for (int i = 0; i < mr; i++) {
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)Xb[i * K2 + kp]);
+            a0[i] = _mm512_dpbf16_ps(a0[i], (__m512bh)w0, xb);
+            a1[i] = _mm512_dpbf16_ps(a1[i], (__m512bh)w1, xb);
+        }
+    }
+    for (int i = 0; i < mr; i++) _mm512_store_ps(C0 + 16 * i, a0[i]), _mm512_store_ps(C1 + 16 * i, a1[i]);
+}
+
+/* The same two-tile pass for f32 x (the model's lm_head: x is not bf16, so no vdpbf16ps): weights
+ * widened to f32 in registers (a shift) instead of through the f32 panel, f32 FMA; per token and
+ * tile one chain in k order, the panel path's products and order, so the results are its own bit
+ * for bit. X f32 [mr, K] (prepare_row). */
+static inline __attribute__((always_inline)) void bf16_f32x_tiles2(const moq_linear_launch *l, int64_t t, const float *X, float *C0, float *C1,
+                                                                   const int mr) {
+    const int64_t K = l->w->K;
+    const uint8_t *q0 = (const uint8_t *)l->packed + t * K * 32, *q1 = q0 + K * 32;
+    __m512 a0[GEMV_M], a1[GEMV_M];
+    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)(q0 + 32 * k))), 16));
+        const __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)(q1 + 32 * k))), 16));
+        for (int i = 0; i < mr; i++) {
+            const __m512 xb = _mm512_set1_ps(X[i * K + k]);
+            a0[i] = _mm512_fmadd_ps(xb, w0, a0[i]);
+            a1[i] = _mm512_fmadd_ps(xb, w1, a1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) _mm512_store_ps(C0 + 16 * i, a0[i]), _mm512_store_ps(C1 + 16 * i, a1[i]);
+}
+
 static bool gemv_fits(const moq_linear_launch *l) {
     return l->M <= GEMV_M && (l->pair == MOQ_PAIR_FP8_TENSOR || l->pair == MOQ_PAIR_FP8_ROW || l->pair == MOQ_PAIR_NVFP4_W4A16 ||
                               l->pair == MOQ_PAIR_MXFP8 || l->pair == MOQ_PAIR_BF16);
@@ -387,6 +433,8 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     /* vdpbf16ps (one port) does not beat two FMA ports once the panel is reused by many tokens:
      * measured 48-57 vs 74 GFLOP/s at M=512 (docs/PERFORMANCE.md). bf16 pairs for decode only. */
     const bool bdot = bf16_exact(l) && M <= GEMV_M;
+    /* BF16 weights at M = 2..GEMV_M, bf16 or f32 x: two tiles per pass (issue 15, batched lm_head) */
+    const bool pairs2 = l->k->variant == 1 && l->pair == MOQ_PAIR_BF16 && M >= 2 && M <= GEMV_M;
     float *X = l->ws, *sm = X + M * K;
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
@@ -406,8 +454,32 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, Xb, bdot, tmp);
         }
+        if (pairs2) {
+            _Alignas(64) float C1[GEMV_M * 16];
+#pragma omp for schedule(dynamic, 2)
+            for (int64_t p = 0; p < tiles / 2; p++) {
+                if (bdot) {
+                    switch (M) {
+#define CASE(n) case n: gemv_bf16_tiles2(l, 2 * p, Xb, K2, C, C1, n); break;
+                        CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+#undef CASE
+                    default: gemv_bf16_tiles2(l, 2 * p, Xb, K2, C, C1, GEMV_M); break;
+                    }
+                } else {
+                    switch (M) {
+#define CASE(n) case n: bf16_f32x_tiles2(l, 2 * p, X, C, C1, n); break;
+                        CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+#undef CASE
+                    default: bf16_f32x_tiles2(l, 2 * p, X, C, C1, GEMV_M); break;
+                    }
+                }
+                moq_y_store_tile16(l, C, sm, 2 * p);
+                moq_y_store_tile16(l, C1, sm, 2 * p + 1);
+            }
+        }
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
         for (int64_t t = 0; t < tiles; t++) {
+            if (pairs2 && t < tiles / 2 * 2) continue; /* done in pairs above */
             memset(C, 0, (size_t)M * 64);
             if (bdot && gemv_fits(l)) {
                 switch (M) {

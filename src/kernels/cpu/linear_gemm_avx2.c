@@ -1,7 +1,8 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma row (moq_linear_fp8_k4_run_avx2),
+ *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma rows (moq_linear_fp8_k4_run_avx2;
+ *               the registry's M range of the gemm rows, and no gemm row for those two pairs),
  *               measured faster there (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).
@@ -24,6 +25,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
@@ -192,7 +194,9 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
     /* M <= 16, and every M of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
-    if (M <= 16 || !bk_of(w)) return moq_linear_fp8_k4_run_avx2(l, err);
+    if (M <= 16 || !bk_of(w)) /* the registry's M range (kernels.c) sends those to the k4fma row */
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M > 16 of a block-scaled pair (the row's M range)",
+                        (long long)M, moq_pairs[l->pair].name);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));

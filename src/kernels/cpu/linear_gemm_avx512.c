@@ -2,6 +2,8 @@
  * hook, same numerics), on 16-row zmm vectors: one 64-byte line of the layout is k 4g..4g+3 of a
  * whole tile.
  *
+ *   The M ranges are the registry rows' (kernels.c: 2..64 for FP8 per-tensor / per-channel, 2.. for
+ *   128x128 and MXFP8); M outside them runs the next row (k4bf16dot / k4fma), not code here.
  *   M = 1       the k4fma decode row (moq_linear_fp8_k4_run_avx512).
  *   2..64       small-M (issue 15): two tiles (32 rows) per pass, their codes read and decoded in
  *               registers once for all M <= 8 tokens (16 accumulators, each broadcast of x feeding
@@ -22,6 +24,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
@@ -290,8 +293,10 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
 moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
-    /* M = 1, and M > SMALL_MAX of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
-    if (M == 1 || (M > SMALL_MAX && !bk_of(w))) return moq_linear_fp8_k4_run_avx512(l, err);
+    /* M = 1, and M > SMALL_MAX of the unblocked pairs, run the k4fma row (measured faster,
+     * docs/PERFORMANCE.md): the rows' M ranges in kernels.c send them there. */
+    if (M == 1 || (M > SMALL_MAX && !bk_of(w)))
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, outside the row's M range", (long long)M, moq_pairs[l->pair].name);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));
