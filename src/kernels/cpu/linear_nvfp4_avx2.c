@@ -11,10 +11,13 @@
  * Every operation after the integer sum is the one linear_nvfp4_avx512.c does, in the same order,
  * so the two rows give the same bits (tests/kernels/test_linear.c checks it where both run).
  *
- * Tokens: MT per pass over a tile, one 8-row half at a time (MT accumulators); the tile's codes
- * (K/2 + K/16 bytes per 16 rows) stay in L1/L2 between passes. Activations: moq_act_nvfp4_avx2
- * (bit-exact twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
- * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: test_linear.c.
+ * Tokens: M <= 2 (decode) in one pass over K with both 8-row halves per block (tile_tokens_1pass);
+ * 3..6 per pass one 8-row half at a time (MT accumulators), the tile's codes (K/2 + K/16 bytes
+ * per 16 rows) staying in L1/L2 between the two passes. Activations: moq_act_nvfp4_avx2 (bit-exact
+ * twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
+ * Threads: OpenMP, chunks of 4 tiles claimed one ahead; the first pass over a tile prefetches the
+ * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h).
+ * Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
 #include <omp.h>
@@ -22,21 +25,10 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MT 6
-/* Software prefetch distance in the decode pass (bytes of the packed codes ahead of the loads).
- * The hardware prefetchers alone left the M = 1 stream at ~23 GB/s per thread against ~28 for
- * one core's DRAM share; see docs/PERFORMANCE.md "AVX2 NVFP4 decode at the DRAM bound". */
-#ifndef PF_BYTES
-#define PF_BYTES 16384
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
-/* Tiles per scheduling chunk: a descheduled thread (shared VM) holds 4 tiles, not half; the
- * prefetch stops at the chunk's end, so two threads do not fetch each other's tiles. */
-#define CHUNK 4
 
 /* Must match linear_nvfp4_avx512.c (shared packed layout and workspace). */
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_nvfp4_vnni16_size(w->N, w->K) + 63) & ~(size_t)63; }
@@ -81,26 +73,9 @@ static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, u
 
 static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
-/* Where a thread's weight stream goes next: its current chunk of tiles [t0, t1) and the chunk it
- * has already claimed, [n0, n1) (n0 == n1 at the end). A prefetch PF_BYTES past the end of the
- * current chunk lands at the same distance into the next one, so one thread never fetches the
- * other's tiles and with one thread the stream runs on without a gap. */
-typedef struct pf_chunks { int64_t t1, n0, n1; } pf_chunks;
-
-/* Prefetch one line at byte offset off of a region holding `unit` bytes per tile. always_inline:
- * GCC marks a small function around __builtin_prefetch const and drops its calls otherwise. */
-static inline __attribute__((always_inline)) void pf_line(const uint8_t *region, int64_t unit, const pf_chunks *c, int64_t off) {
-    if (off < c->t1 * unit) {
-        _mm_prefetch((const char *)(region + off), PF_HINT);
-        return;
-    }
-    off += (c->n0 - c->t1) * unit;
-    if (off < c->n1 * unit) _mm_prefetch((const char *)(region + off), PF_HINT);
-}
-
 /* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                             int64_t t, int64_t m0, const int mt, const pf_chunks *pc) {
+                                                             int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
     const int64_t K = l->w->K, nb = K / 16;
     const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
     const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
@@ -113,8 +88,8 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
         for (int i = 0; i < mt; i++) acc[i][h] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             if (h == 0 && m0 == 0) { /* the first pass over the tile streams it from DRAM */
-                pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + PF_BYTES);
-                pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + PF_BYTES + 64);
+                moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
+                moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES + 64);
             }
             const __m256 sw = e4m3x8_div256(_mm_loadl_epi64((const __m128i *)(SF + 16 * b + 8 * h)));
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 128 * b + 32 * h));
@@ -159,7 +134,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
  * 2·mt accumulators + 4 planes of one half + constants fit 16 ymm for mt <= 2. Per row the same
  * integer sums and f32 steps in the same order as tile_tokens: the same bits. */
 static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                                   int64_t t, int64_t m0, const int mt, const pf_chunks *pc) {
+                                                                   int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
     const int64_t K = l->w->K, nb = K / 16;
     const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
     const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
@@ -168,11 +143,10 @@ static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_li
     __m256 acc[2][2];
     for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + PF_BYTES);
-        pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + PF_BYTES + 64);
-#ifdef PF_SF
-        if ((b & 3) == 0) pf_line(SF0, K, pc, t * K + 16 * b + PF_BYTES / 8);
-#endif
+        if (m0 == 0) { /* later token groups find the tile in L2 */
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES + 64);
+        }
         __m256 swh[2];
         e4m3x16_div256(_mm_load_si128((const __m128i *)(SF + 16 * b)), &swh[0], &swh[1]);
         for (int h = 0; h < 2; h++) {
@@ -227,17 +201,16 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
-        /* Chunks of CHUNK tiles, claimed one ahead (pf_chunks). */
-        const int64_t nchunks = (tiles + CHUNK - 1) / CHUNK;
+        /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
+        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
         int64_t c, cn;
 #pragma omp atomic capture
         c = next_chunk++;
         while (c < nchunks) {
 #pragma omp atomic capture
             cn = next_chunk++;
-            const int64_t t1 = (c + 1) * CHUNK < tiles ? (c + 1) * CHUNK : tiles;
-            const pf_chunks pc = {t1, cn < nchunks ? cn * CHUNK : 0, cn < nchunks ? ((cn + 1) * CHUNK < tiles ? (cn + 1) * CHUNK : tiles) : 0};
-            for (int64_t t = c * CHUNK; t < t1; t++)
+            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
                 for (int64_t m0 = 0; m0 < M; m0 += MT) {
                     switch (M - m0 < MT ? M - m0 : MT) {
                     case 1: tile_tokens_1pass(l, toks, tstride, t, m0, 1, &pc); break;
