@@ -238,7 +238,7 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
     }
     static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 33, 1, 2, 6};
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-        /* the last three: several chunks of tiles (test_nvfp4_maddubs_chunks) */
+        /* the last three: several chunks of tiles (test_nvfp4_w4a4_chunks) */
         const int64_t M = Ms[mi], N = mi < 10 ? 40 + (int64_t)mi : 217 - (int64_t)mi, K = 272;
         tw t = tw_make(TP_NVFP4, N, K, 3, 1);
         float *x = malloc((size_t)(M * K) * 4), *ya = malloc((size_t)(M * N) * 4), *yb = malloc((size_t)(M * N) * 4);
@@ -254,22 +254,26 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
     }
 }
 
-/* The AVX2 NVFP4 W4A4 row hands its 16-row tiles to the threads in chunks of 4, each thread
- * claiming its next chunk before it starts the current one (the weight prefetch runs on into it),
- * and runs M <= 2 in one pass over K, M >= 3 in two: N = 217 (14 tiles: 3 full chunks, a last
- * chunk of 2 tiles, the last tile partial), 2 threads, every path, bf16 and f32 x, against the
- * _ref row; y starts as NaN, so a tile nobody ran fails. */
-static void test_nvfp4_maddubs_chunks(void **state) {
+/* The NVFP4 W4A4 rows hand their 16-row tiles to the threads in chunks of 4, each thread claiming
+ * its next chunk before it starts the current one (the weight prefetch runs on into it,
+ * tile_prefetch.h); the AVX2 row runs M <= 2 in one pass over K, M >= 3 in two. N = 217 (14
+ * tiles: 3 full chunks, a last chunk of 2 tiles, the last tile partial), 2 threads, each path
+ * (VNNI: M = 6, 8 take the tile pairs), bf16 and f32 x, against the _ref row; y starts as NaN,
+ * so a tile nobody ran fails. */
+static void test_nvfp4_w4a4_chunks(void **state) {
     (void)state;
-    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a4_maddubs");
-    assert_non_null(k);
-    if ((k->need & moq_cpu_features()) != k->need) {
-        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
-        return;
+    static const char *rows[] = {"cpu_avx2_nvfp4_w4a4_maddubs", "cpu_avx512_nvfp4_w4a4_vnni16"};
+    static const int64_t Ms[] = {1, 2, 3, 6, 8, 13};
+    for (size_t r = 0; r < 2; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
-    static const int64_t Ms[] = {1, 2, 3, 6, 8};
-    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
-        check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
 /* FP8 per-tensor (static) and per-channel/per-token rows on activations shaped like SmolLM2-135M's
@@ -444,7 +448,7 @@ int main(void) {
         cmocka_unit_test(test_choice_follows_cpu_mask),
         cmocka_unit_test(test_m_ranges),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
-        cmocka_unit_test(test_nvfp4_maddubs_chunks),
+        cmocka_unit_test(test_nvfp4_w4a4_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };
