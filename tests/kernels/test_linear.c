@@ -212,10 +212,6 @@ static void test_e4m3_nan_codes(void **state) {
     assert_true(rows >= 4); /* the four e4m3 pairs' _ref rows at least */
 }
 
-/* The NVFP4 W4A4 block dot products are exact integers on both the AVX2 (vpmaddubsw) and the
- * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
- * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
- * chunks of both). Runs where the CPU has both. */
 /* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
  * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
 static void test_nvfp4_w4a16_avx2_decode(void **state) {
@@ -229,6 +225,10 @@ static void test_nvfp4_w4a16_avx2_decode(void **state) {
     for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
+/* The NVFP4 W4A4 block dot products are exact integers on both the AVX2 (vpmaddubsw) and the
+ * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
+ * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
+ * chunks of both). Runs where the CPU has both. */
 static void test_nvfp4_maddubs_equals_vnni(void **state) {
     (void)state;
     const uint32_t f = moq_cpu_features();
@@ -236,9 +236,10 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
         print_message("skip: cpu (%s) lacks avx512vnni\n", moq_cpu_features_str());
         return;
     }
-    static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 33};
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 33, 1, 2, 6};
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-        const int64_t M = Ms[mi], N = 40 + (int64_t)mi, K = 272;
+        /* the last three: several chunks of tiles (test_nvfp4_w4a4_chunks) */
+        const int64_t M = Ms[mi], N = mi < 10 ? 40 + (int64_t)mi : 217 - (int64_t)mi, K = 272;
         tw t = tw_make(TP_NVFP4, N, K, 3, 1);
         float *x = malloc((size_t)(M * K) * 4), *ya = malloc((size_t)(M * N) * 4), *yb = malloc((size_t)(M * N) * 4);
         fill(x, (size_t)(M * K), urand(0.1f, 10.0f));
@@ -250,6 +251,28 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
                          (double)yb[i]);
         free(x), free(ya), free(yb);
         tw_free(&t);
+    }
+}
+
+/* The NVFP4 W4A4 rows hand their 16-row tiles to the threads in chunks of 4, each thread claiming
+ * its next chunk before it starts the current one (the weight prefetch runs on into it,
+ * tile_prefetch.h); the AVX2 row runs M <= 2 in one pass over K, M >= 3 in two. N = 217 (14
+ * tiles: 3 full chunks, a last chunk of 2 tiles, the last tile partial), 2 threads, each path
+ * (VNNI: M = 6, 8 take the tile pairs), bf16 and f32 x, against the _ref row; y starts as NaN,
+ * so a tile nobody ran fails. */
+static void test_nvfp4_w4a4_chunks(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx2_nvfp4_w4a4_maddubs", "cpu_avx512_nvfp4_w4a4_vnni16"};
+    static const int64_t Ms[] = {1, 2, 3, 6, 8, 13};
+    for (size_t r = 0; r < 2; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
 }
 
@@ -425,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_choice_follows_cpu_mask),
         cmocka_unit_test(test_m_ranges),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
+        cmocka_unit_test(test_nvfp4_w4a4_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };

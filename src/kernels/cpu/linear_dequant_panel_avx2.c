@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define KC 256
@@ -173,16 +174,19 @@ static inline __attribute__((always_inline)) void row_fix(const moq_pair_id pair
 
 /* Tokens [0, mr) of X (row stride K) over columns [k0, k1) of tile t, added into C (16 per token). */
 static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, const moq_pair_id pair, int64_t t,
-                                                            const float *X, float *C, const int mr, int64_t k0, int64_t k1) {
+                                                            const float *X, float *C, const int mr, int64_t k0, int64_t k1,
+                                                            const moq_pf_chunks *pc) {
     const int64_t K = l->w->K;
     const size_t unit = pair == MOQ_PAIR_F32 ? 4 : 2;
     const uint8_t *pk = (const uint8_t *)l->packed + (size_t)(t * K) * 16 * unit;
     if (mr <= 2) {
+        const int64_t tb = K * 16 * (int64_t)unit; /* bytes per tile; two columns = 64 (bf16, f16) or 128 bytes */
         __m256 acc[2][2][2]; /* [token][half][chain]: k unrolled by 2 so every index is a constant (registers) */
         for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
         int64_t k = k0;
         for (; k + 1 < k1; k += 2) {
             const uint8_t *p = pk + (size_t)k * 16 * unit;
+            for (int j = 0; j < 32 * (int)unit; j += 64) moq_pf_line(l->packed, tb, pc, t * tb + k * 16 * (int64_t)unit + MOQ_PF_BYTES + j);
             __m256 a, b, c, d;
             wcol(pair, p, &a, &b), wcol(pair, p + 16 * unit, &c, &d);
             for (int i = 0; i < mr; i++) {
@@ -231,8 +235,9 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
 }
 
 /* One instance per (pair, token count): the widening and the token loop are fixed at compile time. */
-static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, float *C, int mr, int64_t k0, int64_t k1) {
-#define CASE(pr, n) case n: gemv_tile(l, pr, t, X, C, n, k0, k1); break;
+static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, float *C, int mr, int64_t k0, int64_t k1,
+                     const moq_pf_chunks *pc) {
+#define CASE(pr, n) case n: gemv_tile(l, pr, t, X, C, n, k0, k1, pc); break;
 #define PAIR(pr) switch (mr) { CASE(pr, 1) CASE(pr, 2) CASE(pr, 3) CASE(pr, 4) CASE(pr, 5) CASE(pr, 6) default: break; }
     switch (l->pair) {
     case MOQ_PAIR_BF16: PAIR(MOQ_PAIR_BF16) break;
@@ -244,13 +249,13 @@ static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, floa
 }
 
 /* C (zeroed) += tile t for all M <= GEMV_M tokens. */
-static void gemv_tiles(const moq_linear_launch *l, int64_t t, const float *X, float *C) {
+static void gemv_tiles(const moq_linear_launch *l, int64_t t, const float *X, float *C, const moq_pf_chunks *pc) {
     const int64_t M = l->M, K = l->w->K;
-    if (M <= GEMV_G) { gemv_any(l, t, X, C, (int)M, 0, K); return; }
+    if (M <= GEMV_G) { gemv_any(l, t, X, C, (int)M, 0, K, pc); return; }
     for (int64_t k0 = 0; k0 < K; k0 += GEMV_KC) {
         const int64_t k1 = K - k0 < GEMV_KC ? K : k0 + GEMV_KC;
-        gemv_any(l, t, X, C, 4, k0, k1);
-        gemv_any(l, t, X + 4 * K, C + 64, (int)M - 4, k0, k1);
+        gemv_any(l, t, X, C, 4, k0, k1, pc);
+        gemv_any(l, t, X + 4 * K, C + 64, (int)M - 4, k0, k1, pc);
     }
 }
 
@@ -265,6 +270,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
     float *X = l->ws, *sm = X + M * K;
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
+    int64_t next_chunk = 0;
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
@@ -272,21 +278,36 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+        if (gemv_fits(l)) {
+            /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
+             * thread's own next chunk (tile_prefetch.h). */
+            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+            int64_t c, cn;
+#pragma omp atomic capture
+            c = next_chunk++;
+            while (c < nchunks) {
+#pragma omp atomic capture
+                cn = next_chunk++;
+                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++) {
+                    memset(C, 0, (size_t)M * 64);
+                    gemv_tiles(l, t, X, C, &pc);
+                    moq_y_store_tile16(l, C, sm, t);
+                }
+                c = cn;
+            }
+        } else {
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++) {
-            memset(C, 0, (size_t)M * 64);
-            if (gemv_fits(l)) {
-                gemv_tiles(l, t, X, C);
+            for (int64_t t = 0; t < tiles; t++) {
+                memset(C, 0, (size_t)M * 64);
+                for (int64_t k0 = 0; k0 < K; k0 += KC) {
+                    const int kc = (int)(K - k0 < KC ? K - k0 : KC);
+                    const float *Pt = decode_panel(l, t, k0, kc, P);
+                    for (int64_t m0 = 0; m0 < M; m0 += MR)
+                        micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                }
                 moq_y_store_tile16(l, C, sm, t);
-                continue;
             }
-            for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                const int kc = (int)(K - k0 < KC ? K - k0 : KC);
-                const float *Pt = decode_panel(l, t, k0, kc, P);
-                for (int64_t m0 = 0; m0 < M; m0 += MR)
-                    micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
-            }
-            moq_y_store_tile16(l, C, sm, t);
         }
     }
     return MOQ_OK;

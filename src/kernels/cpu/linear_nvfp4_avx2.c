@@ -11,10 +11,13 @@
  * Every operation after the integer sum is the one linear_nvfp4_avx512.c does, in the same order,
  * so the two rows give the same bits (tests/kernels/test_linear.c checks it where both run).
  *
- * Tokens: MT per pass over a tile, one 8-row half at a time (MT accumulators); the tile's codes
- * (K/2 + K/16 bytes per 16 rows) stay in L1/L2 between passes. Activations: moq_act_nvfp4_avx2
- * (bit-exact twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
- * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: test_linear.c.
+ * Tokens: M <= 2 (decode) in one pass over K with both 8-row halves per block (tile_tokens_1pass);
+ * 3..6 per pass one 8-row half at a time (MT accumulators), the tile's codes (K/2 + K/16 bytes
+ * per 16 rows) staying in L1/L2 between the two passes. Activations: moq_act_nvfp4_avx2 (bit-exact
+ * twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
+ * Threads: OpenMP, chunks of 4 tiles claimed one ahead; the first pass over a tile prefetches the
+ * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h).
+ * Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
 #include <omp.h>
@@ -22,6 +25,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MT 6
@@ -38,6 +42,18 @@ static inline __m256 e4m3x8_div256(__m128i c8) {
     t = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
     const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7F));
     return _mm256_cvtph_ps(_mm_or_si128(t, nan));
+}
+
+/* 16 e4m3 codes (both 8-row halves of a block) -> f32 / 256, exact, as e4m3x8_div256 but the
+ * integer steps once on 16 lanes: 10 vector ops for 16 scales instead of 16. */
+static inline void e4m3x16_div256(__m128i c16, __m256 *lo, __m256 *hi) {
+    const __m256i w = _mm256_cvtepu8_epi16(c16);
+    __m256i t = _mm256_slli_epi16(w, 7);
+    t = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
+    t = _mm256_or_si256(t, nan);
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(t));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(t, 1));
 }
 
 static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, uint8_t *tmp) {
@@ -59,10 +75,10 @@ static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); r
 
 /* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                             int64_t t, int64_t m0, const int mt) {
+                                                             int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
     const int64_t K = l->w->K, nb = K / 16;
-    const uint8_t *W = (const uint8_t *)l->packed + t * (K / 8) * 64;
-    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16;
+    const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
+    const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     /* One half (8 rows) at a time over all of K: mt accumulators + 4 planes + constants fit the 16
@@ -71,6 +87,10 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     for (int h = 0; h < 2; h++) {
         for (int i = 0; i < mt; i++) acc[i][h] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
+            if (h == 0 && m0 == 0) { /* the first pass over the tile streams it from DRAM */
+                moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
+                moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES + 64);
+            }
             const __m256 sw = e4m3x8_div256(_mm_loadl_epi64((const __m128i *)(SF + 16 * b + 8 * h)));
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 128 * b + 32 * h));
             const __m256i v1 = _mm256_load_si256((const __m256i *)(W + 128 * b + 64 + 32 * h));
@@ -107,11 +127,70 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     }
 }
 
+/* Decode (mt <= 2): both 8-row halves of each block in one pass over K, so the weight stream
+ * from DRAM overlaps the arithmetic. Two passes (tile_tokens) read the tile from DRAM in the first
+ * and from L2 in the second, with DRAM idle: at M = 1 that measured 17-18 GB/s of weights per
+ * thread against ~28 for either alone (compute with the tile in L2, or one core's DRAM share).
+ * 2·mt accumulators + 4 planes of one half + constants fit 16 ymm for mt <= 2. Per row the same
+ * integer sums and f32 steps in the same order as tile_tokens: the same bits. */
+static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
+                                                                   int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
+    const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
+    const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[2][2];
+    for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        if (m0 == 0) { /* later token groups find the tile in L2 */
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES + 64);
+        }
+        __m256 swh[2];
+        e4m3x16_div256(_mm_load_si128((const __m128i *)(SF + 16 * b)), &swh[0], &swh[1]);
+        for (int h = 0; h < 2; h++) {
+            const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 128 * b + 32 * h));
+            const __m256i v1 = _mm256_load_si256((const __m256i *)(W + 128 * b + 64 + 32 * h));
+            const __m256i lo0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v0, low4));
+            const __m256i hi0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
+            const __m256i lo1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v1, low4));
+            const __m256i hi1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
+            for (int i = 0; i < mt; i++) {
+                const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
+                const int8_t *a = (const int8_t *)tok + 16 * b;
+                const int32_t *aof = (const int32_t *)(tok + K);
+                const float *sfa = (const float *)(aof + nb);
+                const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
+                const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
+                const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
+                const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
+                const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
+                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(swh[h], _mm256_set1_ps(sfa[b])), acc[i][h]);
+            }
+        }
+    }
+    const int64_t N = l->w->N;
+    for (int i = 0; i < mt; i++) {
+        float v[16];
+        _mm256_storeu_ps(v, acc[i][0]);
+        _mm256_storeu_ps(v + 8, acc[i][1]);
+        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
+            const int64_t n = 16 * t + r;
+            float y = v[r] * l->row_scale[n];
+            if (l->w->bias) y += l->w->bias[n];
+            moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
+        }
+    }
+}
+
 moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
     const size_t tstride = token_bytes(K);
     uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
+    int64_t next_chunk = 0;
     /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
     if (M <= 4)
         for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
@@ -122,18 +201,28 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++)
-            for (int64_t m0 = 0; m0 < M; m0 += MT) {
-                switch (M - m0 < MT ? M - m0 : MT) {
-                case 1: tile_tokens(l, toks, tstride, t, m0, 1); break;
-                case 2: tile_tokens(l, toks, tstride, t, m0, 2); break;
-                case 3: tile_tokens(l, toks, tstride, t, m0, 3); break;
-                case 4: tile_tokens(l, toks, tstride, t, m0, 4); break;
-                case 5: tile_tokens(l, toks, tstride, t, m0, 5); break;
-                default: tile_tokens(l, toks, tstride, t, m0, 6); break;
+        /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
+        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+        int64_t c, cn;
+#pragma omp atomic capture
+        c = next_chunk++;
+        while (c < nchunks) {
+#pragma omp atomic capture
+            cn = next_chunk++;
+            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+                for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                    switch (M - m0 < MT ? M - m0 : MT) {
+                    case 1: tile_tokens_1pass(l, toks, tstride, t, m0, 1, &pc); break;
+                    case 2: tile_tokens_1pass(l, toks, tstride, t, m0, 2, &pc); break;
+                    case 3: tile_tokens(l, toks, tstride, t, m0, 3, &pc); break;
+                    case 4: tile_tokens(l, toks, tstride, t, m0, 4, &pc); break;
+                    case 5: tile_tokens(l, toks, tstride, t, m0, 5, &pc); break;
+                    default: tile_tokens(l, toks, tstride, t, m0, 6, &pc); break;
+                    }
                 }
-            }
+            c = cn;
+        }
     }
     return MOQ_OK;
 }

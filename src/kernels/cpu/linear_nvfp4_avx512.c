@@ -18,8 +18,10 @@
  *                                   decode's 2^-8, ·1/4 for the two doublings)
  *   y[m, n] = alpha[n] · Σ_b f32(int_b) · (D4(SFw)/256 · SFa)  (+ bias), alpha = f32(is · ws2[shard])
  *
- * Threads: OpenMP over 16-row tiles (pairs of tiles for M = PMIN..MP); tokens in chunks of MT, so one tile's weights (K·9 bytes,
- * L1/L2-resident) are decoded once per chunk. Reference: linear_ref.c. Test: test_linear.c.
+ * Threads: OpenMP over chunks of 4 tiles claimed one ahead, the first token group prefetching the
+ * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h); pairs of tiles for
+ * M = PMIN..MP; tokens in groups of MT, so one tile's weights (K·9 bytes, L1/L2-resident) are
+ * decoded once per group. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
 #include <omp.h>
@@ -27,6 +29,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MT 12 /* tokens per pass over a tile: 12 f32 accumulators + 4 weight planes + scales */
@@ -78,8 +81,9 @@ static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); r
 
 /* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                             int64_t t, int64_t m0, const int mt) {
+                                                             int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
     const int64_t K = l->w->K, nb = K / 16;
+    const uint8_t *W0 = (const uint8_t *)l->packed;
     const uint8_t *W = (const uint8_t *)l->packed + t * (K / 8) * 64;
     const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16;
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -87,6 +91,10 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     __m512 acc[MT];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        if (pc && m0 == 0) { /* the first token group streams the tile from DRAM */
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
+            moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES + 64);
+        }
         const __m512i w0 = _mm512_load_si512(W + 128 * b), w1 = _mm512_load_si512(W + 128 * b + 64);
         const __m512i lo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(w0, low4));
         const __m512i hi0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low4));
@@ -193,6 +201,7 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
     const size_t tstride = token_bytes(K);
     uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
+    int64_t next_chunk = 0;
     /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
     if (M <= 4)
         for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
@@ -209,22 +218,32 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
                 if (t + 1 < tiles) tile_pair_any(l, toks, tstride, t, 0, (int)M);
                 else
                     switch (M) {
-#define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n); break;
+#define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n, NULL); break;
                         CASE(6) CASE(7) CASE(8)
 #undef CASE
                     default: break;
                     }
             }
         } else {
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++)
-            for (int64_t m0 = 0; m0 < M; m0 += MT) {
-                switch (M - m0 < MT ? M - m0 : MT) {
-#define CASE(n) case n: tile_tokens(l, toks, tstride, t, m0, n); break;
-                    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+            /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
+            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+            int64_t c, cn;
+#pragma omp atomic capture
+            c = next_chunk++;
+            while (c < nchunks) {
+#pragma omp atomic capture
+                cn = next_chunk++;
+                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+                    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                        switch (M - m0 < MT ? M - m0 : MT) {
+#define CASE(n) case n: tile_tokens(l, toks, tstride, t, m0, n, &pc); break;
+                            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
 #undef CASE
-                default: break;
-                }
+                        default: break;
+                        }
+                    }
+                c = cn;
             }
         }
     }
