@@ -175,7 +175,7 @@ moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_err
     const size_t tb = thread_bytes(w);
     /* M <= 8 (a batched decode step): rows prepared before the team starts, so the join is the
        only sync point: a row takes a few us, a barrier on the shared 2-vCPU VM 20-75 us of CPU
-       with a passive wait policy (docs/PERFORMANCE.md "Serving": server CPU per token) */
+       with a passive wait policy (docs/PERFORMANCE.md "Server CPU per token: where it goes") */
     if (M <= SERIAL_PREP_M)
         for (int64_t m = 0; m < M; m++) prepare(l, m, Xp, sm, (float *)thr0, thr0 + al64((size_t)k4(w) * 4));
 #pragma omp parallel num_threads(l->n_threads)
