@@ -4,7 +4,9 @@
 Drives C concurrent streaming clients against /v1/completions, each sending R requests one after
 another (greedy, ignore nothing: every request asks for --max-tokens and the synthetic models rarely
 stop early; the count comes from the usage chunk), and reports for each concurrency:
-requests/s, output tokens/s (total), time to first token p50/p99, inter-token latency p50/p99.
+requests/s, output tokens/s (total), time to first token p50/p99, inter-token latency p50/p99;
+with --server-pid also the output tokens per CPU-second of the server and, after the runs, the
+server's CPU over --idle-s seconds with no request (a server that polls or spins shows it there).
 Standard library only (http.client, threads).
 
   moq serve DIR --port 8080 --max-batch 8 &
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--server-pid", type=int, default=0,
                     help="the server's pid: also report output tokens per CPU-second of the server (robust on a loaded machine)")
+    ap.add_argument("--idle-s", type=float, default=2.0, help="with --server-pid: seconds to measure the idle server's CPU after the runs")
     a = ap.parse_args()
     rows = [run(a.url, int(c), a.requests, a.max_tokens, a.api_key, a.server_pid) for c in a.clients.split(",")]
     print(f"{'clients':>7} {'requests':>8} {'req/s':>7} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'tok/cpu-s':>9}  (ms)")
@@ -105,6 +108,11 @@ def main():
     if len(rows) > 1 and rows[0]["tok_s"] > 0:
         print(f"total output tok/s at {rows[-1]['clients']} clients / at {rows[0]['clients']}: {rows[-1]['tok_s'] / rows[0]['tok_s']:.2f}x"
               + (f"; per server CPU-second: {rows[-1]['tok_per_cpu_s'] / rows[0]['tok_per_cpu_s']:.2f}x" if a.server_pid else ""))
+    if a.server_pid and a.idle_s > 0:
+        c0 = cpu_s(a.server_pid)
+        time.sleep(a.idle_s)
+        idle = cpu_s(a.server_pid) - c0
+        print(f"idle server: {1e3 * idle:.0f} ms CPU in {a.idle_s:g} s ({100 * idle / a.idle_s:.1f} % of one core; /proc resolution 10 ms)")
     print(json.dumps(rows))
 
 

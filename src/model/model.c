@@ -1257,6 +1257,13 @@ static inline float dot16(const float *a, const float *b, int64_t n) {
     return acc[0] + acc[1] + t;
 }
 
+/* Below this many cached values read by a step's attention (rows x heads x positions x D, K and
+ * V), one thread runs it: waking the team costs more than the work. On the 2-vCPU KVM machine of
+ * docs/PERFORMANCE.md "Serving" an OpenMP region costs 50-75 us of CPU with OMP_WAIT_POLICY=passive
+ * (futex wake and join), about what one core takes for 2^19 values; a batch-1 decode step at a
+ * short context was 4 of its 21 regions. Each task's arithmetic is the same either way. */
+#define ATTN_SERIAL_VALUES ((int64_t)1 << 19)
+
 /* Causal attention of the step's M rows over their sequences' caches (row i at position rpos[i]
  * sees its sequence's positions up to rpos[i]), one (token, head) per task; a sliding-window layer
  * (window W > 0) sees positions npos - W .. npos - 1 (the last W, the current one included;
@@ -1266,7 +1273,9 @@ static void attention(moq_model *m, int64_t l, int64_t M) {
     const int64_t A = m->A, D = ly->D, grp = A / ly->KV, qkvN = ly->qkvN, W = ly->window, qh = ly->qh;
     const int64_t kl = m->layers[l].kvl, C = m->layers[l].chunk;
     const float sc = m->attn_scale, cap = (float)m->gc.attn_logit_softcapping;
-#pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1)
+    int64_t values = 0; /* an upper bound: the whole prefix of each row */
+    for (int64_t i = 0; i < M; i++) values += (m->rpos[i] + 1) * 2 * A * D;
+#pragma omp parallel for num_threads(m->n_threads) schedule(dynamic, 1) if (values >= ATTN_SERIAL_VALUES)
     for (int64_t t = 0; t < M * A; t++) {
         const int64_t i = t / A, hd = t % A, kvh = hd / grp, npos = m->rpos[i] + 1;
         const int64_t p_lo = C > 0 ? (npos - 1) / C * C : W > 0 && npos > W ? npos - W : 0; /* chunk, or window */

@@ -541,16 +541,20 @@ static cJSON *logprob_entry(server *s, const req *r, const float *lg, int32_t id
     cJSON_AddStringToObject(e, "token", t);
     cJSON_AddItemToObject(e, "bytes", by);
     cJSON_AddNumberToObject(e, "logprob", (double)lg[id] - lse);
+    /* the k largest in (logit desc, id asc) order, one pass over the vocabulary: best[] is kept
+       sorted, and id i (ids rising) goes after every kept entry whose logit is >= its own, so
+       ties keep the lower id first (was k passes, each testing every id against the chosen) */
     int32_t best[MAX_TOP_LOGPROBS];
+    const int K = r->logprobs < s->V ? r->logprobs : (int)s->V;
     int nb = 0;
-    for (int k = 0; k < r->logprobs; k++) { /* k-th largest, lowest id on ties */
-        int32_t bi = -1;
-        for (int64_t i = 0; i < s->V; i++) {
-            bool used = false;
-            for (int q = 0; q < nb; q++) used |= best[q] == i;
-            if (!used && (bi < 0 || lg[i] > lg[bi])) bi = (int32_t)i;
-        }
-        best[nb++] = bi;
+    for (int64_t i = 0; i < s->V && K > 0; i++) {
+        if (nb == K && !(lg[i] > lg[best[K - 1]])) continue;
+        int q = nb < K ? nb++ : K - 1;
+        for (; q > 0 && lg[i] > lg[best[q - 1]]; q--) best[q] = best[q - 1];
+        best[q] = (int32_t)i;
+    }
+    for (int k = 0; k < nb; k++) {
+        const int32_t bi = best[k];
         cJSON *x = cJSON_CreateObject(), *xb = cJSON_CreateArray();
         token_text(s, bi, t, sizeof t, xb);
         cJSON_AddStringToObject(x, "token", t);

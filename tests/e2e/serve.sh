@@ -74,6 +74,24 @@ EOF
 # logprobs, stop strings, seeded sampling
 code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":2}')
 [ "$code" = 200 ] && [ "$(field '["choices"][0]["logprobs"]["content"][0]["top_logprobs"].__len__()' <"$TMP/body")" = 2 ] || { echo "FAIL: logprobs"; cat "$TMP/body"; fail=1; }
+# top 20 and top 3 of the same greedy tokens: each list in non-increasing order, the
+# greedy token first, the top 3 the first 3 of the top 20, the probabilities summing to at most 1
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":20}' >/dev/null
+cp "$TMP/body" "$TMP/lp20"
+post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":3}' >/dev/null
+python3 - "$TMP/lp20" "$TMP/body" <<'EOF' || { echo "FAIL: top_logprobs order"; fail=1; }
+import json, math, sys
+a, b = (json.load(open(f))["choices"][0]["logprobs"]["content"] for f in sys.argv[1:3])
+assert len(a) == len(b) >= 1, (len(a), len(b))
+for ea, eb in zip(a, b):
+    ta, tb = ea["top_logprobs"], eb["top_logprobs"]
+    assert len(ta) == 20 and len(tb) == 3, (len(ta), len(tb))
+    lp = [x["logprob"] for x in ta]
+    assert all(x >= y for x, y in zip(lp, lp[1:])), lp
+    assert ta[0]["bytes"] == ea["bytes"] and abs(ta[0]["logprob"] - ea["logprob"]) < 1e-9, (ta[0], ea)
+    assert [(x["bytes"], x["logprob"]) for x in ta[:3]] == [(x["bytes"], x["logprob"]) for x in tb], (ta[:3], tb)
+    assert sum(math.exp(x) for x in lp) <= 1 + 1e-9, lp
+EOF
 a=$(post /v1/completions '{"prompt":"Hello","max_tokens":8,"temperature":0.9,"top_k":40,"seed":5}'; field '["choices"][0]["text"]' <"$TMP/body")
 b=$(post /v1/completions '{"prompt":"Hello","max_tokens":8,"temperature":0.9,"top_k":40,"seed":5}'; field '["choices"][0]["text"]' <"$TMP/body")
 [ "$a" = "$b" ] || { echo "FAIL: same seed, different text"; fail=1; }

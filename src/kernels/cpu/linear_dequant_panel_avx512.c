@@ -456,7 +456,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         }
         if (pairs2) {
             _Alignas(64) float C1[GEMV_M * 16];
-#pragma omp for schedule(dynamic, 2)
+#pragma omp for schedule(dynamic, 2) nowait /* the loop below takes only the odd last tile: no barrier between */
             for (int64_t p = 0; p < tiles / 2; p++) {
                 if (bdot) {
                     switch (M) {

@@ -164,6 +164,7 @@ static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm
     }
 }
 
+#define SERIAL_PREP_M 8
 moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
@@ -172,13 +173,15 @@ moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_err
     float *sm = (float *)((uint8_t *)l->ws + xp_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)sm + al64((size_t)M * 4);
     const size_t tb = thread_bytes(w);
-    /* M <= 4: rows prepared before the team starts (the join is then the only sync point) */
-    if (M <= 4)
+    /* M <= 8 (a batched decode step): rows prepared before the team starts, so the join is the
+       only sync point: a row takes a few us, a barrier on the shared 2-vCPU VM 20-75 us of CPU
+       with a passive wait policy (docs/PERFORMANCE.md "Server CPU per token: where it goes") */
+    if (M <= SERIAL_PREP_M)
         for (int64_t m = 0; m < M; m++) prepare(l, m, Xp, sm, (float *)thr0, thr0 + al64((size_t)k4(w) * 4));
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
-        if (M > 4) {
+        if (M > SERIAL_PREP_M) {
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare(l, m, Xp, sm, (float *)mine, mine + al64((size_t)k4(w) * 4));
         }
