@@ -276,6 +276,29 @@ static void test_nvfp4_w4a4_chunks(void **state) {
     }
 }
 
+/* The e4m3 k4fma rows (every FP8 pair and MXFP8, both tiers) take their tiles in chunks claimed one
+ * ahead like the NVFP4 rows (test above) and prefetch only in the first pass over a tile when M
+ * needs several (AVX2: 6 tokens per pass, 3 block-scaled; AVX-512: 8, 6). N = 217 (14 tiles, the
+ * last partial), K = 256 (two 128-blocks, eight MXFP8 blocks), 2 threads, f32 and bf16 x, against
+ * the _ref row with y poisoned to NaN. */
+static void test_fp8_k4fma_chunks(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx2_fp8_tensor_k4fma",   "cpu_avx2_fp8_row_k4fma",   "cpu_avx2_fp8_blk128_k4fma",
+                                 "cpu_avx2_mxfp8_k4fma",        "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_row_k4fma",
+                                 "cpu_avx512_fp8_blk128_k4fma", "cpu_avx512_mxfp8_k4fma"};
+    static const int64_t Ms[] = {1, 2, 4, 7, 13};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 217, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+}
+
 /* FP8 per-tensor (static) and per-channel/per-token rows on activations shaped like SmolLM2-135M's
  * (where the CPU tiers' perplexities differ by a few %): fused q/k/v [960 x 576] in 3 shards of
  * different input scales, down_proj [576 x 1536]; M = 32 and 21 (moq eval's prefill chunks) and 1;
@@ -449,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_m_ranges),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
         cmocka_unit_test(test_nvfp4_w4a4_chunks),
+        cmocka_unit_test(test_fp8_k4fma_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };
