@@ -299,6 +299,25 @@ static void test_fp8_k4fma_chunks(void **state) {
     }
 }
 
+/* The AVX-512 panel rows (every pair; BF16 weights at M <= 2 prefetch along the chunks) take tiles
+ * the same way. N = 233 (15 tiles: an odd last tile for the BF16 two-tile pass at M = 2..8, the last
+ * partial), the one-tile GEMV (bf16 x), the f32 panel (f32 x: the lm_head) and prefill M. */
+static void test_panel512_chunks(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx512_bf16_bf16dot", "cpu_avx512_bf16_dequant_fma", "cpu_avx512_fp8_tensor_dequant_fma"};
+    static const int64_t Ms[] = {1, 1, 2, 3, 9, 17};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 233, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+}
+
 /* FP8 per-tensor (static) and per-channel/per-token rows on activations shaped like SmolLM2-135M's
  * (where the CPU tiers' perplexities differ by a few %): fused q/k/v [960 x 576] in 3 shards of
  * different input scales, down_proj [576 x 1536]; M = 32 and 21 (moq eval's prefill chunks) and 1;
@@ -473,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
         cmocka_unit_test(test_nvfp4_w4a4_chunks),
         cmocka_unit_test(test_fp8_k4fma_chunks),
+        cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };
