@@ -258,8 +258,8 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
  * its next chunk before it starts the current one (the weight prefetch runs on into it,
  * tile_prefetch.h); the AVX2 row runs M <= 2 in one pass over K, M >= 3 in two. N = 217 (14
  * tiles: 3 full chunks, a last chunk of 2 tiles, the last tile partial), 2 threads, each path
- * (VNNI: M = 6, 8 take the tile pairs), bf16 and f32 x, against the _ref row; y starts as NaN,
- * so a tile nobody ran fails. */
+ * (VNNI: M = 6..8 take the tile pairs, N = 233 an odd last tile), bf16 and f32 x, against the
+ * _ref row; y starts as NaN, so a tile nobody ran fails. */
 static void test_nvfp4_w4a4_chunks(void **state) {
     (void)state;
     static const char *rows[] = {"cpu_avx2_nvfp4_w4a4_maddubs", "cpu_avx512_nvfp4_w4a4_vnni16"};
@@ -273,6 +273,8 @@ static void test_nvfp4_w4a4_chunks(void **state) {
         }
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        for (int64_t M = 6; M <= 8; M++) /* 15 tiles: the VNNI tile pairs' odd last tile, alone in the last chunk */
+            check_row(k, M, 233, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
 }
 
