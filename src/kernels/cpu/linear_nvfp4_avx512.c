@@ -20,7 +20,7 @@
  *
  * Threads: OpenMP over chunks of 4 tiles claimed one ahead, the first token group prefetching the
  * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h); pairs of tiles for
- * M = PMIN..MP; tokens in groups of MT, so one tile's weights (K·9 bytes, L1/L2-resident) are
+ * M = PMIN..MP (whole pairs per chunk, both tiles prefetched); tokens in groups of MT, so one tile's weights (K·9 bytes, L1/L2-resident) are
  * decoded once per group. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
