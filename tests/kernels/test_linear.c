@@ -258,8 +258,8 @@ static void test_nvfp4_maddubs_equals_vnni(void **state) {
  * its next chunk before it starts the current one (the weight prefetch runs on into it,
  * tile_prefetch.h); the AVX2 row runs M <= 2 in one pass over K, M >= 3 in two. N = 217 (14
  * tiles: 3 full chunks, a last chunk of 2 tiles, the last tile partial), 2 threads, each path
- * (VNNI: M = 6, 8 take the tile pairs), bf16 and f32 x, against the _ref row; y starts as NaN,
- * so a tile nobody ran fails. */
+ * (VNNI: M = 6..8 take the tile pairs, N = 233 an odd last tile), bf16 and f32 x, against the
+ * _ref row; y starts as NaN, so a tile nobody ran fails. */
 static void test_nvfp4_w4a4_chunks(void **state) {
     (void)state;
     static const char *rows[] = {"cpu_avx2_nvfp4_w4a4_maddubs", "cpu_avx512_nvfp4_w4a4_vnni16"};
@@ -273,6 +273,50 @@ static void test_nvfp4_w4a4_chunks(void **state) {
         }
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        for (int64_t M = 6; M <= 8; M++) /* 15 tiles: the VNNI tile pairs' odd last tile, alone in the last chunk */
+            check_row(k, M, 233, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+}
+
+/* The e4m3 k4fma rows (every FP8 pair and MXFP8, both tiers) take their tiles in chunks claimed one
+ * ahead like the NVFP4 rows (test above) and prefetch only in the first pass over a tile when M
+ * needs several (AVX2: 6 tokens per pass, 3 block-scaled; AVX-512: 8, 6). N = 217 (14 tiles, the
+ * last partial), K = 256 (two 128-blocks, eight MXFP8 blocks), 2 threads, f32 and bf16 x, against
+ * the _ref row with y poisoned to NaN. */
+static void test_fp8_k4fma_chunks(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx2_fp8_tensor_k4fma",   "cpu_avx2_fp8_row_k4fma",   "cpu_avx2_fp8_blk128_k4fma",
+                                 "cpu_avx2_mxfp8_k4fma",        "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_row_k4fma",
+                                 "cpu_avx512_fp8_blk128_k4fma", "cpu_avx512_mxfp8_k4fma"};
+    static const int64_t Ms[] = {1, 2, 4, 7, 13};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 217, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+}
+
+/* The AVX-512 panel rows (every pair; BF16 weights at M <= 2 prefetch along the chunks) take tiles
+ * the same way. N = 233 (15 tiles: an odd last tile for the BF16 two-tile pass at M = 2..8, the last
+ * partial), the one-tile GEMV (bf16 x), the f32 panel (f32 x: the lm_head) and prefill M. */
+static void test_panel512_chunks(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx512_bf16_bf16dot", "cpu_avx512_bf16_dequant_fma", "cpu_avx512_fp8_tensor_dequant_fma"};
+    static const int64_t Ms[] = {1, 1, 2, 3, 9, 17};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+            check_row(k, Ms[i], 233, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
 }
 
@@ -449,6 +493,8 @@ int main(void) {
         cmocka_unit_test(test_m_ranges),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
         cmocka_unit_test(test_nvfp4_w4a4_chunks),
+        cmocka_unit_test(test_fp8_k4fma_chunks),
+        cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_fp8_model_shapes),
     };

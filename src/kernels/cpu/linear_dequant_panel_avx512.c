@@ -25,7 +25,8 @@
  * For M > GEMV_M these rows use the f32 panel (vdpbf16ps, one port, lost to two FMA ports there:
  * docs/PERFORMANCE.md). Calls whose activation does not qualify (NVFP4 W4A16 or BF16 weights
  * with f32 x) take the f32 panel too: same exact products, so this is not a fallback in accuracy.
- * Threads: OpenMP over 16-row tiles (N); the activation pass over M.
+ * Threads: 16-row tiles (N) in chunks claimed one ahead (tile_prefetch.h; BF16 weights at M <= 2
+ * prefetch the packed weight along them); the activation pass over M.
  */
 #include <immintrin.h>
 #include <omp.h>
@@ -34,6 +35,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define KC 256 /* panel columns: a multiple of every group along K (16, 32, 128) */
@@ -86,8 +88,9 @@ static inline __m512 e8m0x16(__m128i c) {
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(v, 23), z, _mm512_set1_epi32(0x00400000)));
 }
 
-/* Decodes columns [k0, k0+kc) of tile t into P [kc, 16] (or returns the packed f32 directly). */
-static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t k0, int kc, float *P) {
+/* Decodes columns [k0, k0+kc) of tile t into P [kc, 16] (or returns the packed f32 directly).
+ * pf (BF16 decode only, else NULL): prefetch the packed weight MOQ_PF_BYTES ahead (tile_prefetch.h). */
+static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t k0, int kc, float *P, const moq_pf_chunks *pf) {
     const moq_weight *w = l->w;
     const int64_t K = w->K;
     const uint8_t *pk = l->packed;
@@ -97,6 +100,7 @@ static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t 
         return (const float *)l->packed + (t * K + k0) * 16;
     case MOQ_PAIR_BF16:
         for (int k = 0; k < kc; k++) {
+            if (pf && !(k & 1)) moq_pf_line(pk, K * 32, pf, (t * K + k0 + k) * 32 + MOQ_PF_BYTES); /* a line per 2 k */
             const __m256i h = _mm256_load_si256((const __m256i *)(pk + ((t * K + k0 + k) * 16) * 2));
             _mm512_store_ps(P + 16 * k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
         }
@@ -268,7 +272,7 @@ static inline __m512i e4m3_pair_bf16(const uint8_t *p) {
 
 /* C[i] (16 rows of tile t) = Σ_k X[i, k] · W[row, k] for mr <= GEMV_M tokens. */
 static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, int64_t t, const uint32_t *Xb, int64_t K2,
-                                                           float *C, const int mr) {
+                                                           float *C, const int mr, const moq_pf_chunks *pf) {
     const moq_weight *w = l->w;
     const int64_t K = w->K;
     const uint8_t *pk = l->packed;
@@ -289,6 +293,8 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
         const uint8_t *q = pk + t * K * 32;
         int64_t kp = 0;
         for (; kp + 1 < K / 2; kp += 2) {
+            if (pf) /* the two lines of this step, MOQ_PF_BYTES ahead */
+                for (int j = 0; j < 128; j += 64) moq_pf_line(pk, K * 32, pf, t * K * 32 + 64 * kp + MOQ_PF_BYTES + j);
             const __m512i w0 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q + 64 * kp));
             const __m512i w1 = _mm512_permutexvar_epi16(il, _mm512_loadu_si512(q + 64 * kp + 64));
             for (int i = 0; i < mr; i++) acc[i][0] = DPB(acc[i][0], w0, Xb[i * K2 + kp]), acc[i][1] = DPB(acc[i][1], w1, Xb[i * K2 + kp + 1]);
@@ -439,6 +445,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
+    int64_t next_chunk = 0;
     /* Decode: the 1-4 rows are prepared here, before the team starts, so the only sync point is
      * the join (a barrier costs more than the rows, and far more on a shared, oversubscribed VM). */
     if (M <= GEMV_M)
@@ -477,31 +484,44 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
                 moq_y_store_tile16(l, C1, sm, 2 * p + 1);
             }
         }
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++) {
-            if (pairs2 && t < tiles / 2 * 2) continue; /* done in pairs above */
-            memset(C, 0, (size_t)M * 64);
-            if (bdot && gemv_fits(l)) {
-                switch (M) {
-#define CASE(n) case n: gemv_tile(l, t, Xb, K2, C, n); break;
-                    CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+        /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h); BF16
+         * weights at M <= 2 (the lm_head: f32 x through the panel, bf16 x in gemv_tile) prefetch the
+         * packed weight into the thread's own next chunk. */
+        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+        int64_t c, cn;
+#pragma omp atomic capture
+        c = next_chunk++;
+        while (c < nchunks) {
+#pragma omp atomic capture
+            cn = next_chunk++;
+            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+            const moq_pf_chunks *pf = l->pair == MOQ_PAIR_BF16 && M <= 2 ? &pc : NULL;
+            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++) {
+                if (pairs2 && t < tiles / 2 * 2) continue; /* done in pairs above */
+                memset(C, 0, (size_t)M * 64);
+                if (bdot && gemv_fits(l)) {
+                    switch (M) {
+#define CASE(n) case n: gemv_tile(l, t, Xb, K2, C, n, pf); break;
+                        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-                default: gemv_tile(l, t, Xb, K2, C, GEMV_M); break;
+                    default: gemv_tile(l, t, Xb, K2, C, GEMV_M, pf); break;
+                    }
+                } else
+                for (int64_t k0 = 0; k0 < K; k0 += KC) {
+                    const int kc = (int)(K - k0 < KC ? K - k0 : KC);
+                    const float *Pt = decode_panel(l, t, k0, kc, P, pf);
+                    if (bdot) {
+                        panel_to_bf16_pairs(Pt, kc, PB);
+                        for (int64_t m0 = 0; m0 < M; m0 += MR)
+                            microb_any(PB, Xb + m0 * K2 + k0 / 2, K2, kc / 2, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                    } else {
+                        for (int64_t m0 = 0; m0 < M; m0 += MR)
+                            micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+                    }
                 }
-            } else
-            for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                const int kc = (int)(K - k0 < KC ? K - k0 : KC);
-                const float *Pt = decode_panel(l, t, k0, kc, P);
-                if (bdot) {
-                    panel_to_bf16_pairs(Pt, kc, PB);
-                    for (int64_t m0 = 0; m0 < M; m0 += MR)
-                        microb_any(PB, Xb + m0 * K2 + k0 / 2, K2, kc / 2, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
-                } else {
-                    for (int64_t m0 = 0; m0 < M; m0 += MR)
-                        micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
-                }
+                moq_y_store_tile16(l, C, sm, t);
             }
-            moq_y_store_tile16(l, C, sm, t);
+            c = cn;
         }
     }
     return MOQ_OK;

@@ -17,7 +17,8 @@
  * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
  * pack time and its outputs are NaN for every token, which is what the `_ref` twin gives.
  * M = 1 keeps four accumulators per 8 rows (one per k of a group) so FMA latency does not bound
- * it; MT = 4 tokens share each decoded vector. Threads: OpenMP over 16-row tiles.
+ * it; MT = 4 tokens share each decoded vector. Threads: chunks of 16-row tiles claimed one ahead,
+ * the packed codes prefetched 16 KiB ahead along them (tile_prefetch.h).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
 #include <immintrin.h>
@@ -27,6 +28,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MT 6
@@ -111,7 +113,8 @@ static inline __m256 dec(__m256i v, __m256i idx) {
 
 /* blocked: a compile-time 0/1 after inlining. Unblocked pairs run all of K as one block. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
-                                                             int64_t t, int64_t m0, const int mt, const int blocked) {
+                                                             int64_t t, int64_t m0, const int mt, const int blocked,
+                                                             const moq_pf_chunks *pc) {
     const moq_weight *w = l->w;
     const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
     const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
@@ -130,6 +133,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
                 for (int a = 0; a < na; a++) acc[i][h][a] = _mm256_setzero_ps();
         const int64_t g1 = blocked ? (kb + 1) * bk / 4 : G;
         for (int64_t g = kb * bk / 4; g < g1; g++) {
+            if (m0 == 0) moq_pf_line(l->packed, G * 64, pc, (t * G + g) * 64 + MOQ_PF_BYTES); /* one line per g; first pass only */
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
             for (int j = 0; j < 4; j++) {
                 const __m256 w0 = dec(v0, idx[j]), w1 = dec(v1, idx[j]);
@@ -177,6 +181,7 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
     const int blocked = bk_of(w) != 0, mtmax = blocked ? 3 : MT; /* block + total accumulators: 3 tokens fit */
     float *X = l->ws, *sm = X + M * k4(w), *SX = (float *)((uint8_t *)l->ws + x_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    int64_t next_chunk = 0;
     float tab[256];
     for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
     /* Decode (M <= 4): rows prepared before the team starts, so the join is the only sync point. */
@@ -189,27 +194,37 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
         }
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++)
-            for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
-                const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
-                if (blocked) {
-                    switch (mt) {
-                    case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1); break;
-                    case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1); break;
-                    default: tile_tokens(l, X, sm, SX, t, m0, 3, 1); break;
-                    }
-                } else {
-                    switch (mt) {
-                    case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 0); break;
-                    case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 0); break;
-                    case 3: tile_tokens(l, X, sm, SX, t, m0, 3, 0); break;
-                    case 4: tile_tokens(l, X, sm, SX, t, m0, 4, 0); break;
-                    case 5: tile_tokens(l, X, sm, SX, t, m0, 5, 0); break;
-                    default: tile_tokens(l, X, sm, SX, t, m0, 6, 0); break;
+        /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
+        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+        int64_t c, cn;
+#pragma omp atomic capture
+        c = next_chunk++;
+        while (c < nchunks) {
+#pragma omp atomic capture
+            cn = next_chunk++;
+            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+                for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
+                    const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
+                    if (blocked) {
+                        switch (mt) {
+                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1, &pc); break;
+                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 3, 1, &pc); break;
+                        }
+                    } else {
+                        switch (mt) {
+                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 0, &pc); break;
+                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 0, &pc); break;
+                        case 3: tile_tokens(l, X, sm, SX, t, m0, 3, 0, &pc); break;
+                        case 4: tile_tokens(l, X, sm, SX, t, m0, 4, 0, &pc); break;
+                        case 5: tile_tokens(l, X, sm, SX, t, m0, 5, 0, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 0, &pc); break;
+                        }
                     }
                 }
-            }
+            c = cn;
+        }
     }
     return MOQ_OK;
 }

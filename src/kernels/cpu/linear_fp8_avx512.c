@@ -5,7 +5,8 @@
  * lane: rows 4L..4L+3) puts column j of every row in a dword's top byte. Three integer ops per 16
  * weights, one FMA per token. MT = 8 tokens share each decoded vector; M = 1 and 2 keep four / two
  * accumulators so FMA latency does not bound them. Activations: the AVX-512 quantizers
- * (moq_act_dequant_row_avx512, bit-identical to the reference ones).
+ * (moq_act_dequant_row_avx512, bit-identical to the reference ones). Threads: chunks of tiles
+ * claimed one ahead, the codes prefetched 16 KiB ahead along them (tile_prefetch.h), as the AVX2 file.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
 #include <immintrin.h>
@@ -15,6 +16,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MT 8
@@ -73,7 +75,8 @@ static inline __m512 dec(__m512i v, __m512i idx) {
 #define NA(mt) ((mt) == 1 ? 4 : (mt) == 2 ? 2 : 1) /* accumulators per (token, half) */
 
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
-                                                             int64_t t, int64_t m0, const int mt, const int blocked) {
+                                                             int64_t t, int64_t m0, const int mt, const int blocked,
+                                                             const moq_pf_chunks *pc) {
     const moq_weight *w = l->w;
     const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
     const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
@@ -91,6 +94,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
             for (int a = 0; a < na; a++) acc[i][a] = _mm512_setzero_ps();
         const int64_t g1 = blocked ? (kb + 1) * bk / 4 : G;
         for (int64_t g = kb * bk / 4; g < g1; g++) {
+            if (m0 == 0) moq_pf_line(l->packed, G * 64, pc, (t * G + g) * 64 + MOQ_PF_BYTES); /* one line per g; first pass only */
             const __m512i v = _mm512_load_si512(W + 64 * g);
             for (int j = 0; j < 4; j++) {
                 const __m512 wv = dec(v, idx[j]);
@@ -131,6 +135,7 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
     const int blocked = bk_of(w) != 0, mtmax = blocked ? 6 : MT; /* block + total accumulators */
     float *X = l->ws, *sm = X + M * k4(w), *SX = (float *)((uint8_t *)l->ws + x_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
+    int64_t next_chunk = 0;
     float tab[256];
     for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
     /* Decode (M <= 4): rows prepared before the team starts, so the join is the only sync point. */
@@ -143,26 +148,36 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
         }
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-        for (int64_t t = 0; t < tiles; t++)
-            for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
-                const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
-                if (blocked) {
-                    switch (mt) {
-#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 1); break;
-                        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
+        /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
+        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+        int64_t c, cn;
+#pragma omp atomic capture
+        c = next_chunk++;
+        while (c < nchunks) {
+#pragma omp atomic capture
+            cn = next_chunk++;
+            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+                for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
+                    const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
+                    if (blocked) {
+                        switch (mt) {
+#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 1, &pc); break;
+                            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
 #undef CASE
-                    default: tile_tokens(l, X, sm, SX, t, m0, 6, 1); break;
-                    }
-                } else {
-                    switch (mt) {
-#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 0); break;
-                        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 1, &pc); break;
+                        }
+                    } else {
+                        switch (mt) {
+#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 0, &pc); break;
+                            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-                    default: tile_tokens(l, X, sm, SX, t, m0, 8, 0); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 8, 0, &pc); break;
+                        }
                     }
                 }
-            }
+            c = cn;
+        }
     }
     return MOQ_OK;
 }

@@ -20,7 +20,7 @@
  *
  * Threads: OpenMP over chunks of 4 tiles claimed one ahead, the first token group prefetching the
  * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h); pairs of tiles for
- * M = PMIN..MP; tokens in groups of MT, so one tile's weights (K·9 bytes, L1/L2-resident) are
+ * M = PMIN..MP (whole pairs per chunk, both tiles prefetched); tokens in groups of MT, so one tile's weights (K·9 bytes, L1/L2-resident) are
  * decoded once per group. Reference: linear_ref.c. Test: test_linear.c.
  */
 #include <immintrin.h>
@@ -135,9 +135,11 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
  * CPU), while M = 6..8 won at every shape tried. */
 #define PMIN 6
 #define MP 8
+_Static_assert(MOQ_PF_CHUNK % 2 == 0, "a chunk of tiles must hold whole tile pairs");
 static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                                  int64_t t, int64_t m0, const int mt) {
-    const int64_t K = l->w->K, nb = K / 16;
+                                                                  int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
+    const int64_t K = l->w->K, nb = K / 16, unit = K * 8;
+    const uint8_t *W0 = (const uint8_t *)l->packed;
     const uint8_t *WA = (const uint8_t *)l->packed + t * (K / 8) * 64, *WB = WA + (K / 8) * 64;
     const uint8_t *SFA = (const uint8_t *)l->packed + codes_bytes(l->w) + t * nb * 16, *SFB = SFA + nb * 16;
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
@@ -145,6 +147,13 @@ static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_lin
     __m512 accA[MP], accB[MP];
     for (int i = 0; i < mt; i++) accA[i] = accB[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        /* Both tiles MOQ_PF_BYTES ahead of their loads; past the pair's end into the next pair
+         * (t + 2, t + 3: chunks hold whole pairs), which moq_pf_line maps into the next chunk. */
+        for (int64_t j = 0; j < 128; j += 64) {
+            const int64_t p = 128 * b + MOQ_PF_BYTES + j, offA = p < unit ? t * unit + p : (t + 2) * unit + p - unit;
+            moq_pf_line(W0, unit, pc, offA);
+            moq_pf_line(W0, unit, pc, offA + unit);
+        }
         const __m512i a0 = _mm512_load_si512(WA + 128 * b), a1 = _mm512_load_si512(WA + 128 * b + 64);
         const __m512i b0 = _mm512_load_si512(WB + 128 * b), b1 = _mm512_load_si512(WB + 128 * b + 64);
         const __m512i alo0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(a0, low4));
@@ -187,9 +196,10 @@ static inline __attribute__((always_inline)) void tile_pair_tokens(const moq_lin
             }
 }
 
-static void tile_pair_any(const moq_linear_launch *l, const uint8_t *toks, size_t tstride, int64_t t, int64_t m0, int mt) {
+static void tile_pair_any(const moq_linear_launch *l, const uint8_t *toks, size_t tstride, int64_t t, int64_t m0, int mt,
+                          const moq_pf_chunks *pc) {
     switch (mt) {
-#define CASE(n) case n: tile_pair_tokens(l, toks, tstride, t, m0, n); break;
+#define CASE(n) case n: tile_pair_tokens(l, toks, tstride, t, m0, n, pc); break;
         CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: break;
@@ -213,16 +223,26 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
         if (M >= PMIN && M <= MP) {
-#pragma omp for schedule(dynamic, 2)
-            for (int64_t t = 0; t < tiles; t += 2) {
-                if (t + 1 < tiles) tile_pair_any(l, toks, tstride, t, 0, (int)M);
-                else
-                    switch (M) {
-#define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n, NULL); break;
-                        CASE(6) CASE(7) CASE(8)
+            /* Chunks as below (MOQ_PF_CHUNK is even: a chunk holds whole pairs; the odd last tile alone). */
+            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
+            int64_t c, cn;
+#pragma omp atomic capture
+            c = next_chunk++;
+            while (c < nchunks) {
+#pragma omp atomic capture
+                cn = next_chunk++;
+                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t += 2) {
+                    if (t + 1 < pc.t1) tile_pair_any(l, toks, tstride, t, 0, (int)M, &pc);
+                    else
+                        switch (M) {
+#define CASE(n) case n: tile_tokens(l, toks, tstride, t, 0, n, &pc); break;
+                            CASE(6) CASE(7) CASE(8)
 #undef CASE
-                    default: break;
-                    }
+                        default: break;
+                        }
+                }
+                c = cn;
             }
         } else {
             /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */

@@ -1,11 +1,13 @@
 /* tile_prefetch.h — software prefetch of a packed weight stream that the threads of a decode
- * kernel take in chunks of 16-row tiles (linear_nvfp4_avx2.c, linear_nvfp4_avx512.c).
+ * kernel take in chunks of 16-row tiles (linear_nvfp4_avx2.c, linear_nvfp4_avx512.c, linear_fp8_avx2.c,
+ * linear_fp8_avx512.c, linear_dequant_panel_avx2.c, linear_dequant_panel_avx512.c).
  *
  * A thread claims its next chunk before it starts the current one; a prefetch MOQ_PF_BYTES past
  * the end of the current chunk then lands at the same distance into the chunk it will run next,
  * so two threads never fetch each other's tiles and with one thread the stream runs on without a
  * gap at chunk ends. Portable (__builtin_prefetch): prefetches change no result.
- * Measured distance and gains: docs/PERFORMANCE.md "AVX2 NVFP4 decode at the DRAM bound". */
+ * Measured distance and gains: docs/PERFORMANCE.md "AVX2 NVFP4 decode at the DRAM bound" and
+ * "FP8-family and BF16 decode at the DRAM bound". */
 #ifndef MOQ_KERNELS_CPU_TILE_PREFETCH_H
 #define MOQ_KERNELS_CPU_TILE_PREFETCH_H
 
