@@ -270,7 +270,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
     float *X = l->ws, *sm = X + M * K;
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
-    int64_t next_chunk = 0;
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
@@ -281,20 +281,15 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         if (gemv_fits(l)) {
             /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
              * thread's own next chunk (tile_prefetch.h). */
-            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-            int64_t c, cn;
-#pragma omp atomic capture
-            c = next_chunk++;
-            while (c < nchunks) {
-#pragma omp atomic capture
-                cn = next_chunk++;
-                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
-                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++) {
+            moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+            moq_pf_chunks pc;
+            int64_t t0;
+            while (moq_pf_walk_next(&wk, &t0, &pc)) {
+                for (int64_t t = t0; t < pc.t1; t++) {
                     memset(C, 0, (size_t)M * 64);
                     gemv_tiles(l, t, X, C, &pc);
                     moq_y_store_tile16(l, C, sm, t);
                 }
-                c = cn;
             }
         } else {
 #pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */

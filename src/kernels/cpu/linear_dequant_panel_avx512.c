@@ -445,7 +445,7 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
     uint32_t *Xb = (uint32_t *)((uint8_t *)l->ws + (((size_t)M * (size_t)K * 4 + (size_t)M * 4 + 63) & ~(size_t)63));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
-    int64_t next_chunk = 0;
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     /* Decode: the 1-4 rows are prepared here, before the team starts, so the only sync point is
      * the join (a barrier costs more than the rows, and far more on a shared, oversubscribed VM). */
     if (M <= GEMV_M)
@@ -487,16 +487,12 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h); BF16
          * weights at M <= 2 (the lm_head: f32 x through the panel, bf16 x in gemv_tile) prefetch the
          * packed weight into the thread's own next chunk. */
-        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-        int64_t c, cn;
-#pragma omp atomic capture
-        c = next_chunk++;
-        while (c < nchunks) {
-#pragma omp atomic capture
-            cn = next_chunk++;
-            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
+        moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+        moq_pf_chunks pc;
+        int64_t t0;
+        while (moq_pf_walk_next(&wk, &t0, &pc)) {
             const moq_pf_chunks *pf = l->pair == MOQ_PAIR_BF16 && M <= 2 ? &pc : NULL;
-            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++) {
+            for (int64_t t = t0; t < pc.t1; t++) {
                 if (pairs2 && t < tiles / 2 * 2) continue; /* done in pairs above */
                 memset(C, 0, (size_t)M * 64);
                 if (bdot && gemv_fits(l)) {
@@ -521,7 +517,6 @@ moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *er
                 }
                 moq_y_store_tile16(l, C, sm, t);
             }
-            c = cn;
         }
     }
     return MOQ_OK;

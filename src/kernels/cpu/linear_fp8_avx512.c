@@ -135,7 +135,7 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
     const int blocked = bk_of(w) != 0, mtmax = blocked ? 6 : MT; /* block + total accumulators */
     float *X = l->ws, *sm = X + M * k4(w), *SX = (float *)((uint8_t *)l->ws + x_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
-    int64_t next_chunk = 0;
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     float tab[256];
     for (int c = 0; c < 256; c++) tab[c] = moq_e4m3_decode((uint8_t)c) * X_SCALE;
     /* Decode (M <= 4): rows prepared before the team starts, so the join is the only sync point. */
@@ -149,15 +149,11 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
             for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
         }
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
-        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-        int64_t c, cn;
-#pragma omp atomic capture
-        c = next_chunk++;
-        while (c < nchunks) {
-#pragma omp atomic capture
-            cn = next_chunk++;
-            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
-            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+        moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+        moq_pf_chunks pc;
+        int64_t t0;
+        while (moq_pf_walk_next(&wk, &t0, &pc)) {
+            for (int64_t t = t0; t < pc.t1; t++)
                 for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
                     const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
                     if (blocked) {
@@ -176,7 +172,6 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
                         }
                     }
                 }
-            c = cn;
         }
     }
     return MOQ_OK;

@@ -190,7 +190,7 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
     const size_t tstride = token_bytes(K);
     uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
-    int64_t next_chunk = 0;
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
     if (M <= 4)
         for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
@@ -202,15 +202,11 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
-        const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-        int64_t c, cn;
-#pragma omp atomic capture
-        c = next_chunk++;
-        while (c < nchunks) {
-#pragma omp atomic capture
-            cn = next_chunk++;
-            const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
-            for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+        moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+        moq_pf_chunks pc;
+        int64_t t0;
+        while (moq_pf_walk_next(&wk, &t0, &pc)) {
+            for (int64_t t = t0; t < pc.t1; t++)
                 for (int64_t m0 = 0; m0 < M; m0 += MT) {
                     switch (M - m0 < MT ? M - m0 : MT) {
                     case 1: tile_tokens_1pass(l, toks, tstride, t, m0, 1, &pc); break;
@@ -221,7 +217,6 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
                     default: tile_tokens(l, toks, tstride, t, m0, 6, &pc); break;
                     }
                 }
-            c = cn;
         }
     }
     return MOQ_OK;

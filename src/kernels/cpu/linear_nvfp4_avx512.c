@@ -211,7 +211,7 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
     const int64_t M = l->M, K = l->w->K, tiles = (l->w->N + 15) / 16;
     const size_t tstride = token_bytes(K);
     uint8_t *toks = l->ws, *thr0 = toks + (size_t)M * tstride;
-    int64_t next_chunk = 0;
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     /* Decode (M <= 4): tokens prepared before the team starts, so the join is the only sync point. */
     if (M <= 4)
         for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, thr0);
@@ -224,15 +224,11 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
         }
         if (M >= PMIN && M <= MP) {
             /* Chunks as below (MOQ_PF_CHUNK is even: a chunk holds whole pairs; the odd last tile alone). */
-            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-            int64_t c, cn;
-#pragma omp atomic capture
-            c = next_chunk++;
-            while (c < nchunks) {
-#pragma omp atomic capture
-                cn = next_chunk++;
-                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
-                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t += 2) {
+            moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+            moq_pf_chunks pc;
+            int64_t t0;
+            while (moq_pf_walk_next(&wk, &t0, &pc)) {
+                for (int64_t t = t0; t < pc.t1; t += 2) {
                     if (t + 1 < pc.t1) tile_pair_any(l, toks, tstride, t, 0, (int)M, &pc);
                     else
                         switch (M) {
@@ -242,19 +238,14 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
                         default: break;
                         }
                 }
-                c = cn;
             }
         } else {
             /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
-            const int64_t nchunks = (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK;
-            int64_t c, cn;
-#pragma omp atomic capture
-            c = next_chunk++;
-            while (c < nchunks) {
-#pragma omp atomic capture
-                cn = next_chunk++;
-                const moq_pf_chunks pc = moq_pf_chunks_make(c, cn, tiles);
-                for (int64_t t = c * MOQ_PF_CHUNK; t < pc.t1; t++)
+            moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+            moq_pf_chunks pc;
+            int64_t t0;
+            while (moq_pf_walk_next(&wk, &t0, &pc)) {
+                for (int64_t t = t0; t < pc.t1; t++)
                     for (int64_t m0 = 0; m0 < M; m0 += MT) {
                         switch (M - m0 < MT ? M - m0 : MT) {
 #define CASE(n) case n: tile_tokens(l, toks, tstride, t, m0, n, &pc); break;
@@ -263,7 +254,6 @@ moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_erro
                         default: break;
                         }
                     }
-                c = cn;
             }
         }
     }

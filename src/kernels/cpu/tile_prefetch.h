@@ -11,6 +11,8 @@
 #ifndef MOQ_KERNELS_CPU_TILE_PREFETCH_H
 #define MOQ_KERNELS_CPU_TILE_PREFETCH_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define MOQ_PF_BYTES 16384 /* bytes ahead of the loads: ~0.6 us of one core's DRAM stream */
@@ -24,6 +26,33 @@ static inline moq_pf_chunks moq_pf_chunks_make(int64_t c, int64_t cn, int64_t ti
     moq_pf_chunks p = {(c + 1) * MOQ_PF_CHUNK < tiles ? (c + 1) * MOQ_PF_CHUNK : tiles, 0, 0};
     if (cn < nchunks) p.n0 = cn * MOQ_PF_CHUNK, p.n1 = (cn + 1) * MOQ_PF_CHUNK < tiles ? (cn + 1) * MOQ_PF_CHUNK : tiles;
     return p;
+}
+
+/* One thread's walk over the chunks of `tiles` tiles that the team claims from a shared counter
+ * (0 before the parallel region): each step claims the thread's following chunk before it hands
+ * out the current one, so the prefetches of the current chunk can run on into it.
+ *     moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+ *     moq_pf_chunks pc; int64_t t0;
+ *     while (moq_pf_walk_next(&wk, &t0, &pc)) for (int64_t t = t0; t < pc.t1; t++) ... */
+typedef struct moq_pf_walk {
+    _Atomic int64_t *next;
+    int64_t          tiles, nchunks, c;
+} moq_pf_walk;
+
+static inline moq_pf_walk moq_pf_walk_start(_Atomic int64_t *next, int64_t tiles) {
+    const moq_pf_walk w = {next, tiles, (tiles + MOQ_PF_CHUNK - 1) / MOQ_PF_CHUNK, atomic_fetch_add_explicit(next, 1, memory_order_relaxed)};
+    return w;
+}
+
+/* The thread's next chunk: its first tile in *t0, its end and the chunk claimed after it in *pc;
+ * false when the tiles are all taken. */
+static inline bool moq_pf_walk_next(moq_pf_walk *w, int64_t *t0, moq_pf_chunks *pc) {
+    if (w->c >= w->nchunks) return false;
+    const int64_t cn = atomic_fetch_add_explicit(w->next, 1, memory_order_relaxed);
+    *pc = moq_pf_chunks_make(w->c, cn, w->tiles);
+    *t0 = w->c * MOQ_PF_CHUNK;
+    w->c = cn;
+    return true;
 }
 
 /* Prefetch the line at byte offset off of a region of `unit` bytes per tile, off counted as if
