@@ -187,6 +187,7 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
     if (mr <= 2) {
         const int64_t tb = K * 16 * (int64_t)unit; /* bytes per tile; two columns = 64 (bf16, f16) or 128 bytes */
         __m256 acc[2][2][2]; /* [token][half][chain]: k unrolled by 2 so every index is a constant (registers) */
+#pragma GCC unroll 8
         for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
         int64_t k = k0;
         for (; k + 1 < k1; k += 2) {
@@ -194,6 +195,7 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             for (int j = 0; j < 32 * (int)unit; j += 64) moq_pf_line(l->packed, tb, pc, t * tb + k * 16 * (int64_t)unit + MOQ_PF_BYTES + j);
             __m256 a, b, c, d;
             wcol(pair, p, &a, &b), wcol(pair, p + 16 * unit, &c, &d);
+#pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
                 const __m256 x = _mm256_broadcast_ss(X + i * K + k), y = _mm256_broadcast_ss(X + i * K + k + 1);
                 acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
@@ -206,12 +208,14 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             const uint8_t *p = pk + (size_t)k * 16 * unit;
             __m256 a, b;
             wcol(pair, p, &a, &b);
+#pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
                 const __m256 x = _mm256_broadcast_ss(X + i * K + k);
                 acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
                 acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
             }
         }
+#pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
             __m256 s0 = _mm256_add_ps(acc[i][0][0], acc[i][0][1]), s1 = _mm256_add_ps(acc[i][1][0], acc[i][1][1]);
             row_fix(pair, &s0, &s1);
@@ -221,17 +225,20 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
         return;
     }
     __m256 a0[GEMV_G], a1[GEMV_G];
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
     for (int64_t k = k0; k < k1; k++) {
         const uint8_t *p = pk + (size_t)k * 16 * unit;
         __m256 a, b;
             wcol(pair, p, &a, &b);
+#pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
             const __m256 x = _mm256_broadcast_ss(X + i * K + k);
             a0[i] = _mm256_fmadd_ps(a, x, a0[i]);
             a1[i] = _mm256_fmadd_ps(b, x, a1[i]);
         }
     }
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
         row_fix(pair, &a0[i], &a1[i]);
         _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), a0[i]));

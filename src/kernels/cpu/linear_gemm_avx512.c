@@ -104,15 +104,20 @@ static inline __attribute__((always_inline)) void small_pass(const uint8_t *cons
                                                             const float *sx) {
     const int na = mt * nt >= 8 ? 1 : mt * nt >= 4 ? 2 : 4;
     __m512 acc[MTS][2][4];
+#pragma GCC unroll 8
     for (int i = 0; i < mt; i++)
+#pragma GCC unroll 8
         for (int u = 0; u < nt; u++)
+#pragma GCC unroll 8
             for (int a = 0; a < na; a++) acc[i][u][a] = _mm512_setzero_ps();
     const __m512i idx[4] = {IDX(0), IDX(1), IDX(2), IDX(3)};
     for (int64_t g = g0; g < g1; g++) {
         const __m512i v0 = _mm512_load_si512(W[0] + 64 * g), v1 = nt == 2 ? _mm512_load_si512(W[1] + 64 * g) : v0;
         const float *x = X + 4 * g * M;
+#pragma GCC unroll 8
         for (int j = 0; j < 4; j++) {
             const __m512 w0 = dec(v0, idx[j]), w1 = nt == 2 ? dec(v1, idx[j]) : w0;
+#pragma GCC unroll 8
             for (int i = 0; i < mt; i++) {
                 const __m512 xb = _mm512_set1_ps(x[j * M + i]);
                 acc[i][0][j % na] = _mm512_fmadd_ps(w0, xb, acc[i][0][j % na]);
@@ -120,9 +125,12 @@ static inline __attribute__((always_inline)) void small_pass(const uint8_t *cons
             }
         }
     }
+#pragma GCC unroll 8
     for (int u = 0; u < nt; u++)
+#pragma GCC unroll 8
         for (int i = 0; i < mt; i++) {
             __m512 s = acc[i][u][0];
+#pragma GCC unroll 8
             for (int a = 1; a < na; a++) s = _mm512_add_ps(s, acc[i][u][a]);
             float *c = C[u] + 16 * i;
             if (sc) _mm512_store_ps(c, _mm512_fmadd_ps(s, _mm512_mul_ps(sc[u], _mm512_set1_ps(sx[i])), _mm512_load_ps(c)));
