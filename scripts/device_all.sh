@@ -17,7 +17,7 @@
 # LINEAR=0 the linear sweep (for a call about the model's own kernels); LAYERS=L writes the 8B-shaped
 # checkpoints with L layers instead of 32 (each layer's kernels as at 32; the synth takes ~3.5 s a layer);
 # BENCH=0 skips `moq bench model` (the profile still runs); MIN_LEFT (default 60) is the time that must
-# be left to start an 8B bench or profile.
+# be left to start an 8B bench or profile. SERVE=0 skips the GPU serve benchmark (SERVE_ALGOS, default FP8).
 set -u
 OUT=${OUT:-/tmp/moq_out}
 mkdir -p "$OUT"
@@ -33,6 +33,19 @@ mkdir -p "$MOQ_TMP"
 LIMIT=${LIMIT:-360}
 ALGOS=${ALGOS:-"NVFP4 FP8"}
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*"; }
+# serve_bench DIR DEVICE CLIENTS PREFIX SECONDS: moq serve on a free loopback port, wait for /health,
+# bench/serve_bench.py --clients 1,CLIENTS (2 requests each, 64 tokens), summary lines into the log.
+serve_bench() {
+  local dir=$1 dev=$2 nc=$3 pre=$4 lim=$5 port=$((18000 + RANDOM % 2000)) pid i
+  "$BIN/moq" serve "$dir" --device "$dev" --port "$port" --max-batch "$nc" --ctx 512 > "$pre.server.log" 2>&1 &
+  pid=$!
+  for i in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  timeout "$lim" python3 "$ROOT/bench/serve_bench.py" --url "http://127.0.0.1:$port" --clients "1,$nc" --requests 2 --max-tokens 64 \
+    --server-pid "$pid" > "$pre.log" 2>&1
+  echo "serve_bench rc=$?" >> "$pre.log"
+  kill -INT "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  tail -8 "$pre.log" | tee -a "$OUT/summary.log"
+}
 left() { echo $((LIMIT - SECONDS)); }
 R=$ROOT/tests/data/modelopt_real
 S=/tmp/moq_synth
@@ -109,6 +122,13 @@ for a in $ALGOS; do
       "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/profile_$a.csv" 2> "$OUT/profile_$a.err"
     echo "profile $a rc=$? lines=$(wc -l < "$OUT/profile_$a.csv")" | tee -a "$OUT/summary.log"
     python3 scripts/ncu_step_summary.py "$OUT/profile_$a.csv" 2>&1 | head -16 | tee -a "$OUT/summary.log"
+  fi
+  # 4. SERVE=1 (default): issue 15's GPU target, `moq serve --device cuda` on this 8B checkpoint (its
+  #    synth byte-level tokenizer) with bench/serve_bench.py at 1 and 64 streaming clients (SERVE_ALGOS,
+  #    default FP8): total output tok/s ratio and the inter-token latency p99 against batch-1 decode.
+  if [ "${SERVE:-1}" = 1 ] && case " ${SERVE_ALGOS:-FP8} " in *" $a "*) true ;; *) false ;; esac && [ "$(left)" -ge "$MIN_LEFT" ]; then
+    log "serve --device cuda $a 8B: serve_bench --clients 1,64" | tee -a "$OUT/summary.log"
+    serve_bench "$S/d_$a" cuda 64 "$OUT/serve_bench_$a" $(( $(left) - 20 ))
   fi
   rm -rf "$S/d_$a"
 done
