@@ -34,6 +34,7 @@
 #include "core/error.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
 #define MTB 8   /* tokens per pass                                  */
@@ -69,9 +70,13 @@ static inline __m512i dec2(__m512i v, __m512i idx, __m512i sub) {
     _mm512_broadcast_i32x4(_mm_setr_epi8(-1, (j), -1, (j) + 1, -1, 4 + (j), -1, 5 + (j), -1, 8 + (j), -1, 9 + (j), -1, 12 + (j), \
                                          -1, 13 + (j)))
 
+/* Where a pass prefetches (the first pass over a unit's weights): the packed base, bytes per tile,
+ * the unit's first tile and the thread's chunks (tile_prefetch.h); pc NULL: no prefetch. */
+typedef struct pf_at { const uint8_t *base; int64_t tile_bytes, t0; const moq_pf_chunks *pc; } pf_at;
+
 /* Tokens i0..i0+mt (Xp already offset by i0) over lines [g0, g1) of nt (1 or 2) tiles; C[u] [tokens][16]. */
 static inline __attribute__((always_inline)) void pass(const uint8_t *const *W, const int nt, int64_t g0, int64_t g1, const uint32_t *Xp,
-                                                      int64_t M, const int mt, float *const *C, int first) {
+                                                      int64_t M, const int mt, float *const *C, int first, const pf_at *pf) {
     const int na = mt * nt >= 8 ? 1 : mt * nt >= 4 ? 2 : 4;
     static const uint16_t subt[32] = {0, 0x3700, 0x3780, 0x37C0, 0x3800, 0x3820, 0x3840, 0x3860}; /* bf16 of m·2^-17 */
     const __m512i sub = _mm512_loadu_si512(subt), i0 = IDX2(0), i2 = IDX2(2);
@@ -81,6 +86,8 @@ static inline __attribute__((always_inline)) void pass(const uint8_t *const *W, 
             for (int a = 0; a < na; a++) acc[i][u][a] = _mm512_setzero_ps();
     for (int64_t g = g0; g < g1; g++) {
         const __m512i v0 = _mm512_load_si512(W[0] + 64 * g), v1 = nt == 2 ? _mm512_load_si512(W[1] + 64 * g) : v0;
+        if (pf->pc) /* line g of both tiles, MOQ_PF_BYTES ahead */
+            for (int u = 0; u < nt; u++) moq_pf_line(pf->base, pf->tile_bytes, pf->pc, (pf->t0 + u) * pf->tile_bytes + 64 * g + MOQ_PF_BYTES);
         const uint32_t *x = Xp + 2 * g * M;
         for (int h = 0; h < 2; h++) {
             const __m512i idx = h ? i2 : i0;
@@ -103,26 +110,29 @@ static inline __attribute__((always_inline)) void pass(const uint8_t *const *W, 
 }
 
 static void pass_any(const uint8_t *const *W, int nt, int64_t g0, int64_t g1, const uint32_t *Xp, int64_t M, int mt, float *const *C,
-                     int first) {
+                     int first, const pf_at *pf) {
     if (nt == 2) {
         switch (mt) {
-#define CASE(n) case n: pass(W, 2, g0, g1, Xp, M, n, C, first); break;
+#define CASE(n) case n: pass(W, 2, g0, g1, Xp, M, n, C, first, pf); break;
             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-        default: pass(W, 2, g0, g1, Xp, M, 8, C, first); break;
+        default: pass(W, 2, g0, g1, Xp, M, 8, C, first, pf); break;
         }
     } else {
         switch (mt) {
-#define CASE(n) case n: pass(W, 1, g0, g1, Xp, M, n, C, first); break;
+#define CASE(n) case n: pass(W, 1, g0, g1, Xp, M, n, C, first, pf); break;
             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-        default: pass(W, 1, g0, g1, Xp, M, 8, C, first); break;
+        default: pass(W, 1, g0, g1, Xp, M, 8, C, first, pf); break;
         }
     }
 }
 
-/* Unit p: tiles 2p, 2p + 1 (the last may be alone). */
-static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm, int64_t p) {
+_Static_assert(MOQ_PF_CHUNK % 2 == 0, "a chunk of tiles must hold whole tile pairs");
+
+/* Unit p: tiles 2p, 2p + 1 (the last may be alone); the first pass over them prefetches along the
+ * thread's chunks pc. */
+static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm, int64_t p, const moq_pf_chunks *pc) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, N = w->N, G = k4(w) / 4, tiles = (N + 15) / 16, t0 = 2 * p;
     const int nt = t0 + 2 <= tiles ? 2 : 1;
@@ -138,7 +148,8 @@ static void unit(const moq_linear_launch *l, const uint32_t *Xp, const float *sm
             const int64_t g1 = g0 + cg < G ? g0 + cg : G;
             for (int64_t i0 = 0; i0 < Mb; i0 += mt) {
                 float *Ci[2] = {C[0] + 16 * i0, C[1] + 16 * i0};
-                pass_any(W, nt, g0, g1, Xp + mb + i0, M, (int)(Mb - i0 < mt ? Mb - i0 : mt), Ci, g0 == 0);
+                const pf_at pf = {(const uint8_t *)l->packed, G * 64, t0, mb == 0 && i0 == 0 ? pc : NULL};
+                pass_any(W, nt, g0, g1, Xp + mb + i0, M, (int)(Mb - i0 < mt ? Mb - i0 : mt), Ci, g0 == 0, &pf);
             }
         }
         for (int u = 0; u < nt; u++)
@@ -173,6 +184,7 @@ moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_err
     float *sm = (float *)((uint8_t *)l->ws + xp_bytes(w, M));
     uint8_t *thr0 = (uint8_t *)sm + al64((size_t)M * 4);
     const size_t tb = thread_bytes(w);
+    _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     /* M <= 8 (a batched decode step): rows prepared before the team starts, so the join is the
        only sync point: a row takes a few us, a barrier on the shared 2-vCPU VM 20-75 us of CPU
        with a passive wait policy (docs/PERFORMANCE.md "Server CPU per token: where it goes") */
@@ -185,8 +197,12 @@ moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_err
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare(l, m, Xp, sm, (float *)mine, mine + al64((size_t)k4(w) * 4));
         }
-#pragma omp for schedule(dynamic, 2)
-        for (int64_t p = 0; p < (tiles + 1) / 2; p++) unit(l, Xp, sm, p);
+        /* chunks of MOQ_PF_CHUNK tiles (even: whole pairs) claimed one ahead, prefetched along */
+        moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
+        moq_pf_chunks pc;
+        int64_t c0;
+        while (moq_pf_walk_next(&wk, &c0, &pc))
+            for (int64_t p = c0 / 2; 2 * p < pc.t1; p++) unit(l, Xp, sm, p, &pc);
     }
     return MOQ_OK;
 }
