@@ -126,6 +126,11 @@ typedef void (*setthreads_fn)(int);
 
 static int cmp_d(const void *a, const void *b) { const double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(double *v, int n) { if (n <= 0) return 0.0; qsort(v, (size_t)n, sizeof *v, cmp_d); return v[n / 2]; }
+static double minimum(const double *v, int n) {
+    double m = n > 0 ? v[0] : 0.0;
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
 
 /* --device cuda: the layer on the GPU. Weights streamed from HBM ("cold": round-robin over copies
  * totalling >= 512 MiB, far beyond the 60 MiB L2) and the same layer repeated ("hot"); each the
@@ -258,7 +263,7 @@ const char *cli_bench_algo_list(char *buf, size_t n, int moe_only) {
 static void bench_linear_help(FILE *out) {
     char list[512];
     fprintf(out,
-            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--device cpu|cuda] [--json]\n\n"
+            "usage: moq bench linear --algo A --m M --n N --k K [--threads T] [--x bf16|f32] [--kernel ROW] [--device cpu|cuda] [--reps R] [--hot-only] [--json]\n\n"
             "Measures one quantized linear layer y = x·Wᵀ (x bf16 or f32 [M, K], random weights of format A):\n"
             "DRAM read bandwidth, the layer with weights hot and cold (rotating over >= 1 GiB of\n"
             "copies), weight GB/s, GFLOP/s, and OpenBLAS sgemm/sgemv on the same weights in F32; process\n"
@@ -268,6 +273,9 @@ static void bench_linear_help(FILE *out) {
             "                %s\n"
             "  --threads T   OpenMP threads for moq and OpenBLAS (default: all)\n"
             "  --x DT        activation dtype given to moq (default bf16; OpenBLAS gets the same values in f32)\n"
+            "  --reps R      at least R hot runs of moq and of OpenBLAS (default 5, at most 64; more while\n"
+            "                under 1 s); the JSON gives the median and the minimum CPU time per thread (the\n"
+            "                minimum is the robust one when other processes share the cores)\n"
             "  --hot-only    only the hot runs (no DRAM pass, no cold copies, no OpenBLAS): for profiling\n"
             "  --kernel ROW  force one registry row (default: the first that fits this cpu / device)\n"
             "  --device D    cpu (default) or cuda: the layer on the GPU (x, y bf16), weights hot and\n"
@@ -317,9 +325,9 @@ int cmd_bench(int argc, char **argv) {
     long long M = 1, N = 4096, K = 4096;
     int threads = omp_get_max_threads(), json = 0;
     moq_elem xe = MOQ_ELEM_BF16;
-    int hot_only = 0;
+    int hot_only = 0, reps = 5;
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"m", 1, 0, 'm'}, {"n", 1, 0, 'n'}, {"k", 1, 0, 'k'},
-                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {"hot-only", 0, 0, 'h'}, {"device", 1, 0, 'd'}, {0, 0, 0, 0}};
+                                       {"threads", 1, 0, 't'}, {"kernel", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"x", 1, 0, 'x'}, {"hot-only", 0, 0, 'h'}, {"device", 1, 0, 'd'}, {"reps", 1, 0, 'R'}, {0, 0, 0, 0}};
     int cuda = 0;
     optind = 2;
     int c;
@@ -333,6 +341,10 @@ int cmd_bench(int argc, char **argv) {
         case 'r': kernel = optarg; break;
         case 'j': json = 1; break;
         case 'h': hot_only = 1; break;
+        case 'R':
+            reps = atoi(optarg);
+            if (reps < 1 || reps > 64) return cli_usage_error("bench", "--reps %s, expected 1..64", optarg);
+            break;
         case 'd':
             if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) return cli_usage_error("bench", "--device %s, expected cpu or cuda", optarg);
             cuda = strcmp(optarg, "cuda") == 0;
@@ -392,7 +404,7 @@ int cmd_bench(int argc, char **argv) {
     int nh = 0, nc = 0;
     for (int i = 0; i < 2; i++) moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
     double tcpu[REPS];
-    for (double t0 = now_s(); nh < REPS && (nh < 5 || now_s() - t0 < 1.0); nh++) {
+    for (double t0 = now_s(); nh < REPS && (nh < reps || now_s() - t0 < 1.0); nh++) {
         const double a = now_s(), ac = cpu_s();
         moq_linear_run(ls[0], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
         th[nh] = now_s() - a;
@@ -403,13 +415,14 @@ int cmd_bench(int argc, char **argv) {
         moq_linear_run(ls[1 + nc % (copies - 1)], xin, xe, M, y, MOQ_ELEM_F32, ws, wsz, &err);
         tc[nc] = now_s() - a;
     }
+    const double hot_cpu_min = minimum(tcpu, nh);
     const double hot = median(th, nh), cold = median(tc, nc), hot_cpu = median(tcpu, nh);
     const char *kname = moq_linear_kernel_name_for(ls[0], M);
     free(ws);
     for (int i = 0; i < copies; i++) moq_linear_free(ls[i]), ls[i] = NULL;
 
     /* OpenBLAS on the dequantized weights. */
-    double bh = NAN, bc = NAN, bh_cpu = NAN;
+    double bh = NAN, bc = NAN, bh_cpu = NAN, bh_cpu_min = NAN;
     void *blas = hot_only ? NULL : dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     sgemm_fn sgemm = blas ? (sgemm_fn)dlsym(blas, "cblas_sgemm") : NULL;
     sgemv_fn sgemv = blas ? (sgemv_fn)dlsym(blas, "cblas_sgemv") : NULL;
@@ -430,7 +443,7 @@ int cmd_bench(int argc, char **argv) {
                          : sgemm(101, 111, 112, (int)M, (int)N, (int)K, 1.0f, x, (int)K, (Wp), (int)K, 0.0f, y, (int)N))
         for (int i = 0; i < 2; i++) BLAS(W[0]);
         int bn = 0, bcn = 0;
-        for (double t0 = now_s(); bn < REPS && (bn < 5 || now_s() - t0 < 1.0); bn++) {
+        for (double t0 = now_s(); bn < REPS && (bn < reps || now_s() - t0 < 1.0); bn++) {
             const double a = now_s(), ac = cpu_s();
             BLAS(W[0]);
             th[bn] = now_s() - a;
@@ -442,6 +455,7 @@ int cmd_bench(int argc, char **argv) {
             tc[bcn] = now_s() - a;
         }
 #undef BLAS
+        bh_cpu_min = minimum(tcpu, bn);
         bh = median(th, bn), bc = median(tc, bcn), bh_cpu = median(tcpu, bn);
         for (int i = 0; i < fcop; i++) free(W[i]);
         free(W), free(row);
@@ -454,10 +468,11 @@ int cmd_bench(int argc, char **argv) {
                "\"dram_read_gbs\":%.2f,\"hot_us\":%.1f,\"cold_us\":%.1f,\"cold_weight_gbs\":%.2f,\"cold_of_dram\":%.3f,"
                "\"hot_cpu_us\":%.1f,\"hot_gflops\":%.1f,\"cold_gflops\":%.1f,\"openblas_hot_us\":%.1f,\"openblas_cold_us\":%.1f,"
                "\"speedup_vs_openblas_hot\":%.2f,\"speedup_vs_openblas_cold\":%.2f,\"openblas_hot_cpu_us\":%.1f,"
-               "\"speedup_vs_openblas_hot_cpu\":%.2f,\"create_us\":%.1f,\"create_cpu_us\":%.1f}\n",
+               "\"speedup_vs_openblas_hot_cpu\":%.2f,\"hot_cpu_min_us\":%.1f,\"openblas_hot_cpu_min_us\":%.1f,"
+               "\"speedup_vs_openblas_hot_cpu_min\":%.2f,\"hot_reps\":%d,\"create_us\":%.1f,\"create_cpu_us\":%.1f}\n",
                algo, moq_elem_name(xe), kname, M, N, K, threads, wb, bw, hot * 1e6, cold * 1e6, (double)wb / cold / 1e9, (double)wb / cold / 1e9 / bw,
                hot_cpu * 1e6, flop / hot / 1e9, flop / cold / 1e9, bh * 1e6, bc * 1e6, bh / hot, bc / cold, bh_cpu * 1e6,
-               bh_cpu / hot_cpu, tpack * 1e6, tpack_cpu * 1e6);
+               bh_cpu / hot_cpu, hot_cpu_min * 1e6, bh_cpu_min * 1e6, bh_cpu_min / hot_cpu_min, nh, tpack * 1e6, tpack_cpu * 1e6);
         /* JSON has no NaN: a measurement not made (--hot-only, no OpenBLAS) is null */
         for (char *t = jb; *t; t++) {
             const size_t n = strncmp(t, ":-nan", 5) == 0 ? 4 : strncmp(t, ":nan", 4) == 0 ? 3 : strncmp(t, ":inf", 4) == 0 ? 3 : 0;

@@ -1,12 +1,12 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M <= 16, and every M of FP8 per-tensor / per-channel: the k4fma rows (moq_linear_fp8_k4_run_avx2;
- *               the registry's M range of the gemm rows, and no gemm row for those two pairs),
- *               measured faster there (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
+ *   M <= 16 (M < 96 for FP8 per-tensor / per-channel): the k4fma rows (moq_linear_fp8_k4_run_avx2;
+ *               the registry's M range of the gemm rows), measured faster there on Zen 3 and Zen 5
+ *               (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).
- *   M > 16 of 128x128 and MXFP8: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
+ *   M > 16 of 128x128 and MXFP8, M >= 96 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
  *               item and KC = 128 columns, the weight block is decoded once into an f32 panel
  *               [NC/16][KC][16] (exact D(code) = dec·2^120, times the weight block scale), then a
  *               6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts per k)
@@ -42,13 +42,13 @@ static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 /* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
  *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
- *   thread  row f32 [K4] + quantizer scratch 2K + 64; block-scaled pairs at M > 16 (the GEMM) also B f32 [NC·KC]
+ *   thread  row f32 [K4] + quantizer scratch 2K + 64; at M > 16 (the GEMM) also B f32 [NC·KC]
  *           + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
 static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
 }
 static size_t thread_bytes(const moq_weight *w, int64_t M) {
-    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 && bk_of(w) ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
+    return al64((size_t)k4(w) * 4) + al64((size_t)w->K * 2 + 64) + (M > 16 ? (size_t)NC * KC * 4 + (size_t)(MCMAX + 12) * NC * 4 : 0);
 }
 
 size_t moq_linear_gemm_workspace(const moq_weight *w, int64_t M, int n_threads) {
@@ -193,9 +193,9 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
-    /* M <= 16, and every M of the unblocked pairs: the k4fma row measured faster (docs/PERFORMANCE.md) */
-    if (M <= 16 || !bk_of(w)) /* the registry's M range (kernels.c) sends those to the k4fma row */
-        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M > 16 of a block-scaled pair (the row's M range)",
+    /* M <= 16: the k4fma row measured faster (docs/PERFORMANCE.md) */
+    if (M <= 16) /* the registry's M range (kernels.c) sends those to the k4fma row */
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M > 16 (the row's M range)",
                         (long long)M, moq_pairs[l->pair].name);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
