@@ -122,7 +122,8 @@ static void test_every_fast_row(void **state) {
 }
 
 /* The packed GEMM of the *_gemm rows (AVX2: 128x128 and MXFP8 at M > 16, FP8 per-tensor / per-channel
- * at M >= 96; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep) blocks the work into items of 256 output rows ×
+ * at M >= 96; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
+ * x and y alternate f32 / bf16 over the rows) blocks the work into items of 256 output rows ×
  * <= 512 tokens and panels of 128 columns: M = 520 (two token blocks of 264 + 256, a partial 12-token
  * group), N = 300 (two row blocks, the second of 3 tiles: an odd one for the AVX-512 32-row
  * micro-kernel, and a partial last 128-row FP8 block) and K over a panel boundary reach every edge. */
@@ -134,8 +135,7 @@ static void test_gemm_cache_blocks(void **state) {
         const moq_kernel *k = &moq_kernel_table[i];
         if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
         const tpair p = tpair_of(k->pair);
-        if (p != TP_FP8_BLK128 && p != TP_MXFP8) continue;
-        check_row(k, 520, 300, p == TP_FP8_BLK128 ? 256 : 160, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        check_row(k, 520, 300, p == TP_FP8_BLK128 ? 256 : 160, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, rows & 2 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32);
         rows++;
     }
     print_message("%d gemm rows checked on cache-block edges\n", rows);
@@ -171,7 +171,8 @@ static void test_e4m3_subnormal_weights(void **state) {
 }
 
 /* e4m3 weight codes 0x7F / 0xFF are NaN (e4m3fn: S.1111.111): every row, fast or `_ref`, gives NaN in
- * exactly the output rows that hold one, for every token, on the decode (M <= 4) and panel paths.
+ * exactly the output rows that hold one, for every token, on the decode (M <= 4), panel and GEMM
+ * (M = 96: every AVX2 e4m3 pair's packed GEMM, its vector epilogue in a full tile, scalar in the last) paths.
  * A corrupt checkpoint must not turn into finite garbage (issue 10: the model runner names the
  * first module whose output is not finite). */
 static void test_e4m3_nan_codes(void **state) {
@@ -194,7 +195,7 @@ static void test_e4m3_nan_codes(void **state) {
         ((uint8_t *)t.q)[n0 * K + 5] = 0x7F;
         ((uint8_t *)t.q)[n1 * K + K - 1] = 0xFF;
         rows++;
-        static const int64_t Ms[] = {1, 4, 17};
+        static const int64_t Ms[] = {1, 4, 17, 96};
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             const int64_t M = Ms[mi];
             float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
