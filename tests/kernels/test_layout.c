@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "kernels/layout/layout.h"
+#include "moq.h"
 #include "kref.h"
 
 static void test_rows16(void **state) {
@@ -32,29 +33,39 @@ static void test_rows16(void **state) {
         }
 }
 
+/* Every packer of the layout (the dispatching one, _ref, and _avx2 where the cpu has it) against the
+ * layout's formula; shapes with a partial last tile, K / 8 below, at and above multiples of 8 groups
+ * (the AVX2 packer's 64-k steps and scalar tail). */
 static void test_nvfp4_vnni16(void **state) {
     (void)state;
-    static const int64_t shapes[][2] = {{1, 16}, {16, 32}, {17, 48}, {40, 272}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int64_t N = shapes[s][0], K = shapes[s][1];
-        const size_t n = (size_t)(N * K / 2), psz = moq_layout_nvfp4_vnni16_size(N, K);
-        uint8_t *src = malloc(n), *dst = malloc(psz), *back = malloc(n);
-        for (size_t i = 0; i < n; i++) src[i] = (uint8_t)rnd();
-        moq_layout_nvfp4_vnni16_pack(src, N, K, dst);
-        /* byte (t, g, r, j): low nibble = code(16t+r, 8g+j), high nibble = code(16t+r, 8g+4+j) */
-        for (int64_t row = 0; row < (N + 15) / 16 * 16; row++)
-            for (int64_t g = 0; g < K / 8; g++)
-                for (int j = 0; j < 4; j++) {
-                    const uint8_t b = dst[(((row / 16) * (K / 8) + g) * 16 + row % 16) * 4 + j];
-                    const int64_t k0 = 8 * g + j, k1 = k0 + 4;
-                    const int lo = row < N ? (src[row * K / 2 + k0 / 2] >> (4 * (k0 & 1))) & 15 : 0;
-                    const int hi = row < N ? (src[row * K / 2 + k1 / 2] >> (4 * (k1 & 1))) & 15 : 0;
-                    assert_int_equal(b, lo | hi << 4);
-                }
-        moq_layout_nvfp4_vnni16_unpack(dst, N, K, back);
-        assert_memory_equal(src, back, n);
-        free(src), free(dst), free(back);
-    }
+    typedef void (*pack_fn)(const uint8_t *, int64_t, int64_t, uint8_t *);
+    const pack_fn packs[] = {moq_layout_nvfp4_vnni16_pack, moq_layout_nvfp4_vnni16_pack_ref, moq_layout_nvfp4_vnni16_pack_avx2};
+    const int npacks = moq_cpu_features() & MOQ_CPU_AVX2 ? 3 : 2;
+    static const int64_t shapes[][2] = {{1, 16}, {16, 32}, {17, 48}, {40, 272}, {16, 64}, {33, 1024}, {7, 576}, {48, 520}};
+    for (int p = 0; p < npacks; p++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t N = shapes[s][0], K = shapes[s][1];
+            const size_t n = (size_t)(N * K / 2), psz = moq_layout_nvfp4_vnni16_size(N, K);
+            uint8_t *src = malloc(n), *dst = malloc(psz), *back = malloc(n);
+            for (size_t i = 0; i < n; i++) src[i] = (uint8_t)rnd();
+            memset(dst, 0xAB, psz);
+            packs[p](src, N, K, dst);
+            /* byte (t, g, r, j): low nibble = code(16t+r, 8g+j), high nibble = code(16t+r, 8g+4+j) */
+            for (int64_t row = 0; row < (N + 15) / 16 * 16; row++)
+                for (int64_t g = 0; g < K / 8; g++)
+                    for (int j = 0; j < 4; j++) {
+                        const uint8_t b = dst[(((row / 16) * (K / 8) + g) * 16 + row % 16) * 4 + j];
+                        const int64_t k0 = 8 * g + j, k1 = k0 + 4;
+                        const int lo = row < N ? (src[row * K / 2 + k0 / 2] >> (4 * (k0 & 1))) & 15 : 0;
+                        const int hi = row < N ? (src[row * K / 2 + k1 / 2] >> (4 * (k1 & 1))) & 15 : 0;
+                        if (b != (lo | hi << 4))
+                            fail_msg("packer %d, N=%lld K=%lld: byte (row %lld, g %lld, j %d) = %#x, expected %#x", p, (long long)N, (long long)K,
+                                     (long long)row, (long long)g, j, b, lo | hi << 4);
+                    }
+            moq_layout_nvfp4_vnni16_unpack(dst, N, K, back);
+            assert_memory_equal(src, back, n);
+            free(src), free(dst), free(back);
+        }
 }
 
 /* rows16k4: byte (r, c) at (((r/16)·ceil(C/4) + c/4)·16 + r%16)·4 + c%4; padding rows and columns 0. */

@@ -19,7 +19,9 @@ void   moq_layout_rows16_unpack(const void *dst, int64_t R, int64_t C, size_t un
  * Low nibbles of one 64-byte line are k = 8g..8g+3 of 16 rows, high nibbles k = 8g+4..8g+7: each
  * nibble plane is one VNNI dword per row. Rows past N are code 0. */
 size_t moq_layout_nvfp4_vnni16_size(int64_t N, int64_t K);
-void   moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst);
+void   moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst); /* _avx2 where the cpu has it */
+void   moq_layout_nvfp4_vnni16_pack_ref(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst);
+void   moq_layout_nvfp4_vnni16_pack_avx2(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst); /* rows16_avx2.c */
 void   moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, uint8_t *src);
 
 /* rows16k4: bytes src [R, C] -> dst [ceil(R/16), ceil(C/4), 16, 4]: byte (r, c) at

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "moq.h"
+
 size_t moq_layout_rows16_size(int64_t R, int64_t C, size_t unit) { return (size_t)((R + 15) / 16) * (size_t)C * 16 * unit; }
 
 /* Tile by tile, row by row: each source row is read once in order, each destination unit written
@@ -46,7 +48,7 @@ size_t moq_layout_nvfp4_vnni16_size(int64_t N, int64_t K) { return (size_t)((N +
 
 /* Source bytes 4g..4g+3 of a row hold k 8g..8g+7 (low nibble = even k): byte j of the destination
  * dword is code(8g + j) | code(8g + 4 + j) << 4, i.e. nibble j of bytes 0-1 with nibble j of 2-3. */
-void moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst) {
+void moq_layout_nvfp4_vnni16_pack_ref(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst) {
     const int64_t G = K / 8, tiles = (N + 15) / 16;
 #pragma omp parallel for schedule(static) if (N * K > ((int64_t)1 << 21))
     for (int64_t t = 0; t < tiles; t++)
@@ -67,6 +69,11 @@ void moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint
                 d[3] = (uint8_t)((b1 >> 4) | (b3 & 0xF0));
             }
         }
+}
+
+void moq_layout_nvfp4_vnni16_pack(const uint8_t *src, int64_t N, int64_t K, uint8_t *dst) {
+    if (moq_cpu_features() & MOQ_CPU_AVX2) moq_layout_nvfp4_vnni16_pack_avx2(src, N, K, dst);
+    else moq_layout_nvfp4_vnni16_pack_ref(src, N, K, dst);
 }
 
 void moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, uint8_t *src) {
