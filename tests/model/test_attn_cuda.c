@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_api.h"
 #endif
 
+#ifdef MOQ_HAVE_CUDA /* everything but main: without CUDA the tests skip */
 static uint64_t g_rng = 0x5EED0A77u;
 static double urand(void) { /* [-1, 1) */
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -41,7 +42,6 @@ static float bf16_val(uint16_t b) {
     return f;
 }
 
-#ifdef MOQ_HAVE_CUDA
 static void *dev_up(const void *h, size_t n) {
     void *p = NULL;
     TU_OK(moq_device_alloc(MOQ_DEVICE_CUDA, n, &p, err_));
