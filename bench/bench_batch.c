@@ -3,11 +3,12 @@
  * HTTP (docs/PERFORMANCE.md "moq serve"); also process CPU ms per step and tokens per CPU-second
  * (the columns that survive a shared machine).
  *
- *   usage: bench_batch DIR [--threads T] [--steps S] [--prompt P]
- *          defaults: --threads 0 (OpenMP's default) --steps 16 --prompt 32
+ *   usage: bench_batch DIR [--threads T] [--steps S] [--prompt P] [--batch B1,B2,...]
+ *          defaults: --threads 0 (OpenMP's default) --steps 16 --prompt 32 --batch 1,2,4,8,16
  *
  * Each sequence is prefilled with P tokens (ids 1..P), then S steps are timed, each feeding every
- * sequence its greedy token.
+ * sequence its greedy token. The last column is the prefill's process CPU ms per prompt token (all
+ * B sequences' prefills: the cost of a prompt row, which `moq serve` pays at every concurrency).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +26,27 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_batch DIR [--threads T] [--steps S] [--prompt P]\n");
+        fprintf(stderr, "usage: bench_batch DIR [--threads T] [--steps S] [--prompt P] [--batch B1,B2,...]\n");
         return 2;
     }
-    int threads = 0, steps = 16, prompt = 32;
+    enum { BMAX = 16 };
+    int threads = 0, steps = 16, prompt = 32, nb = 0, blist[BMAX];
+    const char *batches = "1,2,4,8,16";
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) batches = argv[i + 1];
     }
-    if (steps < 1 || prompt < 1) return 2;
+    for (const char *c = batches; *c && nb < BMAX; c = strchr(c, ',') ? strchr(c, ',') + 1 : c + strlen(c)) {
+        blist[nb] = atoi(c);
+        if (blist[nb] < 1 || blist[nb] > BMAX) {
+            fprintf(stderr, "bench_batch: --batch: each size in 1..%d\n", BMAX);
+            return 2;
+        }
+        nb++;
+    }
+    if (steps < 1 || prompt < 1 || nb < 1) return 2;
     moq_error e;
     moq_model_opts mo = moq_model_opts_default();
     mo.n_threads = threads, mo.ctx = prompt + steps + 1;
@@ -44,7 +56,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int64_t V = moq_model_vocab_size(m);
-    enum { BMAX = 16 };
     moq_batch_opts bo = moq_batch_opts_default();
     bo.max_rows = BMAX;
     moq_batch *b = NULL;
@@ -59,16 +70,21 @@ int main(int argc, char **argv) {
     float *lg = malloc((size_t)BMAX * (size_t)V * sizeof(float));
     int32_t *ids = malloc((size_t)prompt * sizeof *ids), tok[BMAX];
     for (int i = 0; i < prompt; i++) ids[i] = (int32_t)(1 + i % (V - 1));
-    printf("%4s %10s %10s %8s %12s %10s %8s\n", "B", "ms/step", "tok/s", "vs B=1", "cpu ms/step", "tok/cpu-s", "vs B=1");
+    char vs[16];
+    snprintf(vs, sizeof vs, "vs B=%d", blist[0]);
+    printf("%4s %10s %10s %8s %12s %10s %8s %18s\n", "B", "ms/step", "tok/s", vs, "cpu ms/step", "tok/cpu-s", vs, "prefill cpu ms/tok");
     double base = 0, cbase = 0;
-    for (int B = 1; B <= BMAX; B *= 2) {
+    for (int bi = 0; bi < nb; bi++) {
+        const int B = blist[bi];
         moq_seq *seq[BMAX];
+        const double p0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int s = 0; s < B; s++) {
             if (moq_seq_create(&seq[s], b, &e) != MOQ_OK || moq_seq_prefill(b, seq[s], ids, prompt, lg + (size_t)s * (size_t)V, &e) != MOQ_OK) {
                 fprintf(stderr, "bench_batch: %s: %s\n", e.where, e.msg);
                 return 1;
             }
         }
+        const double pt = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - p0) / ((double)B * prompt);
         for (int s = 0; s < B; s++) tok[s] = 1;
         const double t0 = now_s(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int k = 0; k < steps; k++) {
@@ -84,8 +100,8 @@ int main(int argc, char **argv) {
             }
         }
         const double dt = (now_s() - t0) / steps, tps = B / dt, ct = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps, cps = B / ct;
-        if (B == 1) base = tps, cbase = cps;
-        printf("%4d %10.2f %10.1f %7.2fx %12.2f %10.1f %7.2fx\n", B, 1e3 * dt, tps, tps / base, 1e3 * ct, cps, cps / cbase);
+        if (bi == 0) base = tps, cbase = cps;
+        printf("%4d %10.2f %10.1f %7.2fx %12.2f %10.1f %7.2fx %18.3f\n", B, 1e3 * dt, tps, tps / base, 1e3 * ct, cps, cps / cbase, 1e3 * pt);
         for (int s = 0; s < B; s++) moq_seq_free(seq[s]);
     }
     free(lg);

@@ -281,7 +281,9 @@ static void test_nvfp4_w4a4_chunks(void **state) {
 
 /* The e4m3 k4fma rows (every FP8 pair and MXFP8, both tiers) take their tiles in chunks claimed one
  * ahead like the NVFP4 rows (test above) and prefetch only in the first pass over a tile when M
- * needs several (AVX2: 6 tokens per pass, 3 block-scaled; AVX-512: 8, 6). N = 217 (14 tiles, the
+ * needs several (AVX2: 6 tokens per pass, 3 block-scaled, and for the unblocked pairs groups of 8
+ * tokens, or a last 7, per 8-row half: M = 7, 8, 13 = 8 + 5, 15 = 8 + 7, 24, with a vector epilogue for
+ * whole halves of f32 y; AVX-512: 8, 6). N = 217 (14 tiles, the
  * last partial), K = 256 (two 128-blocks, eight MXFP8 blocks), 2 threads, f32 and bf16 x, against
  * the _ref row with y poisoned to NaN. */
 static void test_fp8_k4fma_chunks(void **state) {
@@ -289,7 +291,7 @@ static void test_fp8_k4fma_chunks(void **state) {
     static const char *rows[] = {"cpu_avx2_fp8_tensor_k4fma",   "cpu_avx2_fp8_row_k4fma",   "cpu_avx2_fp8_blk128_k4fma",
                                  "cpu_avx2_mxfp8_k4fma",        "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_row_k4fma",
                                  "cpu_avx512_fp8_blk128_k4fma", "cpu_avx512_mxfp8_k4fma"};
-    static const int64_t Ms[] = {1, 2, 4, 7, 13};
+    static const int64_t Ms[] = {1, 2, 4, 7, 13, 8, 15, 24};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         const moq_kernel *k = moq_kernel_find(rows[r]);
         assert_non_null(k);
@@ -299,6 +301,7 @@ static void test_fp8_k4fma_chunks(void **state) {
         }
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        check_row(k, 8, 217, 256, MOQ_ELEM_F32, MOQ_ELEM_BF16); /* bf16 y: AVX2 half_tokens' scalar epilogue */
     }
 }
 

@@ -17,7 +17,8 @@
  * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
  * pack time and its outputs are NaN for every token, which is what the `_ref` twin gives.
  * M = 1 keeps four accumulators per 8 rows (one per k of a group) so FMA latency does not bound
- * it; MT = 4 tokens share each decoded vector. Threads: chunks of 16-row tiles claimed one ahead,
+ * it; up to MT = 6 tokens share each decoded vector of a whole tile (tile_tokens), groups of 8 (or
+ * a last 7) tokens of the unblocked pairs each decoded 8-row half (half_tokens). Threads: chunks of 16-row tiles claimed one ahead,
  * the packed codes prefetched 16 KiB ahead along them (tile_prefetch.h).
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
@@ -65,10 +66,19 @@ void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
     if (row_scales(w) && bk > 0) moq_layout_rows16_pack(w->scale, w->N, w->K / bk, 1, nan + nan_bytes(w));
 }
 
+/* Tokens 0..nh-1 run in groups of MH (a last group of MH - 1 too): half_tokens. */
+#define MH 8
+static int64_t half_rows(const moq_weight *w, int64_t M) { return bk_of(w) ? 0 : M % MH == MH - 1 ? M : M / MH * MH; }
+
 /* Shared: X f32 [M, K4], sm f32 [M], sx f32 [M, K/32] (activation block scales of the
- * block-scaled pairs); per thread: quantizer scratch 2K + 64. Must match linear_fp8_avx512.c. */
+ * block-scaled pairs), then (AVX2 only, unblocked pairs) XI f32 [groups of MH tokens][K4/4][MH][4]:
+ * the half_tokens groups' rows interleaved, so one pointer and constant offsets reach all MH
+ * tokens' x; per thread: quantizer scratch 2K + 64. X, sm, sx and the per-thread part must match
+ * linear_fp8_avx512.c (which leaves XI unused). */
 static size_t x_bytes(const moq_weight *w, int64_t M) { return ((size_t)M * (size_t)k4(w) * 4 + (size_t)M * 4 + 63) & ~(size_t)63; }
-static size_t shared_bytes(const moq_weight *w, int64_t M) { return x_bytes(w, M) + (((size_t)M * (size_t)(w->K / 32 + 1) * 4 + 63) & ~(size_t)63); }
+static size_t sx_bytes(const moq_weight *w, int64_t M) { return ((size_t)M * (size_t)(w->K / 32 + 1) * 4 + 63) & ~(size_t)63; }
+static size_t xi_bytes(const moq_weight *w, int64_t M) { return (size_t)((half_rows(w, M) + MH - 1) / MH) * MH * (size_t)k4(w) * 4; }
+static size_t shared_bytes(const moq_weight *w, int64_t M) { return x_bytes(w, M) + sx_bytes(w, M) + xi_bytes(w, M); }
 static size_t thread_bytes(const moq_weight *w) { return ((size_t)w->K * 2 + 64 + 63) & ~(size_t)63; }
 
 size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads) {
@@ -174,12 +184,88 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     }
 }
 
+/* Code k = 4g + j of 8 rows (one dword of v per row, k 4g..4g+3 in its bytes) -> f32
+ * D(code)·2^-120: the same bits as dec(), by shifts (byte j to the top, then dec's vpsrad and AND),
+ * so no shuffle index is held in a register. */
+static inline __m256 dec_shift(__m256i v, const int j) {
+    const __m256i t = j == 3 ? v : _mm256_slli_epi32(v, 24 - 8 * j);
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(t, 4), _mm256_set1_epi32((int)0x87F00000u)));
+}
+
+/* Unblocked pairs, a group of mt = MH (or a last MH - 1) tokens: one 8-row half of the tile per
+ * pass, each decoded vector feeding all the tokens' FMAs. Per 8 rows and 4 k: 11 decode ops for
+ * 8 tokens, where tile_tokens spends 12 per 6 tokens and decodes the tile again for the rest (M = 8
+ * ran 6 + 2: 24 decode ops beside 32 FMAs, on the pipes the FMAs use). x from XI (the group's rows
+ * interleaved by k: one pointer, constant offsets). Registers: 8 accumulators, the codes, one
+ * decoded vector, one broadcast, the mask. Each (token, row) sum is tile_tokens's single
+ * accumulator (mt > 2) in the same k order, and the epilogue the same, so y is bit-equal to it.
+ * The first half's pass walks every line of the tile (both halves share each 64-byte group), so it
+ * alone prefetches. */
+static inline __attribute__((always_inline)) void half_tokens(const moq_linear_launch *l, const float *XI, const float *sm, int64_t t,
+                                                             int64_t m0, const int mt, const moq_pf_chunks *pc) {
+    const moq_weight *w = l->w;
+    const int64_t K4 = k4(w), G = K4 / 4, N = w->N;
+    const uint8_t *W = (const uint8_t *)l->packed + t * G * 64, *nan = (const uint8_t *)l->packed + codes_bytes(w);
+    const float *xg = XI + m0 / MH * (G * MH * 4);
+    for (int h = 0; h < 2; h++) {
+        /* named accumulators: gcc kept an __m256 acc[8] array partly on the stack */
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int64_t g = 0; g < G; g++) {
+            if (m0 == 0 && h == 0) moq_pf_line(l->packed, G * 64, pc, (t * G + g) * 64 + MOQ_PF_BYTES);
+            const __m256i v = _mm256_load_si256((const __m256i *)(W + 64 * g + 32 * h));
+            const float *xk = xg + g * (MH * 4);
+#define HT_FMA(i, a) a = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + 4 * (i) + j), a)
+            for (int j = 0; j < 4; j++) {
+                const __m256 wv = dec_shift(v, j);
+                HT_FMA(0, a0), HT_FMA(1, a1), HT_FMA(2, a2), HT_FMA(3, a3), HT_FMA(4, a4), HT_FMA(5, a5), HT_FMA(6, a6);
+                if (mt == MH) HT_FMA(7, a7);
+            }
+#undef HT_FMA
+        }
+        const __m256 acc[MH] = {a0, a1, a2, a3, a4, a5, a6, a7};
+        const int64_t n0 = 16 * t + 8 * h;
+        if (l->y_elem == MOQ_ELEM_F32 && n0 + 8 <= N) { /* a whole half, f32 y: the scalar epilogue's operations in vectors */
+            const __m256 rs = _mm256_loadu_ps(l->row_scale + n0), b = w->bias ? _mm256_loadu_ps(w->bias + n0) : _mm256_setzero_ps();
+            const __m256 isnan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(nan + n0))),
+                                                                        _mm256_setzero_si256()));
+            for (int i = 0; i < mt; i++) {
+                __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[i], _mm256_set1_ps(256.0f)), _mm256_set1_ps(sm[m0 + i])), rs);
+                y = _mm256_blendv_ps(y, _mm256_set1_ps(NAN), isnan);
+                if (w->bias) y = _mm256_add_ps(y, b);
+                _mm256_storeu_ps((float *)l->y + (m0 + i) * N + n0, y);
+            }
+            continue;
+        }
+        for (int i = 0; i < mt; i++) {
+            float v[8];
+            _mm256_storeu_ps(v, _mm256_mul_ps(acc[i], _mm256_set1_ps(256.0f)));
+            const int64_t m = m0 + i;
+            for (int r = 0; r < 8 && 16 * t + 8 * h + r < N; r++) {
+                const int64_t n = 16 * t + 8 * h + r;
+                float y = nan[n] ? NAN : v[r] * sm[m] * l->row_scale[n];
+                if (w->bias) y += w->bias[n];
+                moq_y_store(l->y, l->y_elem, N, m, n, y);
+            }
+        }
+    }
+}
+
+/* Row m of X (prepared) into its half_tokens group's slot of XI. */
+static void interleave_row(const moq_weight *w, const float *X, float *XI, int64_t m) {
+    const int64_t K4 = k4(w), G = K4 / 4;
+    const float *xr = X + m * K4;
+    float *xg = XI + m / MH * (G * MH * 4) + 4 * (m % MH);
+    for (int64_t g = 0; g < G; g++) memcpy(xg + g * (MH * 4), xr + 4 * g, 4 * sizeof(float));
+}
+
 moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
     const int64_t M = l->M, tiles = (w->N + 15) / 16;
     const int blocked = bk_of(w) != 0, mtmax = blocked ? 3 : MT; /* block + total accumulators: 3 tokens fit */
     float *X = l->ws, *sm = X + M * k4(w), *SX = (float *)((uint8_t *)l->ws + x_bytes(w, M));
+    float *XI = (float *)((uint8_t *)l->ws + x_bytes(w, M) + sx_bytes(w, M));
+    const int64_t nh = half_rows(w, M);
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
     float tab[256];
@@ -192,7 +278,10 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
         uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(w);
         if (M > 4) {
 #pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
+            for (int64_t m = 0; m < M; m++) {
+                prepare_row(l, m, X, sm, SX, tab, tmp);
+                if (m < nh) interleave_row(w, X, XI, m);
+            }
         }
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
         moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
@@ -200,9 +289,13 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
         int64_t t0;
         while (moq_pf_walk_next(&wk, &t0, &pc)) {
             for (int64_t t = t0; t < pc.t1; t++)
-                for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
-                    const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
-                    if (blocked) {
+                for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+                    mt = M - m0 < mtmax ? M - m0 : mtmax;
+                    if (m0 < nh) { /* 8 (or a last 7) tokens: half-tile passes */
+                        mt = M - m0 >= MH ? MH : MH - 1;
+                        if (mt == MH) half_tokens(l, XI, sm, t, m0, MH, &pc);
+                        else half_tokens(l, XI, sm, t, m0, MH - 1, &pc);
+                    } else if (blocked) {
                         switch (mt) {
                         case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1, &pc); break;
                         case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1, &pc); break;
