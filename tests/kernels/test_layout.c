@@ -9,10 +9,16 @@
 #include "moq.h"
 #include "kref.h"
 
+/* Every packer (the dispatching one, _ref, _avx2 where the cpu has it); shapes with columns below,
+ * at and above the AVX2 packers' 16 (2-byte) and 8 (4-byte) column steps, and a partial last tile. */
 static void test_rows16(void **state) {
     (void)state;
-    static const int64_t shapes[][2] = {{1, 1}, {15, 7}, {16, 16}, {17, 33}, {40, 272}, {130, 5}};
+    typedef void (*pack_fn)(const void *, int64_t, int64_t, size_t, void *);
+    const pack_fn packs[] = {moq_layout_rows16_pack, moq_layout_rows16_pack_ref, moq_layout_rows16_pack_avx2};
+    const int npacks = moq_cpu_features() & MOQ_CPU_AVX2 ? 3 : 2;
+    static const int64_t shapes[][2] = {{1, 1}, {15, 7}, {16, 16}, {17, 33}, {40, 272}, {130, 5}, {16, 8}, {23, 47}, {33, 64}};
     static const size_t units[] = {1, 2, 4};
+    for (int p = 0; p < npacks; p++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t u = 0; u < 3; u++) {
             const int64_t R = shapes[s][0], C = shapes[s][1];
@@ -21,7 +27,7 @@ static void test_rows16(void **state) {
             uint8_t *src = malloc(n), *dst = malloc(psz), *back = malloc(n);
             for (size_t i = 0; i < n; i++) src[i] = (uint8_t)rnd();
             memset(dst, 0xAB, psz);
-            moq_layout_rows16_pack(src, R, C, unit, dst);
+            packs[p](src, R, C, unit, dst);
             for (int64_t r = 0; r < (R + 15) / 16 * 16; r++)
                 for (int64_t c = 0; c < C; c++) {
                     const uint8_t *d = dst + (size_t)(((r / 16) * C + c) * 16 + r % 16) * unit;
@@ -71,7 +77,11 @@ static void test_nvfp4_vnni16(void **state) {
 /* rows16k4: byte (r, c) at (((r/16)·ceil(C/4) + c/4)·16 + r%16)·4 + c%4; padding rows and columns 0. */
 static void test_rows16k4(void **state) {
     (void)state;
-    static const int64_t shapes[][2] = {{1, 1}, {15, 7}, {16, 16}, {17, 33}, {40, 300}, {130, 5}};
+    typedef void (*pack_fn)(const uint8_t *, int64_t, int64_t, uint8_t *);
+    const pack_fn packs[] = {moq_layout_rows16k4_pack, moq_layout_rows16k4_pack_ref, moq_layout_rows16k4_pack_avx2};
+    const int npacks = moq_cpu_features() & MOQ_CPU_AVX2 ? 3 : 2;
+    static const int64_t shapes[][2] = {{1, 1}, {15, 7}, {16, 16}, {17, 33}, {40, 300}, {130, 5}, {16, 32}, {21, 35}, {48, 130}};
+    for (int p = 0; p < npacks; p++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t R = shapes[s][0], C = shapes[s][1], Rp = (R + 15) / 16 * 16, Cp = (C + 3) / 4 * 4;
         const size_t n = (size_t)(R * C), psz = moq_layout_rows16k4_size(R, C);
@@ -79,7 +89,7 @@ static void test_rows16k4(void **state) {
         uint8_t *src = malloc(n), *dst = malloc(psz), *back = malloc(n);
         for (size_t i = 0; i < n; i++) src[i] = (uint8_t)rnd();
         memset(dst, 0xAB, psz);
-        moq_layout_rows16k4_pack(src, R, C, dst);
+        packs[p](src, R, C, dst);
         for (int64_t r = 0; r < Rp; r++)
             for (int64_t c = 0; c < Cp; c++)
                 assert_int_equal(dst[(((r / 16) * (Cp / 4) + c / 4) * 16 + r % 16) * 4 + c % 4], r < R && c < C ? src[r * C + c] : 0);

@@ -11,7 +11,9 @@
  * unit (r, c) at ((r/16)·C + c)·16 + r%16. Rows past R are zero. A 16-lane vector load at
  * (tile, c) then holds column c of 16 consecutive rows. */
 size_t moq_layout_rows16_size(int64_t R, int64_t C, size_t unit);
-void   moq_layout_rows16_pack(const void *src, int64_t R, int64_t C, size_t unit, void *dst);
+void   moq_layout_rows16_pack(const void *src, int64_t R, int64_t C, size_t unit, void *dst); /* _avx2 where the cpu has it */
+void   moq_layout_rows16_pack_ref(const void *src, int64_t R, int64_t C, size_t unit, void *dst);
+void   moq_layout_rows16_pack_avx2(const void *src, int64_t R, int64_t C, size_t unit, void *dst); /* units 2, 4; others: _ref */
 void   moq_layout_rows16_unpack(const void *dst, int64_t R, int64_t C, size_t unit, void *src);
 
 /* nvfp4_vnni16: canonical packed e2m1 u8 [N, K/2] (K % 8 == 0) -> u8 [ceil(N/16), K/8, 16, 4]:
@@ -29,7 +31,9 @@ void   moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, 
  * 32-byte load at (tile, group, half) holds 4 consecutive columns of 8 rows, one dword per row
  * (the AVX2 e4m3 kernel's operand: a byte shuffle puts column j of each row in a dword's top). */
 size_t moq_layout_rows16k4_size(int64_t R, int64_t C);
-void   moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
+void   moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst); /* _avx2 where the cpu has it */
+void   moq_layout_rows16k4_pack_ref(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
+void   moq_layout_rows16k4_pack_avx2(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
 void   moq_layout_rows16k4_unpack(const uint8_t *dst, int64_t R, int64_t C, uint8_t *src);
 
 #endif

@@ -1,7 +1,8 @@
 /* rows16.c — the rows16 layout (grammar in layout.h): 16 output rows interleaved per column so
  * the CPU kernels load one column of 16 rows with one vector load, and the nvfp4_vnni16 layout
  * (nibble planes of 4 k per row = one VNNI dword), and rows16k4. Large packs split their 16-row
- * tiles over OpenMP threads (load time, issue 14). Tested by tests/kernels/test_layout.c. */
+ * tiles over OpenMP threads (load time, issue 14). These are the `_ref` packers; the entry points
+ * take the AVX2 twins (rows16_avx2.c) where the cpu has AVX2. Tested by tests/kernels/test_layout.c. */
 #include "kernels/layout/layout.h"
 
 #include <string.h>
@@ -12,7 +13,7 @@ size_t moq_layout_rows16_size(int64_t R, int64_t C, size_t unit) { return (size_
 
 /* Tile by tile, row by row: each source row is read once in order, each destination unit written
  * once (padding rows of the last tile zeroed, nothing else cleared first). */
-void moq_layout_rows16_pack(const void *src, int64_t R, int64_t C, size_t unit, void *dst) {
+void moq_layout_rows16_pack_ref(const void *src, int64_t R, int64_t C, size_t unit, void *dst) {
     const uint8_t *s = src;
     uint8_t *d = dst;
     const int64_t tiles = (R + 15) / 16;
@@ -34,6 +35,11 @@ void moq_layout_rows16_pack(const void *src, int64_t R, int64_t C, size_t unit, 
                 for (int64_t c = 0; c < C; c++) memcpy(o + (size_t)c * 16 * unit, i + (size_t)c * unit, unit);
             }
         }
+}
+
+void moq_layout_rows16_pack(const void *src, int64_t R, int64_t C, size_t unit, void *dst) {
+    if (moq_cpu_features() & MOQ_CPU_AVX2) moq_layout_rows16_pack_avx2(src, R, C, unit, dst);
+    else moq_layout_rows16_pack_ref(src, R, C, unit, dst);
 }
 
 void moq_layout_rows16_unpack(const void *dst, int64_t R, int64_t C, size_t unit, void *src) {
@@ -90,7 +96,7 @@ void moq_layout_nvfp4_vnni16_unpack(const uint8_t *dst, int64_t N, int64_t K, ui
 
 size_t moq_layout_rows16k4_size(int64_t R, int64_t C) { return (size_t)((R + 15) / 16) * (size_t)((C + 3) / 4) * 64; }
 
-void moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst) {
+void moq_layout_rows16k4_pack_ref(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst) {
     const int64_t G = (C + 3) / 4, tiles = (R + 15) / 16;
 #pragma omp parallel for schedule(static) if (R * C > ((int64_t)1 << 20))
     for (int64_t t = 0; t < tiles; t++)
@@ -104,6 +110,11 @@ void moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t 
             for (; g < G; g++)
                 for (int j = 0; j < 4; j++) o[g * 64 + j] = r < R && 4 * g + j < C ? i[4 * g + j] : 0;
         }
+}
+
+void moq_layout_rows16k4_pack(const uint8_t *src, int64_t R, int64_t C, uint8_t *dst) {
+    if (moq_cpu_features() & MOQ_CPU_AVX2) moq_layout_rows16k4_pack_avx2(src, R, C, dst);
+    else moq_layout_rows16k4_pack_ref(src, R, C, dst);
 }
 
 void moq_layout_rows16k4_unpack(const uint8_t *dst, int64_t R, int64_t C, uint8_t *src) {
