@@ -15,7 +15,7 @@ static inline __m256i regroup(__m256i x) {
     const __m256i m = _mm256_set1_epi8(0x0F);
     const __m256i L = _mm256_and_si256(x, m), H = _mm256_and_si256(_mm256_srli_epi16(x, 4), m);
 #define I4(a, b, c, d) (a), (b), (c), (d), 4 + (a), 4 + (b), 4 + (c), 4 + (d), 8 + (a), 8 + (b), 8 + (c), 8 + (d), 12 + (a), 12 + (b), 12 + (c), 12 + (d)
-#define Z -128 /* stays negative (high bit set: vpshufb writes 0) after the +4, +8, +12 of I4 */
+#define Z (-128) /* stays negative (high bit set: vpshufb writes 0) after the +4, +8, +12 of I4 */
     const __m256i iA = _mm256_setr_epi8(I4(0, Z, 1, Z), I4(0, Z, 1, Z)), iB = _mm256_setr_epi8(I4(Z, 0, Z, 1), I4(Z, 0, Z, 1));
     const __m256i iC = _mm256_setr_epi8(I4(2, Z, 3, Z), I4(2, Z, 3, Z)), iD = _mm256_setr_epi8(I4(Z, 2, Z, 3), I4(Z, 2, Z, 3));
 #undef I4
