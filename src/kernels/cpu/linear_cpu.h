@@ -14,6 +14,8 @@ moq_status moq_linear_ref_run(const moq_linear_launch *l, moq_error *err);
 size_t     moq_linear_panel_packed_size(const moq_weight *w);
 void       moq_linear_panel_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_panel_workspace(const moq_weight *w, int64_t M, int n_threads);
+/* AVX2: the same layout plus per-thread tile-block panels and accumulators for the prefill. */
+size_t     moq_linear_panel_workspace_avx2(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err);
 bool       moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_len);
 moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *err);
