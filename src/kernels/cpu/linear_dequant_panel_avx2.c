@@ -121,6 +121,7 @@ static inline __attribute__((always_inline)) void micro(const float *P, const fl
     __m256 a0[MR], a1[MR];
 #pragma GCC unroll 6
     for (int i = 0; i < mr; i++) a0[i] = _mm256_load_ps(C + 16 * i), a1[i] = _mm256_load_ps(C + 16 * i + 8);
+#pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
         const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
         _mm_prefetch((const char *)(pf + 6 * k), _MM_HINT_T0);
