@@ -20,6 +20,8 @@
 
 #define KC 256
 #define MR 6
+#define NT 4 /* tiles per prefill block (moq_linear_panel_run_avx2) */
+#define PKC 256 /* k-chunk of the prefill blocks */
 
 static int64_t cols_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? w->K / 2 : w->K; }
 static size_t unit_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? 1 : (size_t)moq_elem_bytes(w->w.elem, 1); }
@@ -280,48 +282,67 @@ static bool gemv_fits(const moq_linear_launch *l) {
     return l->M <= GEMV_M && (l->pair == MOQ_PAIR_BF16 || l->pair == MOQ_PAIR_F16 || l->pair == MOQ_PAIR_F32);
 }
 
-/* moq_y_store_tile16 on 8-lane vectors for a full tile (the same operations in the same order:
- * (C · sm) · row_scale, + bias, unfused; bf16 by round-to-nearest-even, NaN -> 0xFFFF): the
- * scalar epilogue was 3-4 % of the M = 512 prefill. */
-static void store_tile16(const moq_linear_launch *l, const float *C, const float *sm, int64_t t) {
+/* moq_y_store_tile16 on 8-lane vectors for nt full tiles t0.. (the same operations in the same
+ * order: (C · sm) · row_scale, + bias, unfused; bf16 by round-to-nearest-even, NaN -> 0xFFFF),
+ * token by token so that each row of y gets nt · 16 contiguous outputs: the scalar epilogue was
+ * 3-4 % of the M = 512 prefill. C: [nt][M][16]. */
+static void store_tiles(const moq_linear_launch *l, const float *C, const float *sm, int64_t t0, int nt) {
     const moq_weight *w = l->w;
-    const int64_t N = w->N, n0 = 16 * t;
-    if (n0 + 16 > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) { moq_y_store_tile16(l, C, sm, t); return; }
-    const __m256 r0 = _mm256_loadu_ps(l->row_scale + n0), r1 = _mm256_loadu_ps(l->row_scale + n0 + 8);
-    const __m256 b0 = w->bias ? _mm256_loadu_ps(w->bias + n0) : _mm256_setzero_ps();
-    const __m256 b1 = w->bias ? _mm256_loadu_ps(w->bias + n0 + 8) : _mm256_setzero_ps();
+    const int64_t N = w->N, M = l->M;
+    if (16 * (t0 + nt) > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) {
+        for (int j = 0; j < nt; j++) moq_y_store_tile16(l, C + (int64_t)j * M * 16, sm, t0 + j);
+        return;
+    }
     const __m256i rnd = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), abs = _mm256_set1_epi32(0x7FFFFFFF);
     const __m256i inf = _mm256_set1_epi32(0x7F800000), nan = _mm256_set1_epi32(0xFFFF);
-    for (int64_t m = 0; m < l->M; m++) {
+    for (int64_t m = 0; m < M; m++) {
         const __m256 s = _mm256_broadcast_ss(sm + m);
-        __m256 v0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(C + 16 * m), s), r0);
-        __m256 v1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(C + 16 * m + 8), s), r1);
-        if (w->bias) v0 = _mm256_add_ps(v0, b0), v1 = _mm256_add_ps(v1, b1);
-        if (l->y_elem == MOQ_ELEM_F32) {
-            _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
-            _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
-            continue;
+        for (int j = 0; j < nt; j++) {
+            const int64_t n0 = 16 * (t0 + j);
+            const float *c = C + ((int64_t)j * M + m) * 16;
+            __m256 v0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c), s), _mm256_loadu_ps(l->row_scale + n0));
+            __m256 v1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c + 8), s), _mm256_loadu_ps(l->row_scale + n0 + 8));
+            if (w->bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(w->bias + n0)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(w->bias + n0 + 8));
+            if (l->y_elem == MOQ_ELEM_F32) {
+                _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
+                _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
+                continue;
+            }
+            __m256i h[2];
+            for (int q = 0; q < 2; q++) {
+                const __m256i u = _mm256_castps_si256(q ? v1 : v0);
+                const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, rnd), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+                h[q] = _mm256_blendv_epi8(r, nan, _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf));
+            }
+            _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
         }
-        __m256i h[2];
-        for (int q = 0; q < 2; q++) {
-            const __m256i u = _mm256_castps_si256(q ? v1 : v0);
-            const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, rnd), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
-            h[q] = _mm256_blendv_epi8(r, nan, _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf));
-        }
-        _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
     }
+}
+
+/* Prefetch part g of groups of the packed weight chunk that decode_panel reads next: columns
+ * [k0, k0 + PKC) of tiles t0.., or, past K, the first chunk of the next block. Spread over the
+ * token groups of the current chunk, so the decode finds it in L2 instead of waiting on DRAM. */
+static void pf_chunk(const moq_linear_launch *l, int64_t t0, int64_t k0, int64_t g, int64_t groups) {
+    const moq_weight *w = l->w;
+    const int64_t K = w->K, cols = cols_of(w), tiles = (w->N + 15) / 16, per = K / cols; /* k per stored column */
+    if (k0 >= K) k0 = 0, t0 += NT;
+    if (t0 >= tiles) return;
+    const int64_t nt = tiles - t0 < NT ? tiles - t0 : NT, kc = K - k0 < PKC ? K - k0 : PKC;
+    const int64_t unit = (int64_t)unit_of(w), lines = (kc / per * 16 * unit + 63) / 64, total = nt * lines;
+    const int64_t each = (total + groups - 1) / groups, i1 = (g + 1) * each < total ? (g + 1) * each : total;
+    for (int64_t i = g * each; i < i1; i++)
+        _mm_prefetch((const char *)l->packed + ((t0 + i / lines) * cols + k0 / per) * 16 * unit + (i % lines) * 64, _MM_HINT_T1);
 }
 
 /* Prefill (M > GEMV_M): BLIS-style blocking with the tokens as the micro-kernel's short side.
  *   X   the activations packed in token groups of MR (token i of group g, column k at
  *       X[MR g K + k mr + i], mr = the group's width): one stream per micro-kernel call
- *   Pb  NT panels of KC x 16 (NT tiles of W, 64 KiB, L2), decoded once per (tile block, k-chunk)
+ *   Pb  NT panels of PKC x 16 (NT tiles of W, 64 KiB, L2), decoded once per (tile block, k-chunk)
  *   Cb  f32 [NT][M][16] accumulators of the block across the k-chunks (L2 at M = 512)
  * For each k-chunk and token group the group's micro-panel (kc x mr, 6 KiB, L1) serves the NT
  * tiles in turn, so X comes from L3 once per NT tiles instead of once per tile. */
-#define NT 4
 static size_t extra_bytes(const moq_weight *w, int64_t M) {
-    return (size_t)NT * KC * 64 + (size_t)NT * (size_t)M * 64 + (((size_t)w->K * 4 + 63) & ~(size_t)63);
+    return (size_t)NT * PKC * 64 + (size_t)NT * (size_t)M * 64 + (((size_t)w->K * 4 + 63) & ~(size_t)63);
 }
 
 size_t moq_linear_panel_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
@@ -360,7 +381,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
             }
         } else {
             uint8_t *ext = ext0 + (size_t)omp_get_thread_num() * eb;
-            float *Pb = (float *)ext, *Cb = (float *)(ext + (size_t)NT * KC * 64), *row = Cb + NT * M * 16;
+            float *Pb = (float *)ext, *Cb = (float *)(ext + (size_t)NT * PKC * 64), *row = Cb + NT * M * 16;
             const int64_t groups = (M + MR - 1) / MR, blocks = (tiles + NT - 1) / NT;
 #pragma omp for schedule(static)
             for (int64_t g = 0; g < groups; g++) {
@@ -376,19 +397,20 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
                 const int64_t t0 = b * NT;
                 const int nt = (int)(tiles - t0 < NT ? tiles - t0 : NT);
                 memset(Cb, 0, (size_t)nt * (size_t)M * 64);
-                for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                    const int kc = (int)(K - k0 < KC ? K - k0 : KC);
+                for (int64_t k0 = 0; k0 < K; k0 += PKC) {
+                    const int kc = (int)(K - k0 < PKC ? K - k0 : PKC);
                     const float *Pt[NT];
-                    for (int j = 0; j < nt; j++) Pt[j] = decode_panel(l, t0 + j, k0, kc, Pb + (size_t)j * KC * 16);
+                    for (int j = 0; j < nt; j++) Pt[j] = decode_panel(l, t0 + j, k0, kc, Pb + (size_t)j * PKC * 16);
                     for (int64_t m0 = 0; m0 < M; m0 += MR) {
                         const int mr = (int)(M - m0 < MR ? M - m0 : MR);
                         const float *Xg = X + m0 * K + k0 * mr;
                         const int64_t m1 = m0 + MR < M ? m0 + MR : 0, mr1 = M - m1 < MR ? M - m1 : MR;
-                        const float *pf = X + m1 * K + (m1 ? k0 : k0 + KC) * mr1; /* last group: the next chunk's first */
+                        const float *pf = X + m1 * K + (m1 ? k0 : k0 + PKC) * mr1; /* last group: the next chunk's first */
+                        pf_chunk(l, t0, k0 + PKC, m0 / MR, groups);
                         for (int j = 0; j < nt; j++) micro_any(Pt[j], Xg, kc, Cb + (int64_t)j * M * 16 + m0 * 16, mr, pf);
                     }
                 }
-                for (int j = 0; j < nt; j++) store_tile16(l, Cb + (int64_t)j * M * 16, sm, t0 + j);
+                store_tiles(l, Cb, sm, t0, nt);
             }
         }
     }
