@@ -73,6 +73,39 @@ static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, u
 
 static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+/* y[m, 16 t ..] = v · row_scale (+ bias) for one token, as the scalar epilogue (unfused, bf16 by
+ * round-to-nearest-even with NaN -> 0xFFFF: moq_y_store), 8 lanes at a time on a full tile. */
+static inline void store_row16(const moq_linear_launch *l, int64_t m, int64_t t, __m256 v0, __m256 v1) {
+    const int64_t N = l->w->N, n0 = 16 * t;
+    if (n0 + 16 > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) {
+        float v[16];
+        _mm256_storeu_ps(v, v0);
+        _mm256_storeu_ps(v + 8, v1);
+        for (int r = 0; r < 16 && n0 + r < N; r++) {
+            float y = v[r] * l->row_scale[n0 + r];
+            if (l->w->bias) y += l->w->bias[n0 + r];
+            moq_y_store(l->y, l->y_elem, N, m, n0 + r, y);
+        }
+        return;
+    }
+    v0 = _mm256_mul_ps(v0, _mm256_loadu_ps(l->row_scale + n0)), v1 = _mm256_mul_ps(v1, _mm256_loadu_ps(l->row_scale + n0 + 8));
+    if (l->w->bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(l->w->bias + n0)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(l->w->bias + n0 + 8));
+    if (l->y_elem == MOQ_ELEM_F32) {
+        _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
+        _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
+        return;
+    }
+    __m256i h[2];
+    for (int q = 0; q < 2; q++) {
+        const __m256i u = _mm256_castps_si256(q ? v1 : v0);
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)),
+                                                             _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))), 16);
+        h[q] = _mm256_blendv_epi8(r, _mm256_set1_epi32(0xFFFF),
+                                  _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000)));
+    }
+    _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+}
+
 /* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
                                                              int64_t t, int64_t m0, const int mt, const moq_pf_chunks *pc) {
@@ -85,7 +118,10 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
      * ymm registers (both halves at once spill); the second pass reads the tile from L1/L2. */
     __m256 acc[MT][2];
     for (int h = 0; h < 2; h++) {
-        for (int i = 0; i < mt; i++) acc[i][h] = _mm256_setzero_ps();
+        __m256 a8[MT]; /* this half's accumulators, indexed by constants only: registers (acc[i][h]
+                        * with the variable h kept all of them in memory, a store per FMA) */
+#pragma GCC unroll 6
+        for (int i = 0; i < mt; i++) a8[i] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             if (h == 0 && m0 == 0) { /* the first pass over the tile streams it from DRAM */
                 moq_pf_line(W0, K * 8, pc, t * K * 8 + 128 * b + MOQ_PF_BYTES);
@@ -98,6 +134,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
             const __m256i hi0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), low4));
             const __m256i lo1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v1, low4));
             const __m256i hi1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), low4));
+#pragma GCC unroll 6
             for (int i = 0; i < mt; i++) {
                 const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
                 const int8_t *a = (const int8_t *)tok + 16 * b;
@@ -109,22 +146,13 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
                 const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
                 const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
                 const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
-                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), acc[i][h]);
+                a8[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), a8[i]);
             }
         }
+#pragma GCC unroll 6
+        for (int i = 0; i < mt; i++) acc[i][h] = a8[i];
     }
-    const int64_t N = l->w->N;
-    for (int i = 0; i < mt; i++) {
-        float v[16];
-        _mm256_storeu_ps(v, acc[i][0]);
-        _mm256_storeu_ps(v + 8, acc[i][1]);
-        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
-            const int64_t n = 16 * t + r;
-            float y = v[r] * l->row_scale[n];
-            if (l->w->bias) y += l->w->bias[n];
-            moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
-        }
-    }
+    for (int i = 0; i < mt; i++) store_row16(l, m0 + i, t, acc[i][0], acc[i][1]);
 }
 
 /* Decode (mt <= 2): both 8-row halves of each block in one pass over K, so the weight stream
@@ -171,18 +199,7 @@ static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_li
             }
         }
     }
-    const int64_t N = l->w->N;
-    for (int i = 0; i < mt; i++) {
-        float v[16];
-        _mm256_storeu_ps(v, acc[i][0]);
-        _mm256_storeu_ps(v + 8, acc[i][1]);
-        for (int r = 0; r < 16 && 16 * t + r < N; r++) {
-            const int64_t n = 16 * t + r;
-            float y = v[r] * l->row_scale[n];
-            if (l->w->bias) y += l->w->bias[n];
-            moq_y_store(l->y, l->y_elem, N, m0 + i, n, y);
-        }
-    }
+    for (int i = 0; i < mt; i++) store_row16(l, m0 + i, t, acc[i][0], acc[i][1]);
 }
 
 moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_error *err) {
