@@ -103,7 +103,7 @@ const moq_kernel moq_kernel_table[] = {
     /* AVX2 + FMA + F16C, decode-first rows: NVFP4 W4A4 as integer block dot products (vpmaddubsw:
      * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
     {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
-     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_maddubs_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
     /* The packed GEMM on AVX2 (linear_gemm_avx2.c) at M > 16 for the block-scaled pairs; M <= 16 the
      * k4fma rows below. FP8 per-tensor / per-channel run k4fma at every M (measured faster than
      * the GEMM: docs/PERFORMANCE.md), so they have no gemm row on AVX2. */
