@@ -163,9 +163,25 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
 #define PLANE_M 12
 #define PLANE_BYTES 160
 static size_t planes_bytes(int64_t K) { return (size_t)(K / 16) * 2 * PLANE_BYTES + 64; }
+/* Per thread: the planes, then one token prepared before it is scattered into its group. */
+static size_t ext_bytes(int64_t K) { return planes_bytes(K) + token_bytes(K); }
 
 size_t moq_linear_nvfp4_maddubs_workspace(const moq_weight *w, int64_t M, int n_threads) {
-    return moq_linear_nvfp4_vnni_workspace(w, M, n_threads) + (size_t)n_threads * planes_bytes(w->K);
+    return moq_linear_nvfp4_vnni_workspace(w, M, n_threads) + (size_t)n_threads * ext_bytes(w->K);
+}
+
+/* The prepared tokens at M >= PLANE_M, in groups of MT (the last one mt = M mod MT wide) at
+ * toks + m0 · tstride (the same bytes as M rows): per block b, 24 · mt bytes: the mt tokens'
+ * 2·D2 codes (16 each), then their aof (i32), then their sfa (f32). One pointer and one stream
+ * per group instead of three per token (the 18 pointers of 6 tokens did not fit the registers). */
+static void scatter_token(const uint8_t *tok, int64_t K, uint8_t *grp, int mt, int i) {
+    const int64_t nb = K / 16;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = grp + (size_t)b * 24 * (size_t)mt;
+        memcpy(o + 16 * i, tok + 16 * b, 16);
+        memcpy(o + 16 * mt + 4 * i, tok + K + 4 * b, 4);
+        memcpy(o + 20 * mt + 4 * i, tok + K + 4 * nb + 4 * b, 4);
+    }
 }
 
 static void decode_planes(const moq_linear_launch *l, int64_t t, uint8_t *buf, const moq_pf_chunks *pc) {
@@ -190,9 +206,9 @@ static void decode_planes(const moq_linear_launch *l, int64_t t, uint8_t *buf, c
     }
 }
 
-/* tile_tokens on the decoded planes of tile t (buf). */
-static inline __attribute__((always_inline)) void tile_tokens_planes(const moq_linear_launch *l, const uint8_t *toks, size_t tstride,
-                                                                    int64_t t, int64_t m0, const int mt, const uint8_t *buf) {
+/* tile_tokens on the decoded planes of tile t (buf) for the token group at grp (scatter_token). */
+static inline __attribute__((always_inline)) void tile_tokens_planes(const moq_linear_launch *l, const uint8_t *grp, int64_t t,
+                                                                    int64_t m0, const int mt, const uint8_t *buf) {
     const int64_t K = l->w->K, nb = K / 16;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MT][2];
@@ -205,19 +221,21 @@ static inline __attribute__((always_inline)) void tile_tokens_planes(const moq_l
             const __m256i lo0 = _mm256_load_si256((const __m256i *)o), hi0 = _mm256_load_si256((const __m256i *)(o + 32));
             const __m256i lo1 = _mm256_load_si256((const __m256i *)(o + 64)), hi1 = _mm256_load_si256((const __m256i *)(o + 96));
             const __m256 sw = _mm256_load_ps((const float *)(o + 128));
+            const uint8_t *g = grp + (size_t)b * 24 * (size_t)mt;
 #pragma GCC unroll 6
             for (int i = 0; i < mt; i++) {
-                const uint8_t *tok = toks + (size_t)(m0 + i) * tstride;
-                const int8_t *a = (const int8_t *)tok + 16 * b;
-                const int32_t *aof = (const int32_t *)(tok + K);
-                const float *sfa = (const float *)(aof + nb);
+                const int8_t *a = (const int8_t *)g + 16 * i;
+                int32_t aof;
+                float sfa;
+                memcpy(&aof, g + 16 * mt + 4 * i, 4);
+                memcpy(&sfa, g + 20 * mt + 4 * i, 4);
                 const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
                 const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
                 const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
                 const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
                 const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
-                a8[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), a8[i]);
+                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof));
+                a8[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa)), a8[i]);
             }
         }
 #pragma GCC unroll 6
@@ -286,7 +304,15 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *tmp = thr0 + (size_t)omp_get_thread_num() * thread_bytes(K);
-        if (M > 4) {
+        uint8_t *planes = pl0 + (size_t)omp_get_thread_num() * ext_bytes(K), *tok1 = planes + planes_bytes(K);
+        if (M >= PLANE_M) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) {
+                const int64_t m0 = m / MT * MT;
+                prepare_token(l, m, tok1, tmp);
+                scatter_token(tok1, K, toks + (size_t)m0 * tstride, (int)(M - m0 < MT ? M - m0 : MT), (int)(m - m0));
+            }
+        } else if (M > 4) {
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_token(l, m, toks + (size_t)m * tstride, tmp);
         }
@@ -294,19 +320,19 @@ moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_err
         moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
         moq_pf_chunks pc;
         int64_t t0;
-        uint8_t *planes = pl0 + (size_t)omp_get_thread_num() * planes_bytes(K);
         while (moq_pf_walk_next(&wk, &t0, &pc)) {
             for (int64_t t = t0; t < pc.t1; t++) {
                 if (M >= PLANE_M) {
                     decode_planes(l, t, planes, &pc);
                     for (int64_t m0 = 0; m0 < M; m0 += MT) {
+                        const uint8_t *grp = toks + (size_t)m0 * tstride;
                         switch (M - m0 < MT ? M - m0 : MT) {
-                        case 1: tile_tokens_1pass(l, toks, tstride, t, m0, 1, &pc); break;
-                        case 2: tile_tokens_1pass(l, toks, tstride, t, m0, 2, &pc); break;
-                        case 3: tile_tokens_planes(l, toks, tstride, t, m0, 3, planes); break;
-                        case 4: tile_tokens_planes(l, toks, tstride, t, m0, 4, planes); break;
-                        case 5: tile_tokens_planes(l, toks, tstride, t, m0, 5, planes); break;
-                        default: tile_tokens_planes(l, toks, tstride, t, m0, 6, planes); break;
+                        case 1: tile_tokens_planes(l, grp, t, m0, 1, planes); break;
+                        case 2: tile_tokens_planes(l, grp, t, m0, 2, planes); break;
+                        case 3: tile_tokens_planes(l, grp, t, m0, 3, planes); break;
+                        case 4: tile_tokens_planes(l, grp, t, m0, 4, planes); break;
+                        case 5: tile_tokens_planes(l, grp, t, m0, 5, planes); break;
+                        default: tile_tokens_planes(l, grp, t, m0, 6, planes); break;
                         }
                     }
                     continue;
