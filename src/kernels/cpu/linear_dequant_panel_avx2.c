@@ -1,12 +1,17 @@
 /* linear_dequant_panel_avx2.c — the AVX2 + FMA + F16C form of linear_dequant_panel_avx512.c for
- * CPUs without AVX-512: same packed layout (rows16; shared pack/workspace hooks), same exact
+ * CPUs without AVX-512: same packed layout (rows16; shared pack hooks; the workspace is the
+ * AVX-512 row's plus a per-thread prefill block, moq_linear_panel_workspace_avx2), same exact
  * decoders on 8-lane vectors (two ymm per 16-row column), same f32 FMA micro-kernel with 6 tokens
  * × 16 rows of accumulators. Activations use the reference quantizers (moq_act_dequant_row).
  *
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
- *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
+ *   Pb      f32 [NT][PKC, 16] per thread: NT = 4 tiles of W decoded for PKC columns (64 KiB, L2)
+ *   X       activations packed in groups of 6 tokens, column-major in the group (one stream, L1)
+ *   Cb      f32 [NT][M][16] per thread: the block's accumulators across the k-chunks
  *
- * Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel (gemv_tiles, issues 14 and 15).
+ * Prefill (M > 8): BLIS-style, the tokens are the micro-kernel's short side; see
+ * moq_linear_panel_run_avx2. Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel
+ * (gemv_tiles, issues 14 and 15); other pairs at M <= 8 run other rows.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
  */
 #include <immintrin.h>

@@ -13,7 +13,10 @@
  *
  * Tokens: M <= 2 (decode) in one pass over K with both 8-row halves per block (tile_tokens_1pass);
  * 3..6 per pass one 8-row half at a time (MT accumulators), the tile's codes (K/2 + K/16 bytes
- * per 16 rows) staying in L1/L2 between the two passes. Activations: moq_act_nvfp4_avx2 (bit-exact
+ * per 16 rows) staying in L1/L2 between the two passes. M >= 12 (prefill): each tile's shuffled
+ * code planes and scales decoded once into a per-thread buffer (tile_tokens_planes; the
+ * workspace is the VNNI row's plus that buffer: moq_linear_nvfp4_maddubs_workspace), the prepared
+ * tokens stored in block-interleaved groups of 6 (scatter_token). Activations: moq_act_nvfp4_avx2 (bit-exact
  * twin of moq_act_nvfp4_ref), which also gives 2·D2(code) and the block sums.
  * Threads: OpenMP, chunks of 4 tiles claimed one ahead; the first pass over a tile prefetches the
  * codes 16 KiB ahead into the thread's own next chunk (tile_prefetch.h).
