@@ -334,6 +334,7 @@ static void pf_chunk(const moq_linear_launch *l, int64_t t0, int64_t k0, int64_t
     if (t0 >= tiles) return;
     const int64_t nt = tiles - t0 < NT ? tiles - t0 : NT, kc = K - k0 < PKC ? K - k0 : PKC;
     const int64_t unit = (int64_t)unit_of(w), lines = (kc / per * 16 * unit + 63) / 64, total = nt * lines;
+    if (lines <= 0 || groups <= 0) return;
     const int64_t each = (total + groups - 1) / groups, i1 = (g + 1) * each < total ? (g + 1) * each : total;
     for (int64_t i = g * each; i < i1; i++)
         _mm_prefetch((const char *)l->packed + ((t0 + i / lines) * cols + k0 / per) * 16 * unit + (i % lines) * 64, _MM_HINT_T1);
