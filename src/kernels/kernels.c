@@ -18,7 +18,7 @@
 #define BF16DOT(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512 | MOQ_CPU_AVX512BF16, 1, moq_linear_panel_bf16_supports, \
                       moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx512, 0, 0}
 #define PANEL2(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, p, NULL, moq_linear_panel_packed_size, \
-                      moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_panel_run_avx2, 0, 0}
+                      moq_linear_panel_pack, moq_linear_panel_workspace_avx2, moq_linear_panel_run_avx2, 0, 0}
 #define FP8K4(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL, moq_linear_fp8_k4_packed_size, \
                       moq_linear_fp8_k4_pack, moq_linear_fp8_k4_workspace, moq_linear_fp8_k4_run_avx2, 0, 0}
 #define FP8K4_512(nm, p) {nm, MOQ_OP_LINEAR, p, MOQ_TARGET_CPU_AVX512, AVX512, 0, NULL, moq_linear_fp8_k4_packed_size, \
@@ -103,7 +103,7 @@ const moq_kernel moq_kernel_table[] = {
     /* AVX2 + FMA + F16C, decode-first rows: NVFP4 W4A4 as integer block dot products (vpmaddubsw:
      * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
     {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
-     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_vnni_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
+     moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_maddubs_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
     /* The packed GEMM on AVX2 (linear_gemm_avx2.c) at M > 16 for the block-scaled pairs and M >= 96
      * for FP8 per-tensor / per-channel (their k4fma rows below hold 6 tokens × 16 rows per pass with
      * no block accumulators and win up to M ~ 64-96 on Zen 3; measured: docs/PERFORMANCE.md). */
@@ -116,7 +116,7 @@ const moq_kernel moq_kernel_table[] = {
     FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
     FP8K4("cpu_avx2_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     {"cpu_avx2_nvfp4_w4a16_shuffma", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4_W4A16, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, MOQ_PAIR_NVFP4_W4A16, NULL,
-     moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace, moq_linear_nvfp4_w4a16_run_avx2, 0, 0}, /* M <= 8; above: the panel */
+     moq_linear_panel_packed_size, moq_linear_panel_pack, moq_linear_panel_workspace_avx2, moq_linear_nvfp4_w4a16_run_avx2, 0, 0}, /* M <= 8; above: the panel */
     /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
     PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
     PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),

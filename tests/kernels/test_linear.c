@@ -105,6 +105,7 @@ static void test_every_fast_row(void **state) {
                 check_row(k, M, NK[s][0], NK[s][1], (mi + s) & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
             }
         check_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16);
+        check_row(k, 17, NK[0][0], NK[0][1], MOQ_ELEM_F32, MOQ_ELEM_BF16); /* bf16 y from the prefill epilogues */
         /* bf16 x at M = 6 and 8: the bf16dot decode path runs up to M = 8 (exact bf16 activations only) */
         check_row(k, 6, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);
         check_row(k, 8, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_F32);

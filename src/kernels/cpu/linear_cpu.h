@@ -14,6 +14,8 @@ moq_status moq_linear_ref_run(const moq_linear_launch *l, moq_error *err);
 size_t     moq_linear_panel_packed_size(const moq_weight *w);
 void       moq_linear_panel_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_panel_workspace(const moq_weight *w, int64_t M, int n_threads);
+/* AVX2: the same layout plus per-thread tile-block panels and accumulators for the prefill. */
+size_t     moq_linear_panel_workspace_avx2(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err);
 bool       moq_linear_panel_bf16_supports(const moq_weight *w, char *why, size_t why_len);
 moq_status moq_linear_panel_run_avx512(const moq_linear_launch *l, moq_error *err);
@@ -24,6 +26,8 @@ void       moq_linear_nvfp4_vnni_pack(const moq_weight *w, void *dst);
 size_t     moq_linear_nvfp4_vnni_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_nvfp4_vnni_run_avx512(const moq_linear_launch *l, moq_error *err);
 /* The same on AVX2 with vpmaddubsw + vpmaddwd (linear_nvfp4_avx2.c); same pack and workspace. */
+/* Its workspace: the VNNI row's plus a per-thread buffer of decoded code planes (prefill). */
+size_t     moq_linear_nvfp4_maddubs_workspace(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_nvfp4_maddubs_run_avx2(const moq_linear_launch *l, moq_error *err);
 
 /* FP8 e4m3 weights (per-tensor, per-channel) on AVX2: rows16k4 codes decoded in registers

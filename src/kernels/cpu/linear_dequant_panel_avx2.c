@@ -1,12 +1,17 @@
 /* linear_dequant_panel_avx2.c — the AVX2 + FMA + F16C form of linear_dequant_panel_avx512.c for
- * CPUs without AVX-512: same packed layout (rows16; shared pack/workspace hooks), same exact
+ * CPUs without AVX-512: same packed layout (rows16; shared pack hooks; the workspace is the
+ * AVX-512 row's plus a per-thread prefill block, moq_linear_panel_workspace_avx2), same exact
  * decoders on 8-lane vectors (two ymm per 16-row column), same f32 FMA micro-kernel with 6 tokens
  * × 16 rows of accumulators. Activations use the reference quantizers (moq_act_dequant_row).
  *
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
- *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
+ *   Pb      f32 [NT][PKC, 16] per thread: NT = 4 tiles of W decoded for PKC columns (64 KiB, L2)
+ *   X       activations packed in groups of 6 tokens, column-major in the group (one stream, L1)
+ *   Cb      f32 [NT][M][16] per thread: the block's accumulators across the k-chunks
  *
- * Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel (gemv_tiles, issues 14 and 15).
+ * Prefill (M > 8): BLIS-style, the tokens are the micro-kernel's short side; see
+ * moq_linear_panel_run_avx2. Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel
+ * (gemv_tiles, issues 14 and 15); other pairs at M <= 8 run other rows.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
  */
 #include <immintrin.h>
@@ -20,6 +25,8 @@
 
 #define KC 256
 #define MR 6
+#define NT 4 /* tiles per prefill block (moq_linear_panel_run_avx2) */
+#define PKC 256 /* k-chunk of the prefill blocks */
 
 static int64_t cols_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? w->K / 2 : w->K; }
 static size_t unit_of(const moq_weight *w) { return w->w.elem == MOQ_ELEM_E2M1 ? 1 : (size_t)moq_elem_bytes(w->w.elem, 1); }
@@ -114,16 +121,20 @@ static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t 
 }
 
 /* The i loops are unrolled by pragma: without it GCC keeps a0/a1 in memory and stores both
- * accumulators after every FMA pair (seen in objdump), which halved the FMA rate. */
-static inline __attribute__((always_inline)) void micro(const float *P, const float *X, int64_t ldx, int kc, float *C, const int mr) {
+ * accumulators after every FMA pair (seen in objdump), which halved the FMA rate. X is the
+ * token group's packed micro-panel: token i of column k at X[k * mr + i] (one stream, L1). */
+static inline __attribute__((always_inline)) void micro(const float *P, const float *X, int kc, float *C, const int mr,
+                                                       const float *pf) {
     __m256 a0[MR], a1[MR];
 #pragma GCC unroll 6
     for (int i = 0; i < mr; i++) a0[i] = _mm256_load_ps(C + 16 * i), a1[i] = _mm256_load_ps(C + 16 * i + 8);
+#pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
         const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
+        _mm_prefetch((const char *)(pf + 6 * k), _MM_HINT_T0);
 #pragma GCC unroll 6
         for (int i = 0; i < mr; i++) {
-            const __m256 x = _mm256_broadcast_ss(X + i * ldx + k);
+            const __m256 x = _mm256_broadcast_ss(X + k * mr + i);
             a0[i] = _mm256_fmadd_ps(x, w0, a0[i]);
             a1[i] = _mm256_fmadd_ps(x, w1, a1[i]);
         }
@@ -132,9 +143,10 @@ static inline __attribute__((always_inline)) void micro(const float *P, const fl
     for (int i = 0; i < mr; i++) _mm256_store_ps(C + 16 * i, a0[i]), _mm256_store_ps(C + 16 * i + 8, a1[i]);
 }
 
-static void micro_any(const float *P, const float *X, int64_t ldx, int kc, float *C, int mr) {
+/* pf: the next token group's micro-panel, brought into L1 while this one runs (X is in L3). */
+static void micro_any(const float *P, const float *X, int kc, float *C, int mr, const float *pf) {
     switch (mr) {
-#define CASE(n) case n: micro(P, X, ldx, kc, C, n); break;
+#define CASE(n) case n: micro(P, X, kc, C, n, pf); break;
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
 #undef CASE
     default: break;
@@ -275,6 +287,74 @@ static bool gemv_fits(const moq_linear_launch *l) {
     return l->M <= GEMV_M && (l->pair == MOQ_PAIR_BF16 || l->pair == MOQ_PAIR_F16 || l->pair == MOQ_PAIR_F32);
 }
 
+/* moq_y_store_tile16 on 8-lane vectors for nt full tiles t0.. (the same operations in the same
+ * order: (C · sm) · row_scale, + bias, unfused; bf16 by round-to-nearest-even, NaN -> 0xFFFF),
+ * token by token so that each row of y gets nt · 16 contiguous outputs: the scalar epilogue was
+ * 3-4 % of the M = 512 prefill. C: [nt][M][16]. */
+static void store_tiles(const moq_linear_launch *l, const float *C, const float *sm, int64_t t0, int nt) {
+    const moq_weight *w = l->w;
+    const int64_t N = w->N, M = l->M;
+    if (16 * (t0 + nt) > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) {
+        for (int j = 0; j < nt; j++) moq_y_store_tile16(l, C + (int64_t)j * M * 16, sm, t0 + j);
+        return;
+    }
+    const __m256i rnd = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), abs = _mm256_set1_epi32(0x7FFFFFFF);
+    const __m256i inf = _mm256_set1_epi32(0x7F800000), nan = _mm256_set1_epi32(0xFFFF);
+    for (int64_t m = 0; m < M; m++) {
+        const __m256 s = _mm256_broadcast_ss(sm + m);
+        for (int j = 0; j < nt; j++) {
+            const int64_t n0 = 16 * (t0 + j);
+            const float *c = C + ((int64_t)j * M + m) * 16;
+            __m256 v0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c), s), _mm256_loadu_ps(l->row_scale + n0));
+            __m256 v1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c + 8), s), _mm256_loadu_ps(l->row_scale + n0 + 8));
+            if (w->bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(w->bias + n0)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(w->bias + n0 + 8));
+            if (l->y_elem == MOQ_ELEM_F32) {
+                _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
+                _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
+                continue;
+            }
+            __m256i h[2];
+            for (int q = 0; q < 2; q++) {
+                const __m256i u = _mm256_castps_si256(q ? v1 : v0);
+                const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, rnd), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+                h[q] = _mm256_blendv_epi8(r, nan, _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf));
+            }
+            _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+        }
+    }
+}
+
+/* Prefetch part g of groups of the packed weight chunk that decode_panel reads next: columns
+ * [k0, k0 + PKC) of tiles t0.., or, past K, the first chunk of the next block. Spread over the
+ * token groups of the current chunk, so the decode finds it in L2 instead of waiting on DRAM. */
+static void pf_chunk(const moq_linear_launch *l, int64_t t0, int64_t k0, int64_t g, int64_t groups) {
+    const moq_weight *w = l->w;
+    const int64_t K = w->K, cols = cols_of(w), tiles = (w->N + 15) / 16, per = K / cols; /* k per stored column */
+    if (k0 >= K) k0 = 0, t0 += NT;
+    if (t0 >= tiles) return;
+    const int64_t nt = tiles - t0 < NT ? tiles - t0 : NT, kc = K - k0 < PKC ? K - k0 : PKC;
+    const int64_t unit = (int64_t)unit_of(w), lines = (kc / per * 16 * unit + 63) / 64, total = nt * lines;
+    if (lines <= 0 || groups <= 0) return;
+    const int64_t each = (total + groups - 1) / groups, i1 = (g + 1) * each < total ? (g + 1) * each : total;
+    for (int64_t i = g * each; i < i1; i++)
+        _mm_prefetch((const char *)l->packed + ((t0 + i / lines) * cols + k0 / per) * 16 * unit + (i % lines) * 64, _MM_HINT_T1);
+}
+
+/* Prefill (M > GEMV_M): BLIS-style blocking with the tokens as the micro-kernel's short side.
+ *   X   the activations packed in token groups of MR (token i of group g, column k at
+ *       X[MR g K + k mr + i], mr = the group's width): one stream per micro-kernel call
+ *   Pb  NT panels of PKC x 16 (NT tiles of W, 64 KiB, L2), decoded once per (tile block, k-chunk)
+ *   Cb  f32 [NT][M][16] accumulators of the block across the k-chunks (L2 at M = 512)
+ * For each k-chunk and token group the group's micro-panel (kc x mr, 6 KiB, L1) serves the NT
+ * tiles in turn, so X comes from L3 once per NT tiles instead of once per tile. */
+static size_t extra_bytes(const moq_weight *w, int64_t M) {
+    return (size_t)NT * PKC * 64 + (size_t)NT * (size_t)M * 64 + (((size_t)w->K * 4 + 63) & ~(size_t)63);
+}
+
+size_t moq_linear_panel_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
+    return moq_linear_panel_workspace(w, M, n_threads) + (size_t)n_threads * extra_bytes(w, M);
+}
+
 moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err) {
     (void)err;
     const moq_weight *w = l->w;
@@ -282,15 +362,17 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
     float *X = l->ws, *sm = X + M * K;
     uint8_t *thr0 = (uint8_t *)l->ws + shared_bytes(w, M);
     const size_t tb = thread_bytes(w, M);
+    uint8_t *ext0 = (uint8_t *)l->ws + moq_linear_panel_workspace(w, M, l->n_threads);
+    const size_t eb = extra_bytes(w, M);
     _Atomic int64_t next_chunk = 0; /* the team's chunk counter (tile_prefetch.h) */
 #pragma omp parallel num_threads(l->n_threads)
     {
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
-        float *P = (float *)mine, *C = (float *)(mine + (size_t)KC * 64 + (size_t)KC * 32);
+        float *C = (float *)(mine + (size_t)KC * 64 + (size_t)KC * 32);
         uint8_t *tmp = (uint8_t *)(C + M * 16);
-#pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
         if (gemv_fits(l)) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
             /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
              * thread's own next chunk (tile_prefetch.h). */
             moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
@@ -304,16 +386,37 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
                 }
             }
         } else {
-#pragma omp for schedule(dynamic, 4) /* a descheduled thread (shared VM) holds 4 tiles, not half */
-            for (int64_t t = 0; t < tiles; t++) {
-                memset(C, 0, (size_t)M * 64);
-                for (int64_t k0 = 0; k0 < K; k0 += KC) {
-                    const int kc = (int)(K - k0 < KC ? K - k0 : KC);
-                    const float *Pt = decode_panel(l, t, k0, kc, P);
-                    for (int64_t m0 = 0; m0 < M; m0 += MR)
-                        micro_any(Pt, X + m0 * K + k0, K, kc, C + m0 * 16, (int)(M - m0 < MR ? M - m0 : MR));
+            uint8_t *ext = ext0 + (size_t)omp_get_thread_num() * eb;
+            float *Pb = (float *)ext, *Cb = (float *)(ext + (size_t)NT * PKC * 64), *row = Cb + NT * M * 16;
+            const int64_t groups = (M + MR - 1) / MR, blocks = (tiles + NT - 1) / NT;
+#pragma omp for schedule(static)
+            for (int64_t g = 0; g < groups; g++) {
+                const int64_t m0 = g * MR, mr = M - m0 < MR ? M - m0 : MR;
+                float *Xg = X + m0 * K;
+                for (int64_t i = 0; i < mr; i++) {
+                    moq_act_dequant_row(l, m0 + i, row, &sm[m0 + i], tmp);
+                    for (int64_t k = 0; k < K; k++) Xg[k * mr + i] = row[k];
                 }
-                moq_y_store_tile16(l, C, sm, t);
+            }
+#pragma omp for schedule(dynamic, 1) /* a descheduled thread (shared VM) holds NT tiles, not half */
+            for (int64_t b = 0; b < blocks; b++) {
+                const int64_t t0 = b * NT;
+                const int nt = (int)(tiles - t0 < NT ? tiles - t0 : NT);
+                memset(Cb, 0, (size_t)nt * (size_t)M * 64);
+                for (int64_t k0 = 0; k0 < K; k0 += PKC) {
+                    const int kc = (int)(K - k0 < PKC ? K - k0 : PKC);
+                    const float *Pt[NT];
+                    for (int j = 0; j < nt; j++) Pt[j] = decode_panel(l, t0 + j, k0, kc, Pb + (size_t)j * PKC * 16);
+                    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+                        const int mr = (int)(M - m0 < MR ? M - m0 : MR);
+                        const float *Xg = X + m0 * K + k0 * mr;
+                        const int64_t m1 = m0 + MR < M ? m0 + MR : 0, mr1 = M - m1 < MR ? M - m1 : MR;
+                        const float *pf = X + m1 * K + (m1 ? k0 : k0 + PKC) * mr1; /* last group: the next chunk's first */
+                        pf_chunk(l, t0, k0 + PKC, m0 / MR, groups);
+                        for (int j = 0; j < nt; j++) micro_any(Pt[j], Xg, kc, Cb + (int64_t)j * M * 16 + m0 * 16, mr, pf);
+                    }
+                }
+                store_tiles(l, Cb, sm, t0, nt);
             }
         }
     }
