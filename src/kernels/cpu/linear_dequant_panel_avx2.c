@@ -1,7 +1,8 @@
 /* linear_dequant_panel_avx2.c — the AVX2 + FMA + F16C form of linear_dequant_panel_avx512.c for
  * CPUs without AVX-512: same packed layout (rows16; shared pack/workspace hooks), same exact
  * decoders on 8-lane vectors (two ymm per 16-row column), same f32 FMA micro-kernel with 6 tokens
- * × 16 rows of accumulators. Activations use the reference quantizers (moq_act_dequant_row).
+ * × 16 rows of accumulators. Activations: moq_act_dequant_row_avx2 (the AVX2 FP8 / MXFP8
+ * quantizers, bit-exact twins of the references; other pairs the reference row).
  *
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
  *   P       f32 [KC, 16] per thread: a 16-row tile of W decoded for KC columns, reused by all tokens
@@ -289,7 +290,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         float *P = (float *)mine, *C = (float *)(mine + (size_t)KC * 64 + (size_t)KC * 32);
         uint8_t *tmp = (uint8_t *)(C + M * 16);
 #pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+        for (int64_t m = 0; m < M; m++) moq_act_dequant_row_avx2(l, m, X + m * K, &sm[m], tmp);
         if (gemv_fits(l)) {
             /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
              * thread's own next chunk (tile_prefetch.h). */
