@@ -198,7 +198,10 @@ void moq_act_fp8_g128_avx2(const float *x, size_t K, uint8_t *q, float *scales, 
 void moq_act_mxfp8_avx2(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq) {
     for (size_t b = 0; b < K / 32; b++) {
         const uint8_t c = moq_e8m0_encode_up_sat(amax8n(x + 32 * b, 32) * (1.0f / 448.0f));
-        const float mult = c == 0 ? 0.0f : ldexpf(1.0f, 127 - (int)c); /* exact power of two */
+        /* 2^(127-c) as ldexpf(1, 127 - c) gives it, built from its bits: normal for c <= 253,
+         * subnormal for c = 254 (2^-127) and 255 (2^-128, a NaN amax) */
+        const int e = 254 - (int)c;
+        const float mult = c == 0 ? 0.0f : moq_f32_from_bits(e >= 1 ? (uint32_t)e << 23 : 0x00400000u >> -e);
         sf[b] = c;
         e4m3_row8(x + 32 * b, 32, mult, 0, q ? q + 32 * b : NULL, deq ? deq + 32 * b : NULL, moq_e8m0_decode(c));
     }
