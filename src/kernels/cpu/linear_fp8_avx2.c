@@ -10,8 +10,9 @@
  *           0x87F00000 leave sign at bit 31 and e4m3's exponent+mantissa at bits 26..20: the f32
  *           whose value is D(code)·2^-120, exact for every finite code, subnormals included (the
  *           f32 is then subnormal with mantissa m·2^20: m·2^-129 = m·2^-9·2^-120).
- *   x       the pair's reference quantizer (e4m3 codes; per-token scale apart), decoded by a table
- *           to the value times 2^112 (exact: |x| <= 448 stays below 2^121), f32 [M, K rounded up to 4, zero-padded]
+ *   x       the pair's quantizer, the AVX2 twin of the reference (e4m3 codes; per-token scale
+ *           apart), decoded by a table to the value times 2^112 (exact: |x| <= 448 stays below
+ *           2^121), f32 [M, K rounded up to 4, zero-padded]
  *   y       Σ_k f32 products (each exact: 4 × 4 significant bits) = y·2^-8; ×256 (exact), then
  *           × per-token scale × row_scale (+ bias), as moq_y_store_tile16.
  * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
