@@ -22,7 +22,6 @@
 #include "format/format.h"
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
-#endif
 
 static uint64_t g_rng = 0x5EED0A77u;
 static double urand(void) { /* [-1, 1) */
@@ -41,7 +40,6 @@ static float bf16_val(uint16_t b) {
     return f;
 }
 
-#ifdef MOQ_HAVE_CUDA
 static void *dev_up(const void *h, size_t n) {
     void *p = NULL;
     TU_OK(moq_device_alloc(MOQ_DEVICE_CUDA, n, &p, err_));
