@@ -168,11 +168,17 @@ static inline __attribute__((always_inline)) void e4m3_step8(const float *x, siz
 
 /* Codes of n values, each x ⊗ f (div == 0) or x ⊘ f (div == 1), to q and/or D4(code) ⊗ d to deq
  * (d == 1: no multiply, the same value). deq may be x. */
-static inline __attribute__((always_inline)) void e4m3_row8(const float *x, size_t n, float f, const int div, uint8_t *q, float *deq, float d) {
-    const __m256 fv = _mm256_set1_ps(f);
+static inline __attribute__((always_inline)) void e4m3_loop8(const float *x, size_t n, __m256 fv, const int div, uint8_t *q, float *deq, float d) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) e4m3_step8(x + i, 8, fv, div, q ? q + i : NULL, deq ? deq + i : NULL, d);
     if (i < n) e4m3_step8(x + i, n - i, fv, div, q ? q + i : NULL, deq ? deq + i : NULL, d);
+}
+
+static inline __attribute__((always_inline)) void e4m3_row8(const float *x, size_t n, float f, const int div, uint8_t *q, float *deq, float d) {
+    const __m256 fv = _mm256_set1_ps(f);
+    if (q && deq) e4m3_loop8(x, n, fv, div, q, deq, d); /* one branch per row, none per step */
+    else if (q) e4m3_loop8(x, n, fv, div, q, NULL, d);
+    else if (deq) e4m3_loop8(x, n, fv, div, NULL, deq, d);
 }
 
 void moq_act_fp8_static_avx2(const float *x, size_t K, float s_in, uint8_t *q, float *deq) {
