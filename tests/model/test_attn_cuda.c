@@ -22,7 +22,6 @@
 #include "format/format.h"
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
-#endif
 
 #ifdef MOQ_HAVE_CUDA /* everything but main: without CUDA the tests skip */
 static uint64_t g_rng = 0x5EED0A77u;

@@ -50,6 +50,16 @@ void moq_act_mxfp8_avx512(const float *x, size_t K, uint8_t *q, uint8_t *sf, flo
 /* moq_act_dequant_row with the AVX-512 quantizers (same results, bit for bit). */
 void moq_act_dequant_row_avx512(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp);
 
+/* AVX2 (+FMA/F16C) twins of the same four (act_quant_avx2.c), same contract; bit-exact with the
+ * references for every input, NaN and inf included. */
+void moq_act_fp8_static_avx2(const float *x, size_t K, float s_in, uint8_t *q, float *deq);
+void moq_act_fp8_token_avx2(const float *x, size_t K, uint8_t *q, float *scale, float *deq);
+void moq_act_fp8_g128_avx2(const float *x, size_t K, uint8_t *q, float *scales, float *deq);
+void moq_act_mxfp8_avx2(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq);
+/* moq_act_dequant_row with the AVX2 FP8 / MXFP8 quantizers (same results, bit for bit); other
+ * pairs go to moq_act_dequant_row itself. */
+void moq_act_dequant_row_avx2(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp);
+
 /* Quantize activation row m the way launch l's pair says, then dequantize it back to f32 with
  * every per-group scale folded in, except the per-token scale (returned in *row_scale, 1 when
  * none) and the static tensor scale (folded into the pair's row_scale). Pair without activation

@@ -4,8 +4,12 @@
  * moq_e2m1_encode_rne_sat: > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5), and the VNNI/
  * maddubs operand 2·D2(code) comes from an 8-entry permute and vpsignd. Bit-exact for finite x;
  * tested by tests/kernels/test_act_quant.c against the reference.
+ * Below it the FP8 / MXFP8 twins (moq_act_fp8_*_avx2, moq_act_mxfp8_avx2) and the dequant row
+ * built on them, for the AVX2 FP8 kernels (linear_gemm_avx2.c, linear_fp8_avx2.c, the panel).
  */
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/act_quant.h"
 
@@ -59,5 +63,183 @@ void moq_act_nvfp4_avx2(const float *x, size_t K, float S, const uint8_t *corr, 
             s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
             asum[b] = _mm_cvtsi128_si32(s);
         }
+    }
+}
+
+/* ---- FP8 / MXFP8 (§5.1-§5.3, §4.3) ------------------------------------------------------------
+ * AVX2 twins of moq_act_fp8_static_ref, _token_ref, _g128_ref, moq_act_mxfp8_ref, 8 lanes per
+ * step, the last K % 8 values through a masked load and a partial store. Per element the same one
+ * f32 operation as the reference (static, MXFP8: x ⊗ the scalar multiplier; token, g128: x ⊘ s,
+ * a true vdivps), then E4s written as e4m3.c writes it (format_avx2.c's e4m3_rne_sat8): below
+ * 2^-6 round v·512 with an RNE immediate, above it rebias the exponent and round the 20 dropped
+ * bits to nearest even with integer adds; >= 448 and inf -> 0x7E, NaN -> 0x7F, sign kept. The
+ * reference's clamp to ±448 is not done: E4s already maps every |v| >= 448 to 0x7E|sign, the code
+ * the clamped value gets. amax: vector max, the reference's fmaxf loop for a row holding a NaN
+ * (amax8n). Hence bit-exact with the reference for every input, NaN (signalling too) and inf
+ * included (tests/kernels/test_act_quant.c). */
+
+/* E4s on 8 values -> codes, one per dword. */
+static inline __m256i e4m3_sat8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
+    __m256i c = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((int)(0x7FFFFu - (120u << 23)))), odd), 20);
+    const __m256 sub = _mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    c = _mm256_blendv_epi8(c, _mm256_cvttps_epi32(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C800000), a));
+    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(0x7E), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43E00000 - 1)));
+    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(0x7F), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)));
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+}
+
+/* D4 of 8 codes (one per dword) -> f32, exactly moq_e4m3_decode (NaN codes -> 0x7FC00000|sign). */
+static inline __m256 e4m3_dec8(__m256i c) {
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+    __m256i n = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    n = _mm256_blendv_epi8(n, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+    n = _mm256_blendv_epi8(n, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+    return _mm256_castsi256_ps(_mm256_or_si256(n, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24)));
+}
+
+/* Lanes [0, n) of 8 set (n <= 8), for maskload/maskstore. */
+static inline __m256i lanes(size_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 8 codes (dwords 0..255) -> 8 bytes. */
+static inline __m128i bytes8(__m256i c) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    return _mm_packus_epi16(w, w);
+}
+
+/* max |x| over n values as the reference's fmaxf loop computes it. Vector max, exact when no
+ * value is NaN (max is order-free there); a row with a NaN goes to the reference's own loop,
+ * because glibc's fmaxf turns a signalling NaN into NaN, so that loop's result depends on where
+ * the NaNs sit (the max of the values after the last signalling one). */
+static float amax8n(const float *x, size_t n) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m0 = _mm256_setzero_ps(), m1 = m0, nan = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        m0 = _mm256_max_ps(m0, _mm256_and_ps(a, absm));
+        m1 = _mm256_max_ps(m1, _mm256_and_ps(b, absm));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    }
+    for (; i < n; i += 8) {
+        const __m256 a = _mm256_maskload_ps(x + i, lanes(n - i));
+        m0 = _mm256_max_ps(m0, _mm256_and_ps(a, absm));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) {
+        float r = 0.0f;
+        for (size_t j = 0; j < n; j++) r = fmaxf(r, fabsf(x[j]));
+        return r;
+    }
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+/* One step of e4m3_row8: 8 values (r < 8: the first r, masked). */
+static inline __attribute__((always_inline)) void e4m3_step8(const float *x, size_t r, __m256 fv, const int div, uint8_t *q, float *deq, float d) {
+    const __m256i t = r < 8 ? lanes(r) : _mm256_set1_epi32(-1);
+    const __m256 xv = r < 8 ? _mm256_maskload_ps(x, t) : _mm256_loadu_ps(x);
+    const __m256i c = e4m3_sat8(div ? _mm256_div_ps(xv, fv) : _mm256_mul_ps(xv, fv));
+    if (q) {
+        const __m128i b = bytes8(c);
+        if (r < 8) {
+            uint8_t tb[16];
+            _mm_storeu_si128((__m128i *)tb, b);
+            memcpy(q, tb, r);
+        } else {
+            _mm_storel_epi64((__m128i *)q, b);
+        }
+    }
+    if (deq) {
+        __m256 y = e4m3_dec8(c);
+        if (d != 1.0f) y = _mm256_mul_ps(y, _mm256_set1_ps(d)); /* the reference's D4(code) ⊗ d */
+        if (r < 8) _mm256_maskstore_ps(deq, t, y);
+        else _mm256_storeu_ps(deq, y);
+    }
+}
+
+/* Codes of n values, each x ⊗ f (div == 0) or x ⊘ f (div == 1), to q and/or D4(code) ⊗ d to deq
+ * (d == 1: no multiply, the same value). deq may be x. */
+static inline __attribute__((always_inline)) void e4m3_loop8(const float *x, size_t n, __m256 fv, const int div, uint8_t *q, float *deq, float d) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) e4m3_step8(x + i, 8, fv, div, q ? q + i : NULL, deq ? deq + i : NULL, d);
+    if (i < n) e4m3_step8(x + i, n - i, fv, div, q ? q + i : NULL, deq ? deq + i : NULL, d);
+}
+
+static inline __attribute__((always_inline)) void e4m3_row8(const float *x, size_t n, float f, const int div, uint8_t *q, float *deq, float d) {
+    const __m256 fv = _mm256_set1_ps(f);
+    if (q && deq) e4m3_loop8(x, n, fv, div, q, deq, d); /* one branch per row, none per step */
+    else if (q) e4m3_loop8(x, n, fv, div, q, NULL, d);
+    else if (deq) e4m3_loop8(x, n, fv, div, NULL, deq, d);
+}
+
+void moq_act_fp8_static_avx2(const float *x, size_t K, float s_in, uint8_t *q, float *deq) {
+    e4m3_row8(x, K, 1.0f / s_in, 0, q, deq, 1.0f);
+}
+
+void moq_act_fp8_token_avx2(const float *x, size_t K, uint8_t *q, float *scale, float *deq) {
+    float s = amax8n(x, K) / 448.0f;
+    if (!(s >= MOQ_FP8_TOKEN_MIN_SCALE)) s = MOQ_FP8_TOKEN_MIN_SCALE; /* fmaxf(s, min): s is never NaN */
+    e4m3_row8(x, K, s, 1, q, deq, 1.0f);
+    *scale = s;
+}
+
+void moq_act_fp8_g128_avx2(const float *x, size_t K, uint8_t *q, float *scales, float *deq) {
+    for (size_t g = 0; g < K / 128; g++) {
+        const float a = amax8n(x + 128 * g, 128);
+        const float s = (a > MOQ_FP8_G128_EPS ? a : MOQ_FP8_G128_EPS) / 448.0f;
+        e4m3_row8(x + 128 * g, 128, s, 1, q ? q + 128 * g : NULL, deq ? deq + 128 * g : NULL, s);
+        scales[g] = s;
+    }
+}
+
+void moq_act_mxfp8_avx2(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq) {
+    for (size_t b = 0; b < K / 32; b++) {
+        const uint8_t c = moq_e8m0_encode_up_sat(amax8n(x + 32 * b, 32) * (1.0f / 448.0f));
+        /* 2^(127-c) as ldexpf(1, 127 - c) gives it, built from its bits: normal for c <= 253,
+         * subnormal for c = 254 (2^-127) and 255 (2^-128, a NaN amax) */
+        const int e = 254 - (int)c;
+        const float mult = c == 0 ? 0.0f : moq_f32_from_bits(e >= 1 ? (uint32_t)e << 23 : 0x00400000u >> -e);
+        sf[b] = c;
+        e4m3_row8(x + 32 * b, 32, mult, 0, q ? q + 32 * b : NULL, deq ? deq + 32 * b : NULL, moq_e8m0_decode(c));
+    }
+}
+
+void moq_act_dequant_row_avx2(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp) {
+    const size_t K = (size_t)l->w->K;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: /* s_in lives in row_scale (SHARD_W_IN) */
+        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
+        *row_scale = 1.0f;
+        moq_act_fp8_static_avx2(xq, K, l->a_scale, NULL, xq);
+        break;
+    case MOQ_PAIR_FP8_ROW:
+        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
+        moq_act_fp8_token_avx2(xq, K, NULL, row_scale, xq);
+        break;
+    case MOQ_PAIR_FP8_BLK128: {
+        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
+        *row_scale = 1.0f;
+        float s[64];
+        for (size_t g0 = 0; g0 < K; g0 += 64 * 128) /* at most 64 groups per call */
+            moq_act_fp8_g128_avx2(xq + g0, K - g0 < 64 * 128 ? K - g0 : 64 * 128, NULL, s, xq + g0);
+        break;
+    }
+    case MOQ_PAIR_MXFP8:
+        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
+        *row_scale = 1.0f;
+        moq_act_mxfp8_avx2(xq, K, NULL, tmp, xq);
+        break;
+    default: /* NVFP4 and unquantized pairs: the reference path */
+        moq_act_dequant_row(l, m, xq, row_scale, tmp);
+        break;
     }
 }

@@ -2,7 +2,8 @@
  * CPUs without AVX-512: same packed layout (rows16; shared pack hooks; the workspace is the
  * AVX-512 row's plus a per-thread prefill block, moq_linear_panel_workspace_avx2), same exact
  * decoders on 8-lane vectors (two ymm per 16-row column), same f32 FMA micro-kernel with 6 tokens
- * × 16 rows of accumulators. Activations use the reference quantizers (moq_act_dequant_row).
+ * × 16 rows of accumulators. Activations: moq_act_dequant_row_avx2 (the AVX2 FP8 / MXFP8
+ * quantizers, bit-exact twins of the references; other pairs the reference row).
  *
  *   packed  rows16 codes (+ rows16 NVFP4/MXFP8 block scales), see linear_dequant_panel_avx512.c
  *   Pb      f32 [NT][PKC, 16] per thread: NT = 4 tiles of W decoded for PKC columns (64 KiB, L2)
@@ -372,7 +373,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         uint8_t *tmp = (uint8_t *)(C + M * 16);
         if (gemv_fits(l)) {
 #pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * K, &sm[m], tmp);
+            for (int64_t m = 0; m < M; m++) moq_act_dequant_row_avx2(l, m, X + m * K, &sm[m], tmp);
             /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
              * thread's own next chunk (tile_prefetch.h). */
             moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
@@ -394,7 +395,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
                 const int64_t m0 = g * MR, mr = M - m0 < MR ? M - m0 : MR;
                 float *Xg = X + m0 * K;
                 for (int64_t i = 0; i < mr; i++) {
-                    moq_act_dequant_row(l, m0 + i, row, &sm[m0 + i], tmp);
+                    moq_act_dequant_row_avx2(l, m0 + i, row, &sm[m0 + i], tmp);
                     for (int64_t k = 0; k < K; k++) Xg[k * mr + i] = row[k];
                 }
             }

@@ -10,8 +10,9 @@
  *           0x87F00000 leave sign at bit 31 and e4m3's exponent+mantissa at bits 26..20: the f32
  *           whose value is D(code)·2^-120, exact for every finite code, subnormals included (the
  *           f32 is then subnormal with mantissa m·2^20: m·2^-129 = m·2^-9·2^-120).
- *   x       the pair's reference quantizer (e4m3 codes; per-token scale apart), decoded by a table
- *           to the value times 2^112 (exact: |x| <= 448 stays below 2^121), f32 [M, K rounded up to 4, zero-padded]
+ *   x       the pair's quantizer, the AVX2 twin of the reference (e4m3 codes; per-token scale
+ *           apart), decoded by a table to the value times 2^112 (exact: |x| <= 448 stays below
+ *           2^121), f32 [M, K rounded up to 4, zero-padded]
  *   y       Σ_k f32 products (each exact: 4 × 4 significant bits) = y·2^-8; ×256 (exact), then
  *           × per-token scale × row_scale (+ bias), as moq_y_store_tile16.
  * The decode maps NaN codes (0x7F, 0xFF) to finite values; a row that holds one is flagged at
@@ -85,20 +86,21 @@ size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads
     return shared_bytes(w, M) + (size_t)n_threads * thread_bytes(w);
 }
 
-/* The pair's reference quantizer, then codes -> D(code)·2^112 from a 256-entry table (tab);
- * block-scaled pairs keep their activation block scales apart in sx [K/bk]. */
+/* The pair's quantizer (the AVX2 twin of the reference one: the same codes), then codes ->
+ * D(code)·2^112 from a 256-entry table (tab); block-scaled pairs keep their activation block
+ * scales apart in sx [K/bk]. */
 static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, uint8_t *tmp) {
     const int64_t K = l->w->K, K4 = k4(l->w), bk = bk_of(l->w);
     float *xr = X + m * K4, *sx = SX + m * (K / (bk > 0 ? bk : 32));
     moq_x_row_f32(l->x, l->x_elem, K, m, xr);
     sm[m] = 1.0f;
     switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break; /* s_in lives in row_scale */
-    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
-    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xr, (size_t)K, l->a_scale, tmp, NULL); break; /* s_in lives in row_scale */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xr, (size_t)K, tmp, &sm[m], NULL); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_avx2(xr, (size_t)K, tmp, sx, NULL); break;
     default: { /* MXFP8 */
         uint8_t *sf = tmp + K;
-        moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+        moq_act_mxfp8_avx2(xr, (size_t)K, tmp, sf, NULL);
         for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
         break;
     }

@@ -107,12 +107,12 @@ static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8
     moq_x_row_f32(l->x, l->x_elem, K, m, xr);
     sm[m] = 1.0f;
     switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_ref(xr, (size_t)K, l->a_scale, tmp); break; /* s_in lives in row_scale */
-    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_ref(xr, (size_t)K, tmp, &sm[m]); break;
-    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_ref(xr, (size_t)K, tmp, sx); break;
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xr, (size_t)K, l->a_scale, tmp, NULL); break; /* s_in lives in row_scale */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xr, (size_t)K, tmp, &sm[m], NULL); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_avx2(xr, (size_t)K, tmp, sx, NULL); break;
     default: {
         uint8_t *sf = tmp + K;
-        moq_act_mxfp8_ref(xr, (size_t)K, tmp, sf);
+        moq_act_mxfp8_avx2(xr, (size_t)K, tmp, sf, NULL);
         for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
         break;
     }
