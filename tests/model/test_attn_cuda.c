@@ -23,7 +23,6 @@
 #ifdef MOQ_HAVE_CUDA
 #include "kernels/cuda/cuda_api.h"
 
-#ifdef MOQ_HAVE_CUDA /* everything but main: without CUDA the tests skip */
 static uint64_t g_rng = 0x5EED0A77u;
 static double urand(void) { /* [-1, 1) */
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
