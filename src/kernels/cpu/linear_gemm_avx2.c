@@ -173,9 +173,16 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
         _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
     }
-static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first) {
+/* An / Cn: the next call's activation micro-panel (kc · MR floats) and C rows (MR rows of ldc), one
+ * line prefetched every other k (the micro-panel's first touch was an L2/L3 stream start per call). */
+static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const float *An, const float *Cn) {
     ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
     for (int k = 0; k < kc; k++) {
+        if (!(k & 1)) {
+            const int line = k >> 1; /* 16 floats per line */
+            if (16 * line < kc * MR) _mm_prefetch((const char *)(An + 16 * line), _MM_HINT_T0);
+            else if (line - kc * MR / 16 < 2 * MR) _mm_prefetch((const char *)(Cn + (line - kc * MR / 16) / 2 * ldc + (line & 1) * 8), _MM_HINT_T0);
+        }
         const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
         ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)
     }
@@ -183,13 +190,13 @@ static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc,
 }
 
 /* mr < MR tokens: through a scratch C, then the mr rows added (or stored) into C. */
-static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr) {
+static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr, const float *An, const float *Cn) {
     if (mr == MR) {
-        micro(P, A, kc, C, ldc, first);
+        micro(P, A, kc, C, ldc, first, An, Cn);
         return;
     }
     _Alignas(32) float T[MR * 16];
-    micro(P, A, kc, T, 16, 1);
+    micro(P, A, kc, T, 16, 1, An, Cn);
     for (int i = 0; i < mr; i++)
         for (int r = 0; r < 16; r++) C[i * ldc + r] = first ? T[16 * i + r] : C[i * ldc + r] + T[16 * i + r];
 }
@@ -204,9 +211,13 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
         const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
         decode_block(l, t0, nt, k0, kc, B);
         for (int tt = 0; tt < nt; tt++)
-            for (int64_t m = m0; m < m1; m += MR)
+            for (int64_t m = m0; m < m1; m += MR) {
+                /* the next call: the next token group of this tile, or the first of the next tile */
+                const int64_t mn = m + MR < m1 ? m + MR : m0;
+                const int tn = m + MR < m1 ? tt : tt + 1 < nt ? tt + 1 : tt;
                 micro_any(B + (size_t)tt * KC * 16, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
-                          (int)(m1 - m < MR ? m1 - m : MR));
+                          (int)(m1 - m < MR ? m1 - m : MR), Xp + (mn / MR) * K4 * MR + k0 * MR, C + (mn - m0) * NC + 16 * tn);
+            }
     }
     for (int64_t m = m0; m < m1; m++)
         for (int tt = 0; tt < nt; tt++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * NC + 16 * tt, sm[m]);
