@@ -432,6 +432,48 @@ static void test_choice_follows_cpu_mask(void **state) {
     tw_free(&t);
 }
 
+/* moq_y_row16_avx2 (y_store_avx2.h, the AVX2 rows' whole-tile epilogue) bit for bit against the
+ * scalar moq_y_store, f32 and bf16 y: ties to even both ways, the rounding carry into the exponent,
+ * f32 max (rounds to inf), inf, NaN of both signs and payloads (-> 0xFFFF), subnormals, -0. The
+ * kernel tests compare bf16 y within a bf16 ulp, so this is where a rounding error would show. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "kernels/cpu/y_store_avx2.h"
+static void y_row16_avx2_run(const moq_linear_launch *l, int64_t m, const float *v) {
+    moq_y_row16_avx2(l, m, 16, _mm256_loadu_ps(v), _mm256_loadu_ps(v + 8));
+}
+#pragma GCC pop_options
+
+static void test_y_row16_avx2(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
+    static const uint32_t bits[] = {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u,
+                                    0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x00000001u, 0x807FFFFFu, 0x80000000u,
+                                    0x00008000u, 0x00018000u, 0x477FE000u, 0xC0490FDBu};
+    enum { NB = sizeof bits / sizeof bits[0] };
+    float v[2][16];
+    for (int i = 0; i < 32; i++) {
+        const uint32_t u = i < NB ? bits[i] : (uint32_t)rand() * 2654435761u;
+        memcpy(&v[i / 16][i % 16], &u, 4);
+    }
+    moq_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = 40;
+    for (int e = 0; e < 2; e++) {
+        const moq_elem ye = e ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+        uint8_t got[2 * 40 * 4], want[2 * 40 * 4];
+        memset(got, 0xAB, sizeof got), memset(want, 0xAB, sizeof want);
+        moq_linear_launch l;
+        memset(&l, 0, sizeof l);
+        l.w = &w, l.y = got, l.y_elem = ye;
+        for (int m = 0; m < 2; m++) {
+            y_row16_avx2_run(&l, m, v[m]);
+            for (int r = 0; r < 16; r++) moq_y_store(want, ye, w.N, m, 16 + r, v[m][r]);
+        }
+        assert_memory_equal(got, want, sizeof got);
+    }
+}
+
 /* Which row runs which M is the registry's m_lo..m_hi (kernels.h): every row with an M range has a
  * later row on the same packed weight with none (so every M is served), and an FP8 per-tensor layer
  * runs the rows the table names for M = 1, 3, 8, 64, 65, 128 under each cpu mask. */
@@ -495,7 +537,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),
-        cmocka_unit_test(test_m_ranges),
+        cmocka_unit_test(test_m_ranges), cmocka_unit_test(test_y_row16_avx2),
         cmocka_unit_test(test_nvfp4_maddubs_equals_vnni),
         cmocka_unit_test(test_nvfp4_w4a4_chunks),
         cmocka_unit_test(test_fp8_k4fma_chunks),

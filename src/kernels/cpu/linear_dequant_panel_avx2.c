@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/y_store_avx2.h"
 #include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
@@ -294,13 +295,11 @@ static bool gemv_fits(const moq_linear_launch *l) {
  * 3-4 % of the M = 512 prefill. C: [nt][M][16]. */
 static void store_tiles(const moq_linear_launch *l, const float *C, const float *sm, int64_t t0, int nt) {
     const moq_weight *w = l->w;
-    const int64_t N = w->N, M = l->M;
-    if (16 * (t0 + nt) > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) {
+    const int64_t M = l->M;
+    if (!moq_y_row16_fits_avx2(l, 16 * (t0 + nt - 1))) {
         for (int j = 0; j < nt; j++) moq_y_store_tile16(l, C + (int64_t)j * M * 16, sm, t0 + j);
         return;
     }
-    const __m256i rnd = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), abs = _mm256_set1_epi32(0x7FFFFFFF);
-    const __m256i inf = _mm256_set1_epi32(0x7F800000), nan = _mm256_set1_epi32(0xFFFF);
     for (int64_t m = 0; m < M; m++) {
         const __m256 s = _mm256_broadcast_ss(sm + m);
         for (int j = 0; j < nt; j++) {
@@ -309,18 +308,7 @@ static void store_tiles(const moq_linear_launch *l, const float *C, const float 
             __m256 v0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c), s), _mm256_loadu_ps(l->row_scale + n0));
             __m256 v1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(c + 8), s), _mm256_loadu_ps(l->row_scale + n0 + 8));
             if (w->bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(w->bias + n0)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(w->bias + n0 + 8));
-            if (l->y_elem == MOQ_ELEM_F32) {
-                _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
-                _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
-                continue;
-            }
-            __m256i h[2];
-            for (int q = 0; q < 2; q++) {
-                const __m256i u = _mm256_castps_si256(q ? v1 : v0);
-                const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, rnd), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
-                h[q] = _mm256_blendv_epi8(r, nan, _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf));
-            }
-            _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+            moq_y_row16_avx2(l, m, n0, v0, v1);
         }
     }
 }

@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "format/format_simd.h"
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/y_store_avx2.h"
 #include "kernels/layout/layout.h"
 
 #define MR 6       /* GEMM tokens per micro-kernel        */
@@ -80,24 +80,22 @@ static void store_rows(const moq_linear_launch *l, const uint8_t *nan, int64_t m
 }
 
 /* store_rows for a whole 16-row tile, 8 lanes at a time: the same (v · sm) · row_scale (+ bias) in
- * the same order, NaN rows by a blend; bf16 y through the avx2 bulk encoder (RNE, as moq_y_store). */
+ * the same order, NaN rows by a blend, y by moq_y_row16_avx2 (f32, or bf16 RNE as moq_y_store). */
 static void store_tile16(const moq_linear_launch *l, const uint8_t *nan, int64_t m, int64_t n0, const float *v, float sm) {
     const moq_weight *w = l->w;
-    if (n0 + 16 > w->N || (l->y_elem != MOQ_ELEM_F32 && l->y_elem != MOQ_ELEM_BF16)) {
+    if (!moq_y_row16_fits_avx2(l, n0)) {
         store_rows(l, nan, m, n0, 16, v, sm);
         return;
     }
-    _Alignas(32) float o[16];
     const __m256 smv = _mm256_set1_ps(sm), qnan = _mm256_set1_ps(NAN);
-    for (int h = 0; h < 16; h += 8) {
-        __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(v + h), smv), _mm256_loadu_ps(l->row_scale + n0 + h));
-        const __m256i f = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(nan + n0 + h)));
-        y = _mm256_blendv_ps(y, qnan, _mm256_castsi256_ps(_mm256_cmpgt_epi32(f, _mm256_setzero_si256())));
-        if (w->bias) y = _mm256_add_ps(y, _mm256_loadu_ps(w->bias + n0 + h));
-        _mm256_store_ps(o + h, y);
+    __m256 y[2];
+    for (int h = 0; h < 2; h++) {
+        y[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(v + 8 * h), smv), _mm256_loadu_ps(l->row_scale + n0 + 8 * h));
+        const __m256i f = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(nan + n0 + 8 * h)));
+        y[h] = _mm256_blendv_ps(y[h], qnan, _mm256_castsi256_ps(_mm256_cmpgt_epi32(f, _mm256_setzero_si256())));
+        if (w->bias) y[h] = _mm256_add_ps(y[h], _mm256_loadu_ps(w->bias + n0 + 8 * h));
     }
-    if (l->y_elem == MOQ_ELEM_F32) memcpy((float *)l->y + m * w->N + n0, o, sizeof o);
-    else moq_bf16_encode_rne_avx2(o, (uint16_t *)l->y + m * w->N + n0, 16);
+    moq_y_row16_avx2(l, m, n0, y[0], y[1]);
 }
 
 /* Token row m quantized by the pair's reference quantizer: e4m3 codes in tmp [K], the per-token

@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/y_store_avx2.h"
 #include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
@@ -80,7 +81,7 @@ static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); r
  * round-to-nearest-even with NaN -> 0xFFFF: moq_y_store), 8 lanes at a time on a full tile. */
 static inline void store_row16(const moq_linear_launch *l, int64_t m, int64_t t, __m256 v0, __m256 v1) {
     const int64_t N = l->w->N, n0 = 16 * t;
-    if (n0 + 16 > N || (l->y_elem != MOQ_ELEM_BF16 && l->y_elem != MOQ_ELEM_F32)) {
+    if (!moq_y_row16_fits_avx2(l, n0)) {
         float v[16];
         _mm256_storeu_ps(v, v0);
         _mm256_storeu_ps(v + 8, v1);
@@ -93,20 +94,7 @@ static inline void store_row16(const moq_linear_launch *l, int64_t m, int64_t t,
     }
     v0 = _mm256_mul_ps(v0, _mm256_loadu_ps(l->row_scale + n0)), v1 = _mm256_mul_ps(v1, _mm256_loadu_ps(l->row_scale + n0 + 8));
     if (l->w->bias) v0 = _mm256_add_ps(v0, _mm256_loadu_ps(l->w->bias + n0)), v1 = _mm256_add_ps(v1, _mm256_loadu_ps(l->w->bias + n0 + 8));
-    if (l->y_elem == MOQ_ELEM_F32) {
-        _mm256_storeu_ps((float *)l->y + m * N + n0, v0);
-        _mm256_storeu_ps((float *)l->y + m * N + n0 + 8, v1);
-        return;
-    }
-    __m256i h[2];
-    for (int q = 0; q < 2; q++) {
-        const __m256i u = _mm256_castps_si256(q ? v1 : v0);
-        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)),
-                                                             _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))), 16);
-        h[q] = _mm256_blendv_epi8(r, _mm256_set1_epi32(0xFFFF),
-                                  _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000)));
-    }
-    _mm256_storeu_si256((__m256i *)((uint16_t *)l->y + m * N + n0), _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+    moq_y_row16_avx2(l, m, n0, v0, v1);
 }
 
 /* y rows of tile t for tokens [m0, m0 + mt); mt is a constant after inlining. */
