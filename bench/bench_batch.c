@@ -41,12 +41,15 @@ int main(int argc, char **argv) {
     for (const char *c = batches; *c && nb < BMAX; c = strchr(c, ',') ? strchr(c, ',') + 1 : c + strlen(c)) {
         blist[nb] = atoi(c);
         if (blist[nb] < 1 || blist[nb] > BMAX) {
-            fprintf(stderr, "bench_batch: --batch: each size in 1..%d\n", BMAX);
+            fprintf(stderr, "bench_batch: --batch %s: size %d, expected each size in 1..%d\n", batches, blist[nb], BMAX);
             return 2;
         }
         nb++;
     }
-    if (steps < 1 || prompt < 1 || nb < 1) return 2;
+    if (steps < 1 || prompt < 1 || nb < 1) {
+        fprintf(stderr, "bench_batch: --steps %d, --prompt %d, %d batch sizes: expected each >= 1\n", steps, prompt, nb);
+        return 2;
+    }
     moq_error e;
     moq_model_opts mo = moq_model_opts_default();
     mo.n_threads = threads, mo.ctx = prompt + steps + 1;

@@ -40,15 +40,14 @@ def bench_linear(moq, env, algo, m, n, k, threads, extra):
 
 def bench_model(moq, env, d, threads):
     out = run([moq, "bench", "model", d, "--prompt", "16", "--decode", "24", "--threads", str(threads)], env)
-    err = ""
     r = {}
-    m = re.search(r"decode at ([0-9.]+) % of it", out)
-    r["of_bound"] = float(m.group(1)) if m else float("nan")
-    m = re.search(r"decode\s+\d+ tokens\s+([0-9.]+) tok/s", out)
-    r["tok_s"] = float(m.group(1)) if m else float("nan")
-    m = re.search(r"DRAM read ([0-9.]+) GB/s", out)
-    r["dram"] = float(m.group(1)) if m else float("nan")
-    return r, out + err
+    for key, pat in (("of_bound", r"decode at ([0-9.]+) % of it"), ("tok_s", r"decode\s+\d+ tokens\s+([0-9.]+) tok/s"),
+                     ("dram", r"DRAM read ([0-9.]+) GB/s")):
+        m = re.search(pat, out)
+        if not m:
+            sys.exit(f"cpu_tier_table: moq bench model {d}: no line matching {pat!r} in its output:\n{out[-600:]}")
+        r[key] = float(m.group(1))
+    return r, out
 
 
 def load_line(moq, env, d, threads):
@@ -56,7 +55,9 @@ def load_line(moq, env, d, threads):
                        env=env, capture_output=True, text=True)
     text = p.stdout + p.stderr
     m = re.search(r"load ([0-9.]+) s .*cpu ([0-9.]+) s", text)
-    return (float(m.group(1)), float(m.group(2))) if m else (float("nan"), float("nan"))
+    if p.returncode != 0 or not m:
+        sys.exit(f"cpu_tier_table: moq bench model {d} --prompt 1: exit {p.returncode}, expected a 'load S s ... cpu S s' line:\n{text[-600:]}")
+    return float(m.group(1)), float(m.group(2))
 
 
 def main():

@@ -11,11 +11,13 @@
  * f16 uses F16C vcvtps2ph (RNE immediate) / vcvtph2ps: see format_avx512.c for why that is
  * bit-exact with f16.c.
  *
+ * The lane-wise e4m3 and bf16 rules live in format_avx2_lanes.h (shared with the AVX2 kernels).
  * Rows: MOQ_FORMAT_AVX2_ROWS in format_simd.h (need MOQ_CPU_AVX2 = avx2+fma+f16c+bmi2), chosen at
  * run time. Tested by tests/unit/test_format_vector.c and tests/unit/test_format_golden.c.
  */
 #include <immintrin.h>
 
+#include "format/format_avx2_lanes.h"
 #include "format/format_simd.h"
 
 #define I32(x) _mm256_set1_epi32((int)(x))
@@ -33,29 +35,10 @@ static inline void store_u8x32(uint8_t *o, __m256i c0, __m256i c1, __m256i c2, _
 
 /* ---- e4m3 ------------------------------------------------------------------------------------ */
 
-/* Magnitude code for |x| bits a, valid for finite |x| < 480 (e4m3.c: e4m3_mag). */
-static inline __m256i e4m3_mag(__m256i a) {
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), I32(1));
-    __m256i nrm = _mm256_add_epi32(a, I32(0x7FFFFu - (120u << 23)));
-    nrm = _mm256_srli_epi32(_mm256_add_epi32(nrm, odd), 20);
-    const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f));
-    const __m256i sub = _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    return blend(nrm, sub, _mm256_cmpgt_epi32(I32(0x3C800000u), a));
-}
-
-static inline __m256i e4m3_sign(__m256i u) { return _mm256_and_si256(_mm256_srli_epi32(u, 24), I32(0x80)); }
-
 static inline __m256i e4m3_rne8(__m256i u) {
     const __m256i a = abs_bits(u);
-    const __m256i c = blend(e4m3_mag(a), I32(0x7F), _mm256_cmpgt_epi32(a, I32(0x43F00000u - 1))); /* >= 480 */
-    return _mm256_or_si256(c, e4m3_sign(u));
-}
-
-static inline __m256i e4m3_rne_sat8(__m256i u) {
-    const __m256i a = abs_bits(u);
-    __m256i c = blend(e4m3_mag(a), I32(0x7E), _mm256_cmpgt_epi32(a, I32(0x43E00000u - 1))); /* >= 448, inf */
-    c = blend(c, I32(0x7F), _mm256_cmpgt_epi32(a, I32(0x7F800000u)));                       /* NaN */
-    return _mm256_or_si256(c, e4m3_sign(u));
+    const __m256i c = blend(moq_e4m3_mag8_avx2(a), I32(0x7F), _mm256_cmpgt_epi32(a, I32(0x43F00000u - 1))); /* >= 480 */
+    return _mm256_or_si256(c, moq_e4m3_sign8_avx2(u));
 }
 
 void moq_e4m3_encode_rne_avx2(const float *in, void *out, size_t n) {
@@ -71,8 +54,8 @@ void moq_e4m3_encode_rne_sat_avx2(const float *in, void *out, size_t n) {
     uint8_t *o = out;
     size_t i = 0;
     for (; i + 32 <= n; i += 32)
-        store_u8x32(o + i, e4m3_rne_sat8(load_bits(in + i)), e4m3_rne_sat8(load_bits(in + i + 8)),
-                    e4m3_rne_sat8(load_bits(in + i + 16)), e4m3_rne_sat8(load_bits(in + i + 24)));
+        store_u8x32(o + i, moq_e4m3_rne_sat8_avx2(load_bits(in + i)), moq_e4m3_rne_sat8_avx2(load_bits(in + i + 8)),
+                    moq_e4m3_rne_sat8_avx2(load_bits(in + i + 16)), moq_e4m3_rne_sat8_avx2(load_bits(in + i + 24)));
     moq_e4m3_encode_rne_sat_ref(in + i, o + i, n - i);
 }
 
@@ -81,13 +64,7 @@ void moq_e4m3_decode_avx2(const void *in, float *out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c8 + i)));
-        const __m256i em = _mm256_and_si256(c, I32(0x7F));
-        const __m256i s = _mm256_slli_epi32(_mm256_and_si256(c, I32(0x80)), 24);
-        __m256i v = _mm256_add_epi32(_mm256_slli_epi32(em, 20), I32(120u << 23));
-        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), _mm256_set1_ps(0x1p-9f));
-        v = blend(v, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(I32(8), em));
-        v = blend(v, I32(0x7FC00000u), _mm256_cmpeq_epi32(em, I32(0x7F)));
-        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_or_si256(v, s)));
+        _mm256_storeu_ps(out + i, moq_e4m3_decode8_avx2(c));
     }
     moq_e4m3_decode_ref(c8 + i, out + i, n - i);
 }
@@ -199,17 +176,11 @@ void moq_e2m1_decode_avx2(const void *in, float *out, size_t n) {
 
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 
-static inline __m256i bf16_rne8(__m256i u) {
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), I32(1));
-    const __m256i h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, I32(0x7FFF)), lsb), 16);
-    return blend(h, I32(0xFFFF), _mm256_cmpgt_epi32(abs_bits(u), I32(0x7F800000u))); /* NaN */
-}
-
 void moq_bf16_encode_rne_avx2(const float *in, void *out, size_t n) {
     uint16_t *o = out;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256i p = _mm256_packus_epi32(bf16_rne8(load_bits(in + i)), bf16_rne8(load_bits(in + i + 8)));
+        const __m256i p = _mm256_packus_epi32(moq_bf16_rne8_avx2(load_bits(in + i)), moq_bf16_rne8_avx2(load_bits(in + i + 8)));
         _mm256_storeu_si256((__m256i *)(o + i), _mm256_permute4x64_epi64(p, 0xD8)); /* qwords 0 2 1 3 */
     }
     moq_bf16_encode_rne_ref(in + i, o + i, n - i);

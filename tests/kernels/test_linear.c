@@ -284,7 +284,7 @@ static void test_nvfp4_w4a4_chunks(void **state) {
  * ahead like the NVFP4 rows (test above) and prefetch only in the first pass over a tile when M
  * needs several (AVX2: 6 tokens per pass, 3 block-scaled, and for the unblocked pairs groups of 8
  * tokens, or a last 7, per 8-row half: M = 7, 8, 13 = 8 + 5, 15 = 8 + 7, 24, with a vector epilogue for
- * whole halves of f32 y; AVX-512: 8, 6). N = 217 (14 tiles, the
+ * whole halves of f32 and bf16 y; AVX-512: 8, 6). N = 217 (14 tiles, the
  * last partial), K = 256 (two 128-blocks, eight MXFP8 blocks), 2 threads, f32 and bf16 x, against
  * the _ref row with y poisoned to NaN. */
 static void test_fp8_k4fma_chunks(void **state) {
@@ -302,7 +302,7 @@ static void test_fp8_k4fma_chunks(void **state) {
         }
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
-        check_row(k, 8, 217, 256, MOQ_ELEM_F32, MOQ_ELEM_BF16); /* bf16 y: AVX2 half_tokens' scalar epilogue */
+        check_row(k, 8, 217, 256, MOQ_ELEM_F32, MOQ_ELEM_BF16); /* bf16 y: AVX2 half_tokens' vector epilogue (the last half: scalar) */
     }
 }
 
@@ -432,7 +432,8 @@ static void test_choice_follows_cpu_mask(void **state) {
     tw_free(&t);
 }
 
-/* moq_y_row16_avx2 (y_store_avx2.h, the AVX2 rows' whole-tile epilogue) bit for bit against the
+/* moq_y_row16_avx2 and moq_y_row8_avx2 (y_store_avx2.h, the AVX2 rows' whole-tile and half-tile
+ * epilogues; token 0 through the first, token 1 through the second) bit for bit against the
  * scalar moq_y_store, f32 and bf16 y: ties to even both ways, the rounding carry into the exponent,
  * f32 max (rounds to inf), inf, NaN of both signs and payloads (-> 0xFFFF), subnormals, -0. The
  * kernel tests compare bf16 y within a bf16 ulp, so this is where a rounding error would show. */
@@ -440,7 +441,8 @@ static void test_choice_follows_cpu_mask(void **state) {
 #pragma GCC target("avx2,fma,f16c")
 #include "kernels/cpu/y_store_avx2.h"
 static void y_row16_avx2_run(const moq_linear_launch *l, int64_t m, const float *v) {
-    moq_y_row16_avx2(l, m, 16, _mm256_loadu_ps(v), _mm256_loadu_ps(v + 8));
+    if (m == 0) moq_y_row16_avx2(l, m, 16, _mm256_loadu_ps(v), _mm256_loadu_ps(v + 8));
+    else moq_y_row8_avx2(l, m, 16, _mm256_loadu_ps(v)), moq_y_row8_avx2(l, m, 24, _mm256_loadu_ps(v + 8)); /* the 8-row form */
 }
 #pragma GCC pop_options
 

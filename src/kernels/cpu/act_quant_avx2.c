@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "format/format_avx2_lanes.h"
 #include "kernels/cpu/act_quant.h"
 
 static inline __m256i e2m1_mag(__m256 a) {
@@ -70,36 +71,13 @@ void moq_act_nvfp4_avx2(const float *x, size_t K, float S, const uint8_t *corr, 
  * AVX2 twins of moq_act_fp8_static_ref, _token_ref, _g128_ref, moq_act_mxfp8_ref, 8 lanes per
  * step, the last K % 8 values through a masked load and a partial store. Per element the same one
  * f32 operation as the reference (static, MXFP8: x ⊗ the scalar multiplier; token, g128: x ⊘ s,
- * a true vdivps), then E4s written as e4m3.c writes it (format_avx2.c's e4m3_rne_sat8): below
- * 2^-6 round v·512 with an RNE immediate, above it rebias the exponent and round the 20 dropped
- * bits to nearest even with integer adds; >= 448 and inf -> 0x7E, NaN -> 0x7F, sign kept. The
+ * a true vdivps), then E4s (moq_e4m3_rne_sat8_avx2, format/format_avx2_lanes.h, the lanes of
+ * format_avx2.c's encoder: >= 448 and inf -> 0x7E, NaN -> 0x7F, sign kept) and D4 by
+ * moq_e4m3_decode8_avx2. The
  * reference's clamp to ±448 is not done: E4s already maps every |v| >= 448 to 0x7E|sign, the code
  * the clamped value gets. amax: vector max, the reference's fmaxf loop for a row holding a NaN
  * (amax8n). Hence bit-exact with the reference for every input, NaN (signalling too) and inf
  * included (tests/kernels/test_act_quant.c). */
-
-/* E4s on 8 values -> codes, one per dword. */
-static inline __m256i e4m3_sat8(__m256 v) {
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
-    __m256i c = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((int)(0x7FFFFu - (120u << 23)))), odd), 20);
-    const __m256 sub = _mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    c = _mm256_blendv_epi8(c, _mm256_cvttps_epi32(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C800000), a));
-    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(0x7E), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43E00000 - 1)));
-    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(0x7F), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)));
-    return _mm256_or_si256(c, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
-}
-
-/* D4 of 8 codes (one per dword) -> f32, exactly moq_e4m3_decode (NaN codes -> 0x7FC00000|sign). */
-static inline __m256 e4m3_dec8(__m256i c) {
-    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
-    __m256i n = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
-    n = _mm256_blendv_epi8(n, _mm256_castps_si256(sub), _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-    n = _mm256_blendv_epi8(n, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
-    return _mm256_castsi256_ps(_mm256_or_si256(n, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24)));
-}
 
 /* Lanes [0, n) of 8 set (n <= 8), for maskload/maskstore. */
 static inline __m256i lanes(size_t n) {
@@ -147,7 +125,7 @@ static float amax8n(const float *x, size_t n) {
 static inline __attribute__((always_inline)) void e4m3_step8(const float *x, size_t r, __m256 fv, const int div, uint8_t *q, float *deq, float d) {
     const __m256i t = r < 8 ? lanes(r) : _mm256_set1_epi32(-1);
     const __m256 xv = r < 8 ? _mm256_maskload_ps(x, t) : _mm256_loadu_ps(x);
-    const __m256i c = e4m3_sat8(div ? _mm256_div_ps(xv, fv) : _mm256_mul_ps(xv, fv));
+    const __m256i c = moq_e4m3_rne_sat8_avx2(_mm256_castps_si256(div ? _mm256_div_ps(xv, fv) : _mm256_mul_ps(xv, fv)));
     if (q) {
         const __m128i b = bytes8(c);
         if (r < 8) {
@@ -159,7 +137,7 @@ static inline __attribute__((always_inline)) void e4m3_step8(const float *x, siz
         }
     }
     if (deq) {
-        __m256 y = e4m3_dec8(c);
+        __m256 y = moq_e4m3_decode8_avx2(c);
         if (d != 1.0f) y = _mm256_mul_ps(y, _mm256_set1_ps(d)); /* the reference's D4(code) ⊗ d */
         if (r < 8) _mm256_maskstore_ps(deq, t, y);
         else _mm256_storeu_ps(deq, y);

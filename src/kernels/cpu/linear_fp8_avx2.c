@@ -30,6 +30,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/y_store_avx2.h"
 #include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
 
@@ -226,15 +227,14 @@ static inline __attribute__((always_inline)) void half_tokens(const moq_linear_l
         }
         const __m256 acc[MH] = {a0, a1, a2, a3, a4, a5, a6, a7};
         const int64_t n0 = 16 * t + 8 * h;
-        if (l->y_elem == MOQ_ELEM_F32 && n0 + 8 <= N) { /* a whole half, f32 y: the scalar epilogue's operations in vectors */
+        if (moq_y_rows_fit_avx2(l, n0, 8)) { /* a whole half: the scalar epilogue's operations in vectors */
             const __m256 rs = _mm256_loadu_ps(l->row_scale + n0), b = w->bias ? _mm256_loadu_ps(w->bias + n0) : _mm256_setzero_ps();
-            const __m256 isnan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(nan + n0))),
-                                                                        _mm256_setzero_si256()));
+            const __m256 isnan = moq_nan_rows8_avx2(nan + n0);
             for (int i = 0; i < mt; i++) {
                 __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(acc[i], _mm256_set1_ps(256.0f)), _mm256_set1_ps(sm[m0 + i])), rs);
                 y = _mm256_blendv_ps(y, _mm256_set1_ps(NAN), isnan);
                 if (w->bias) y = _mm256_add_ps(y, b);
-                _mm256_storeu_ps((float *)l->y + (m0 + i) * N + n0, y);
+                moq_y_row8_avx2(l, m0 + i, n0, y);
             }
             continue;
         }

@@ -91,14 +91,14 @@ static void store_tile16(const moq_linear_launch *l, const uint8_t *nan, int64_t
     __m256 y[2];
     for (int h = 0; h < 2; h++) {
         y[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(v + 8 * h), smv), _mm256_loadu_ps(l->row_scale + n0 + 8 * h));
-        const __m256i f = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(nan + n0 + 8 * h)));
-        y[h] = _mm256_blendv_ps(y[h], qnan, _mm256_castsi256_ps(_mm256_cmpgt_epi32(f, _mm256_setzero_si256())));
+        y[h] = _mm256_blendv_ps(y[h], qnan, moq_nan_rows8_avx2(nan + n0 + 8 * h));
         if (w->bias) y[h] = _mm256_add_ps(y[h], _mm256_loadu_ps(w->bias + n0 + 8 * h));
     }
     moq_y_row16_avx2(l, m, n0, y[0], y[1]);
 }
 
-/* Token row m quantized by the pair's reference quantizer: e4m3 codes in tmp [K], the per-token
+/* Token row m quantized by the pair's quantizer (the AVX2 twin of the reference: the same codes
+ * and scales): e4m3 codes in tmp [K], the per-token
  * scale in sm[m] (1 when none), block scales (128x128: f32 per 128; MXFP8: 2^(c-127) per 32) in sx. */
 static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *tmp, float *sm, float *sx) {
     const int64_t K = l->w->K;
@@ -224,10 +224,11 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
-    /* M <= 16: the k4fma row measured faster (docs/PERFORMANCE.md) */
-    if (M <= 16) /* the registry's M range (kernels.c) sends those to the k4fma row */
-        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M > 16 (the row's M range)",
-                        (long long)M, moq_pairs[l->pair].name);
+    /* The workspace holds the GEMM's panels only above 16 tokens; the registry's M range (kernels.c:
+     * 17.. or 96..) sends smaller M to the k4fma row, which measured faster there. */
+    if (M <= 16 || M < l->k->m_lo)
+        return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M >= %d (the row's M range in kernels.c)",
+                        (long long)M, moq_pairs[l->pair].name, l->k->m_lo > 17 ? l->k->m_lo : 17);
     float *X = l->ws;
     float *sm = (float *)((uint8_t *)l->ws + al64((size_t)((M + 11) / 12 * 12) * (size_t)K4 * 4));
     float *SX = (float *)((uint8_t *)sm + al64((size_t)M * 4));

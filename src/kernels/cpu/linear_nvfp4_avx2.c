@@ -77,6 +77,21 @@ static void prepare_token(const moq_linear_launch *l, int64_t m, uint8_t *tok, u
 
 static inline int32_t load_i32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+/* One 16-k block of one token against 8 rows: the four code planes (lo0 hi0: k 0-3 / 4-7 of the
+ * first 8 k, lo1 hi1 of the next 8, as u8 2w + 12) times the token's 2·D2 codes a[16] by vpmaddubsw,
+ * summed to i32, plus the token's offset aof (its -12·Σa), then acc + that · (sw · sfa): the block's
+ * exact integer dot product scaled once. Every token loop of this file runs exactly this. */
+static inline __attribute__((always_inline)) __m256 block_fma(__m256i lo0, __m256i hi0, __m256i lo1, __m256i hi1, const int8_t *a,
+                                                             int32_t aof, float sfa, __m256 sw, __m256 acc) {
+    const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
+    const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
+    const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
+    const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
+    const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+    const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), _mm256_set1_epi32(aof));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa)), acc);
+}
+
 /* y[m, 16 t ..] = v · row_scale (+ bias) for one token, as the scalar epilogue (unfused, bf16 by
  * round-to-nearest-even with NaN -> 0xFFFF: moq_y_store), 8 lanes at a time on a full tile. */
 static inline void store_row16(const moq_linear_launch *l, int64_t m, int64_t t, __m256 v0, __m256 v1) {
@@ -104,7 +119,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
     const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     /* One half (8 rows) at a time over all of K: mt accumulators + 4 planes + constants fit the 16
      * ymm registers (both halves at once spill); the second pass reads the tile from L1/L2. */
     __m256 acc[MT][2];
@@ -131,13 +146,7 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
                 const int8_t *a = (const int8_t *)tok + 16 * b;
                 const int32_t *aof = (const int32_t *)(tok + K);
                 const float *sfa = (const float *)(aof + nb);
-                const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
-                const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
-                const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
-                const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
-                const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
-                a8[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa[b])), a8[i]);
+                a8[i] = block_fma(lo0, hi0, lo1, hi1, a, aof[b], sfa[b], sw, a8[i]);
             }
         }
 #pragma GCC unroll 6
@@ -201,7 +210,6 @@ static void decode_planes(const moq_linear_launch *l, int64_t t, uint8_t *buf, c
 static inline __attribute__((always_inline)) void tile_tokens_planes(const moq_linear_launch *l, const uint8_t *grp, int64_t t,
                                                                     int64_t m0, const int mt, const uint8_t *buf) {
     const int64_t K = l->w->K, nb = K / 16;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MT][2];
     for (int h = 0; h < 2; h++) {
         __m256 a8[MT];
@@ -220,13 +228,7 @@ static inline __attribute__((always_inline)) void tile_tokens_planes(const moq_l
                 float sfa;
                 memcpy(&aof, g + 16 * mt + 4 * i, 4);
                 memcpy(&sfa, g + 20 * mt + 4 * i, 4);
-                const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
-                const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
-                const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
-                const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
-                const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof));
-                a8[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sw, _mm256_set1_ps(sfa)), a8[i]);
+                a8[i] = block_fma(lo0, hi0, lo1, hi1, a, aof, sfa, sw, a8[i]);
             }
         }
 #pragma GCC unroll 6
@@ -247,7 +249,7 @@ static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_li
     const uint8_t *W0 = (const uint8_t *)l->packed, *SF0 = W0 + codes_bytes(l->w);
     const uint8_t *W = W0 + t * K * 8, *SF = SF0 + t * K;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2][2];
     for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -269,13 +271,7 @@ static inline __attribute__((always_inline)) void tile_tokens_1pass(const moq_li
                 const int8_t *a = (const int8_t *)tok + 16 * b;
                 const int32_t *aof = (const int32_t *)(tok + K);
                 const float *sfa = (const float *)(aof + nb);
-                const __m256i p0 = _mm256_maddubs_epi16(lo0, _mm256_set1_epi32(load_i32(a)));
-                const __m256i p1 = _mm256_maddubs_epi16(hi0, _mm256_set1_epi32(load_i32(a + 4)));
-                const __m256i p2 = _mm256_maddubs_epi16(lo1, _mm256_set1_epi32(load_i32(a + 8)));
-                const __m256i p3 = _mm256_maddubs_epi16(hi1, _mm256_set1_epi32(load_i32(a + 12)));
-                const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(aof[b]));
-                acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(swh[h], _mm256_set1_ps(sfa[b])), acc[i][h]);
+                acc[i][h] = block_fma(lo0, hi0, lo1, hi1, a, aof[b], sfa[b], swh[h], acc[i][h]);
             }
         }
     }
