@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# device_diag.sh — one device call that explains where a decode step's time goes, kernel by kernel,
+# with the hardware counters (ncu, clocks left alone), on 2-layer 8B-shaped Llamas (each layer's
+# kernels are those of the 32-layer model: hidden 4096, intermediate 14336, 32/8 heads, vocab 128256):
+#   1. per-kernel times of one batch-1 decode step at position ~2050 and of one batch-64 step
+#      (prompts of 128), FP8 and NVFP4 (gpu__time_duration, scripts/ncu_step_summary.py);
+#   2. ncu's full section set (speed of light, memory, warp stall reasons, occupancy, per-instruction
+#      samples) of the decode attention kernel and of layer 0's four decode GEMVs (qkv, o, gate_up,
+#      down), as text pages; the SASS with stall samples of the attention and the first GEMV as CSV.
+# Binaries staged by scripts/device_all_stage.sh (.devbin). Usage: OUT=/tmp/out [ALGOS="FP8 NVFP4"] scripts/device_diag.sh
+set -u
+OUT=${OUT:-/tmp/moq_out}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+[ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
+BIN=$ROOT/.devbin
+export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+S=/tmp/moq_synth
+mkdir -p "$S"
+log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
+log "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
+ALGOS=${ALGOS:-"FP8 NVFP4"}
+for a in $ALGOS; do
+  "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 2 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
+done
+wait
+NCU="ncu --clock-control none"
+for a in $ALGOS; do
+  log "bench model $a (2 layers) batch 1 and 64"
+  timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
+  log "step profile $a, batch 1 (position ~2050)"
+  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 \
+    > "$OUT/step1_$a.csv" 2> "$OUT/step1_$a.err"
+  python3 scripts/ncu_step_summary.py "$OUT/step1_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
+  [ "$a" = FP8 ] || STEP64=0
+  if [ "${STEP64:-1}" = 1 ]; then
+  log "step profile $a, batch 64 (prompts of 128)"
+  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 128 --decode 1 \
+    --batch 64 --batch-prompt 128 > "$OUT/step64_$a.csv" 2> "$OUT/step64_$a.err"
+  python3 scripts/ncu_step_summary.py "$OUT/step64_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
+  fi
+  re='gemv_mma'; [ "$a" = FP8 ] && re='attn_decode|gemv_mma'
+  log "ncu full: attention decode + layer 0 decode GEMVs, $a"
+  timeout 150 $NCU --set full --import-source no -k regex:"$re" -c 6 --page details \
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/full_$a.txt" 2> "$OUT/full_$a.err"
+  echo "ncu full $a rc=$?" | tee -a "$OUT/summary.log"
+  [ "$a" = FP8 ] && timeout 90 $NCU --set full -k regex:'attn_decode' -c 1 --page source --print-source sass --csv \
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/sass_attn_$a.csv" 2> "$OUT/sass_attn_$a.err"
+  timeout 90 $NCU --set full -k regex:'gemv_mma' -s 3 -c 1 --page source --print-source sass --csv \
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/sass_gemv_$a.csv" 2> "$OUT/sass_gemv_$a.err"
+done
+log "end"
+( cd "$OUT" && tar -czf diag.tar.gz *.csv *.txt *.err *.log --exclude summary.log 2>/dev/null && ls | grep -v -E '^(diag.tar.gz|summary.log)$' | xargs rm -f )
+cat "$OUT/summary.log"
