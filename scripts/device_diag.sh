@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device_diag.sh — one device call that explains where a decode step's time goes, kernel by kernel,
-# with the hardware counters (ncu, clocks left alone), on 2-layer 8B-shaped Llamas (each layer's
+# with the hardware counters (ncu, clocks left alone), on 8-layer (LAYERS) 8B-shaped Llamas (each layer's
 # kernels are those of the 32-layer model: hidden 4096, intermediate 14336, 32/8 heads, vocab 128256):
 #   1. per-kernel times of one batch-1 decode step at position ~2050 and of one batch-64 step
 #      (prompts of 128), FP8 and NVFP4 (gpu__time_duration, scripts/ncu_step_summary.py);
@@ -23,12 +23,28 @@ log "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
 ALGOS=${ALGOS:-"FP8 NVFP4"}
 for a in $ALGOS; do
-  "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 2 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
+  "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers "${LAYERS:-8}" --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
+done
+export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
+mkdir -p /tmp/moq_tmp
+for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
+  ( timeout 200 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
 done
 wait
+for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
+  grep -E "PASSED|FAILED|SKIPPED|rc=|^FAIL" "$OUT/$t.log" | tail -4 | sed "s/^/$t: /" | tee -a "$OUT/summary.log"
+done
+# A/B knobs of the decode step (each VAR=value, default the new path), batch-1 decode, same process settings
+for a in $ALGOS; do
+  for knob in ${KNOBS-MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1}; do
+    log "bench model $a (${LAYERS:-8} layers) decode, $knob"
+    env "$knob" timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
+  done
+done
+[ "${DIAG:-1}" = 1 ] || { log end; cat "$OUT/summary.log"; exit 0; }
 NCU="ncu --clock-control none"
 for a in $ALGOS; do
-  log "bench model $a (2 layers) batch 1 and 64"
+  log "bench model $a (${LAYERS:-8} layers) batch 1 and 64"
   timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
   log "step profile $a, batch 1 (position ~2050)"
   timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 \

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(AQ_THREADS) act_quant_kernel(const void *x, in
                                                                 aq_out o) {
     /* the decode kernel after this one (gemv.cu, programmatic dependent launch) may start now: it
      * streams its first weights and waits (griddepcontrol.wait) for this grid's results */
-    asm volatile("griddepcontrol.launch_dependents;");
+    pdl_trigger();
+    pdl_wait(); /* x is the previous kernel's output (launched by moq_launch_pdl) */
     const int64_t m = blockIdx.x, nch = KIND == MOQ_CK_FP8_ROW ? Kp / 8 : min(Kp / 8, (int64_t)(blockIdx.y + 1) * AQ_THREADS);
     const bool live = m < M;
     const int64_t base = m * K;
@@ -84,7 +85,7 @@ extern "C" const char *moq_cuda_act_quant(const moq_cuda_args *a) {
                 (float *)(ws + a->ws.gs), a->skip_a, a->a_f16};
     const int64_t slices = a->kind == MOQ_CK_FP8_ROW ? 1 : cdiv(a->Kp / 8, AQ_THREADS);
     const dim3 grid((unsigned)moq_cuda_mpad(a->M), (unsigned)slices), block(AQ_THREADS);
-#define AQ(k) act_quant_kernel<k><<<grid, block, 0, (cudaStream_t)a->stream>>>(a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
+#define AQ(k) (void)moq_launch_pdl(act_quant_kernel<k>, grid, block, 0, (cudaStream_t)a->stream, a->x_d, a->x_bf16, a->M, a->K, a->Kp, a->a_scale, a->rcp_approx, o); break
     switch (a->kind) {
     case MOQ_CK_BF16: AQ(MOQ_CK_BF16);
     case MOQ_CK_FP8_TENSOR: AQ(MOQ_CK_FP8_TENSOR);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda_api.h"
 
@@ -18,6 +19,40 @@ static inline const char *moq_cuda_launch_check(const char *what) {
     if (e == cudaSuccess) return NULL;
     snprintf(msg, sizeof msg, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
     return msg;
+}
+
+/* Programmatic dependent launch (PDL) for the decode step's kernels. moq_launch_pdl launches a
+ * kernel that may start while the kernel before it on the stream still runs (a CUDA graph keeps
+ * the edge), so its launch and prologue overlap that kernel's tail; the kernel must call pdl_wait()
+ * before it touches any global memory that an earlier kernel writes or reads (griddepcontrol.wait:
+ * the previous grid has finished and its writes are visible), and every kernel launched this way
+ * calls it unconditionally, so completion stays transitive along the stream. pdl_trigger() lets
+ * the next such kernel start (without it, it starts when this grid ends). MOQ_CUDA_PDL=0 launches
+ * them plainly (the knob of the before/after measurement, docs/PERFORMANCE.md). */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+static inline bool moq_cuda_pdl_on(void) {
+    static const bool on = [] {
+        const char *v = getenv("MOQ_CUDA_PDL");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+template <typename... P, typename... A>
+static inline cudaError_t moq_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = at, cfg.numAttrs = moq_cuda_pdl_on() ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, args...);
+    if (e != cudaSuccess && cfg.numAttrs) { /* a stream or driver that refuses the attribute */
+        (void)cudaGetLastError();
+        cfg.numAttrs = 0;
+        e = cudaLaunchKernelEx(&cfg, k, args...);
+    }
+    return e;
 }
 
 __device__ __forceinline__ uint32_t f2u(float x) { return __float_as_uint(x); }

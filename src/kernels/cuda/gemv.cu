@@ -63,8 +63,6 @@ template <int KIND> struct skd {
     static constexpr int U = 64 / (VB * GV_T) > 0 ? 64 / (VB * GV_T) : 1;
 };
 
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
 /* WB words from p: global memory through the read-only path, or shared memory (SMEM) */
 template <int WB, bool SMEM = false> __device__ __forceinline__ void ldvec(uint32_t *w, const uint8_t *p) {
     if (WB == 2) {
@@ -261,7 +259,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
     wbuf w;
     sbuf sr;
     load_w(w, sr, kw); /* weights do not depend on the previous kernel: in flight before the wait */
-    griddep_wait(); /* the activation is the previous kernel's output */
+    pdl_wait(); /* the activation is the previous kernel's output */
     extern __shared__ __align__(16) uint8_t fz[];
     constexpr int VBY = sk<KIND>::F16 ? 1 : 2; /* activation bytes per value in fz */
     const int LC = GV_WARPS * (int)cdiv(nch, KW);
@@ -393,6 +391,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
         }
     }
 
+    pdl_trigger(); /* the next kernel (norm, RoPE, SwiGLU: moq_launch_pdl) may launch during the reduction */
     /* partial sums of the block's warps, [warp][register][lane]; the cluster's rank 0 adds all:
      * per peer in rank order, its warps in order (deterministic). PE: each block first adds its
      * own warps (sum[e], e = 32 · register + lane), then rank 0 loads all peers' sums before the

@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
     constexpr int C = wfmt<KIND>::C, R = gshape<MT>::R, U = gshape<MT>::U;
     const int lane = threadIdx.x & 31;
     const int64_t n0 = ((int64_t)blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
+    pdl_wait(); /* launched by moq_launch_pdl: the quantized activation is the previous kernel's */
     if (n0 >= a.N) return;
     const char *ws = (const char *)a.ws_d;
     const __nv_bfloat16 *A = (const __nv_bfloat16 *)(ws + a.ws.a);
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(moq_cuda_args a) {
 }
 template <int KIND, int MT> static void fma_launch(const moq_cuda_args *a) {
     const dim3 grid((unsigned)cdiv(a->N, 8 * gshape<MT>::R)), block(256);
-    gemv_kernel<KIND, MT><<<grid, block, 0, (cudaStream_t)a->stream>>>(*a);
+    (void)moq_launch_pdl(gemv_kernel<KIND, MT>, grid, block, 0, (cudaStream_t)a->stream, *a);
 }
 
 /* The pairs and M that run here (gemv.cu asks): measured faster than the tensor-core kernel. */

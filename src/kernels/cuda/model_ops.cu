@@ -18,14 +18,15 @@
 
 #define MO_CHECK(what) return moq_cuda_launch_check(what)
 
-/* The kernels whose output a linear reads next (the norms, attention, SwiGLU) let that linear's
- * decode kernel start now: gemv.cu launches it as a programmatic dependent, it issues its first
- * weight loads and then waits (griddepcontrol.wait) for this whole grid to finish and its writes to
- * be visible, so only the weight stream overlaps this kernel. No effect before a plain launch. */
-__device__ __forceinline__ void let_dependents_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+/* Every kernel here is launched as a programmatic dependent (moq_launch_pdl, common.cuh) and waits
+ * (pdl_wait) before its first global access. The kernels whose output a linear reads next (the
+ * norms, attention, SwiGLU) also let that linear's decode kernel start at once (pdl_trigger): it
+ * issues its first weight loads and then waits for this whole grid to finish and its writes to be
+ * visible, so only the weight stream overlaps this kernel. */
 
 /* x [M, H] = table[tok] · mult, float4 per thread: grid (H/4 / 256 blocks, M). */
 __global__ void embed_kernel(const int32_t *tok, const float *table, int64_t H, float mult, float *x) {
+    pdl_wait();
     const int64_t i = blockIdx.y, e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, H4 = H / 4;
     if (e >= H4) return;
     const float4 v = ((const float4 *)table)[tok[i] * H4 + e];
@@ -34,7 +35,7 @@ __global__ void embed_kernel(const int32_t *tok, const float *table, int64_t H, 
 
 extern "C" const char *moq_cuda_embed(const int32_t *tok_d, int64_t M, const float *table_d, int64_t H, float mult, float *x_d, void *stream) {
     if (H % 4) return "embedding gather: the hidden size must be a multiple of 4";
-    embed_kernel<<<dim3((unsigned)cdiv(H / 4, 256), (unsigned)M), 256, 0, (cudaStream_t)stream>>>(tok_d, table_d, H, mult, x_d);
+    (void)moq_launch_pdl(embed_kernel, dim3((unsigned)cdiv(H / 4, 256), (unsigned)M), dim3(256), 0, (cudaStream_t)stream, tok_d, table_d, H, mult, x_d);
     MO_CHECK("embedding gather");
 }
 
@@ -58,7 +59,8 @@ template <int NV, bool GATHER>
 __global__ void __launch_bounds__(1024) rmsnorm_rows_kernel(float *x, const float *t, const float *w, const int32_t *rows, int64_t H, double eps,
                                                             float *h) {
     __shared__ double sh[32];
-    let_dependents_start();
+    pdl_wait();
+    pdl_trigger();
     const int64_t j = blockIdx.x, i = GATHER ? rows[j] : j, H4 = H / 4;
     float4 *xr = (float4 *)(x + i * H);
     const float4 *tr = t ? (const float4 *)(t + i * H) : NULL;
@@ -102,10 +104,10 @@ static const char *launch_rmsnorm(float *x, const float *t, const float *w, cons
     const unsigned th = (unsigned)(cdiv(cdiv(H4, nv), 32) * 32);
     cudaStream_t s = (cudaStream_t)stream;
     switch (nv) {
-    case 1: rmsnorm_rows_kernel<1, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
-    case 2: rmsnorm_rows_kernel<2, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
-    case 4: rmsnorm_rows_kernel<4, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
-    default: rmsnorm_rows_kernel<8, GATHER><<<(unsigned)n, th, 0, s>>>(x, t, w, rows, H, eps, h); break;
+    case 1: (void)moq_launch_pdl(rmsnorm_rows_kernel<1, GATHER>, (unsigned)n, dim3(th), 0, s, x, t, w, rows, H, eps, h); break;
+    case 2: (void)moq_launch_pdl(rmsnorm_rows_kernel<2, GATHER>, (unsigned)n, dim3(th), 0, s, x, t, w, rows, H, eps, h); break;
+    case 4: (void)moq_launch_pdl(rmsnorm_rows_kernel<4, GATHER>, (unsigned)n, dim3(th), 0, s, x, t, w, rows, H, eps, h); break;
+    default: (void)moq_launch_pdl(rmsnorm_rows_kernel<8, GATHER>, (unsigned)n, dim3(th), 0, s, x, t, w, rows, H, eps, h); break;
     }
     return moq_cuda_launch_check(what);
 }
@@ -148,6 +150,7 @@ __global__ void __launch_bounds__(128) qk_rope_store_kernel(float *qkv, int64_t 
     constexpr int D = 32 * C;
     const int lane = threadIdx.x & 31;
     const int64_t hd = (int64_t)blockIdx.x * 4 + threadIdx.x / 32, i = blockIdx.y;
+    pdl_wait();
     if (hd >= A + 2 * KV) return;
     const int64_t p = pos[i], qkvN = (A + 2 * KV) * D;
     float *x = qkv + i * qkvN + hd * D;
@@ -194,9 +197,9 @@ extern "C" const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A
     const dim3 grid((unsigned)cdiv(A + 2 * KV, 4), (unsigned)M);
     cudaStream_t s = (cudaStream_t)stream;
     switch (D) {
-    case 64: qk_rope_store_kernel<2><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 128: qk_rope_store_kernel<4><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
-    case 256: qk_rope_store_kernel<8><<<grid, 128, 0, s>>>(qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 64: (void)moq_launch_pdl(qk_rope_store_kernel<2>, grid, dim3(128), 0, s, qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 128: (void)moq_launch_pdl(qk_rope_store_kernel<4>, grid, dim3(128), 0, s, qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
+    case 256: (void)moq_launch_pdl(qk_rope_store_kernel<8>, grid, dim3(128), 0, s, qkv_d, A, KV, q_norm_d, k_norm_d, eps, inv_freq_d, mscale, seq_d, pos_d, *kv); break;
     default: return "qk_rope_store: head_dim must be 64, 128 or 256";
     }
     MO_CHECK("q/k norm + rope + kv store");
@@ -282,7 +285,8 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     __shared__ float s_m[NG][GB], s_l[NG][GB], s_cg[NG][GB], s_mx[GB];
     __shared__ float s_c[GB][AT_MAX_SPLIT], s_lk[GB][AT_MAX_SPLIT], s_L[GB];
     __shared__ int s_last;
-    let_dependents_start();
+    pdl_wait();
+    pdl_trigger();
     const int G = (int)(A / KV), nb = (G + GB - 1) / GB, kvh = blockIdx.x / nb, gp = blockIdx.x % nb;
     const int ng = G - gp * GB < GB ? G - gp * GB : GB; /* q heads of this block: h0 .. h0 + ng - 1 */
     const int64_t h0 = (int64_t)kvh * G + gp * GB, i = blockIdx.y, p = pos[i];
@@ -451,9 +455,9 @@ template <int D, int GB> static void launch_decode(dim3 grid, cudaStream_t s, co
     const float scale2 = scale * 1.4426950408889634f; /* scores in base 2 (ex2) */
     const pg_div pd = pg_div_of(kv->page);
     if (kv->elem == MOQ_CUDA_KV_E4M3)
-        attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
+        (void)moq_launch_pdl(attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3>, grid, dim3(AT_THREADS), 0, s, qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
     else
-        attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16><<<grid, AT_THREADS, 0, s>>>(qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
+        (void)moq_launch_pdl(attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16>, grid, dim3(AT_THREADS), 0, s, qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
 }
 template <int D> static void launch_decode_d(int gb, dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
                                              const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
@@ -641,7 +645,8 @@ extern "C" const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M,
 /* act = silu(gate) · up = gate / (1 + exp(-gate)) · up (model.c swiglu), float4 per thread: grid
  * (I/4 / 256 blocks, M). */
 __global__ void swiglu_kernel(const float *gu, int64_t I, float *act) {
-    let_dependents_start();
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = blockIdx.y, e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, I4 = I / 4;
     if (e >= I4) return;
     const float4 g = ((const float4 *)gu)[i * 2 * I4 + e], u = ((const float4 *)gu)[i * 2 * I4 + I4 + e];
@@ -651,6 +656,6 @@ __global__ void swiglu_kernel(const float *gu, int64_t I, float *act) {
 
 extern "C" const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream) {
     if (I % 4) return "swiglu: the intermediate size must be a multiple of 4";
-    swiglu_kernel<<<dim3((unsigned)cdiv(I / 4, 256), (unsigned)M), 256, 0, (cudaStream_t)stream>>>(gu_d, I, act_d);
+    (void)moq_launch_pdl(swiglu_kernel, dim3((unsigned)cdiv(I / 4, 256), (unsigned)M), dim3(256), 0, (cudaStream_t)stream, gu_d, I, act_d);
     MO_CHECK("swiglu");
 }

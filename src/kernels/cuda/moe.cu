@@ -221,8 +221,6 @@ extern "C" const char *moq_cuda_moe_route_sort(const moq_cuda_moe_route *r) {
 }
 
 /* ---- decode: router + x quantizer + routing in one launch ---------------------------------------- */
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
 #define DEC_THREADS 256
 #define DEC_A (MOQ_CUDA_MOE_DEC_T * 32) /* assignments of a decode step: T <= 16, k <= 32 */
@@ -274,7 +272,7 @@ template <int KIND> __device__ void dec_quant_row(const moq_cuda_moe_decode &d, 
 }
 
 template <int KIND> __global__ void __launch_bounds__(DEC_THREADS) route_decode_kernel(moq_cuda_moe_decode d) {
-    griddep_launch(); /* the w13 grid may start: it waits for this one before reading anything */
+    pdl_trigger(); /* the w13 grid may start: it waits for this one before reading anything */
     __shared__ float red[DEC_THREADS / 32];
     __shared__ int32_t lid[DEC_A], eqb[DEC_A], rowof[DEC_A];
     __shared__ int last;
@@ -451,8 +449,8 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
     constexpr int C = mfmt<KIND>::C, R = mshape<MT>::R, U = mshape<MT>::U;
     constexpr bool SM = MODE == 2;
     if (MODE == 1) {
-        griddep_wait();   /* routing and the quantized x are the previous grid's */
-        griddep_launch(); /* the w2 grid may start its weight loads */
+        pdl_wait();   /* routing and the quantized x are the previous grid's */
+        pdl_trigger(); /* the w2 grid may start its weight loads */
     }
     const int32_t n_tiles = __ldcg(g.tiles_d + 3 * g.max_tiles);
     if ((int32_t)blockIdx.y >= n_tiles) return; /* whole blocks only */
@@ -511,7 +509,7 @@ __global__ void __launch_bounds__(256, mshape<MT>::MINB) grouped_kernel(moq_cuda
         Ab = As, tokb = toks, gsb = gss;
 #pragma unroll
         for (int m = 0; m < MT; m++) arow[m] = m;
-        griddep_wait(); /* a is the w13 grid's output */
+        pdl_wait(); /* a is the w13 grid's output */
         const int64_t K = g.Ip, per = Kp / 8, total = cnt * per;
         if (KIND == MOQ_CK_FP8_ROW) { /* per-row amax (non-negative floats order as their bits) */
             if (threadIdx.x < MT) amx[threadIdx.x] = 0;
