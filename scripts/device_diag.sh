@@ -42,7 +42,7 @@ for a in $ALGOS; do
   done
 done
 [ "${DIAG:-1}" = 1 ] || { log end; cat "$OUT/summary.log"; exit 0; }
-NCU="ncu --clock-control none"
+NCU="ncu --clock-control none --cache-control none"
 for a in $ALGOS; do
   log "bench model $a (${LAYERS:-8} layers) batch 1 and 64"
   timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
