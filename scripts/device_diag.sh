@@ -36,7 +36,7 @@ for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
 done
 # A/B knobs of the decode step (each VAR=value, default the new path), batch-1 decode, same process settings
 for a in $ALGOS; do
-  for knob in ${KNOBS-MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1}; do
+  for knob in ${KNOBS-MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1}; do
     log "bench model $a (${LAYERS:-8} layers) decode, $knob"
     env "$knob" timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   done
