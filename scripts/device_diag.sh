@@ -34,38 +34,41 @@ wait
 for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
   grep -E "PASSED|FAILED|SKIPPED|rc=|^FAIL" "$OUT/$t.log" | tail -4 | sed "s/^/$t: /" | tee -a "$OUT/summary.log"
 done
-# A/B knobs of the decode step (each VAR=value, default the new path), batch-1 decode, same process settings
+# A/B knobs of the decode step (each VAR=value, default the new path; BASE = .devbin/moq_base, the
+# binary of the commit before, staged by hand), batch-1 decode, same process settings
 for a in $ALGOS; do
-  for knob in ${KNOBS-MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1}; do
+  for knob in ${KNOBS-BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1 BASE MOQ_CUDA_PDL=1}; do
     log "bench model $a (${LAYERS:-8} layers) decode, $knob"
-    env "$knob" timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
+    exe=$BIN/moq; [ "$knob" = BASE ] && { exe=$BIN/moq_base; knob=MOQ_BASE=1; [ -x "$exe" ] || continue; }
+    env "$knob" timeout 60 "$exe" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   done
 done
 [ "${DIAG:-1}" = 1 ] || { log end; cat "$OUT/summary.log"; exit 0; }
-NCU="ncu --clock-control none --cache-control none"
+NCU="ncu --clock-control none --cache-control none --profile-from-start off"
+export MOQ_PROFILE_LAST_STEP=1 # bench model: only the last decode step (of each phase) inside the profiler range
 for a in $ALGOS; do
   log "bench model $a (${LAYERS:-8} layers) batch 1 and 64"
   timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
   log "step profile $a, batch 1 (position ~2050)"
-  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 \
+  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 4 \
     > "$OUT/step1_$a.csv" 2> "$OUT/step1_$a.err"
   python3 scripts/ncu_step_summary.py "$OUT/step1_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   [ "$a" = FP8 ] || STEP64=0
   if [ "${STEP64:-1}" = 1 ]; then
   log "step profile $a, batch 64 (prompts of 128)"
-  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 128 --decode 1 \
+  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 128 --decode 2 \
     --batch 64 --batch-prompt 128 > "$OUT/step64_$a.csv" 2> "$OUT/step64_$a.err"
   python3 scripts/ncu_step_summary.py "$OUT/step64_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   fi
   re='gemv_mma'; [ "$a" = FP8 ] && re='attn_decode|gemv_mma'
   log "ncu full: attention decode + layer 0 decode GEMVs, $a"
   timeout 150 $NCU --set full --import-source no -k regex:"$re" -c 6 --page details \
-    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/full_$a.txt" 2> "$OUT/full_$a.err"
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/full_$a.txt" 2> "$OUT/full_$a.err"
   echo "ncu full $a rc=$?" | tee -a "$OUT/summary.log"
   [ "$a" = FP8 ] && timeout 90 $NCU --set full -k regex:'attn_decode' -c 1 --page source --print-source sass --csv \
-    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/sass_attn_$a.csv" 2> "$OUT/sass_attn_$a.err"
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/sass_attn_$a.csv" 2> "$OUT/sass_attn_$a.err"
   timeout 90 $NCU --set full -k regex:'gemv_mma' -s 3 -c 1 --page source --print-source sass --csv \
-    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 1 > "$OUT/sass_gemv_$a.csv" 2> "$OUT/sass_gemv_$a.err"
+    "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/sass_gemv_$a.csv" 2> "$OUT/sass_gemv_$a.err"
 done
 log "end"
 ( cd "$OUT" && tar -czf diag.tar.gz *.csv *.txt *.err *.log --exclude summary.log 2>/dev/null && ls | grep -v -E '^(diag.tar.gz|summary.log)$' | xargs rm -f )

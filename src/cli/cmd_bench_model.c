@@ -52,10 +52,14 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
             rc = cli_report(&err);
         else tok[i] = argmax_row(lg, V);
     }
+    /* MOQ_PROFILE_LAST_STEP=1: the last step alone inside a profiler range (scripts/device_diag.sh) */
+    const bool prof = getenv("MOQ_PROFILE_LAST_STEP") && getenv("MOQ_PROFILE_LAST_STEP")[0] == '1';
     double t0 = cli_now_s();
     for (long i = 0; !rc && i <= N; i++) {
         if (i == 1) t0 = cli_now_s();
+        if (i == N && prof) moq_gpu_profile_range(1);
         if (moq_batch_step(b, seq, tok, B, lg, &err) != MOQ_OK) rc = cli_report(&err);
+        if (i == N && prof) moq_gpu_profile_range(0);
         for (long j = 0; !rc && j < B; j++) tok[j] = argmax_row(lg + (size_t)j * (size_t)V, V);
     }
     *tok_s = (double)B * (double)N / (cli_now_s() - t0);
@@ -133,6 +137,7 @@ int cmd_bench_model(int argc, char **argv) {
         ids[i] = (int32_t)(st % (uint64_t)V);
     }
     if (P + N + 1 > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
+    const bool prof1 = getenv("MOQ_PROFILE_LAST_STEP") && getenv("MOQ_PROFILE_LAST_STEP")[0] == '1'; /* as bench_batch */
     const double t0 = cli_now_s();
     if (moq_model_prefill(m, ids, P, NULL, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     const double t1p = cli_now_s();
@@ -143,7 +148,9 @@ int cmd_bench_model(int argc, char **argv) {
         int32_t b = 0;
         for (int64_t v = 1; v < V; v++)
             if (lg[v] > lg[b]) b = (int32_t)v;
+        if (i == N && prof1) moq_gpu_profile_range(1);
         if (moq_model_decode(m, b, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
+        if (i == N && prof1) moq_gpu_profile_range(0);
     }
     const double t2 = cli_now_s();
     double batch_tok_s = 0, batch_mib = 0;

@@ -484,6 +484,8 @@ moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *l
     return MOQ_OK;
 }
 
+void moq_gpu_profile_range(int on) { moq_cuda_profiler_range(on); }
+
 uint64_t moq_gpu_mem_used(void) {
     size_t fr = 0, tot = 0;
     return moq_cuda_mem_info(&fr, &tot) ? 0 : (uint64_t)(tot - fr);
@@ -572,6 +574,7 @@ int moq_gpu_kv_elem_bytes(const moq_model *m) {
     return 2;
 }
 uint64_t moq_gpu_mem_used(void) { return 0; }
+void moq_gpu_profile_range(int on) { (void)on; }
 moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err) {
     (void)m, (void)n_pages, (void)page;
     *out = NULL;

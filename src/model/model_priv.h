@@ -173,6 +173,8 @@ moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok
                                 const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
 /* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
 uint64_t   moq_gpu_mem_used(void);
+/* cudaProfilerStart (on) / Stop, for `ncu --profile-from-start off` (nothing without CUDA). */
+void       moq_gpu_profile_range(int on);
 /* model_tp.c: rank 0 of --tp G opens the G ranks (threads), each through moq_model_open_rank, and
  * runs every prefill on all of them; tp_prefill is the prefill of a rank alone. */
 moq_status moq_model_open_rank(moq_model **out, const char *dir, const moq_model_opts *opts, int G, int rank, moq_error *err);

@@ -41,6 +41,8 @@ const char *moq_cuda_d2h(void *dst, const void *src_d, size_t bytes);
 const char *moq_cuda_d2d(void *dst_d, const void *src_d, size_t bytes);
 const char *moq_cuda_sync(void);
 const char *moq_cuda_mem_info(size_t *free_b, size_t *total_b);
+/* cudaProfilerStart (on) / cudaProfilerStop: brackets what `ncu --profile-from-start off` sees. */
+void        moq_cuda_profiler_range(int on);
 
 /* ---- kernels (act_quant.cu, gemv.cu, gemm_mma.cu, cublaslt.cu) ---- */
 /* Pair kinds the kernels know (one per moq_pair_id with a CUDA row; rows_cuda.c maps them). */

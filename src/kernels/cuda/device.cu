@@ -1,5 +1,6 @@
 /* device.cu — the CUDA side of the device layer: probe, memory, copies, sync. Errors are
  * returned as text naming the call and CUDA's error name (no printing, no exit). */
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 
@@ -134,6 +135,12 @@ extern "C" const char *moq_cuda_graph_launch(void *exec, void *stream) {
 
 extern "C" void moq_cuda_graph_destroy(void *exec) {
     if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+/* cudaProfilerStart / Stop: the range that `ncu --profile-from-start off` profiles. */
+extern "C" void moq_cuda_profiler_range(int on) {
+    if (on) (void)cudaProfilerStart();
+    else (void)cudaProfilerStop();
 }
 
 extern "C" const char *moq_cuda_mem_info(size_t *free_b, size_t *total_b) {
