@@ -408,9 +408,11 @@ static bool dequant_direct(const moq_cuda_args *a, const char **e) {
     }
     const int64_t R = moq_cuda_wb_rows(a->Np, a->Kp), last = (a->N - 1) / R * R;
     __nv_bfloat16 *wb = (__nv_bfloat16 *)((char *)a->ws_d + a->ws.wb);
-    /* the first and the last chunk's plans (every middle one is the first's) before any launch */
+    /* the first and the last chunk's plans (every middle one is the first's) before any launch;
+     * with MOQ_CUDA_LT_CACHE=0 not (two more heuristic queries per call would skew its timing): a
+     * chunk declined half-way then costs the chunks already done, which the D path redoes */
     const lt_plan p0 = direct_plan(a, wb, 0, a->N < R ? a->N : R), pl = direct_plan(a, wb, last, a->N - last);
-    if (lt_run(&p0, a, false, NULL, 0) != LT_OK || lt_run(&pl, a, false, NULL, 0) != LT_OK) return false;
+    if (knob_cache() && (lt_run(&p0, a, false, NULL, 0) != LT_OK || lt_run(&pl, a, false, NULL, 0) != LT_OK)) return false;
     for (int64_t n0 = 0; n0 < a->N; n0 += R) {
         const int64_t v = a->N - n0 < R ? a->N - n0 : R; /* valid rows only: the pads never reach y */
         if ((*e = dequant_chunk(a, n0, v, wb))) return false;
