@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device_lt.sh — one device call for the cuBLASLt rows at M > 16 (issue 12, branch lt): cuBLASLt
 # writing y directly (MOQ_CUDA_LT_DIRECT), scalar FP8 scales (MOQ_CUDA_LT_SCALAR), the heuristic
-# cache (MOQ_CUDA_LT_CACHE), each against the old path in the same call. Run on the H200 from the
+# cache (MOQ_CUDA_LT_CACHE), BF16 / W4A16 reading bf16 x without the quantizer (MOQ_CUDA_LT_X), each
+# against the old path in the same call. Run on the H200 from the
 # repository root with the binaries of scripts/device_all_stage.sh (.devbin/devbin.tar.xz), or
 # BIN=dir for binaries built on the device:
 #   1. test_linear_cuda at the defaults, with MOQ_CUDA_LT_DIRECT=2 (alpha always a device vector)
@@ -39,7 +40,7 @@ t() { local name=$1; shift; ( timeout 240 "$@" > "$OUT/$name.log" 2>&1; echo "$n
 if [ "$TESTS" = 1 ]; then
   t tests_default "$BIN/test_linear_cuda"
   MOQ_CUDA_LT_DIRECT=2 t tests_vector "$BIN/test_linear_cuda"
-  MOQ_CUDA_LT_DIRECT=0 MOQ_CUDA_LT_SCALAR=0 MOQ_CUDA_LT_CACHE=0 t tests_old "$BIN/test_linear_cuda"
+  MOQ_CUDA_LT_DIRECT=0 MOQ_CUDA_LT_SCALAR=0 MOQ_CUDA_LT_CACHE=0 MOQ_CUDA_LT_X=0 t tests_old "$BIN/test_linear_cuda"
   wait
 fi
 for f in tests_default tests_vector tests_old; do
@@ -55,7 +56,7 @@ log "moq bench" | tee -a "$OUT/summary.log"
 # b TAG ARGS...: one bench line tagged with the variant (env set by the caller)
 b() { local tag=$1; shift; timeout 60 "$BIN/moq" bench linear --device cuda --json --n 8192 --k 8192 "$@" 2>> "$OUT/moq.err" |
         sed "s/^{/{\"variant\": \"$tag\", /" >> "$OUT/lt.jsonl"; }
-old() { MOQ_CUDA_LT_DIRECT=0 MOQ_CUDA_LT_SCALAR=0 MOQ_CUDA_LT_CACHE=0 b old "$@"; }
+old() { MOQ_CUDA_LT_DIRECT=0 MOQ_CUDA_LT_SCALAR=0 MOQ_CUDA_LT_CACHE=0 MOQ_CUDA_LT_X=0 b old "$@"; }
 ROWS="nvfp4_w4a4: nvfp4_w4a16: mxfp8: bf16: fp8_tensor: fp8_tensor:cuda_sm90_fp8_tensor_cublaslt"
 if [ "$BENCH" = 1 ]; then
   for r in $(seq "$ROUNDS"); do for m in $MS; do for row in $ROWS; do
@@ -64,11 +65,13 @@ if [ "$BENCH" = 1 ]; then
     b new "$@"; old "$@"   # alternated
   done; done; done
   # one knob at a time: DIRECT=0 (y via D + epilogue, cache on), DIRECT=2 (alpha as a device
-  # vector), CACHE=0 (heuristic every call: host time, matters at small M), SCALAR=0 (FP8 outer vectors)
+  # vector), CACHE=0 (heuristic every call: host time, matters at small M), SCALAR=0 (FP8 outer
+  # vectors), X=0 (BF16 / W4A16 read the quantizer's A copy of x, not x)
   for m in 1024 8192; do for a in nvfp4_w4a4 bf16; do MOQ_CUDA_LT_DIRECT=0 b direct0 --algo "$a" --m "$m"; done; done
   for m in 1024 8192; do MOQ_CUDA_LT_DIRECT=2 b direct2 --algo nvfp4_w4a4 --m "$m"; done
   for m in 128 1024; do for a in nvfp4_w4a4 bf16; do MOQ_CUDA_LT_CACHE=0 b cache0 --algo "$a" --m "$m"; done; done
   for m in 1024 8192; do MOQ_CUDA_LT_SCALAR=0 b scalar0 --algo fp8_tensor --kernel cuda_sm90_fp8_tensor_cublaslt --m "$m"; done
+  for m in 1024 8192; do for a in bf16 nvfp4_w4a16; do MOQ_CUDA_LT_X=0 b x0 --algo "$a" --m "$m"; done; done
 fi
 tail -5 "$OUT/moq.err" 2>/dev/null
 log "table (cold µs, min over the runs of each variant; (x): torch µs / moq µs, torch = bf16 matmul, _scaled_mm for the fp8 cuBLASLt row)" | tee -a "$OUT/summary.log"
@@ -84,7 +87,7 @@ try:
         d = json.loads(l)
         if d.get("n") == 8192 and d.get("k") == 8192 and "us" in d: torch[(d.get("op"), d["m"])] = d["us"]
 except (OSError, ValueError, KeyError): pass
-vs = ["new", "old", "direct0", "direct2", "scalar0", "cache0"]
+vs = ["new", "old", "direct0", "direct2", "scalar0", "cache0", "x0"]
 print("%-12s %-42s %5s " % ("algo", "kernel (new)", "M") + " ".join("%16s" % v for v in vs))
 for (a, k, m), v in sorted(rows.items(), key=lambda x: (x[0][2], x[0][0], x[0][1])):
     ref = torch.get(("scaled_mm_fp8_tensor" if a.startswith("fp8") and "dequant" not in k else "bf16_matmul", m))

@@ -392,9 +392,9 @@ static void test_every_cuda_row(void **state) {
                   rows, g_info, g_fail, g_worst, g_worst_lt);
     unsigned long long st[MOQ_CUDA_LT_STAT_COUNT];
     moq_cuda_lt_stats(st);
-    print_message("cuBLASLt paths: %llu dequant calls straight into y, %llu fp8 scalar-scaled, %llu fp8 outer-vector, %llu direct attempts "
-                  "declined, %llu calls via D + epilogue; %llu heuristic queries, %llu cached answers reused\n",
-                  st[MOQ_CUDA_LT_DEQ_DIRECT], st[MOQ_CUDA_LT_FP8_SCALAR], st[MOQ_CUDA_LT_FP8_OUTER], st[MOQ_CUDA_LT_DECLINED], st[MOQ_CUDA_LT_D_PATH],
+    print_message("cuBLASLt paths: %llu dequant calls straight into y (%llu reading x itself), %llu fp8 scalar-scaled, %llu fp8 outer-vector, "
+                  "%llu direct attempts declined, %llu calls via D + epilogue; %llu heuristic queries, %llu cached answers reused\n",
+                  st[MOQ_CUDA_LT_DEQ_DIRECT], st[MOQ_CUDA_LT_X_DIRECT], st[MOQ_CUDA_LT_FP8_SCALAR], st[MOQ_CUDA_LT_FP8_OUTER], st[MOQ_CUDA_LT_DECLINED], st[MOQ_CUDA_LT_D_PATH],
                   st[MOQ_CUDA_LT_HEURISTIC], st[MOQ_CUDA_LT_CACHE_HIT]);
     if (g_fail) fail_msg("%d CUDA row checks failed; seed %u", g_fail, g_seed);
 }

@@ -72,6 +72,7 @@ static int lt_knob(const char *name, int dflt, int lo, int hi) {
 static int knob_direct(void) { static const int v = lt_knob("MOQ_CUDA_LT_DIRECT", 1, 0, 2); return v; }
 static int knob_scalar(void) { static const int v = lt_knob("MOQ_CUDA_LT_SCALAR", 1, 0, 1); return v; }
 static int knob_cache(void) { static const int v = lt_knob("MOQ_CUDA_LT_CACHE", 1, 0, 1); return v; }
+static int knob_x(void) { static const int v = lt_knob("MOQ_CUDA_LT_X", 1, 0, 1); return v; }
 
 static std::atomic<unsigned long long> g_stat[MOQ_CUDA_LT_STAT_COUNT];
 static void stat(int i) { g_stat[i].fetch_add(1, std::memory_order_relaxed); }
@@ -372,6 +373,16 @@ extern "C" int64_t moq_cuda_wb_rows(int64_t Np, int64_t Kp) {
     return r < Np ? r : Np;
 }
 
+/* BF16 and NVFP4 W4A16 with bf16 x: A would be x itself (aq8 copies the values), so the direct
+ * path reads x (ldb = K, k = K: the weight's pad columns are skipped) and the caller skips the
+ * quantizer (rows_cuda.c), saving x's read and A's write (M·K·4 bytes). Needs K % 8 (16-byte
+ * columns) and a 16-byte aligned x; the D path, if cuBLASLt declines, runs the quantizer first.
+ * MOQ_CUDA_LT_X=0 turns this off (A as before). */
+extern "C" int moq_cuda_dq_reads_x(const moq_cuda_args *a) {
+    return knob_direct() && knob_x() && a->M > 16 && (a->kind == MOQ_CK_BF16 || a->kind == MOQ_CK_NVFP4_W4A16) && a->x_bf16 && a->K % 8 == 0 &&
+           (uintptr_t)a->x_d % 16 == 0;
+}
+
 /* rows n0 .. n0+rows-1 of the weight dequantized into wb (one launch) */
 static const char *dequant_chunk(const moq_cuda_args *a, int64_t n0, int64_t rows, __nv_bfloat16 *wb) {
     const unsigned blocks = (unsigned)cdiv(rows * a->Kp / 8, 256);
@@ -388,12 +399,12 @@ static const char *dequant_chunk(const moq_cuda_args *a, int64_t n0, int64_t row
  * row_scale[n0 ..] (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO: length = cuBLASLt's m = v);
  * the f32 bias through CUBLASLT_EPILOGUE_BIAS (bias type f32 with bf16 or f32 y). */
 static lt_plan direct_plan(const moq_cuda_args *a, const void *W, int64_t n0, int64_t v) {
-    const bool vec = knob_direct() == 2 || !a->rs_uniform;
+    const bool vec = knob_direct() == 2 || !a->rs_uniform, xd = moq_cuda_dq_reads_x(a);
     lt_plan p = {};
     p.ab = CUDA_R_16BF, p.dt = a->y_bf16 ? CUDA_R_16BF : CUDA_R_32F, p.bias_t = CUDA_R_32F, p.scale = LT_SCALE_NONE;
     p.ptr_mode = vec ? CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO : CUBLASLT_POINTER_MODE_HOST;
-    p.m = v, p.n = a->M, p.k = a->Kp, p.lda = a->Kp, p.ldb = a->Kp, p.ldd = a->N;
-    p.A = W, p.B = (const char *)a->ws_d + a->ws.a, p.D = (char *)a->y_d + n0 * (a->y_bf16 ? 2 : 4);
+    p.m = v, p.n = a->M, p.k = xd ? a->K : a->Kp, p.lda = a->Kp, p.ldb = xd ? a->K : a->Kp, p.ldd = a->N;
+    p.A = W, p.B = xd ? a->x_d : (const char *)a->ws_d + a->ws.a, p.D = (char *)a->y_d + n0 * (a->y_bf16 ? 2 : 4);
     p.alpha = vec ? (const void *)(a->row_scale_d + n0) : (const void *)&a->rs_value;
     p.bias = a->has_bias ? a->bias_d + n0 : NULL;
     return p;
@@ -439,11 +450,13 @@ extern "C" const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a) {
     if (knob_direct() && a->kind != MOQ_CK_FP8_ROW) {
         if (dequant_direct(a, &e)) {
             stat(MOQ_CUDA_LT_DEQ_DIRECT);
+            if (moq_cuda_dq_reads_x(a)) stat(MOQ_CUDA_LT_X_DIRECT);
             return moq_cuda_launch_check("cuBLASLt bf16 matmul");
         }
         if (e) return e;
         stat(MOQ_CUDA_LT_DECLINED);
     }
+    if (moq_cuda_dq_reads_x(a) && (e = moq_cuda_act_quant(a))) return e; /* the caller skipped it: the D path reads A */
     char *ws = (char *)a->ws_d;
     const void *X = ws + a->ws.a;
     float *D = (float *)(ws + a->ws.d);

@@ -115,18 +115,21 @@ const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
  * cuBLASLt declines) -> f32 D, then the epilogue kernel. */
 const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
 /* Counters of the cuBLASLt rows since the process started (for tests and measurements; relaxed
- * atomics): calls that wrote y directly (dequant rows: bf16 GEMM; FP8 rows: scalar or outer-vector
- * scales), direct attempts cuBLASLt declined (then the D + epilogue path ran), calls on the D path,
+ * atomics): calls that wrote y directly (dequant rows: bf16 GEMM, of which reading x itself; FP8
+ * rows: scalar or outer-vector scales), direct attempts cuBLASLt declined (then the D + epilogue path ran), calls on the D path,
  * heuristic queries, and cached heuristic results reused. Knobs (read once, docs/PERFORMANCE.md):
  * MOQ_CUDA_LT_DIRECT (0: dequant rows always via D; 1, default: direct, alpha a host scalar when
  * the row scales are uniform, else a device vector; 2: direct, always the device vector),
  * MOQ_CUDA_LT_SCALAR (0: FP8 direct always outer-vector scales), MOQ_CUDA_LT_CACHE (0: ask the
- * heuristic on every call). */
+ * heuristic on every call), MOQ_CUDA_LT_X (0: the direct path reads A, never x; moq_cuda_dq_reads_x). */
 enum {
-    MOQ_CUDA_LT_DEQ_DIRECT = 0, MOQ_CUDA_LT_FP8_SCALAR, MOQ_CUDA_LT_FP8_OUTER, MOQ_CUDA_LT_DECLINED, MOQ_CUDA_LT_D_PATH,
-    MOQ_CUDA_LT_HEURISTIC, MOQ_CUDA_LT_CACHE_HIT, MOQ_CUDA_LT_STAT_COUNT
+    MOQ_CUDA_LT_DEQ_DIRECT = 0, MOQ_CUDA_LT_X_DIRECT, MOQ_CUDA_LT_FP8_SCALAR, MOQ_CUDA_LT_FP8_OUTER, MOQ_CUDA_LT_DECLINED,
+    MOQ_CUDA_LT_D_PATH, MOQ_CUDA_LT_HEURISTIC, MOQ_CUDA_LT_CACHE_HIT, MOQ_CUDA_LT_STAT_COUNT
 };
 void moq_cuda_lt_stats(unsigned long long out[MOQ_CUDA_LT_STAT_COUNT]);
+/* 1 when the dequant row's GEMM at this M reads x itself (BF16 / NVFP4 W4A16 with bf16 x, K % 8 == 0,
+ * MOQ_CUDA_LT_DIRECT on): the caller skips moq_cuda_act_quant (the GEMM runs it if it falls back). */
+int moq_cuda_dq_reads_x(const moq_cuda_args *a);
 
 
 /* ---- decoder steps (model_ops.cu; src/model/model_gpu.c) ---- */

@@ -1,6 +1,6 @@
 /* rows_cuda.c — the CUDA rows of the kernel registry: host-side packing into the padded layout
  * of cuda_api.h, workspace sizes, and run(): activation quantizer (unless the decode kernel
- * quantizes x itself), then the decode kernel (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
+ * quantizes x itself or the dequant GEMM reads a bf16 x as it is), then the decode kernel (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
  * dequantized to bf16 + cuBLASLt bf16 (variant 2, NVFP4 / MXFP8 / BF16). Run only
  * enqueues work; kernel faults surface at moq_device_sync. */
 #include "kernels/cuda/rows_cuda.h"
@@ -164,8 +164,10 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
     a.rs_uniform = rs_uniform(w, &a.rs_value);
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
-    /* the decode kernel quantizes x itself at small M (gemv.cu, FUSED): no quantizer kernel */
-    const char *e = l->M <= 16 && moq_cuda_gemv_fuses(&a) ? NULL : moq_cuda_act_quant(&a);
+    /* the decode kernel quantizes x itself at small M (gemv.cu, FUSED), and the dequant rows' GEMM
+     * reads a bf16 x itself for BF16 / W4A16 (cublaslt.cu): no quantizer kernel then */
+    const bool own_x = l->M <= 16 ? moq_cuda_gemv_fuses(&a) : l->k->variant == 2 && moq_cuda_dq_reads_x(&a);
+    const char *e = own_x ? NULL : moq_cuda_act_quant(&a);
     if (!e) e = l->M <= 16 ? moq_cuda_gemv(&a) : gemm_of_variant[l->k->variant](&a);
     if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, l->k->name, "%s", e);
     return MOQ_OK;
