@@ -27,11 +27,11 @@ for a in $ALGOS; do
 done
 export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
 mkdir -p /tmp/moq_tmp
-for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
-  ( timeout 200 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
+for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda test_moe_cuda}; do
+  ( timeout 150 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
 done
 wait
-for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda}; do
+for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda test_moe_cuda}; do
   grep -E "PASSED|FAILED|SKIPPED|rc=|^FAIL" "$OUT/$t.log" | tail -4 | sed "s/^/$t: /" | tee -a "$OUT/summary.log"
 done
 # A/B knobs of the decode step (each VAR=value, default the new path; BASE = .devbin/moq_base, the
@@ -49,22 +49,28 @@ export MOQ_PROFILE_LAST_STEP=1 # bench model: only the last decode step (of each
 for a in $ALGOS; do
   log "bench model $a (${LAYERS:-8} layers) batch 1 and 64"
   timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
+  if [ -x "$BIN/moq_base" ]; then
+    log "same, the baseline binary"
+    timeout 60 "$BIN/moq_base" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
+  fi
   log "step profile $a, batch 1 (position ~2050)"
-  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 4 \
+  timeout 60 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 4 \
     > "$OUT/step1_$a.csv" 2> "$OUT/step1_$a.err"
   python3 scripts/ncu_step_summary.py "$OUT/step1_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   [ "$a" = FP8 ] || STEP64=0
   if [ "${STEP64:-1}" = 1 ]; then
   log "step profile $a, batch 64 (prompts of 128)"
-  timeout 120 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 128 --decode 2 \
+  timeout 60 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 128 --decode 2 \
     --batch 64 --batch-prompt 128 > "$OUT/step64_$a.csv" 2> "$OUT/step64_$a.err"
   python3 scripts/ncu_step_summary.py "$OUT/step64_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   fi
   re='gemv_mma'; [ "$a" = FP8 ] && re='attn_decode|gemv_mma'
+  [ "$a" = FP8 ] || [ "${FULL_ALL:-0}" = 1 ] || continue
   log "ncu full: attention decode + layer 0 decode GEMVs, $a"
-  timeout 150 $NCU --set full --import-source no -k regex:"$re" -c 6 --page details \
+  timeout 90 $NCU --set full --import-source no -k regex:"$re" -c 6 --page details \
     "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/full_$a.txt" 2> "$OUT/full_$a.err"
   echo "ncu full $a rc=$?" | tee -a "$OUT/summary.log"
+  [ "${SASS:-0}" = 1 ] || continue
   [ "$a" = FP8 ] && timeout 90 $NCU --set full -k regex:'attn_decode' -c 1 --page source --print-source sass --csv \
     "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 2 > "$OUT/sass_attn_$a.csv" 2> "$OUT/sass_attn_$a.err"
   timeout 90 $NCU --set full -k regex:'gemv_mma' -s 3 -c 1 --page source --print-source sass --csv \
