@@ -39,6 +39,7 @@ done
 for a in $ALGOS; do
   for knob in ${KNOBS-BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1 BASE MOQ_CUDA_PDL=1}; do
     log "bench model $a (${LAYERS:-8} layers) decode, $knob"
+    [ "$a" != FP8 ] && [ "$knob" = MOQ_CUDA_GEMV_PE=1 ] && continue # PE: not for NVFP4 (gemv.cu PE_OK)
     exe=$BIN/moq; [ "$knob" = BASE ] && { exe=$BIN/moq_base; knob=MOQ_BASE=1; [ -x "$exe" ] || continue; }
     env "$knob" timeout 60 "$exe" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   done
