@@ -53,6 +53,7 @@ moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_err
 
 /* NVFP4 W4A16 decode (M <= 8) on AVX2: e2m1 via vpshufb, block scale once per 16-block, f32 FMA
  * (linear_nvfp4_w4a16_avx2.c); the panel row's pack and workspace, M > 8 runs the panel row. */
+size_t     moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error *err);
 
 #endif
