@@ -134,101 +134,120 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
     _mm256_store_ps(C + 16 * m0 + 8, _mm256_mul_ps(t1, c128));
 }
 
-/* M = 1, integer block sums (issue 14): x of each 16-block as two s16 parts on a shared power of
- * two, x ≈ (xh + xl·2^-15)·2^e (|xh| <= 2^14, |xl| <= 2^14; 28 bits below the block maximum, so
- * bf16 x is exact unless an element is 2^20 below its block's largest), and the weights as s16
- * 2·e2m1·256 from one vpshufb and two byte unpacks; vpmaddwd sums the (k, k+1) pair of a row,
- * vpaddd the block (16 products of <= 3072·2^14: < 2^31, exact). Per block: the two s32 sums to
- * f32, xh + xl·2^-15, × D4(SF)/256 × 2^(e-1) into the f32 totals. */
+/* M = 1, integer block sums (issue 14). x of each 16-block on a shared power of two: v = round(x·2^-e),
+ * max |v| in [2^19, 2^20], written as three signed 7-bit digits v = a·2^14 + b·2^7 + c (|a| <= 64,
+ * b, c in [-64, 63]); so x is exact unless an element is more than 2^12 below its block's largest
+ * (then within 2^-21 of that largest). The weights as u8 2·e2m1 + 12 in [0, 24] (one vpshufb); the
+ * byte pairs (k, k+1) of a row by vpermq + two unpacks of the rows16 codes; vpmaddubsw per digit
+ * (pair sums <= 2·24·64), the block's 8 pairs summed in s16 (<= 24576), then per block
+ * a·2^14 + b·2^7 + c in s32 minus 12·Σv (the +12 of the weights; both exact), to f32 once, × D4(SF)/256
+ * × 2^(e+7) into the f32 totals: one rounding per block, like tile_one. Two tiles per pass share
+ * the x loads. */
 typedef struct {
-    const int16_t *xh, *xl; /* [K] */
-    const float   *xs;      /* [K/16] 2^(e_b - 1) */
-} xparts;
+    const int32_t *d[3]; /* [K/2] digit pairs (k, k+1) of a, b, c, each pair twice: one vpbroadcastd */
+    const int32_t *corr; /* [K/16] 12·Σv */
+    const float   *xs;   /* [K/16] 2^(e+7) */
+} xdigits;
 
-/* Splits X [K] into xparts; false when a block's largest |x| is not finite or outside
- * [2^-100, 2^100) (then the caller runs tile_one: no exponent range to fit). */
-static bool x_split(const float *X, int64_t K, int16_t *xh, int16_t *xl, float *xs) {
-    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
+/* X [K] -> xdigits; false when a block's largest |x| is not finite or outside [2^-100, 2^100)
+ * (then the caller runs tile_one). */
+static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_t *d2, int32_t *corr, float *xs) {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), c64 = _mm256_set1_epi32(64), c127 = _mm256_set1_epi32(127);
+    int32_t *d[3] = {d0, d1, d2};
     for (int64_t b = 0; b < K / 16; b++) {
         const __m256 v0 = _mm256_loadu_ps(X + 16 * b), v1 = _mm256_loadu_ps(X + 16 * b + 8);
-        __m256i m = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), absm), _mm256_and_si256(_mm256_castps_si256(v1), absm));
+        const __m256i m = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), absm), _mm256_and_si256(_mm256_castps_si256(v1), absm));
         __m128i q = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
         q = _mm_max_epi32(q, _mm_shuffle_epi32(q, 0x4E));
         q = _mm_max_epi32(q, _mm_shuffle_epi32(q, 0xB1));
         const uint32_t mx = (uint32_t)_mm_cvtsi128_si32(q);
-        if (mx == 0) { /* all zero */
-            memset(xh + 16 * b, 0, 32), memset(xl + 16 * b, 0, 32), xs[b] = 0.0f;
-            continue;
+        int e = 0;
+        if (mx != 0) {
+            const int ex = (int)(mx >> 23) - 127; /* max |x| in [2^ex, 2^(ex+1)) */
+            if (mx >= 0x7F800000u || ex < -100 || ex >= 100) return false;
+            e = ex - 19;
         }
-        const int ex = (int)(mx >> 23) - 127; /* max |x| in [2^ex, 2^(ex+1)) */
-        if (mx >= 0x7F800000u || ex < -100 || ex >= 100) return false;
-        const int e = ex - 13; /* max |x|·2^-e in [2^13, 2^14) */
-        const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - e) << 23)), c15 = _mm256_set1_ps(32768.0f);
-        const __m256 a0 = _mm256_mul_ps(v0, inv), a1 = _mm256_mul_ps(v1, inv); /* exact */
-        const __m256i h0 = _mm256_cvtps_epi32(a0), h1 = _mm256_cvtps_epi32(a1);
-        const __m256i l0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(a0, _mm256_cvtepi32_ps(h0)), c15));
-        const __m256i l1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(a1, _mm256_cvtepi32_ps(h1)), c15));
-        _mm256_storeu_si256((__m256i *)(xh + 16 * b), _mm256_permute4x64_epi64(_mm256_packs_epi32(h0, h1), 0xD8));
-        _mm256_storeu_si256((__m256i *)(xl + 16 * b), _mm256_permute4x64_epi64(_mm256_packs_epi32(l0, l1), 0xD8));
-        uint32_t u = (uint32_t)(127 + e - 1) << 23;
+        const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - e) << 23));
+        __m256i r[2] = {_mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv))}; /* |v| <= 2^20 */
+        const __m256i s = _mm256_add_epi32(r[0], r[1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        corr[b] = 12 * _mm_cvtsi128_si32(s4);
+        uint32_t u = (uint32_t)(127 + e + 7) << 23;
         memcpy(&xs[b], &u, 4);
+        for (int g = 2; g >= 0; g--) { /* c, then b, then a */
+            __m256i dg[2];
+            for (int h = 0; h < 2; h++) {
+                dg[h] = g ? _mm256_sub_epi32(_mm256_and_si256(_mm256_add_epi32(r[h], c64), c127), c64) : r[h];
+                r[h] = _mm256_srai_epi32(_mm256_sub_epi32(r[h], dg[h]), 7);
+            }
+            const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(dg[0], dg[1]), 0xD8); /* k 0..15 as s16 */
+            const __m128i by = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+            const __m256i pr = _mm256_cvtepu16_epi32(by); /* (k, k+1) byte pairs */
+            _mm256_storeu_si256((__m256i *)(d[g] + 8 * b), _mm256_or_si256(pr, _mm256_slli_epi32(pr, 16)));
+        }
     }
     return true;
 }
 
-static inline __m256i bcast_pair(const int16_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-static void tile_one_int(const moq_linear_launch *l, int64_t t, const xparts *xp, float *C) {
+/* nt (1 or 2) tiles from t: C [nt][16]. */
+static inline __attribute__((always_inline)) void tiles_digits(const moq_linear_launch *l, int64_t t, const xdigits *xd, float *C,
+                                                              const int nt) {
     const int64_t K = l->w->K, nb = K / 16;
-    const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
-    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
-                                         -6, -8, -12);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
-    /* scale bytes of rows 0-3, 8-11, 4-7, 12-15: the accumulators' lane order */
+    const size_t wstride = (size_t)(K / 2) * 16, sstride = (size_t)nb * 16;
+    const uint8_t *W = (const uint8_t *)l->packed + (size_t)t * wstride;
+    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * sstride;
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
+                                         9, 8, 6, 4, 0); /* 2·e2m1 + 12 */
+    const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c128 = _mm256_set1_epi32(0x00010080);
+    /* scale bytes of rows 0-3, 8-11, 4-7, 12-15: the order of the s32 sums' lanes */
     const __m128i sperm = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-    const __m256 c15 = _mm256_set1_ps(0x1p-15f);
-    __m256 t0 = _mm256_setzero_ps(), t1 = t0; /* rows (0-3 | 8-11), (4-7 | 12-15) */
+    __m256 t0[2], t1[2]; /* rows (0-3 | 8-11), (4-7 | 12-15) */
+    for (int u = 0; u < nt; u++) t0[u] = t1[u] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i hA = _mm256_setzero_si256(), hB = hA, lA = hA, lB = hA;
-#pragma GCC unroll 1
+        __m256i A[2], B[2], Cd[2]; /* s16 digit sums, words = rows 0..15 */
+        for (int u = 0; u < nt; u++) A[u] = B[u] = Cd[u] = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const int64_t c = 8 * b + 2 * j; /* byte columns c, c + 1: k = 2c .. 2c + 3 */
-            /* lanes: rows 0-7 of c, c + 1 | rows 8-15 of c, c + 1 */
-            const __m256i r = _mm256_permute4x64_epi64(_mm256_load_si256((const __m256i *)(W + (size_t)c * 16)), 0xD8);
-            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(r, low4));
-            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(r, 4), low4));
-            const __m256i p0 = _mm256_unpacklo_epi8(lo, hi), p1 = _mm256_unpackhi_epi8(lo, hi); /* (k, k+1) byte pairs of col c, c + 1 */
-            const __m256i xh0 = bcast_pair(xp->xh + 2 * c), xl0 = bcast_pair(xp->xl + 2 * c);
-            const __m256i xh1 = bcast_pair(xp->xh + 2 * c + 2), xl1 = bcast_pair(xp->xl + 2 * c + 2);
-            const __m256i wA0 = _mm256_unpacklo_epi8(z, p0), wB0 = _mm256_unpackhi_epi8(z, p0); /* s16 2w·256 */
-            const __m256i wA1 = _mm256_unpacklo_epi8(z, p1), wB1 = _mm256_unpackhi_epi8(z, p1);
-            hA = _mm256_add_epi32(hA, _mm256_madd_epi16(wA0, xh0));
-            hB = _mm256_add_epi32(hB, _mm256_madd_epi16(wB0, xh0));
-            lA = _mm256_add_epi32(lA, _mm256_madd_epi16(wA0, xl0));
-            lB = _mm256_add_epi32(lB, _mm256_madd_epi16(wB0, xl0));
-            hA = _mm256_add_epi32(hA, _mm256_madd_epi16(wA1, xh1));
-            hB = _mm256_add_epi32(hB, _mm256_madd_epi16(wB1, xh1));
-            lA = _mm256_add_epi32(lA, _mm256_madd_epi16(wA1, xl1));
-            lB = _mm256_add_epi32(lB, _mm256_madd_epi16(wB1, xl1));
+            const __m256i a0 = _mm256_set1_epi32(xd->d[0][c]), a1 = _mm256_set1_epi32(xd->d[0][c + 1]);
+            const __m256i b0 = _mm256_set1_epi32(xd->d[1][c]), b1 = _mm256_set1_epi32(xd->d[1][c + 1]);
+            const __m256i c0 = _mm256_set1_epi32(xd->d[2][c]), c1 = _mm256_set1_epi32(xd->d[2][c + 1]);
+            for (int u = 0; u < nt; u++) {
+                /* lanes: rows 0-7 of c, c + 1 | rows 8-15 of c, c + 1 */
+                const __m256i r = _mm256_permute4x64_epi64(_mm256_load_si256((const __m256i *)(W + (size_t)u * wstride + (size_t)c * 16)), 0xD8);
+                const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(r, low4));
+                const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(r, 4), low4));
+                const __m256i p0 = _mm256_unpacklo_epi8(lo, hi), p1 = _mm256_unpackhi_epi8(lo, hi); /* (k, k+1) of col c, c + 1 */
+                A[u] = _mm256_add_epi16(A[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, a0), _mm256_maddubs_epi16(p1, a1)));
+                B[u] = _mm256_add_epi16(B[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, b0), _mm256_maddubs_epi16(p1, b1)));
+                Cd[u] = _mm256_add_epi16(Cd[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, c0), _mm256_maddubs_epi16(p1, c1)));
+                /* in order: GCC otherwise reassociates the sums to the block's end and spills */
+                __asm__("" : "+x"(A[u]), "+x"(B[u]), "+x"(Cd[u]));
+            }
         }
-        const __m256 fA = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lA), c15, _mm256_cvtepi32_ps(hA));
-        const __m256 fB = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lB), c15, _mm256_cvtepi32_ps(hB));
-        const __m128i sc = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(SF + 16 * b)), sperm);
-        const __m256 xs = _mm256_broadcast_ss(xp->xs + b);
-        t0 = _mm256_fmadd_ps(fA, _mm256_mul_ps(e4m3x8_div256(sc), xs), t0);
-        t1 = _mm256_fmadd_ps(fB, _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), xs), t1);
+        const __m256i corr = _mm256_set1_epi32(xd->corr[b]);
+        const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
+        for (int u = 0; u < nt; u++) {
+            /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1) - 12·Σv */
+            const __m256i sA = _mm256_sub_epi32(
+                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpacklo_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c128)), corr);
+            const __m256i sB = _mm256_sub_epi32(
+                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpackhi_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c128)), corr);
+            const __m128i sc = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(SF + (size_t)u * sstride + 16 * b)), sperm);
+            t0[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sA), _mm256_mul_ps(e4m3x8_div256(sc), xs), t0[u]);
+            t1[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sB), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), xs), t1[u]);
+        }
     }
-    _mm256_store_ps(C, _mm256_permute2f128_ps(t0, t1, 0x20));
-    _mm256_store_ps(C + 8, _mm256_permute2f128_ps(t0, t1, 0x31));
+    for (int u = 0; u < nt; u++) {
+        _mm256_store_ps(C + 16 * u, _mm256_permute2f128_ps(t0[u], t1[u], 0x20));
+        _mm256_store_ps(C + 16 * u + 8, _mm256_permute2f128_ps(t0[u], t1[u], 0x31));
+    }
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
-    const size_t xsplit = M == 1 ? (size_t)w->K * 4 + (size_t)(w->K / 16) * 4 : 0; /* xparts of the one token */
+    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 8 : 0; /* xdigits of the one token */
     return moq_linear_panel_workspace_avx2(w, M, n_threads) + ((xsplit + 63) & ~(size_t)63);
 }
 
@@ -241,14 +260,28 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
     const size_t tb = thread_bytes(w, M);
     /* Decode: activations widened before the team starts, so the join is the only sync point. */
     for (int64_t m = 0; m < M; m++) moq_act_dequant_row(l, m, X + m * w->K, &sm[m], thr0 + (size_t)KC * 96 + (size_t)M * 64);
-    xparts xp = {0};
-    bool split = false;
     if (M == 1) {
         uint8_t *e = (uint8_t *)l->ws + moq_linear_panel_workspace_avx2(w, M, l->n_threads);
-        int16_t *xh = (int16_t *)e, *xl = xh + w->K;
-        float *xs = (float *)(xl + w->K);
-        split = x_split(X, w->K, xh, xl, xs);
-        xp = (xparts){xh, xl, xs};
+        int32_t *d = (int32_t *)e, *corr = d + 3 * (w->K / 2);
+        float *xs = (float *)(corr + w->K / 16);
+        const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs};
+        if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs)) {
+            const int64_t pairs = (tiles + 1) / 2;
+#pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 2)
+            for (int64_t p = 0; p < pairs; p++) {
+                float C[32] __attribute__((aligned(32)));
+                const int64_t t = 2 * p;
+                if (t + 1 < tiles) {
+                    tiles_digits(l, t, &xd, C, 2);
+                    moq_y_store_tile16(l, C, sm, t);
+                    moq_y_store_tile16(l, C + 16, sm, t + 1);
+                } else {
+                    tiles_digits(l, t, &xd, C, 1);
+                    moq_y_store_tile16(l, C, sm, t);
+                }
+            }
+            return MOQ_OK;
+        }
     }
 #pragma omp parallel num_threads(l->n_threads)
     {
@@ -257,10 +290,7 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
         for (int64_t t = 0; t < tiles; t++) {
             for (int64_t m0 = 0; m0 < M; m0 += MT) {
                 switch (M - m0 < MT ? M - m0 : MT) {
-                case 1:
-                    if (split) tile_one_int(l, t, &xp, C);
-                    else tile_one(l, t, X, m0, C);
-                    break;
+                case 1: tile_one(l, t, X, m0, C); break;
                 case 2: tile_tokens(l, t, X, m0, C, 2); break;
                 case 3: tile_tokens(l, t, X, m0, C, 3); break;
                 default: tile_tokens(l, t, X, m0, C, 4); break;
