@@ -191,59 +191,55 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
     return true;
 }
 
-/* nt (1 or 2) tiles from t: C [nt][16]. */
-static inline __attribute__((always_inline)) void tiles_digits(const moq_linear_launch *l, int64_t t, const xdigits *xd, float *C,
-                                                              const int nt) {
+/* Tiles t and t2 (t2 = t for a last odd tile): C [2][16]. A column's 16 bytes of both tiles in one
+ * ymm (load + vinserti128: vpermq, the other way to pair rows with one k pair per lane, is about
+ * two cycles on Zen 3), so both lanes take the same x pair; the lanes are split per block. */
+static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C) {
     const int64_t K = l->w->K, nb = K / 16;
-    const size_t wstride = (size_t)(K / 2) * 16, sstride = (size_t)nb * 16;
-    const uint8_t *W = (const uint8_t *)l->packed + (size_t)t * wstride;
-    const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * sstride;
+    const uint8_t *W0 = (const uint8_t *)l->packed + (size_t)t * (size_t)(K / 2) * 16;
+    const uint8_t *W1 = (const uint8_t *)l->packed + (size_t)t2 * (size_t)(K / 2) * 16;
+    const uint8_t *SF0 = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * (size_t)nb * 16;
+    const uint8_t *SF1 = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t2 * (size_t)nb * 16;
     const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
                                          9, 8, 6, 4, 0); /* 2·e2m1 + 12 */
     const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c128 = _mm256_set1_epi32(0x00010080);
-    /* scale bytes of rows 0-3, 8-11, 4-7, 12-15: the order of the s32 sums' lanes */
-    const __m128i sperm = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-    __m256 t0[2], t1[2]; /* rows (0-3 | 8-11), (4-7 | 12-15) */
-    for (int u = 0; u < nt; u++) t0[u] = t1[u] = _mm256_setzero_ps();
+    __m256 t00 = _mm256_setzero_ps(), t01 = t00, t10 = t00, t11 = t00; /* tile t rows 0-7, 8-15; tile t2 rows 0-7, 8-15 */
     for (int64_t b = 0; b < nb; b++) {
-        __m256i A[2], B[2], Cd[2]; /* s16 digit sums, words = rows 0..15 */
-        for (int u = 0; u < nt; u++) A[u] = B[u] = Cd[u] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const int64_t c = 8 * b + 2 * j; /* byte columns c, c + 1: k = 2c .. 2c + 3 */
-            const __m256i a0 = _mm256_set1_epi32(xd->d[0][c]), a1 = _mm256_set1_epi32(xd->d[0][c + 1]);
-            const __m256i b0 = _mm256_set1_epi32(xd->d[1][c]), b1 = _mm256_set1_epi32(xd->d[1][c + 1]);
-            const __m256i c0 = _mm256_set1_epi32(xd->d[2][c]), c1 = _mm256_set1_epi32(xd->d[2][c + 1]);
-            for (int u = 0; u < nt; u++) {
-                /* lanes: rows 0-7 of c, c + 1 | rows 8-15 of c, c + 1 */
-                const __m256i r = _mm256_permute4x64_epi64(_mm256_load_si256((const __m256i *)(W + (size_t)u * wstride + (size_t)c * 16)), 0xD8);
-                const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(r, low4));
-                const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(r, 4), low4));
-                const __m256i p0 = _mm256_unpacklo_epi8(lo, hi), p1 = _mm256_unpackhi_epi8(lo, hi); /* (k, k+1) of col c, c + 1 */
-                A[u] = _mm256_add_epi16(A[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, a0), _mm256_maddubs_epi16(p1, a1)));
-                B[u] = _mm256_add_epi16(B[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, b0), _mm256_maddubs_epi16(p1, b1)));
-                Cd[u] = _mm256_add_epi16(Cd[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0, c0), _mm256_maddubs_epi16(p1, c1)));
-                /* in order: GCC otherwise reassociates the sums to the block's end and spills */
-                __asm__("" : "+x"(A[u]), "+x"(B[u]), "+x"(Cd[u]));
-            }
+        /* s16 digit sums; words: rows 0-7 (S*0) or 8-15 (S*1) of tile t | of tile t2 */
+        __m256i A0 = _mm256_setzero_si256(), A1 = A0, B0 = A0, B1 = A0, C0 = A0, C1 = A0;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int64_t c = 8 * b + j; /* byte column: k = 2c, 2c + 1 */
+            const __m256i r = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(W0 + (size_t)c * 16))),
+                                                      _mm_load_si128((const __m128i *)(W1 + (size_t)c * 16)), 1);
+            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(r, low4));
+            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(r, 4), low4));
+            const __m256i p0 = _mm256_unpacklo_epi8(lo, hi), p1 = _mm256_unpackhi_epi8(lo, hi); /* u8 (k, k+1) pairs */
+            __m256i x = _mm256_set1_epi32(xd->d[0][c]);
+            A0 = _mm256_add_epi16(A0, _mm256_maddubs_epi16(p0, x)), A1 = _mm256_add_epi16(A1, _mm256_maddubs_epi16(p1, x));
+            x = _mm256_set1_epi32(xd->d[1][c]);
+            B0 = _mm256_add_epi16(B0, _mm256_maddubs_epi16(p0, x)), B1 = _mm256_add_epi16(B1, _mm256_maddubs_epi16(p1, x));
+            x = _mm256_set1_epi32(xd->d[2][c]);
+            C0 = _mm256_add_epi16(C0, _mm256_maddubs_epi16(p0, x)), C1 = _mm256_add_epi16(C1, _mm256_maddubs_epi16(p1, x));
+            /* in order: GCC otherwise reassociates the sums to the block's end and spills */
+            __asm__("" : "+x"(A0), "+x"(A1), "+x"(B0), "+x"(B1), "+x"(C0), "+x"(C1));
         }
         const __m256i corr = _mm256_set1_epi32(xd->corr[b]);
+        /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1) - 12·Σv; lanes: rows of tile t | of t2 */
+#define SUM(A, B, C, un16)                                                                                                                 \
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                                                                   \
+        _mm256_add_epi32(_mm256_srai_epi32(un16(z, A), 2), _mm256_madd_epi16(un16(B, C), c128)), corr))
+        const __m256 s0 = SUM(A0, B0, C0, _mm256_unpacklo_epi16), s1 = SUM(A0, B0, C0, _mm256_unpackhi_epi16); /* rows 0-3, 4-7 */
+        const __m256 s2 = SUM(A1, B1, C1, _mm256_unpacklo_epi16), s3 = SUM(A1, B1, C1, _mm256_unpackhi_epi16); /* rows 8-11, 12-15 */
+#undef SUM
         const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
-        for (int u = 0; u < nt; u++) {
-            /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1) - 12·Σv */
-            const __m256i sA = _mm256_sub_epi32(
-                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpacklo_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c128)), corr);
-            const __m256i sB = _mm256_sub_epi32(
-                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpackhi_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c128)), corr);
-            const __m128i sc = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(SF + (size_t)u * sstride + 16 * b)), sperm);
-            t0[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sA), _mm256_mul_ps(e4m3x8_div256(sc), xs), t0[u]);
-            t1[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sB), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), xs), t1[u]);
-        }
+        const __m128i sc0 = _mm_load_si128((const __m128i *)(SF0 + 16 * b)), sc1 = _mm_load_si128((const __m128i *)(SF1 + 16 * b));
+        t00 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(e4m3x8_div256(sc0), xs), t00);
+        t01 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc0, 8)), xs), t01);
+        t10 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(e4m3x8_div256(sc1), xs), t10);
+        t11 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x31), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc1, 8)), xs), t11);
     }
-    for (int u = 0; u < nt; u++) {
-        _mm256_store_ps(C + 16 * u, _mm256_permute2f128_ps(t0[u], t1[u], 0x20));
-        _mm256_store_ps(C + 16 * u + 8, _mm256_permute2f128_ps(t0[u], t1[u], 0x31));
-    }
+    _mm256_store_ps(C, t00), _mm256_store_ps(C + 8, t01), _mm256_store_ps(C + 16, t10), _mm256_store_ps(C + 24, t11);
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
@@ -271,14 +267,9 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
             for (int64_t p = 0; p < pairs; p++) {
                 float C[32] __attribute__((aligned(32)));
                 const int64_t t = 2 * p;
-                if (t + 1 < tiles) {
-                    tiles_digits(l, t, &xd, C, 2);
-                    moq_y_store_tile16(l, C, sm, t);
-                    moq_y_store_tile16(l, C + 16, sm, t + 1);
-                } else {
-                    tiles_digits(l, t, &xd, C, 1);
-                    moq_y_store_tile16(l, C, sm, t);
-                }
+                tiles_digits(l, t, t + 1 < tiles ? t + 1 : t, &xd, C);
+                moq_y_store_tile16(l, C, sm, t);
+                if (t + 1 < tiles) moq_y_store_tile16(l, C + 16, sm, t + 1);
             }
             return MOQ_OK;
         }
