@@ -227,6 +227,48 @@ static void test_nvfp4_w4a16_avx2_decode(void **state) {
     for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
+/* The AVX2 W4A16 M = 1 integer path (x as three 7-bit digits per 16-block on the block's power of
+ * two) on activations it rounds (in-block ranges of 2^27, 2^-20 .. 2^20 from block to block), an all-zero
+ * block, negatives, bf16 and f32 x; and on the x it hands to the f32 path (a block maximum of 2^110 or
+ * 2^-110), against the _ref row. */
+static void test_nvfp4_w4a16_avx2_x_ranges(void **state) {
+    (void)state;
+    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
+    assert_non_null(k);
+    if ((k->need & moq_cpu_features()) != k->need) {
+        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
+        return;
+    }
+    const int64_t N = 37, K = 272;
+    tw t = tw_make(TP_NVFP4_W4A16, N, K, 1, 1);
+    float *x = malloc((size_t)K * 4), *y = malloc((size_t)N * 4), *yr = malloc((size_t)N * 4);
+    uint16_t *xb = malloc((size_t)K * 2);
+    double *want = malloc((size_t)N * sizeof(double));
+    for (int c = 0; c < 4; c++) {
+        fill(x, (size_t)K, urand(0.1f, 10.0f));
+        for (int64_t i = 0; i < K; i++) {
+            const int64_t b = i / 16;
+            if (i % 3 == 1) x[i] = -x[i];
+            if (b == 2) x[i] = 0.0f;                                         /* an all-zero block */
+            if (b == 3 && i % 5 == 0) x[i] *= 0x1p-27f;                      /* 2^27 below the block's largest */
+            if (b >= 4 && b < 14) x[i] *= ldexpf(1.0f, (int)(4 * (b - 9))); /* blocks from 2^-20 to 2^16 */
+            if (b == 15 && c == 2) x[i] *= 0x1p110f;                        /* -> the f32 path */
+            if (b == 16 && c == 3) x[i] *= 0x1p-110f;                       /* -> the f32 path */
+        }
+        for (int64_t i = 0; i < K; i++) { uint32_t u; memcpy(&u, &x[i], 4); xb[i] = (uint16_t)(u >> 16); }
+        const moq_elem xe = c & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+        const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
+        klin_run(&t, ref_row(MOQ_PAIR_NVFP4_W4A16)->name, xin, xe, 1, yr, MOQ_ELEM_F32, ~0u, NULL, NULL);
+        for (int64_t n = 0; n < N; n++) want[n] = yr[n];
+        klin_run(&t, k->name, xin, xe, 1, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "linear/%s/x_ranges_case%d", k->name, c);
+        klin_err(what, y, want, (size_t)N, 1e-5);
+    }
+    free(x), free(y), free(yr), free(xb), free(want);
+    tw_free(&t);
+}
+
 /* The NVFP4 W4A4 block dot products are exact integers on both the AVX2 (vpmaddubsw) and the
  * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
  * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
@@ -545,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_k4fma_chunks),
         cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
+        cmocka_unit_test(test_nvfp4_w4a16_avx2_x_ranges),
         cmocka_unit_test(test_fp8_model_shapes),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
