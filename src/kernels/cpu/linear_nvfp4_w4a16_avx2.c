@@ -51,6 +51,15 @@ static inline __m256 e4m3x8_div256(__m128i c8) {
     return _mm256_cvtph_ps(_mm_or_si128(t, nan));
 }
 
+/* 16 e4m3 codes -> f16 bits of the values / 256 (the rule of e4m3x8_div256). */
+static inline __m256i e4m3x16_f16div256(__m128i c16) {
+    const __m256i w = _mm256_cvtepu8_epi16(c16);
+    __m256i t = _mm256_slli_epi16(w, 7);
+    t = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7F));
+    return _mm256_or_si256(t, nan);
+}
+
 static inline __m256 i8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
 /* C [mt, 16] = Σ_k W[16 t + r, k] · X[m0 + i, k] for tile t; mt is a constant after inlining. */
@@ -145,7 +154,7 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
  * the x loads. */
 typedef struct {
     const int32_t *d[3]; /* [K/2] digit pairs (k, k+1) of a, b, c, each pair twice: one vpbroadcastd */
-    const int32_t *corr; /* [K/16] 12·Σv */
+    const int32_t *corr; /* [K/16][4] -12·Σ of each digit over the block, an s16 twice (the +12 of the weights) */
     const float   *xs;   /* [K/16] 2^(e+7) */
 } xdigits;
 
@@ -169,11 +178,6 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
         }
         const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - e) << 23));
         __m256i r[2] = {_mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv))}; /* |v| <= 2^20 */
-        const __m256i s = _mm256_add_epi32(r[0], r[1]);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        corr[b] = 12 * _mm_cvtsi128_si32(s4);
         uint32_t u = (uint32_t)(127 + e + 7) << 23;
         memcpy(&xs[b], &u, 4);
         for (int g = 2; g >= 0; g--) { /* c, then b, then a */
@@ -186,6 +190,12 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
             const __m128i by = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
             const __m256i pr = _mm256_cvtepu16_epi32(by); /* (k, k+1) byte pairs */
             _mm256_storeu_si256((__m256i *)(d[g] + 8 * b), _mm256_or_si256(pr, _mm256_slli_epi32(pr, 16)));
+            const __m256i s = _mm256_add_epi32(dg[0], dg[1]);
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            const uint32_t c16 = (uint16_t)(-12 * _mm_cvtsi128_si32(s4)); /* |12·Σ| <= 12·16·64 */
+            corr[4 * b + g] = (int32_t)(c16 | c16 << 16);
         }
     }
     return true;
@@ -206,7 +216,9 @@ static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, cons
     __m256 t00 = _mm256_setzero_ps(), t01 = t00, t10 = t00, t11 = t00; /* tile t rows 0-7, 8-15; tile t2 rows 0-7, 8-15 */
     for (int64_t b = 0; b < nb; b++) {
         /* s16 digit sums; words: rows 0-7 (S*0) or 8-15 (S*1) of tile t | of tile t2 */
-        __m256i A0 = _mm256_setzero_si256(), A1 = A0, B0 = A0, B1 = A0, C0 = A0, C1 = A0;
+        /* from -12·Σ digit: the sums end at 2·Σ w·digit (|.| <= 12288; paddw wraps, so only the end must fit) */
+        __m256i A0 = _mm256_set1_epi32(xd->corr[4 * b]), A1 = A0, B0 = _mm256_set1_epi32(xd->corr[4 * b + 1]), B1 = B0;
+        __m256i C0 = _mm256_set1_epi32(xd->corr[4 * b + 2]), C1 = C0;
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const int64_t c = 8 * b + j; /* byte column: k = 2c, 2c + 1 */
@@ -224,26 +236,24 @@ static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, cons
             /* in order: GCC otherwise reassociates the sums to the block's end and spills */
             __asm__("" : "+x"(A0), "+x"(A1), "+x"(B0), "+x"(B1), "+x"(C0), "+x"(C1));
         }
-        const __m256i corr = _mm256_set1_epi32(xd->corr[b]);
-        /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1) - 12·Σv; lanes: rows of tile t | of t2 */
-#define SUM(A, B, C, un16)                                                                                                                 \
-    _mm256_cvtepi32_ps(_mm256_sub_epi32(                                                                                                   \
-        _mm256_add_epi32(_mm256_srai_epi32(un16(z, A), 2), _mm256_madd_epi16(un16(B, C), c128)), corr))
+        /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1); lanes: rows of tile t | of t2 */
+#define SUM(A, B, C, un16) _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_srai_epi32(un16(z, A), 2), _mm256_madd_epi16(un16(B, C), c128)))
         const __m256 s0 = SUM(A0, B0, C0, _mm256_unpacklo_epi16), s1 = SUM(A0, B0, C0, _mm256_unpackhi_epi16); /* rows 0-3, 4-7 */
         const __m256 s2 = SUM(A1, B1, C1, _mm256_unpacklo_epi16), s3 = SUM(A1, B1, C1, _mm256_unpackhi_epi16); /* rows 8-11, 12-15 */
 #undef SUM
         const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
-        const __m128i sc0 = _mm_load_si128((const __m128i *)(SF0 + 16 * b)), sc1 = _mm_load_si128((const __m128i *)(SF1 + 16 * b));
-        t00 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(e4m3x8_div256(sc0), xs), t00);
-        t01 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc0, 8)), xs), t01);
-        t10 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(e4m3x8_div256(sc1), xs), t10);
-        t11 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x31), _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc1, 8)), xs), t11);
+        const __m256i h0 = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF0 + 16 * b)));
+        const __m256i h1 = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF1 + 16 * b)));
+        t00 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), xs), t00);
+        t01 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)), xs), t01);
+        t10 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h1)), xs), t10);
+        t11 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1)), xs), t11);
     }
     _mm256_store_ps(C, t00), _mm256_store_ps(C + 8, t01), _mm256_store_ps(C + 16, t10), _mm256_store_ps(C + 24, t11);
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
-    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 8 : 0; /* xdigits of the one token */
+    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 20 : 0; /* xdigits of the one token */
     return moq_linear_panel_workspace_avx2(w, M, n_threads) + ((xsplit + 63) & ~(size_t)63);
 }
 
@@ -259,7 +269,7 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
     if (M == 1) {
         uint8_t *e = (uint8_t *)l->ws + moq_linear_panel_workspace_avx2(w, M, l->n_threads);
         int32_t *d = (int32_t *)e, *corr = d + 3 * (w->K / 2);
-        float *xs = (float *)(corr + w->K / 16);
+        float *xs = (float *)(corr + 4 * (w->K / 16));
         const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs};
         if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs)) {
             const int64_t pairs = (tiles + 1) / 2;
