@@ -1,11 +1,21 @@
 /* linear_nvfp4_w4a16_avx2.c — NVFP4 W4A16 (e2m1 weights, 16-blocks with e4m3 scales; bf16 / f32
  * activations) decode on AVX2 + FMA + F16C, without an f32 panel (issue 14).
  *
- * Same packed layout and workspace as the dequant-panel row (rows16 codes: one byte per row
- * holding k = 2c (low nibble) and 2c + 1 (high nibble); rows16 e4m3 block scales; the panel's
- * pack hooks), so M > GEMV_M hands the call to moq_linear_panel_run_avx2 unchanged.
+ * Same packed layout as the dequant-panel row (rows16 codes: one byte per row holding k = 2c (low
+ * nibble) and 2c + 1 (high nibble); rows16 e4m3 block scales; the panel's pack hooks) and its
+ * workspace plus the M = 1 activation digits, so M > GEMV_M hands the call to
+ * moq_linear_panel_run_avx2 unchanged.
  *
- * Per 16 rows and one byte column (32 weights):
+ * M = 1 (tiles_digits; issue 14, branch w4a16): integer block sums. x of each 16-block becomes
+ * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 7-bit digits, so bf16 x is exact unless
+ * an element lies more than 2^12 below its block's largest, and every x within 2^-21 of that largest
+ * (x_digits); the weights are u8 2·e2m1 + 12 from one vpshufb, paired (k, k+1) per row by two
+ * byte unpacks, and vpmaddubsw sums weight pair × digit pair, 8 pairs per block in s16; per block
+ * a·2^14 + b·2^7 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into f32 totals (one rounding
+ * per block, as the f32 path). Two tiles per pass, a byte column of each in one ymm. x blocks with a
+ * non-finite or out-of-range (2^±100) largest element send the call to the f32 path (tile_one).
+ *
+ * M = 2..8 and that fallback (tile_tokens, tile_one), per 16 rows and one byte column (32 weights):
  *   vpshufb on the 16-entry table 2·e2m1 as int8 {0,1,2,3,4,6,8,12,-0,..,-12} -> vpmovsxbd ->
  *   vcvtdq2ps -> × (D4(SF)/2) (the block scale, decoded once per 16-block, 8 rows per ymm) ->
  *   f32 FMA with the broadcast activation.
@@ -13,10 +23,11 @@
  * panel row's decoded weight; × a bf16 activation (8 bits) the product is exact too (f32
  * activations: rounded once, as in the panel row). Sums in f32, two chains per 8 rows per token
  * (four at M = 2); global scale and bias in the epilogue (moq_y_store_tile16). So the result is the
- * panel row's up to summation order. M = 1 (tile_one) instead sums the 16 products (2w)·x of a
+ * panel row's up to summation order. tile_one instead sums the 16 products (2w)·x of a
  * block first (exact products, f32 sums) and multiplies that by D4(SF)/2 once per block: one more
  * rounding per block, within the test tolerance. Tokens: up to MT per pass over a 16-row tile.
- * Threads: OpenMP over 16-row tiles. Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
+ * Threads: OpenMP over 16-row tiles (M = 1: pairs of them). Reference: linear_ref.c.
+ * Tests: tests/kernels/test_linear.c (test_nvfp4_w4a16_avx2_decode, _x_ranges, the sweep).
  */
 #include <immintrin.h>
 #include <omp.h>
