@@ -1,21 +1,23 @@
 /* linear_nvfp4_w4a16_avx2.c — NVFP4 W4A16 (e2m1 weights, 16-blocks with e4m3 scales; bf16 / f32
  * activations) decode on AVX2 + FMA + F16C, without an f32 panel (issue 14).
  *
- * Same packed layout as the dequant-panel row (rows16 codes: one byte per row holding k = 2c (low
- * nibble) and 2c + 1 (high nibble); rows16 e4m3 block scales; the panel's pack hooks) and its
- * workspace plus the M = 1 activation digits, so M > GEMV_M hands the call to
- * moq_linear_panel_run_avx2 unchanged.
+ * Packed layout: the dequant-panel row's (rows16 codes, rows16 e4m3 block scales) with the codes
+ * of each 16-row × 4-k chunk regrouped (k4n, nvfp4_k4n_avx2.h: moq_linear_nvfp4_w4a16_pack_avx2);
+ * workspace: the panel row's plus the M = 1 activation digits. M > GEMV_M hands the call to
+ * moq_linear_panel_run_avx2, whose NVFP4 decode turns k4n chunks back into rows16 columns.
  *
  * M = 1 (tiles_digits; issue 14, branch w4a16): integer block sums. x of each 16-block becomes
  * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 7-bit digits, so bf16 x is exact unless
  * an element lies more than 2^12 below its block's largest, and every x within 2^-21 of that largest
- * (x_digits); the weights are u8 2·e2m1 + 12 from one vpshufb, paired (k, k+1) per row by two
- * byte unpacks, and vpmaddubsw sums weight pair × digit pair, 8 pairs per block in s16; per block
- * a·2^14 + b·2^7 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into f32 totals (one rounding
- * per block, as the f32 path). Two tiles per pass, a byte column of each in one ymm. x blocks with a
- * non-finite or out-of-range (2^±100) largest element send the call to the f32 path (tile_one).
+ * (x_digits); the weights are u8 2·e2m1 + 12, one vpshufb per nibble of a k4n chunk giving each
+ * row's (k, k+1) pair in neighbouring bytes, and vpmaddubsw sums weight pair × digit pair, 8 pairs
+ * per block in s16; per block a·2^14 + b·2^7 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into
+ * f32 totals (one rounding per block, as the f32 path). Two tiles per pass share the x digits. x
+ * blocks with a non-finite or out-of-range (2^±100) largest element send the call to the f32 path
+ * (tile_one).
  *
- * M = 2..8 and that fallback (tile_tokens, tile_one), per 16 rows and one byte column (32 weights):
+ * M = 2..8 and that fallback (tile_tokens, tile_one), per 16 rows and one byte column (32 weights,
+ * half a k4n chunk: k4n_lut_col):
  *   vpshufb on the 16-entry table 2·e2m1 as int8 {0,1,2,3,4,6,8,12,-0,..,-12} -> vpmovsxbd ->
  *   vcvtdq2ps -> × (D4(SF)/2) (the block scale, decoded once per 16-block, 8 rows per ymm) ->
  *   f32 FMA with the broadcast activation.
@@ -37,6 +39,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/nvfp4_k4n_avx2.h"
 #include "kernels/layout/layout.h"
 
 #define GEMV_M 8
@@ -79,8 +82,8 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     const int64_t K = l->w->K, nb = K / 16;
     const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
     const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
-    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                         -6, -8, -12);
     const __m256 c128 = _mm256_set1_ps(128.0f); /* D4/256 · 128 = D4/2: the table holds 2·e2m1 */
     const int np = mt <= 2 ? 2 : 1; /* accumulator chains per 8 rows: k parity at mt <= 2, else one */
     __m256 acc[MT][2][2];
@@ -90,21 +93,24 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
     for (int64_t b = 0; b < nb; b++) {
         const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
         const __m256 s0 = _mm256_mul_ps(e4m3x8_div256(sc), c128), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c128);
-        for (int j = 0; j < 8; j++) {
-            const int64_t k = 16 * b + 2 * j;
-            const __m128i v = _mm_load_si128((const __m128i *)(W + (size_t)(8 * b + j) * 16));
-            const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, low4));
-            const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-            const __m256 wl0 = _mm256_mul_ps(i8x8_ps(lo), s0), wl1 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(lo, 8)), s1);
-            const __m256 wh0 = _mm256_mul_ps(i8x8_ps(hi), s0), wh1 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(hi, 8)), s1);
-            for (int i = 0; i < mt; i++) {
-                const float *x = X + (size_t)(m0 + i) * (size_t)K + k;
-                const __m256 x0 = _mm256_broadcast_ss(x), x1 = _mm256_broadcast_ss(x + 1);
-                const int q = np - 1; /* second chain for the odd k at mt <= 2 */
-                acc[i][0][0] = _mm256_fmadd_ps(wl0, x0, acc[i][0][0]);
-                acc[i][1][0] = _mm256_fmadd_ps(wl1, x0, acc[i][1][0]);
-                acc[i][0][q] = _mm256_fmadd_ps(wh0, x1, acc[i][0][q]);
-                acc[i][1][q] = _mm256_fmadd_ps(wh1, x1, acc[i][1][q]);
+        for (int j2 = 0; j2 < 8; j2 += 2) { /* a k4n chunk: byte columns j2, j2 + 1 */
+            const __m256i n = _mm256_load_si256((const __m256i *)(W + (size_t)(8 * b + j2) * 16));
+#pragma GCC unroll 1
+            for (int h = 0; h < 2; h++) {
+                const int64_t k = 16 * b + 2 * (j2 + h);
+                const __m256i v = k4n_lut_col(n, h, lut); /* rows 0-7: k, k+1 | rows 8-15: k, k+1 */
+                const __m128i r0 = _mm256_castsi256_si128(v), r1 = _mm256_extracti128_si256(v, 1);
+                const __m256 wl0 = _mm256_mul_ps(i8x8_ps(r0), s0), wl1 = _mm256_mul_ps(i8x8_ps(r1), s1);
+                const __m256 wh0 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(r0, 8)), s0), wh1 = _mm256_mul_ps(i8x8_ps(_mm_srli_si128(r1, 8)), s1);
+                for (int i = 0; i < mt; i++) {
+                    const float *x = X + (size_t)(m0 + i) * (size_t)K + k;
+                    const __m256 x0 = _mm256_broadcast_ss(x), x1 = _mm256_broadcast_ss(x + 1);
+                    const int q = np - 1; /* second chain for the odd k at mt <= 2 */
+                    acc[i][0][0] = _mm256_fmadd_ps(wl0, x0, acc[i][0][0]);
+                    acc[i][1][0] = _mm256_fmadd_ps(wl1, x0, acc[i][1][0]);
+                    acc[i][0][q] = _mm256_fmadd_ps(wh0, x1, acc[i][0][q]);
+                    acc[i][1][q] = _mm256_fmadd_ps(wh1, x1, acc[i][1][q]);
+                }
             }
         }
     }
@@ -122,8 +128,8 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
     const int64_t K = l->w->K, nb = K / 16;
     const uint8_t *W = (const uint8_t *)l->packed + (size_t)(t * (K / 2)) * 16;
     const uint8_t *SF = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)(t * nb) * 16;
-    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                         -6, -8, -12);
     const float *x = X + (size_t)m0 * (size_t)K;
     /* Two totals (rows 0-7, 8-15): both k parities of a block land in the same one; the block
      * scale goes in as D4(SF)/256 and the 128 after the last block (powers of two: the same
@@ -133,16 +139,19 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
     __m256 t0 = _mm256_setzero_ps(), t1 = t0;
     for (int64_t b = 0; b < nb; b++) {
         __m256 b00 = _mm256_setzero_ps(), b01 = b00, b10 = b00, b11 = b00;
+        for (int j2 = 0; j2 < 8; j2 += 2) { /* a k4n chunk: byte columns j2, j2 + 1 */
+            const __m256i n = _mm256_load_si256((const __m256i *)(W + (size_t)(8 * b + j2) * 16));
 #pragma GCC unroll 2
-        for (int j = 0; j < 8; j++) {
-            const __m128i v = _mm_load_si128((const __m128i *)(W + (size_t)(8 * b + j) * 16));
-            const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, low4));
-            const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-            const __m256 x0 = _mm256_broadcast_ss(x + 16 * b + 2 * j), x1 = _mm256_broadcast_ss(x + 16 * b + 2 * j + 1);
-            b00 = _mm256_fmadd_ps(i8x8_ps(lo), x0, b00);
-            b10 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(lo, 8)), x0, b10);
-            b01 = _mm256_fmadd_ps(i8x8_ps(hi), x1, b01);
-            b11 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(hi, 8)), x1, b11);
+            for (int h = 0; h < 2; h++) {
+                const int j = j2 + h;
+                const __m256i v = k4n_lut_col(n, h, lut); /* rows 0-7: k, k+1 | rows 8-15: k, k+1 */
+                const __m128i r0 = _mm256_castsi256_si128(v), r1 = _mm256_extracti128_si256(v, 1);
+                const __m256 x0 = _mm256_broadcast_ss(x + 16 * b + 2 * j), x1 = _mm256_broadcast_ss(x + 16 * b + 2 * j + 1);
+                b00 = _mm256_fmadd_ps(i8x8_ps(r0), x0, b00);
+                b10 = _mm256_fmadd_ps(i8x8_ps(r1), x0, b10);
+                b01 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(r0, 8)), x1, b01);
+                b11 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(r1, 8)), x1, b11);
+            }
         }
         const __m128i sc = _mm_load_si128((const __m128i *)(SF + 16 * b));
         const __m256 s0 = e4m3x8_div256(sc), s1 = e4m3x8_div256(_mm_srli_si128(sc, 8));
@@ -212,55 +221,69 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
     return true;
 }
 
-/* Tiles t and t2 (t2 = t for a last odd tile): C [2][16]. A column's 16 bytes of both tiles in one
- * ymm (load + vinserti128: vpermq, the other way to pair rows with one k pair per lane, is about
- * two cycles on Zen 3), so both lanes take the same x pair; the lanes are split per block. */
+/* Tiles t and t2 (t2 = t for a last odd tile): C [2][16]. One 32-byte k4n chunk (16 rows × 4 k,
+ * nvfp4_k4n_avx2.h) per tile and step: one vpshufb per nibble gives the rows' (k, k+1) and
+ * (k+2, k+3) u8 pairs, rows 0-7 | 8-15 in the lanes; the x digits of a step feed both tiles. */
 static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C) {
     const int64_t K = l->w->K, nb = K / 16;
-    const uint8_t *W0 = (const uint8_t *)l->packed + (size_t)t * (size_t)(K / 2) * 16;
-    const uint8_t *W1 = (const uint8_t *)l->packed + (size_t)t2 * (size_t)(K / 2) * 16;
-    const uint8_t *SF0 = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * (size_t)nb * 16;
-    const uint8_t *SF1 = (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t2 * (size_t)nb * 16;
+    const uint8_t *W[2] = {(const uint8_t *)l->packed + (size_t)t * (size_t)(K / 2) * 16, (const uint8_t *)l->packed + (size_t)t2 * (size_t)(K / 2) * 16};
+    const uint8_t *SF[2] = {(const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * (size_t)nb * 16,
+                            (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t2 * (size_t)nb * 16};
     const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
                                          9, 8, 6, 4, 0); /* 2·e2m1 + 12 */
     const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c128 = _mm256_set1_epi32(0x00010080);
-    __m256 t00 = _mm256_setzero_ps(), t01 = t00, t10 = t00, t11 = t00; /* tile t rows 0-7, 8-15; tile t2 rows 0-7, 8-15 */
+    __m256 tot[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}}; /* [tile][rows 0-7, 8-15] */
     for (int64_t b = 0; b < nb; b++) {
-        /* s16 digit sums; words: rows 0-7 (S*0) or 8-15 (S*1) of tile t | of tile t2 */
-        /* from -12·Σ digit: the sums end at 2·Σ w·digit (|.| <= 12288; paddw wraps, so only the end must fit) */
-        __m256i A0 = _mm256_set1_epi32(xd->corr[4 * b]), A1 = A0, B0 = _mm256_set1_epi32(xd->corr[4 * b + 1]), B1 = B0;
-        __m256i C0 = _mm256_set1_epi32(xd->corr[4 * b + 2]), C1 = C0;
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const int64_t c = 8 * b + j; /* byte column: k = 2c, 2c + 1 */
-            const __m256i r = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(W0 + (size_t)c * 16))),
-                                                      _mm_load_si128((const __m128i *)(W1 + (size_t)c * 16)), 1);
-            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(r, low4));
-            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(r, 4), low4));
-            const __m256i p0 = _mm256_unpacklo_epi8(lo, hi), p1 = _mm256_unpackhi_epi8(lo, hi); /* u8 (k, k+1) pairs */
-            __m256i x = _mm256_set1_epi32(xd->d[0][c]);
-            A0 = _mm256_add_epi16(A0, _mm256_maddubs_epi16(p0, x)), A1 = _mm256_add_epi16(A1, _mm256_maddubs_epi16(p1, x));
-            x = _mm256_set1_epi32(xd->d[1][c]);
-            B0 = _mm256_add_epi16(B0, _mm256_maddubs_epi16(p0, x)), B1 = _mm256_add_epi16(B1, _mm256_maddubs_epi16(p1, x));
-            x = _mm256_set1_epi32(xd->d[2][c]);
-            C0 = _mm256_add_epi16(C0, _mm256_maddubs_epi16(p0, x)), C1 = _mm256_add_epi16(C1, _mm256_maddubs_epi16(p1, x));
-            /* in order: GCC otherwise reassociates the sums to the block's end and spills */
-            __asm__("" : "+x"(A0), "+x"(A1), "+x"(B0), "+x"(B1), "+x"(C0), "+x"(C1));
+        /* s16 digit sums, words = rows 0..15; from -12·Σ digit: the sums end at 2·Σ w·digit
+         * (|.| <= 12288; vpaddw wraps, so only the end must fit) */
+        __m256i A[2], B[2], Cd[2];
+        A[0] = A[1] = _mm256_set1_epi32(xd->corr[4 * b]);
+        B[0] = B[1] = _mm256_set1_epi32(xd->corr[4 * b + 1]);
+        Cd[0] = Cd[1] = _mm256_set1_epi32(xd->corr[4 * b + 2]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const int64_t g = 4 * b + j; /* chunk: k = 4g .. 4g + 3, digit pairs 2g, 2g + 1 */
+            __m256i p0[2], p1[2];
+            for (int u = 0; u < 2; u++) {
+                const __m256i n = _mm256_load_si256((const __m256i *)(W[u] + (size_t)g * 32));
+                p0[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, low4));                        /* (4g, 4g + 1) */
+                p1[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(n, 4), low4)); /* (4g + 2, 4g + 3) */
+            }
+#define DIGIT(S, i)                                                                                                                        \
+    do {                                                                                                                                   \
+        const __m256i x0 = _mm256_set1_epi32(xd->d[i][2 * g]), x1 = _mm256_set1_epi32(xd->d[i][2 * g + 1]);                               \
+        for (int u = 0; u < 2; u++) {                                                                                                      \
+            S[u] = _mm256_add_epi16(S[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0[u], x0), _mm256_maddubs_epi16(p1[u], x1)));             \
+            __asm__("" : "+x"(S[u])); /* in order: GCC otherwise reassociates the sums to the block's end and spills */                  \
+        }                                                                                                                                  \
+    } while (0)
+            DIGIT(A, 0);
+            DIGIT(B, 1);
+            DIGIT(Cd, 2);
+#undef DIGIT
         }
-        /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1); lanes: rows of tile t | of t2 */
-#define SUM(A, B, C, un16) _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_srai_epi32(un16(z, A), 2), _mm256_madd_epi16(un16(B, C), c128)))
-        const __m256 s0 = SUM(A0, B0, C0, _mm256_unpacklo_epi16), s1 = SUM(A0, B0, C0, _mm256_unpackhi_epi16); /* rows 0-3, 4-7 */
-        const __m256 s2 = SUM(A1, B1, C1, _mm256_unpacklo_epi16), s3 = SUM(A1, B1, C1, _mm256_unpackhi_epi16); /* rows 8-11, 12-15 */
-#undef SUM
         const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
-        const __m256i h0 = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF0 + 16 * b)));
-        const __m256i h1 = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF1 + 16 * b)));
-        t00 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), xs), t00);
-        t01 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)), xs), t01);
-        t10 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h1)), xs), t10);
-        t11 = _mm256_fmadd_ps(_mm256_permute2f128_ps(s2, s3, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1)), xs), t11);
+        for (int u = 0; u < 2; u++) {
+            /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1); lanes rows 0-3 | 8-11, 4-7 | 12-15 */
+            const __m256 s0 = _mm256_cvtepi32_ps(
+                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpacklo_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c128)));
+            const __m256 s1 = _mm256_cvtepi32_ps(
+                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpackhi_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c128)));
+            const __m256i h = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)));
+            tot[u][0] = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), xs), tot[u][0]);
+            tot[u][1] = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), xs), tot[u][1]);
+        }
     }
-    _mm256_store_ps(C, t00), _mm256_store_ps(C + 8, t01), _mm256_store_ps(C + 16, t10), _mm256_store_ps(C + 24, t11);
+    for (int u = 0; u < 2; u++) _mm256_store_ps(C + 16 * u, tot[u][0]), _mm256_store_ps(C + 16 * u + 8, tot[u][1]);
+}
+
+/* The row's pack: the panel row's (rows16 codes and scales), then each 16-row × 4-k chunk of the
+ * codes regrouped to k4n (nvfp4_k4n_avx2.h). */
+void moq_linear_nvfp4_w4a16_pack_avx2(const moq_weight *w, void *dst) {
+    moq_linear_panel_pack(w, dst);
+    const size_t chunks = (size_t)((w->N + 15) / 16) * (size_t)(w->K / 4);
+    uint8_t *p = dst;
+    for (size_t i = 0; i < chunks; i++) k4n_from_rows16(p + 32 * i);
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
