@@ -488,6 +488,49 @@ static void y_row16_avx2_run(const moq_linear_launch *l, int64_t m, const float 
 }
 #pragma GCC pop_options
 
+/* The AVX2 W4A16 row's pack k4n (kernels/cpu/nvfp4_k4n_avx2.h) on random chunks: every nibble
+ * where its header says, and both ways back to rows16 (k4n_cols; k4n_lut_col through the identity
+ * table) equal to the rows16 bytes. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "kernels/cpu/nvfp4_k4n_avx2.h"
+static void k4n_check(void) {
+    for (int it = 0; it < 64; it++) {
+        uint8_t r16[32], p[32], back[32];
+        for (int i = 0; i < 32; i++) r16[i] = (uint8_t)(rand() >> 7);
+        memcpy(p, r16, 32);
+        k4n_from_rows16(p);
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 4; k++) { /* rows16: byte 16·(k / 2) + r, nibble k % 2 */
+                const int want = (r16[16 * (k / 2) + r] >> (4 * (k % 2))) & 15;
+                const int L = r / 8, w = r % 8, q = k % 2, hn = k / 2; /* k4n: byte 16L + 2w + q, nibble k / 2 */
+                const int got = (p[16 * L + 2 * w + q] >> (4 * hn)) & 15;
+                if (got != want) fail_msg("k4n: row %d k %d: nibble %d, rows16 %d", r, k, got, want);
+            }
+        __m128i c0, c1;
+        k4n_cols(p, &c0, &c1);
+        _mm_storeu_si128((__m128i *)back, c0), _mm_storeu_si128((__m128i *)(back + 16), c1);
+        if (memcmp(back, r16, 32) != 0) fail_msg("k4n_cols: not the rows16 columns back");
+        const __m256i id = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m256i n = _mm256_loadu_si256((const __m256i *)p);
+        for (int h = 0; h < 2; h++) { /* column h: rows 0-7 | 8-15, each lane k even x8 then k odd x8 */
+            uint8_t v[32];
+            _mm256_storeu_si256((__m256i *)v, k4n_lut_col(n, h, id));
+            for (int r = 0; r < 16; r++)
+                for (int q = 0; q < 2; q++)
+                    if (v[16 * (r / 8) + 8 * q + r % 8] != ((r16[16 * h + r] >> (4 * q)) & 15))
+                        fail_msg("k4n_lut_col: column %d row %d k parity %d", h, r, q);
+        }
+    }
+}
+#pragma GCC pop_options
+
+static void test_nvfp4_k4n_layout(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
+    k4n_check();
+}
+
 static void test_y_row16_avx2(void **state) {
     (void)state;
     if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
@@ -588,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_x_ranges),
+        cmocka_unit_test(test_nvfp4_k4n_layout),
         cmocka_unit_test(test_fp8_model_shapes),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);

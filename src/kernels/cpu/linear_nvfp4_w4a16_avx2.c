@@ -221,6 +221,14 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
     return true;
 }
 
+/* One digit over one chunk of both tiles: S[u] += p0[u]·x0 + p1[u]·x1 (u8 × s8 pairs, s16 sums). */
+static inline __attribute__((always_inline)) void digit_step(__m256i S[2], const __m256i p0[2], const __m256i p1[2], __m256i x0, __m256i x1) {
+    for (int u = 0; u < 2; u++) {
+        S[u] = _mm256_add_epi16(S[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0[u], x0), _mm256_maddubs_epi16(p1[u], x1)));
+        __asm__("" : "+x"(S[u])); /* in order: GCC otherwise reassociates the sums to the block's end and spills */
+    }
+}
+
 /* Tiles t and t2 (t2 = t for a last odd tile): C [2][16]. One 32-byte k4n chunk (16 rows × 4 k,
  * nvfp4_k4n_avx2.h) per tile and step: one vpshufb per nibble gives the rows' (k, k+1) and
  * (k+2, k+3) u8 pairs, rows 0-7 | 8-15 in the lanes; the x digits of a step feed both tiles. */
@@ -249,18 +257,9 @@ static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, cons
                 p0[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, low4));                        /* (4g, 4g + 1) */
                 p1[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(n, 4), low4)); /* (4g + 2, 4g + 3) */
             }
-#define DIGIT(S, i)                                                                                                                        \
-    do {                                                                                                                                   \
-        const __m256i x0 = _mm256_set1_epi32(xd->d[i][2 * g]), x1 = _mm256_set1_epi32(xd->d[i][2 * g + 1]);                               \
-        for (int u = 0; u < 2; u++) {                                                                                                      \
-            S[u] = _mm256_add_epi16(S[u], _mm256_add_epi16(_mm256_maddubs_epi16(p0[u], x0), _mm256_maddubs_epi16(p1[u], x1)));             \
-            __asm__("" : "+x"(S[u])); /* in order: GCC otherwise reassociates the sums to the block's end and spills */                  \
-        }                                                                                                                                  \
-    } while (0)
-            DIGIT(A, 0);
-            DIGIT(B, 1);
-            DIGIT(Cd, 2);
-#undef DIGIT
+            digit_step(A, p0, p1, _mm256_set1_epi32(xd->d[0][2 * g]), _mm256_set1_epi32(xd->d[0][2 * g + 1]));
+            digit_step(B, p0, p1, _mm256_set1_epi32(xd->d[1][2 * g]), _mm256_set1_epi32(xd->d[1][2 * g + 1]));
+            digit_step(Cd, p0, p1, _mm256_set1_epi32(xd->d[2][2 * g]), _mm256_set1_epi32(xd->d[2][2 * g + 1]));
         }
         const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
         for (int u = 0; u < 2; u++) {
