@@ -227,6 +227,48 @@ static void test_nvfp4_w4a16_avx2_decode(void **state) {
     for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
+/* The AVX2 W4A16 M = 1 integer path (x as three 7-bit digits per 16-block on the block's power of
+ * two) on activations it rounds (in-block ranges of 2^27, 2^-20 .. 2^20 from block to block), an all-zero
+ * block, negatives, bf16 and f32 x; and on the x it hands to the f32 path (a block maximum of 2^110 or
+ * 2^-110), against the _ref row. */
+static void test_nvfp4_w4a16_avx2_x_ranges(void **state) {
+    (void)state;
+    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
+    assert_non_null(k);
+    if ((k->need & moq_cpu_features()) != k->need) {
+        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
+        return;
+    }
+    const int64_t N = 37, K = 272;
+    tw t = tw_make(TP_NVFP4_W4A16, N, K, 1, 1);
+    float *x = malloc((size_t)K * 4), *y = malloc((size_t)N * 4), *yr = malloc((size_t)N * 4);
+    uint16_t *xb = malloc((size_t)K * 2);
+    double *want = malloc((size_t)N * sizeof(double));
+    for (int c = 0; c < 4; c++) {
+        fill(x, (size_t)K, urand(0.1f, 10.0f));
+        for (int64_t i = 0; i < K; i++) {
+            const int64_t b = i / 16;
+            if (i % 3 == 1) x[i] = -x[i];
+            if (b == 2) x[i] = 0.0f;                                         /* an all-zero block */
+            if (b == 3 && i % 5 == 0) x[i] *= 0x1p-27f;                      /* 2^27 below the block's largest */
+            if (b >= 4 && b < 14) x[i] *= ldexpf(1.0f, (int)(4 * (b - 9))); /* blocks from 2^-20 to 2^16 */
+            if (b == 15 && c == 2) x[i] *= 0x1p110f;                        /* -> the f32 path */
+            if (b == 16 && c == 3) x[i] *= 0x1p-110f;                       /* -> the f32 path */
+        }
+        for (int64_t i = 0; i < K; i++) { uint32_t u; memcpy(&u, &x[i], 4); xb[i] = (uint16_t)(u >> 16); }
+        const moq_elem xe = c & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+        const void *xin = xe == MOQ_ELEM_BF16 ? (const void *)xb : (const void *)x;
+        klin_run(&t, ref_row(MOQ_PAIR_NVFP4_W4A16)->name, xin, xe, 1, yr, MOQ_ELEM_F32, ~0u, NULL, NULL);
+        for (int64_t n = 0; n < N; n++) want[n] = yr[n];
+        klin_run(&t, k->name, xin, xe, 1, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "linear/%s/x_ranges_case%d", k->name, c);
+        klin_err(what, y, want, (size_t)N, 1e-5);
+    }
+    free(x), free(y), free(yr), free(xb), free(want);
+    tw_free(&t);
+}
+
 /* The NVFP4 W4A4 block dot products are exact integers on both the AVX2 (vpmaddubsw) and the
  * AVX-512 (vpdpbusd) rows, and every f32 step after them is the same operation in the same order:
  * the two rows must agree bit for bit (f32 and bf16 x, bias, fused shards, M across the token
@@ -446,6 +488,49 @@ static void y_row16_avx2_run(const moq_linear_launch *l, int64_t m, const float 
 }
 #pragma GCC pop_options
 
+/* The AVX2 W4A16 row's pack k4n (kernels/cpu/nvfp4_k4n_avx2.h) on random chunks: every nibble
+ * where its header says, and both ways back to rows16 (k4n_cols; k4n_lut_col through the identity
+ * table) equal to the rows16 bytes. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "kernels/cpu/nvfp4_k4n_avx2.h"
+static void k4n_check(void) {
+    for (int it = 0; it < 64; it++) {
+        uint8_t r16[32], p[32], back[32];
+        for (int i = 0; i < 32; i++) r16[i] = (uint8_t)(rand() >> 7);
+        memcpy(p, r16, 32);
+        k4n_from_rows16(p);
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 4; k++) { /* rows16: byte 16·(k / 2) + r, nibble k % 2 */
+                const int want = (r16[16 * (k / 2) + r] >> (4 * (k % 2))) & 15;
+                const int L = r / 8, w = r % 8, q = k % 2, hn = k / 2; /* k4n: byte 16L + 2w + q, nibble k / 2 */
+                const int got = (p[16 * L + 2 * w + q] >> (4 * hn)) & 15;
+                if (got != want) fail_msg("k4n: row %d k %d: nibble %d, rows16 %d", r, k, got, want);
+            }
+        __m128i c0, c1;
+        k4n_cols(p, &c0, &c1);
+        _mm_storeu_si128((__m128i *)back, c0), _mm_storeu_si128((__m128i *)(back + 16), c1);
+        if (memcmp(back, r16, 32) != 0) fail_msg("k4n_cols: not the rows16 columns back");
+        const __m256i id = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m256i n = _mm256_loadu_si256((const __m256i *)p);
+        for (int h = 0; h < 2; h++) { /* column h: rows 0-7 | 8-15, each lane k even x8 then k odd x8 */
+            uint8_t v[32];
+            _mm256_storeu_si256((__m256i *)v, k4n_lut_col(n, h, id));
+            for (int r = 0; r < 16; r++)
+                for (int q = 0; q < 2; q++)
+                    if (v[16 * (r / 8) + 8 * q + r % 8] != ((r16[16 * h + r] >> (4 * q)) & 15))
+                        fail_msg("k4n_lut_col: column %d row %d k parity %d", h, r, q);
+        }
+    }
+}
+#pragma GCC pop_options
+
+static void test_nvfp4_k4n_layout(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
+    k4n_check();
+}
+
 static void test_y_row16_avx2(void **state) {
     (void)state;
     if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
@@ -545,6 +630,8 @@ int main(void) {
         cmocka_unit_test(test_fp8_k4fma_chunks),
         cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
+        cmocka_unit_test(test_nvfp4_w4a16_avx2_x_ranges),
+        cmocka_unit_test(test_nvfp4_k4n_layout),
         cmocka_unit_test(test_fp8_model_shapes),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);

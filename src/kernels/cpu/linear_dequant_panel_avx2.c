@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/nvfp4_k4n_avx2.h"
 #include "kernels/cpu/y_store_avx2.h"
 #include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
@@ -104,13 +105,19 @@ static const float *decode_panel(const moq_linear_launch *l, int64_t t, int64_t 
     case MOQ_PAIR_NVFP4: case MOQ_PAIR_NVFP4_W4A16: {
         const uint8_t *sf = pk + codes_bytes(w);
         const __m256i low4 = _mm256_set1_epi32(0xF);
+        /* the AVX2 W4A16 row's codes are regrouped per 16 rows × 4 k (nvfp4_k4n_avx2.h) */
+        const bool k4n = l->k && l->k->pack == moq_linear_nvfp4_w4a16_pack_avx2;
+        __m128i k4n_next = _mm_setzero_si128();
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
         for (int k = 0; k < kc; k += 2) {
             if ((k & 15) == 0) {
                 const __m128i sc = _mm_load_si128((const __m128i *)(sf + (t * (K / 16) + (k0 + k) / 16) * 16));
                 s0 = _mm256_mul_ps(e4m3x8_div256(sc), c256), s1 = _mm256_mul_ps(e4m3x8_div256(_mm_srli_si128(sc, 8)), c256);
             }
-            const __m128i by = _mm_load_si128((const __m128i *)(pk + (t * (K / 2) + (k0 + k) / 2) * 16));
+            __m128i by;
+            if (!k4n) by = _mm_load_si128((const __m128i *)(pk + (t * (K / 2) + (k0 + k) / 2) * 16));
+            else if ((k & 2) == 0) k4n_cols(pk + (t * (K / 2) + (k0 + k) / 2) * 16, &by, &k4n_next); /* k0, kc: multiples of 16 */
+            else by = k4n_next;
             const __m256i b0 = _mm256_cvtepu8_epi32(by), b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(by, 8));
             store16(P + 16 * k, _mm256_mul_ps(e2m1x8(_mm256_and_si256(b0, low4)), s0), _mm256_mul_ps(e2m1x8(_mm256_and_si256(b1, low4)), s1));
             store16(P + 16 * k + 16, _mm256_mul_ps(e2m1x8(_mm256_srli_epi32(b0, 4)), s0), _mm256_mul_ps(e2m1x8(_mm256_srli_epi32(b1, 4)), s1));
