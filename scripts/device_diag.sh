@@ -66,6 +66,7 @@ for a in $ALGOS; do
   python3 scripts/ncu_step_summary.py "$OUT/step64_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   fi
   re='gemv_mma'; [ "$a" = FP8 ] && re='attn_decode|gemv_mma'
+  [ "${FULL:-1}" = 1 ] || continue
   [ "$a" = FP8 ] || [ "${FULL_ALL:-0}" = 1 ] || continue
   log "ncu full: attention decode + layer 0 decode GEMVs, $a"
   timeout 90 $NCU --set full --import-source no -k regex:"$re" -c 6 --page details \
