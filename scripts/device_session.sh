@@ -8,7 +8,7 @@ set -u
 OUT=${OUT:-/tmp/moq_out}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT/diag" "$OUT/lt"
-FULL=${FULL:-0} LAYERS=${LAYERS:-4} KNOBS=${KNOBS-"BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1"} OUT=$OUT/diag timeout ${DIAG_S:-280} bash "$ROOT/scripts/device_diag.sh" > "$OUT/diag.out" 2>&1
+FULL=${FULL:-0} LAYERS=${LAYERS:-8} KNOBS=${KNOBS-"BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1"} OUT=$OUT/diag timeout ${DIAG_S:-280} bash "$ROOT/scripts/device_diag.sh" > "$OUT/diag.out" 2>&1
 KNOB_RUNS=${KNOB_RUNS:-short} TESTS=0 MS=${LT_MS:-"1024 8192"} OUT=$OUT/lt timeout ${LT_S:-170} bash "$ROOT/scripts/device_lt.sh" > "$OUT/lt.out" 2>&1
 cp "$OUT/diag/summary.log" "$OUT/summary_diag.log"; cp "$OUT/lt/summary.log" "$OUT/summary_lt.log" 2>/dev/null
 ( cd "$OUT" && tar -czf all.tar.gz diag lt diag.out lt.out && rm -rf diag lt diag.out lt.out )
