@@ -18,18 +18,7 @@
 # checkpoints with L layers instead of 32 (each layer's kernels as at 32; the synth takes ~3.5 s a layer);
 # BENCH=0 skips `moq bench model` (the profile still runs); MIN_LEFT (default 60) is the time that must
 # be left to start an 8B bench or profile. SERVE=0 skips the GPU serve benchmark (SERVE_ALGOS, default FP8).
-set -u
-OUT=${OUT:-/tmp/moq_out}
-mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-[ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
-BIN=$ROOT/.devbin
-export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-# libnccl.so.2 is dlopen'ed (comm_nccl.cu): the toolkit's, or the image's PyTorch wheel (nvidia-nccl-cu13)
-ncl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ncl
-export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
-mkdir -p "$MOQ_TMP"
+. "$(dirname "$0")/device_env.sh"
 LIMIT=${LIMIT:-360}
 ALGOS=${ALGOS:-"NVFP4 FP8"}
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*"; }

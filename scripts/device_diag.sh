@@ -8,14 +8,7 @@
 #      samples) of the decode attention kernel and of layer 0's four decode GEMVs (qkv, o, gate_up,
 #      down), as text pages; the SASS with stall samples of the attention and the first GEMV as CSV.
 # Binaries staged by scripts/device_all_stage.sh (.devbin). Usage: OUT=/tmp/out [ALGOS="FP8 NVFP4"] scripts/device_diag.sh
-set -u
-OUT=${OUT:-/tmp/moq_out}
-mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-[ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
-BIN=$ROOT/.devbin
-export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/device_env.sh"
 S=/tmp/moq_synth
 mkdir -p "$S"
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
@@ -25,8 +18,6 @@ ALGOS=${ALGOS:-"FP8 NVFP4"}
 for a in $ALGOS; do
   "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers "${LAYERS:-8}" --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
 done
-export MOQ_TESTDATA=$BIN/testdata MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
-mkdir -p /tmp/moq_tmp
 for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda test_moe_cuda}; do
   ( timeout 150 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
 done

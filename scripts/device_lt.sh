@@ -14,21 +14,11 @@
 #   4. the table: moq µs per variant and the ratio to torch (bf16 matmul; _scaled_mm for FP8).
 # Logs under $OUT (summary.log, tests_*.log, lt.jsonl, torch.jsonl); the summary last.
 # Usage: OUT=/tmp/out [MS="128 1024 8192"] [ROUNDS=1] [TESTS=0|BENCH=0] scripts/device_lt.sh
-set -u
-OUT=${OUT:-/tmp/moq_out}
-mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-if [ -z "${BIN:-}" ]; then
-  [ -x .devbin/moq ] || tar -C "$ROOT" -xJf .devbin/devbin.tar.xz
-  BIN=$ROOT/.devbin
-fi
-export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/device_env.sh"
 py=$(command -v python3)
 for d in $($py -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas", "lib") for p in nvidia.__path__))' 2>/dev/null); do
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
-export MOQ_TESTDATA=${MOQ_TESTDATA:-$BIN/testdata}
 MS=${MS:-"128 1024 8192"}
 ROUNDS=${ROUNDS:-1}   # new/old pairs per (row, M)
 TESTS=${TESTS:-1}     # 0: no test_linear_cuda runs

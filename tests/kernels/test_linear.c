@@ -216,14 +216,21 @@ static void test_e4m3_nan_codes(void **state) {
 
 /* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
  * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
-static void test_nvfp4_w4a16_avx2_decode(void **state) {
-    (void)state;
+/* The AVX2 W4A16 row, or NULL (with a skip message) on a CPU without AVX2. */
+static const moq_kernel *w4a16_avx2_row(void) {
     const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
     assert_non_null(k);
     if ((k->need & moq_cpu_features()) != k->need) {
         print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
-        return;
+        return NULL;
     }
+    return k;
+}
+
+static void test_nvfp4_w4a16_avx2_decode(void **state) {
+    (void)state;
+    const moq_kernel *k = w4a16_avx2_row();
+    if (!k) return;
     for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
@@ -233,12 +240,8 @@ static void test_nvfp4_w4a16_avx2_decode(void **state) {
  * 2^-110), against the _ref row. */
 static void test_nvfp4_w4a16_avx2_x_ranges(void **state) {
     (void)state;
-    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
-    assert_non_null(k);
-    if ((k->need & moq_cpu_features()) != k->need) {
-        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
-        return;
-    }
+    const moq_kernel *k = w4a16_avx2_row();
+    if (!k) return;
     const int64_t N = 37, K = 272;
     tw t = tw_make(TP_NVFP4_W4A16, N, K, 1, 1);
     float *x = malloc((size_t)K * 4), *y = malloc((size_t)N * 4), *yr = malloc((size_t)N * 4);
