@@ -30,7 +30,7 @@ done
 for a in $ALGOS; do
   for knob in ${KNOBS-BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1 BASE MOQ_CUDA_PDL=1}; do
     log "bench model $a (${LAYERS:-8} layers) decode, $knob"
-    [ "$a" != FP8 ] && [ "$knob" = MOQ_CUDA_GEMV_PE=1 ] && continue # PE: not for NVFP4 (gemv.cu PE_OK)
+    [ "$a" != FP8 ] && [ "$knob" != BASE ] && [ "$knob" != MOQ_CUDA_PDL=1 ] && continue # the other knobs: FP8 only # PE: not for NVFP4 (gemv.cu PE_OK)
     exe=$BIN/moq; [ "$knob" = BASE ] && { exe=$BIN/moq_base; knob=MOQ_BASE=1; [ -x "$exe" ] || continue; }
     env "$knob" timeout 60 "$exe" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 64 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   done
@@ -38,7 +38,7 @@ done
 [ "${DIAG:-1}" = 1 ] || { log end; cat "$OUT/summary.log"; exit 0; }
 NCU="ncu --clock-control none --cache-control none --profile-from-start off"
 export MOQ_PROFILE_LAST_STEP=1 # bench model: only the last decode step (of each phase) inside the profiler range
-for a in $ALGOS; do
+for a in ${STEP_ALGOS:-$ALGOS}; do
   log "bench model $a (${LAYERS:-8} layers) batch 1 and 64"
   timeout 60 "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | tail -10 | tee -a "$OUT/summary.log"
   if [ -x "$BIN/moq_base" ]; then

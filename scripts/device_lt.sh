@@ -47,7 +47,7 @@ log "moq bench" | tee -a "$OUT/summary.log"
 b() { local tag=$1; shift; timeout 60 "$BIN/moq" bench linear --device cuda --json --n 8192 --k 8192 "$@" 2>> "$OUT/moq.err" |
         sed "s/^{/{\"variant\": \"$tag\", /" >> "$OUT/lt.jsonl"; }
 old() { MOQ_CUDA_LT_DIRECT=0 MOQ_CUDA_LT_SCALAR=0 MOQ_CUDA_LT_CACHE=0 MOQ_CUDA_LT_X=0 b old "$@"; }
-ROWS="nvfp4_w4a4: nvfp4_w4a16: mxfp8: bf16: fp8_tensor: fp8_tensor:cuda_sm90_fp8_tensor_cublaslt"
+ROWS=${ROWS:-"nvfp4_w4a4: nvfp4_w4a16: mxfp8: bf16: fp8_tensor: fp8_tensor:cuda_sm90_fp8_tensor_cublaslt"}
 if [ "$BENCH" = 1 ]; then
   for r in $(seq "$ROUNDS"); do for m in $MS; do for row in $ROWS; do
     a=${row%%:*} k=${row#*:}
@@ -57,8 +57,10 @@ if [ "$BENCH" = 1 ]; then
   # one knob at a time: DIRECT=0 (y via D + epilogue, cache on), DIRECT=2 (alpha as a device
   # vector), CACHE=0 (heuristic every call: host time, matters at small M), SCALAR=0 (FP8 outer
   # vectors), X=0 (BF16 / W4A16 read the quantizer's A copy of x, not x)
+  if [ "${KNOB_RUNS:-all}" != none ]; then
   for m in 1024 8192; do for a in nvfp4_w4a4 bf16; do MOQ_CUDA_LT_DIRECT=0 b direct0 --algo "$a" --m "$m"; done; done
   for m in 1024 8192; do MOQ_CUDA_LT_SCALAR=0 b scalar0 --algo fp8_tensor --kernel cuda_sm90_fp8_tensor_cublaslt --m "$m"; done
+  fi
   if [ "${KNOB_RUNS:-all}" = all ]; then
   for m in 1024 8192; do MOQ_CUDA_LT_DIRECT=2 b direct2 --algo nvfp4_w4a4 --m "$m"; done
   for m in 128 1024; do for a in nvfp4_w4a4 bf16; do MOQ_CUDA_LT_CACHE=0 b cache0 --algo "$a" --m "$m"; done; done
