@@ -19,7 +19,7 @@ for a in $ALGOS; do
   "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers "${LAYERS:-8}" --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
 done
 for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda test_moe_cuda}; do
-  ( timeout 150 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
+  ( timeout 110 "$BIN/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/$t.log" ) &
 done
 wait
 for t in ${TESTS-test_model_cuda test_attn_cuda test_linear_cuda test_moe_cuda}; do
