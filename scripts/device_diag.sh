@@ -45,10 +45,6 @@ for a in ${STEP_ALGOS:-$ALGOS}; do
     log "same, the baseline binary"
     timeout 60 "$BIN/moq_base" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   fi
-  log "step profile $a, batch 1 (position ~2050)"
-  timeout 60 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 4 \
-    > "$OUT/step1_$a.csv" 2> "$OUT/step1_$a.err"
-  python3 scripts/ncu_step_summary.py "$OUT/step1_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   [ "$a" = FP8 ] || STEP64=0
   if [ "${STEP64:-1}" = 1 ]; then
   log "step profile $a, batch 64 (prompts of 128)"
@@ -56,6 +52,10 @@ for a in ${STEP_ALGOS:-$ALGOS}; do
     --batch 64 --batch-prompt 128 > "$OUT/step64_$a.csv" 2> "$OUT/step64_$a.err"
   python3 scripts/ncu_step_summary.py "$OUT/step64_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   fi
+  log "step profile $a, batch 1 (position ~2050)"
+  timeout 60 $NCU --metrics gpu__time_duration.sum --csv --page raw "$BIN/moq" bench model "$S/d_$a" --device cuda --prompt 2048 --decode 4 \
+    > "$OUT/step1_$a.csv" 2> "$OUT/step1_$a.err"
+  python3 scripts/ncu_step_summary.py "$OUT/step1_$a.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
   re='gemv_mma'; [ "$a" = FP8 ] && re='attn_decode|gemv_mma'
   [ "${FULL:-1}" = 1 ] || continue
   [ "$a" = FP8 ] || [ "${FULL_ALL:-0}" = 1 ] || continue
