@@ -128,6 +128,9 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     for (int tt = 0; tt < nt; tt++) {
         const int64_t t = t0 + tt;
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+        /* the next tile's codes of this chunk (2 KiB at KC = 128, 64 KiB from this tile's at K = 4096:
+         * a new hardware-prefetch stream per tile, whose first loads waited on L3 in perf) */
+        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W;
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
         float *P = B + (size_t)tt * KC * 16;
         __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
@@ -142,10 +145,12 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
                     s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
                 }
             }
+            _mm_prefetch((const char *)(Wn + 64 * g), _MM_HINT_T0);
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
             float *p = P + 16 * kk;
-            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for e8m0 in range) */
-#define D(v, i, sc) _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc)
+            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for
+             * e8m0 in range; FP8 per-tensor / per-channel have none: s0 = s1 = 1 and no multiply) */
+#define D(v, i, sc) (bk ? _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc) : _mm256_mul_ps(dec(v, i), two120))
             _mm256_store_ps(p, D(v0, i0v, s0)), _mm256_store_ps(p + 8, D(v1, i0v, s1));
             _mm256_store_ps(p + 16, D(v0, i1v, s0)), _mm256_store_ps(p + 24, D(v1, i1v, s1));
             _mm256_store_ps(p + 32, D(v0, i2v, s0)), _mm256_store_ps(p + 40, D(v1, i2v, s1));
@@ -155,15 +160,16 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     }
 }
 
-/* C [MR][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]; twelve named accumulators
- * (arrays of vectors were kept on the stack by GCC). Partial token groups: A is zero-padded and the
- * caller passes a scratch C. */
+/* C [mr][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16], mr <= MR tokens (a compile-time
+ * constant in each copy: the last partial group of an item runs mr rows of FMAs, not MR into a scratch
+ * C); 2·mr named accumulators (arrays of vectors were kept on the stack by GCC). A's rows past mr are
+ * zero padding and not read. */
 #define ACC_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
-#define ACC_STORE(i)                                                                                            \
-    {                                                                                                           \
-        float *c = C + (i) * ldc;                                                                                 \
-        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
-        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
+#define ACC_STORE(i)                                                                                                                   \
+    if ((i) < mr) {                                                                                                                    \
+        float *c = C + (i) * ldc;                                                                                                      \
+        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8));     \
+        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                                                  \
     }
 /* An / Cn: the next call's activation micro-panel (kc · MR floats: 3 lines per 8 k) and C rows (MR
  * rows of 16 floats at ldc). C's lines are prefetched before the loop, A's three per 8-k step of the
@@ -176,13 +182,14 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         const float *A_ = A + MR * (j);                                                                   \
         ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)                                 \
     }
-#define ACC_FMA(i)                                     \
-    {                                                  \
-        const __m256 x = _mm256_broadcast_ss(A_ + (i)); \
-        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);     \
-        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);     \
+#define ACC_FMA(i)                                         \
+    if ((i) < mr) {                                        \
+        const __m256 x = _mm256_broadcast_ss(A_ + (i));    \
+        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);         \
+        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);         \
     }
-static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const float *An, const float *Cn) {
+static inline __attribute__((always_inline)) void micro_t(const float *P, const float *A, int kc, float *C, int64_t ldc, int first,
+                                                          const float *An, const float *Cn, const int mr) {
     ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
     for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(Cn + i * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(Cn + i * ldc + 15), _MM_HINT_T0);
     int k = 0;
@@ -199,17 +206,22 @@ static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc,
     ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
 }
 #undef STEP
-
-/* mr < MR tokens: through a scratch C, then the mr rows added (or stored) into C. */
-static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr, const float *An, const float *Cn) {
-    if (mr == MR) {
-        micro(P, A, kc, C, ldc, first, An, Cn);
-        return;
+#define MICRO(n)                                                                                                                      \
+    static void micro##n(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const float *An, const float *Cn) { \
+        micro_t(P, A, kc, C, ldc, first, An, Cn, n);                                                                                   \
     }
-    _Alignas(32) float T[MR * 16];
-    micro(P, A, kc, T, 16, 1, An, Cn);
-    for (int i = 0; i < mr; i++)
-        for (int r = 0; r < 16; r++) C[i * ldc + r] = first ? T[16 * i + r] : C[i * ldc + r] + T[16 * i + r];
+MICRO(1) MICRO(2) MICRO(3) MICRO(4) MICRO(5) MICRO(6)
+#undef MICRO
+
+static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr, const float *An, const float *Cn) {
+    switch (mr) {
+    case 1: micro1(P, A, kc, C, ldc, first, An, Cn); break;
+    case 2: micro2(P, A, kc, C, ldc, first, An, Cn); break;
+    case 3: micro3(P, A, kc, C, ldc, first, An, Cn); break;
+    case 4: micro4(P, A, kc, C, ldc, first, An, Cn); break;
+    case 5: micro5(P, A, kc, C, ldc, first, An, Cn); break;
+    default: micro6(P, A, kc, C, ldc, first, An, Cn); break;
+    }
 }
 
 static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
@@ -265,7 +277,11 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
             quantize_row(l, m, xr, tmp, sm, sx);
             float *a = X + (m / MR) * K4 * MR + m % MR;
             if (bk)
-                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]] * sx[k / bk];
+                for (int64_t b0 = 0; b0 < K; b0 += bk) { /* no k / bk per element (a 64-bit division) */
+                    const float s = sx[b0 / bk];
+                    const int64_t b1 = b0 + bk < K ? b0 + bk : K;
+                    for (int64_t k = b0; k < b1; k++) a[k * MR] = tab[tmp[k]] * s;
+                }
             else
                 for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]];
             for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
