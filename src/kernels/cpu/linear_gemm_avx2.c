@@ -35,6 +35,9 @@
 #define KC 128     /* GEMM columns per panel              */
 #define NC 256     /* GEMM rows per item (16 tiles)       */
 #define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
+#ifndef GEMM_TILE
+#define GEMM_TILE 1
+#endif
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
@@ -130,9 +133,9 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
         /* the next tile's codes of this chunk (2 KiB at KC = 128, 64 KiB from this tile's at K = 4096:
          * a new hardware-prefetch stream per tile, whose first loads waited on L3 in perf) */
-        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W;
+        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W + 64 * 8; /* nt = 1: 8 groups ahead in this tile */
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
-        float *P = B + (size_t)tt * KC * 16;
+        float *P = B + (size_t)tt * KC * 16; /* nt = 1 for the tile-major item (kc up to KCT) */
         __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
         for (int kk = 0; kk < kc; kk += 4) {
             const int64_t k = k0 + kk, g = k / 4;
@@ -224,7 +227,7 @@ static void micro_any(const float *P, const float *A, int kc, float *C, int64_t 
     }
 }
 
-static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+static void gemm_item_chunks(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
     const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
@@ -244,6 +247,34 @@ static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *
     }
     for (int64_t m = m0; m < m1; m++)
         for (int tt = 0; tt < nt; tt++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * NC + 16 * tt, sm[m]);
+}
+
+/* Tile-major item (GEMM_TILE = 1): each 16-row tile's weights decoded for KCT columns at once
+ * (B [KCT][16], 256 KiB: L2), then every token group runs the whole chunk with its 6 × 16 of C in
+ * registers (one micro-kernel call per group and chunk instead of K / KC; C is a [MC][16] tile
+ * buffer only between chunks, i.e. never touched in between at K <= KCT), A prefetched PFA floats
+ * ahead in its own stream (the next call's micro-panel is 24k cycles away). */
+#define KCT 4096
+#define PFA (96 * MR)
+_Static_assert((size_t)KCT * 16 + (size_t)(MCMAX + 12) * 16 <= (size_t)NC * KC + (size_t)(MCMAX + 12) * NC, "tile-major B and C fit the thread workspace");
+static void gemm_item_tiles(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+    const moq_weight *w = l->w;
+    const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
+    const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
+    const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
+    const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
+    for (int tt = 0; tt < nt; tt++) {
+        for (int64_t k0 = 0; k0 < K4; k0 += KCT) {
+            const int kc = (int)(K4 - k0 < KCT ? K4 - k0 : KCT);
+            decode_block(l, t0 + tt, 1, k0, kc, B);
+            for (int64_t m = m0; m < m1; m += MR) {
+                const int64_t mn = m + MR < m1 ? m + MR : m;
+                const float *A = Xp + (m / MR) * K4 * MR + k0 * MR;
+                micro_any(B, A, kc, C + (m - m0) * 16, 16, k0 == 0, (int)(m1 - m < MR ? m1 - m : MR), A + PFA, C + (mn - m0) * 16);
+            }
+        }
+        for (int64_t m = m0; m < m1; m++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * 16, sm[m]);
+    }
 }
 
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
@@ -292,7 +323,10 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
             for (int64_t k = 0; k < K4; k++) X[(m / MR) * K4 * MR + k * MR + m % MR] = 0.0f;
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t jc = 0; jc < nnb; jc++)
-            for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);
+            for (int64_t ic = 0; ic < nmb; ic++) {
+                if (GEMM_TILE) gemm_item_tiles(l, X, sm, jc, ic, mc, B, B + (size_t)KCT * 16);
+                else gemm_item_chunks(l, X, sm, jc, ic, mc, B, C);
+            }
     }
     return MOQ_OK;
 }
