@@ -191,11 +191,39 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);         \
         c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);         \
     }
+/* The full 6-token group's 8-k step in assembly (MICRO_ASM, GCC / Clang): from intrinsics GCC kept
+ * one or two of the twelve accumulators on the stack (12 + w0 + w1 + x = 15 of 16 ymm leaves it no
+ * slack), a store and a reloaded FMA operand per 8 k. The same operations in the same order as STEP:
+ * products and sums as the intrinsic loop (and `_ref` within the tests' tolerances). */
+#ifndef MICRO_ASM
+#define MICRO_ASM 1
+#endif
+#define ABC(j, i, a0, a1)                                                                \
+    "vbroadcastss " #j "*24+" #i "*4(%[a]), %%ymm15\n\t"                                  \
+    "vfmadd231ps %%ymm13, %%ymm15, %[" #a0 "]\n\t"                                       \
+    "vfmadd231ps %%ymm14, %%ymm15, %[" #a1 "]\n\t"
+#define ASTEP(j)                                                                          \
+    "vmovaps " #j "*64(%[p]), %%ymm13\n\t"                                                \
+    "vmovaps " #j "*64+32(%[p]), %%ymm14\n\t"                                             \
+    ABC(j, 0, c00, c01) ABC(j, 1, c10, c11) ABC(j, 2, c20, c21) ABC(j, 3, c30, c31) ABC(j, 4, c40, c41) ABC(j, 5, c50, c51)
 static inline __attribute__((always_inline)) void micro_t(const float *P, const float *A, int kc, float *C, int64_t ldc, int first,
                                                           const float *An, const float *Cn, const int mr) {
     ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
     for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(Cn + i * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(Cn + i * ldc + 15), _MM_HINT_T0);
     int k = 0;
+#if MICRO_ASM
+    if (mr == MR)
+        for (; k + 8 <= kc; k += 8, P += 128, A += 8 * MR, An += 8 * MR) {
+            _mm_prefetch((const char *)An, _MM_HINT_T0);
+            _mm_prefetch((const char *)(An + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(An + 32), _MM_HINT_T0);
+            __asm__(ASTEP(0) ASTEP(1) ASTEP(2) ASTEP(3) ASTEP(4) ASTEP(5) ASTEP(6) ASTEP(7)
+                    : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20), [c21] "+x"(c21),
+                      [c30] "+x"(c30), [c31] "+x"(c31), [c40] "+x"(c40), [c41] "+x"(c41), [c50] "+x"(c50), [c51] "+x"(c51)
+                    : [p] "r"(P), [a] "r"(A), "m"(*(const float(*)[128])P), "m"(*(const float(*)[8 * MR])A)
+                    : "xmm13", "xmm14", "xmm15");
+        }
+#endif
     for (; k + 8 <= kc; k += 8, P += 128, A += 8 * MR, An += 8 * MR) {
         _mm_prefetch((const char *)An, _MM_HINT_T0);
         _mm_prefetch((const char *)(An + 16), _MM_HINT_T0);
