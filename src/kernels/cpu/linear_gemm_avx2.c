@@ -7,13 +7,15 @@
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).
  *   M > 16 of 128x128 and MXFP8, M >= 96 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
- *               item and KC = 128 columns, the weight block is decoded once into an f32 panel
- *               [NC/16][KC][16] (exact D(code) = dec·2^120, times the weight block scale), then a
- *               6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts per k)
- *               runs over activations packed [M/6][K4][6] once per call (the pair's reference
- *               quantizer; codes decoded by a table, the block scales folded in). C is an f32
- *               [MC, NC] block per thread; items are split over threads in 2-D (N × M). The k4fma
- *               row's block sums need block + total accumulators and fit only 3 tokens per pass.
+ *               item, tile by tile: a 16-row tile's weights for KCT = 4096 columns are decoded once into
+ *               an f32 panel [KCT][16] (256 KiB, L2; exact D(code) = dec·2^120, times the weight block
+ *               scale), then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six
+ *               broadcasts per k; the 8-k step in inline assembly) runs every 6-token group of the
+ *               item over the whole chunk with C in registers, over activations packed [M/6][K4][6]
+ *               once per call (the pair's quantizer; codes decoded by a table, the block scales folded
+ *               in). C is an f32 [MC][16] tile buffer per thread (added through only at K4 > KCT);
+ *               items are split over threads in 2-D (N × M). The k4fma row's block sums need block +
+ *               total accumulators and fit only 3 tokens per pass.
  *               Exactness: e4m3 × e4m3 products are exact in f32; D·2^(e-127) is exact for MXFP8 in
  *               the scale range the tests draw; 128x128 rounds D·s_w and D·s_x once each, as the
  *               dequant_fma panel row does. Sums in f32, another order than `_ref`.
@@ -32,12 +34,9 @@
 #include "kernels/layout/layout.h"
 
 #define MR 6       /* GEMM tokens per micro-kernel        */
-#define KC 128     /* GEMM columns per panel              */
+#define KC 128     /* the workspace formula only (shared with linear_gemm_avx512.c) */
 #define NC 256     /* GEMM rows per item (16 tiles)       */
 #define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
-#ifndef GEMM_TILE
-#define GEMM_TILE 1
-#endif
 
 static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
@@ -47,7 +46,8 @@ static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 /* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
  *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
  *   thread  row f32 [K4] + quantizer scratch 2K + 64; at M > 16 (the GEMM) also B f32 [NC·KC]
- *           + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
+ *           + C f32 [(MCMAX + 12)·NC] (the AVX-512 GEMM's blocks, NR up to 32; the AVX2 GEMM uses B
+ *           [KCT·16] + C [(MCMAX + 12)·16] of it, _Static_assert below). */
 static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
 }
@@ -131,11 +131,10 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     for (int tt = 0; tt < nt; tt++) {
         const int64_t t = t0 + tt;
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
-        /* the next tile's codes of this chunk (2 KiB at KC = 128, 64 KiB from this tile's at K = 4096:
-         * a new hardware-prefetch stream per tile, whose first loads waited on L3 in perf) */
-        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W + 64 * 8; /* nt = 1: 8 groups ahead in this tile */
+        /* codes prefetched ahead: the next tile's at nt > 1, else 8 groups ahead in this one */
+        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W + 64 * 8;
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
-        float *P = B + (size_t)tt * KC * 16; /* nt = 1 for the tile-major item (kc up to KCT) */
+        float *P = B + (size_t)tt * (size_t)kc * 16;
         __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
         for (int kk = 0; kk < kc; kk += 4) {
             const int64_t k = k0 + kk, g = k / 4;
@@ -174,11 +173,10 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
         if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8));     \
         _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                                                  \
     }
-/* An / Cn: the next call's activation micro-panel (kc · MR floats: 3 lines per 8 k) and C rows (MR
- * rows of 16 floats at ldc). C's lines are prefetched before the loop, A's three per 8-k step of the
- * unrolled loop (the micro-panel's first touch was an L2/L3 stream start per call). The k loop runs
- * 8 steps per iteration with no branch inside: the per-k prefetch test of the first version cost
- * 6-9 scalar instructions and a branch every other k (perf: cmp/jl/jmp on the hot loop). */
+/* An / Cn: activations to prefetch, advanced with A (3 lines per 8 k; gemm_item passes A + PFA, i.e.
+ * ahead in A's own stream), and the next call's C rows (MR rows of 16 floats at ldc), prefetched
+ * before the loop. The k loop runs 8 steps per iteration with no branch inside (a per-k prefetch test
+ * cost 6-9 scalar instructions and a branch every other k in perf). */
 #define STEP(j)                                                                                           \
     {                                                                                                     \
         const __m256 w0 = _mm256_load_ps(P + 16 * (j)), w1 = _mm256_load_ps(P + 16 * (j) + 8);           \
@@ -255,29 +253,7 @@ static void micro_any(const float *P, const float *A, int kc, float *C, int64_t 
     }
 }
 
-static void gemm_item_chunks(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
-    const moq_weight *w = l->w;
-    const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
-    const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
-    const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
-    const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
-    for (int64_t k0 = 0; k0 < K4; k0 += KC) {
-        const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
-        decode_block(l, t0, nt, k0, kc, B);
-        for (int tt = 0; tt < nt; tt++)
-            for (int64_t m = m0; m < m1; m += MR) {
-                /* the next call: the next token group of this tile, or the first of the next tile */
-                const int64_t mn = m + MR < m1 ? m + MR : m0;
-                const int tn = m + MR < m1 ? tt : tt + 1 < nt ? tt + 1 : tt;
-                micro_any(B + (size_t)tt * KC * 16, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
-                          (int)(m1 - m < MR ? m1 - m : MR), Xp + (mn / MR) * K4 * MR + k0 * MR, C + (mn - m0) * NC + 16 * tn);
-            }
-    }
-    for (int64_t m = m0; m < m1; m++)
-        for (int tt = 0; tt < nt; tt++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * NC + 16 * tt, sm[m]);
-}
-
-/* Tile-major item (GEMM_TILE = 1): each 16-row tile's weights decoded for KCT columns at once
+/* One item: each 16-row tile's weights decoded for KCT columns at once
  * (B [KCT][16], 256 KiB: L2), then every token group runs the whole chunk with its 6 × 16 of C in
  * registers (one micro-kernel call per group and chunk instead of K / KC; C is a [MC][16] tile
  * buffer only between chunks, i.e. never touched in between at K <= KCT), A prefetched PFA floats
@@ -285,7 +261,7 @@ static void gemm_item_chunks(const moq_linear_launch *l, const float *Xp, const 
 #define KCT 4096
 #define PFA (96 * MR)
 _Static_assert((size_t)KCT * 16 + (size_t)(MCMAX + 12) * 16 <= (size_t)NC * KC + (size_t)(MCMAX + 12) * NC, "tile-major B and C fit the thread workspace");
-static void gemm_item_tiles(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
+static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
     const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
@@ -326,7 +302,7 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
         float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
         uint8_t *tmp = mine + al64((size_t)K4 * 4);
-        float *C = B + (size_t)NC * KC;
+        float *C = B + (size_t)KCT * 16;
         /* A packed [M/MR][K4][MR]: codes -> D (tab) × block scale (exact for MXFP8; 128x128 rounds
          * once, as moq_act_dequant_row) */
         const int64_t bk = bk_of(w);
@@ -352,8 +328,7 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t jc = 0; jc < nnb; jc++)
             for (int64_t ic = 0; ic < nmb; ic++) {
-                if (GEMM_TILE) gemm_item_tiles(l, X, sm, jc, ic, mc, B, B + (size_t)KCT * 16);
-                else gemm_item_chunks(l, X, sm, jc, ic, mc, B, C);
+                gemm_item(l, X, sm, jc, ic, mc, B, C);
             }
     }
     return MOQ_OK;
