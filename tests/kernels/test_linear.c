@@ -123,7 +123,7 @@ static void test_every_fast_row(void **state) {
 }
 
 /* The packed GEMM of the *_gemm rows (AVX2: 128x128 and MXFP8 at M > 16, FP8 per-tensor / per-channel
- * at M >= 96; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
+ * at M >= 48; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
  * x and y alternate f32 / bf16 over the rows) blocks the work into items of 256 output rows ×
  * <= 512 tokens and panels of 128 columns: M = 520 (two token blocks of 264 + 256, a partial 12-token
  * group), N = 300 (two row blocks, the second of 3 tiles: an odd one for the AVX-512 32-row
@@ -605,8 +605,8 @@ static void test_m_ranges(void **state) {
          {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm",
           "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_k4fma"}},
         {MOQ_CPU_AVX2, MOQ_CPU_AVX2,
-         {"cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma",
-          "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_gemm"}},
+         {"cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_gemm",
+          "cpu_avx2_fp8_tensor_gemm", "cpu_avx2_fp8_tensor_gemm"}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if ((f & cases[c].need) != cases[c].need) continue;

@@ -1,12 +1,12 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M <= 16 (M < 96 for FP8 per-tensor / per-channel): the k4fma rows (moq_linear_fp8_k4_run_avx2;
+ *   M <= 16 (M < 48 for FP8 per-tensor / per-channel): the k4fma rows (moq_linear_fp8_k4_run_avx2;
  *               the registry's M range of the gemm rows), measured faster there on Zen 3 and Zen 5
  *               (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).
- *   M > 16 of 128x128 and MXFP8, M >= 96 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
+ *   M > 16 of 128x128 and MXFP8, M >= 48 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
  *               item, tile by tile: a 16-row tile's weights for KCT = 4096 columns are decoded once into
  *               an f32 panel [KCT][16] (256 KiB, L2; exact D(code) = dec·2^120, times the weight block
  *               scale), then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six
@@ -285,7 +285,7 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
     /* The workspace holds the GEMM's panels only above 16 tokens; the registry's M range (kernels.c:
-     * 17.. or 96..) sends smaller M to the k4fma row, which measured faster there. */
+     * 17.. or 48..) sends smaller M to the k4fma row, which measured faster there. */
     if (M <= 16 || M < l->k->m_lo)
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M >= %d (the row's M range in kernels.c)",
                         (long long)M, moq_pairs[l->pair].name, l->k->m_lo > 17 ? l->k->m_lo : 17);
