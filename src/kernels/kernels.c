@@ -104,11 +104,11 @@ const moq_kernel moq_kernel_table[] = {
      * 2·e2m1 codes are integers), FP8 decoded in registers from an interleaved layout. */
     {"cpu_avx2_nvfp4_w4a4_maddubs", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, 0, NULL,
      moq_linear_nvfp4_vnni_packed_size, moq_linear_nvfp4_vnni_pack, moq_linear_nvfp4_maddubs_workspace, moq_linear_nvfp4_maddubs_run_avx2, 0, 0},
-    /* The packed GEMM on AVX2 (linear_gemm_avx2.c) at M > 16 for the block-scaled pairs and M >= 96
+    /* The packed GEMM on AVX2 (linear_gemm_avx2.c) at M > 16 for the block-scaled pairs and M >= 48
      * for FP8 per-tensor / per-channel (their k4fma rows below hold 6 tokens × 16 rows per pass with
-     * no block accumulators and win up to M ~ 64-96 on Zen 3; measured: docs/PERFORMANCE.md). */
-    GEMM2("cpu_avx2_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR, 96, 0),
-    GEMM2("cpu_avx2_fp8_row_gemm",    MOQ_PAIR_FP8_ROW,    96, 0),
+     * no block accumulators and tie the GEMM at M = 32 on Zen 3; measured: docs/PERFORMANCE.md). */
+    GEMM2("cpu_avx2_fp8_tensor_gemm", MOQ_PAIR_FP8_TENSOR, 48, 0),
+    GEMM2("cpu_avx2_fp8_row_gemm",    MOQ_PAIR_FP8_ROW,    48, 0),
     GEMM2("cpu_avx2_fp8_blk128_gemm", MOQ_PAIR_FP8_BLK128, 17, 0),
     GEMM2("cpu_avx2_mxfp8_gemm",      MOQ_PAIR_MXFP8,      17, 0),
     FP8K4("cpu_avx2_fp8_tensor_k4fma", MOQ_PAIR_FP8_TENSOR),

@@ -123,7 +123,7 @@ static void test_every_fast_row(void **state) {
 }
 
 /* The packed GEMM of the *_gemm rows (AVX2: 128x128 and MXFP8 at M > 16, FP8 per-tensor / per-channel
- * at M >= 96; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
+ * at M >= 48; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
  * x and y alternate f32 / bf16 over the rows) blocks the work into items of 256 output rows ×
  * <= 512 tokens and panels of 128 columns: M = 520 (two token blocks of 264 + 256, a partial 12-token
  * group), N = 300 (two row blocks, the second of 3 tiles: an odd one for the AVX-512 32-row
@@ -140,6 +140,24 @@ static void test_gemm_cache_blocks(void **state) {
         rows++;
     }
     print_message("%d gemm rows checked on cache-block edges\n", rows);
+}
+
+/* The AVX2 GEMM's tile-major items decode a 16-row tile for up to 4096 columns at once and keep C in
+ * registers over that chunk; K = 4352 (K4 > 4096) makes a second chunk of 256 columns, whose sums
+ * are added to the first through the [MC][16] tile buffer. M = 100 (16 full 6-token groups and a
+ * 4-token one), N = 20 (a full and a partial tile). Every CPU *_gemm row (the AVX-512 ones use
+ * other blocks; the shape costs them nothing). */
+static void test_gemm_k_chunks(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    int rows = 0;
+    for (size_t i = 0; i < moq_kernel_table_len; i++) {
+        const moq_kernel *k = &moq_kernel_table[i];
+        if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+        check_row(k, 100, 20, 4352, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+        rows++;
+    }
+    print_message("%d gemm rows checked over two K chunks\n", rows);
 }
 
 /* MXFP8 weight block scales far above 2^0 (codes 135..146: 2^8..2^19): every MXFP8 row, on the
@@ -590,8 +608,8 @@ static void test_m_ranges(void **state) {
          {"cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm", "cpu_avx512_fp8_tensor_gemm",
           "cpu_avx512_fp8_tensor_k4fma", "cpu_avx512_fp8_tensor_k4fma"}},
         {MOQ_CPU_AVX2, MOQ_CPU_AVX2,
-         {"cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma",
-          "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_gemm"}},
+         {"cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_k4fma", "cpu_avx2_fp8_tensor_gemm",
+          "cpu_avx2_fp8_tensor_gemm", "cpu_avx2_fp8_tensor_gemm"}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if ((f & cases[c].need) != cases[c].need) continue;
@@ -623,6 +641,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fast_row),
         cmocka_unit_test(test_gemm_cache_blocks),
+        cmocka_unit_test(test_gemm_k_chunks),
         cmocka_unit_test(test_mxfp8_large_weight_scales),
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),

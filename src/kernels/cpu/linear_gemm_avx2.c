@@ -1,19 +1,21 @@
 /* linear_gemm_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128, MXFP8) on AVX2 + FMA for
  * every M, on the rows16k4 layout of linear_fp8_avx2.c (same pack; nothing new at load):
  *
- *   M <= 16 (M < 96 for FP8 per-tensor / per-channel): the k4fma rows (moq_linear_fp8_k4_run_avx2;
+ *   M <= 16 (M < 48 for FP8 per-tensor / per-channel): the k4fma rows (moq_linear_fp8_k4_run_avx2;
  *               the registry's M range of the gemm rows), measured faster there on Zen 3 and Zen 5
  *               (docs/PERFORMANCE.md, issue 14: a token-blocked one-decode
  *               pass over 8-row halves, written and measured, lost to its 2 halves × 6 tokens: each
  *               broadcast of x then feeds one FMA instead of two).
- *   M > 16 of 128x128 and MXFP8, M >= 96 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
- *               item and KC = 128 columns, the weight block is decoded once into an f32 panel
- *               [NC/16][KC][16] (exact D(code) = dec·2^120, times the weight block scale), then a
- *               6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six broadcasts per k)
- *               runs over activations packed [M/6][K4][6] once per call (the pair's reference
- *               quantizer; codes decoded by a table, the block scales folded in). C is an f32
- *               [MC, NC] block per thread; items are split over threads in 2-D (N × M). The k4fma
- *               row's block sums need block + total accumulators and fit only 3 tokens per pass.
+ *   M > 16 of 128x128 and MXFP8, M >= 48 of FP8 per-tensor / per-channel: packed GEMM, BLIS-style: per (NC = 256 rows, MC <= 512 tokens)
+ *               item, tile by tile: a 16-row tile's weights for KCT = 4096 columns are decoded once into
+ *               an f32 panel [KCT][16] (256 KiB, L2; exact D(code) = dec·2^120, times the weight block
+ *               scale), then a 6 × 16 FMA micro-kernel (12 accumulators, two panel loads and six
+ *               broadcasts per k; the 8-k step in inline assembly) runs every 6-token group of the
+ *               item over the whole chunk with C in registers, over activations packed [M/6][K4][6]
+ *               once per call (the pair's quantizer; codes decoded by a table, the block scales folded
+ *               in). C is an f32 [MC][16] tile buffer per thread (added through only at K4 > KCT);
+ *               items are split over threads in 2-D (N × M). The k4fma row's block sums need block +
+ *               total accumulators and fit only 3 tokens per pass.
  *               Exactness: e4m3 × e4m3 products are exact in f32; D·2^(e-127) is exact for MXFP8 in
  *               the scale range the tests draw; 128x128 rounds D·s_w and D·s_x once each, as the
  *               dequant_fma panel row does. Sums in f32, another order than `_ref`.
@@ -32,7 +34,7 @@
 #include "kernels/layout/layout.h"
 
 #define MR 6       /* GEMM tokens per micro-kernel        */
-#define KC 128     /* GEMM columns per panel              */
+#define KC 128     /* the workspace formula only (shared with linear_gemm_avx512.c) */
 #define NC 256     /* GEMM rows per item (16 tiles)       */
 #define MCMAX 512  /* GEMM tokens per item (rounded to MR) */
 
@@ -44,7 +46,8 @@ static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 /* Workspace (both ISAs, moq_linear_gemm_workspace): the k4fma row's (M = 1), or
  *   shared  X f32 [ceil(M/12)·12, K4] (AVX-512 small M: [K4, M] k-major; GEMM: [M/MR][K4][MR]) + sm [M] + sx [M, K/32 + 1]
  *   thread  row f32 [K4] + quantizer scratch 2K + 64; at M > 16 (the GEMM) also B f32 [NC·KC]
- *           + C f32 [(MCMAX + 12)·NC] (NR up to 32). */
+ *           + C f32 [(MCMAX + 12)·NC] (the AVX-512 GEMM's blocks, NR up to 32; the AVX2 GEMM uses B
+ *           [KCT·16] + C [(MCMAX + 12)·16] of it, _Static_assert below). */
 static size_t shared_bytes(const moq_weight *w, int64_t M) {
     return al64((size_t)((M + 11) / 12 * 12) * (size_t)k4(w) * 4) + al64((size_t)M * 4) + al64((size_t)M * (size_t)(w->K / 32 + 1) * 4);
 }
@@ -128,8 +131,10 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     for (int tt = 0; tt < nt; tt++) {
         const int64_t t = t0 + tt;
         const uint8_t *W = (const uint8_t *)l->packed + t * G * 64;
+        /* codes prefetched ahead: the next tile's at nt > 1, else 8 groups ahead in this one */
+        const uint8_t *Wn = tt + 1 < nt ? W + G * 64 : W + 64 * 8;
         const uint8_t *SFW = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + t * nblk * 16;
-        float *P = B + (size_t)tt * KC * 16;
+        float *P = B + (size_t)tt * (size_t)kc * 16;
         __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0;
         for (int kk = 0; kk < kc; kk += 4) {
             const int64_t k = k0 + kk, g = k / 4;
@@ -142,10 +147,12 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
                     s0 = s1 = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb]);
                 }
             }
+            _mm_prefetch((const char *)(Wn + 64 * g), _MM_HINT_T0);
             const __m256i v0 = _mm256_load_si256((const __m256i *)(W + 64 * g)), v1 = _mm256_load_si256((const __m256i *)(W + 64 * g + 32));
             float *p = P + 16 * kk;
-            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for e8m0 in range) */
-#define D(v, i, sc) _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc)
+            /* D(code) = dec·2^120 exactly, then × the block scale (one rounding for 128x128; none for
+             * e8m0 in range; FP8 per-tensor / per-channel have none: s0 = s1 = 1 and no multiply) */
+#define D(v, i, sc) (bk ? _mm256_mul_ps(_mm256_mul_ps(dec(v, i), two120), sc) : _mm256_mul_ps(dec(v, i), two120))
             _mm256_store_ps(p, D(v0, i0v, s0)), _mm256_store_ps(p + 8, D(v1, i0v, s1));
             _mm256_store_ps(p + 16, D(v0, i1v, s0)), _mm256_store_ps(p + 24, D(v1, i1v, s1));
             _mm256_store_ps(p + 32, D(v0, i2v, s0)), _mm256_store_ps(p + 40, D(v1, i2v, s1));
@@ -155,77 +162,130 @@ static void decode_block(const moq_linear_launch *l, int64_t t0, int nt, int64_t
     }
 }
 
-/* C [MR][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16]; twelve named accumulators
- * (arrays of vectors were kept on the stack by GCC). Partial token groups: A is zero-padded and the
- * caller passes a scratch C. */
+/* C [mr][16] (ldc floats between tokens) (+)= A [kc][MR] · P [kc][16], mr <= MR tokens (a compile-time
+ * constant in each copy: the last partial group of an item runs mr rows of FMAs, not MR into a scratch
+ * C); 2·mr named accumulators (arrays of vectors were kept on the stack by GCC). A's rows past mr are
+ * zero padding and not read. */
 #define ACC_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
-#define ACC_FMA(i)                                                 \
-    {                                                              \
-        const __m256 x = _mm256_broadcast_ss(A + MR * k + (i));      \
-        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);                 \
-        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);                 \
+#define ACC_STORE(i)                                                                                                                   \
+    if ((i) < mr) {                                                                                                                    \
+        float *c = C + (i) * ldc;                                                                                                      \
+        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8));     \
+        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                                                  \
     }
-#define ACC_STORE(i)                                                                                            \
-    {                                                                                                           \
-        float *c = C + (i) * ldc;                                                                                 \
-        if (!first) c##i##0 = _mm256_add_ps(c##i##0, _mm256_load_ps(c)), c##i##1 = _mm256_add_ps(c##i##1, _mm256_load_ps(c + 8)); \
-        _mm256_store_ps(c, c##i##0), _mm256_store_ps(c + 8, c##i##1);                                           \
+/* An / Cn: activations to prefetch, advanced with A (3 lines per 8 k; gemm_item passes A + PFA, i.e.
+ * ahead in A's own stream), and the next call's C rows (MR rows of 16 floats at ldc), prefetched
+ * before the loop. The k loop runs 8 steps per iteration with no branch inside (a per-k prefetch test
+ * cost 6-9 scalar instructions and a branch every other k in perf). */
+#define STEP(j)                                                                                           \
+    {                                                                                                     \
+        const __m256 w0 = _mm256_load_ps(P + 16 * (j)), w1 = _mm256_load_ps(P + 16 * (j) + 8);           \
+        const float *A_ = A + MR * (j);                                                                   \
+        ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)                                 \
     }
-/* An / Cn: the next call's activation micro-panel (kc · MR floats) and C rows (MR rows of ldc), one
- * line prefetched every other k (the micro-panel's first touch was an L2/L3 stream start per call). */
-static void micro(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const float *An, const float *Cn) {
+#define ACC_FMA(i)                                         \
+    if ((i) < mr) {                                        \
+        const __m256 x = _mm256_broadcast_ss(A_ + (i));    \
+        c##i##0 = _mm256_fmadd_ps(x, w0, c##i##0);         \
+        c##i##1 = _mm256_fmadd_ps(x, w1, c##i##1);         \
+    }
+/* The full 6-token group's 8-k step in assembly (MICRO_ASM, GCC / Clang): from intrinsics GCC kept
+ * one or two of the twelve accumulators on the stack (12 + w0 + w1 + x = 15 of 16 ymm leaves it no
+ * slack), a store and a reloaded FMA operand per 8 k. The same operations in the same order as STEP:
+ * products and sums as the intrinsic loop (and `_ref` within the tests' tolerances). */
+#ifndef MICRO_ASM
+#define MICRO_ASM 1
+#endif
+#define ABC(j, i, a0, a1)                                                                \
+    "vbroadcastss " #j "*24+" #i "*4(%[a]), %%ymm15\n\t"                                  \
+    "vfmadd231ps %%ymm13, %%ymm15, %[" #a0 "]\n\t"                                       \
+    "vfmadd231ps %%ymm14, %%ymm15, %[" #a1 "]\n\t"
+#define ASTEP(j)                                                                          \
+    "vmovaps " #j "*64(%[p]), %%ymm13\n\t"                                                \
+    "vmovaps " #j "*64+32(%[p]), %%ymm14\n\t"                                             \
+    ABC(j, 0, c00, c01) ABC(j, 1, c10, c11) ABC(j, 2, c20, c21) ABC(j, 3, c30, c31) ABC(j, 4, c40, c41) ABC(j, 5, c50, c51)
+static inline __attribute__((always_inline)) void micro_t(const float *P, const float *A, int kc, float *C, int64_t ldc, int first,
+                                                          const float *An, const float *Cn, const int mr) {
     ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
-    for (int k = 0; k < kc; k++) {
-        if (!(k & 1)) {
-            const int line = k >> 1; /* 16 floats per line */
-            if (16 * line < kc * MR) _mm_prefetch((const char *)(An + 16 * line), _MM_HINT_T0);
-            else if (line - kc * MR / 16 < 2 * MR) _mm_prefetch((const char *)(Cn + (line - kc * MR / 16) / 2 * ldc + (line & 1) * 8), _MM_HINT_T0);
+    for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(Cn + i * ldc), _MM_HINT_T0), _mm_prefetch((const char *)(Cn + i * ldc + 15), _MM_HINT_T0);
+    int k = 0;
+#if MICRO_ASM
+    if (mr == MR)
+        for (; k + 8 <= kc; k += 8, P += 128, A += 8 * MR, An += 8 * MR) {
+            _mm_prefetch((const char *)An, _MM_HINT_T0);
+            _mm_prefetch((const char *)(An + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(An + 32), _MM_HINT_T0);
+            __asm__(ASTEP(0) ASTEP(1) ASTEP(2) ASTEP(3) ASTEP(4) ASTEP(5) ASTEP(6) ASTEP(7)
+                    : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20), [c21] "+x"(c21),
+                      [c30] "+x"(c30), [c31] "+x"(c31), [c40] "+x"(c40), [c41] "+x"(c41), [c50] "+x"(c50), [c51] "+x"(c51)
+                    : [p] "r"(P), [a] "r"(A), "m"(*(const float(*)[128])P), "m"(*(const float(*)[8 * MR])A)
+                    : "xmm13", "xmm14", "xmm15");
         }
-        const __m256 w0 = _mm256_load_ps(P + 16 * k), w1 = _mm256_load_ps(P + 16 * k + 8);
-        ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)
+#endif
+    for (; k + 8 <= kc; k += 8, P += 128, A += 8 * MR, An += 8 * MR) {
+        _mm_prefetch((const char *)An, _MM_HINT_T0);
+        _mm_prefetch((const char *)(An + 16), _MM_HINT_T0);
+        _mm_prefetch((const char *)(An + 32), _MM_HINT_T0);
+        STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6) STEP(7)
+    }
+    for (; k < kc; k++, P += 16, A += MR, An += MR) {
+        _mm_prefetch((const char *)An, _MM_HINT_T0);
+        STEP(0)
     }
     ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
 }
-
-/* mr < MR tokens: through a scratch C, then the mr rows added (or stored) into C. */
-static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr, const float *An, const float *Cn) {
-    if (mr == MR) {
-        micro(P, A, kc, C, ldc, first, An, Cn);
-        return;
+#undef STEP
+#define MICRO(n)                                                                                                                      \
+    static void micro##n(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, const float *An, const float *Cn) { \
+        micro_t(P, A, kc, C, ldc, first, An, Cn, n);                                                                                   \
     }
-    _Alignas(32) float T[MR * 16];
-    micro(P, A, kc, T, 16, 1, An, Cn);
-    for (int i = 0; i < mr; i++)
-        for (int r = 0; r < 16; r++) C[i * ldc + r] = first ? T[16 * i + r] : C[i * ldc + r] + T[16 * i + r];
+MICRO(1) MICRO(2) MICRO(3) MICRO(4) MICRO(5) MICRO(6)
+#undef MICRO
+
+static void micro_any(const float *P, const float *A, int kc, float *C, int64_t ldc, int first, int mr, const float *An, const float *Cn) {
+    switch (mr) {
+    case 1: micro1(P, A, kc, C, ldc, first, An, Cn); break;
+    case 2: micro2(P, A, kc, C, ldc, first, An, Cn); break;
+    case 3: micro3(P, A, kc, C, ldc, first, An, Cn); break;
+    case 4: micro4(P, A, kc, C, ldc, first, An, Cn); break;
+    case 5: micro5(P, A, kc, C, ldc, first, An, Cn); break;
+    default: micro6(P, A, kc, C, ldc, first, An, Cn); break;
+    }
 }
 
+/* One item: each 16-row tile's weights decoded for KCT columns at once
+ * (B [KCT][16], 256 KiB: L2), then every token group runs the whole chunk with its 6 × 16 of C in
+ * registers (one micro-kernel call per group and chunk instead of K / KC; C is a [MC][16] tile
+ * buffer only between chunks, i.e. never touched in between at K <= KCT), A prefetched PFA floats
+ * ahead in its own stream (the next call's micro-panel is 24k cycles away). */
+#define KCT 4096
+#define PFA (96 * MR)
+_Static_assert((size_t)KCT * 16 + (size_t)(MCMAX + 12) * 16 <= (size_t)NC * KC + (size_t)(MCMAX + 12) * NC, "tile-major B and C fit the thread workspace");
 static void gemm_item(const moq_linear_launch *l, const float *Xp, const float *sm, int64_t jc, int64_t ic, int64_t mc, float *B, float *C) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K4 = k4(w), tiles = (w->N + 15) / 16, t0 = jc * (NC / 16);
     const int nt = (int)(tiles - t0 < NC / 16 ? tiles - t0 : NC / 16);
     const int64_t m0 = ic * mc, m1 = m0 + mc < M ? m0 + mc : M;
     const uint8_t *nan = (const uint8_t *)l->packed + moq_linear_fp8_k4_nan_offset(w);
-    for (int64_t k0 = 0; k0 < K4; k0 += KC) {
-        const int kc = (int)(K4 - k0 < KC ? K4 - k0 : KC);
-        decode_block(l, t0, nt, k0, kc, B);
-        for (int tt = 0; tt < nt; tt++)
+    for (int tt = 0; tt < nt; tt++) {
+        for (int64_t k0 = 0; k0 < K4; k0 += KCT) {
+            const int kc = (int)(K4 - k0 < KCT ? K4 - k0 : KCT);
+            decode_block(l, t0 + tt, 1, k0, kc, B);
             for (int64_t m = m0; m < m1; m += MR) {
-                /* the next call: the next token group of this tile, or the first of the next tile */
-                const int64_t mn = m + MR < m1 ? m + MR : m0;
-                const int tn = m + MR < m1 ? tt : tt + 1 < nt ? tt + 1 : tt;
-                micro_any(B + (size_t)tt * KC * 16, Xp + (m / MR) * K4 * MR + k0 * MR, kc, C + (m - m0) * NC + 16 * tt, NC, k0 == 0,
-                          (int)(m1 - m < MR ? m1 - m : MR), Xp + (mn / MR) * K4 * MR + k0 * MR, C + (mn - m0) * NC + 16 * tn);
+                const int64_t mn = m + MR < m1 ? m + MR : m;
+                const float *A = Xp + (m / MR) * K4 * MR + k0 * MR;
+                micro_any(B, A, kc, C + (m - m0) * 16, 16, k0 == 0, (int)(m1 - m < MR ? m1 - m : MR), A + PFA, C + (mn - m0) * 16);
             }
+        }
+        for (int64_t m = m0; m < m1; m++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * 16, sm[m]);
     }
-    for (int64_t m = m0; m < m1; m++)
-        for (int tt = 0; tt < nt; tt++) store_tile16(l, nan, m, 16 * (t0 + tt), C + (m - m0) * NC + 16 * tt, sm[m]);
 }
 
 moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const int64_t M = l->M, K = w->K, K4 = k4(w), tiles = (w->N + 15) / 16;
     /* The workspace holds the GEMM's panels only above 16 tokens; the registry's M range (kernels.c:
-     * 17.. or 96..) sends smaller M to the k4fma row, which measured faster there. */
+     * 17.. or 48..) sends smaller M to the k4fma row, which measured faster there. */
     if (M <= 16 || M < l->k->m_lo)
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, l->k->name, "M=%lld of pair %s, expected M >= %d (the row's M range in kernels.c)",
                         (long long)M, moq_pairs[l->pair].name, l->k->m_lo > 17 ? l->k->m_lo : 17);
@@ -242,7 +302,7 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
         uint8_t *mine = thr0 + (size_t)omp_get_thread_num() * tb;
         float *xr = (float *)mine, *B = (float *)(mine + al64((size_t)K4 * 4) + al64((size_t)K * 2 + 64));
         uint8_t *tmp = mine + al64((size_t)K4 * 4);
-        float *C = B + (size_t)NC * KC;
+        float *C = B + (size_t)KCT * 16;
         /* A packed [M/MR][K4][MR]: codes -> D (tab) × block scale (exact for MXFP8; 128x128 rounds
          * once, as moq_act_dequant_row) */
         const int64_t bk = bk_of(w);
@@ -252,7 +312,11 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
             quantize_row(l, m, xr, tmp, sm, sx);
             float *a = X + (m / MR) * K4 * MR + m % MR;
             if (bk)
-                for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]] * sx[k / bk];
+                for (int64_t b0 = 0; b0 < K; b0 += bk) { /* no k / bk per element (a 64-bit division) */
+                    const float s = sx[b0 / bk];
+                    const int64_t b1 = b0 + bk < K ? b0 + bk : K;
+                    for (int64_t k = b0; k < b1; k++) a[k * MR] = tab[tmp[k]] * s;
+                }
             else
                 for (int64_t k = 0; k < K; k++) a[k * MR] = tab[tmp[k]];
             for (int64_t k = K; k < K4; k++) a[k * MR] = 0.0f;
@@ -263,7 +327,9 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
             for (int64_t k = 0; k < K4; k++) X[(m / MR) * K4 * MR + k * MR + m % MR] = 0.0f;
 #pragma omp for schedule(dynamic, 1) collapse(2)
         for (int64_t jc = 0; jc < nnb; jc++)
-            for (int64_t ic = 0; ic < nmb; ic++) gemm_item(l, X, sm, jc, ic, mc, B, C);
+            for (int64_t ic = 0; ic < nmb; ic++) {
+                gemm_item(l, X, sm, jc, ic, mc, B, C);
+            }
     }
     return MOQ_OK;
 }
