@@ -19,6 +19,8 @@ py=$(command -v python3)
 for d in $($py -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas", "lib") for p in nvidia.__path__))' 2>/dev/null); do
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
+# the new paths are off by default until measured (cublaslt.cu): "new" here is every knob at 1
+export MOQ_CUDA_LT_DIRECT=${MOQ_CUDA_LT_DIRECT:-1} MOQ_CUDA_LT_SCALAR=${MOQ_CUDA_LT_SCALAR:-1} MOQ_CUDA_LT_CACHE=${MOQ_CUDA_LT_CACHE:-1} MOQ_CUDA_LT_X=${MOQ_CUDA_LT_X:-1}
 MS=${MS:-"128 1024 8192"}
 ROUNDS=${ROUNDS:-1}   # new/old pairs per (row, M)
 TESTS=${TESTS:-1}     # 0: no test_linear_cuda runs

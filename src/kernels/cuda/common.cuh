@@ -27,15 +27,20 @@ static inline const char *moq_cuda_launch_check(const char *what) {
  * before it touches any global memory that an earlier kernel writes or reads (griddepcontrol.wait:
  * the previous grid has finished and its writes are visible), and every kernel launched this way
  * calls it unconditionally, so completion stays transitive along the stream. pdl_trigger() lets
- * the next such kernel start (without it, it starts when this grid ends). MOQ_CUDA_PDL=0 launches
- * them plainly (the knob of the before/after measurement, docs/PERFORMANCE.md). */
+ * the next such kernel start (without it, it starts when this grid ends). Off by default until it
+ * has run on the device (written 2026-12-07 without one): MOQ_CUDA_PDL=1 turns it on; off, the
+ * launches are plain and pdl_wait / pdl_trigger do nothing (docs/PERFORMANCE.md). */
+/* A tuning or A/B knob from the environment (read by the caller once): dflt when unset or outside lo..hi. */
+static inline int moq_cuda_knob(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    const int x = v ? atoi(v) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 static inline bool moq_cuda_pdl_on(void) {
-    static const bool on = [] {
-        const char *v = getenv("MOQ_CUDA_PDL");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = moq_cuda_knob("MOQ_CUDA_PDL", 0, 0, 1) == 1;
     return on;
 }
 template <typename... P, typename... A>

@@ -119,11 +119,12 @@ const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
 /* Counters of the cuBLASLt rows since the process started (for tests and measurements; relaxed
  * atomics): calls that wrote y directly (dequant rows: bf16 GEMM, of which reading x itself; FP8
  * rows: scalar or outer-vector scales), direct attempts cuBLASLt declined (then the D + epilogue path ran), calls on the D path,
- * heuristic queries, and cached heuristic results reused. Knobs (read once, docs/PERFORMANCE.md):
- * MOQ_CUDA_LT_DIRECT (0: dequant rows always via D; 1, default: direct, alpha a host scalar when
- * the row scales are uniform, else a device vector; 2: direct, always the device vector),
- * MOQ_CUDA_LT_SCALAR (0: FP8 direct always outer-vector scales), MOQ_CUDA_LT_CACHE (0: ask the
- * heuristic on every call), MOQ_CUDA_LT_X (0: the direct path reads A, never x; moq_cuda_dq_reads_x). */
+ * heuristic queries, and cached heuristic results reused. Knobs (read once, docs/PERFORMANCE.md),
+ * each 0 by default (the paths before them) until they have run on the device: MOQ_CUDA_LT_DIRECT
+ * (0: dequant rows always via D; 1: direct, alpha a host scalar when the row scales are uniform,
+ * else a device vector; 2: direct, always the device vector), MOQ_CUDA_LT_SCALAR (1: FP8 direct
+ * with scalar scales when uniform), MOQ_CUDA_LT_CACHE (1: the heuristic cached), MOQ_CUDA_LT_X (1:
+ * the direct path reads x; moq_cuda_dq_reads_x). */
 enum {
     MOQ_CUDA_LT_DEQ_DIRECT = 0, MOQ_CUDA_LT_X_DIRECT, MOQ_CUDA_LT_FP8_SCALAR, MOQ_CUDA_LT_FP8_OUTER, MOQ_CUDA_LT_DECLINED,
     MOQ_CUDA_LT_D_PATH, MOQ_CUDA_LT_HEURISTIC, MOQ_CUDA_LT_CACHE_HIT, MOQ_CUDA_LT_STAT_COUNT

@@ -474,11 +474,6 @@ static const bool sk_reads_q[MOQ_CK_COUNT] = {
 /* Tuning knob for measurements (read once; docs/PERFORMANCE.md): MOQ_CUDA_GEMV_WARPS = warps of
  * demand per SM that the K split aims at (default: demand_warps). (Issuing the next chunks' weight
  * loads before the current chunks' math was measured too, with no gain, and removed.) */
-static int knob(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    const int x = v ? atoi(v) : dflt;
-    return x < lo || x > hi ? dflt : x;
-}
 static int g_warps = -1; /* 0: the table */
 
 /* Fusion per pair kind: whether the kernel can quantize its own activation (FUSED: the
@@ -513,7 +508,7 @@ static const struct { int ck, u, vby, sby; bool h16, pe; } gv_kind[MOQ_CK_COUNT]
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
 };
 static bool h16_of(int kind) {
-    if (g_e2m1 < 0) g_e2m1 = knob("MOQ_CUDA_GEMV_E2M1", 1, 0, 1);
+    if (g_e2m1 < 0) g_e2m1 = moq_cuda_knob("MOQ_CUDA_GEMV_E2M1", 1, 0, 1);
     return gv_kind[kind].h16 && g_e2m1;
 }
 
@@ -521,10 +516,10 @@ static bool h16_of(int kind) {
  * its dynamic shared memory. */
 typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, pe; size_t smem; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
-    if (g_warps < 0) g_warps = knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
-    if (g_fuse_m < -1) g_fuse_m = knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
-    if (g_balance < 0) g_balance = knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
-    if (g_pe < 0) g_pe = knob("MOQ_CUDA_GEMV_PE", 0, 0, 1);
+    if (g_warps < 0) g_warps = moq_cuda_knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
+    if (g_fuse_m < -1) g_fuse_m = moq_cuda_knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
+    if (g_balance < 0) g_balance = moq_cuda_knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
+    if (g_pe < 0) g_pe = moq_cuda_knob("MOQ_CUDA_GEMV_PE", 0, 0, 1);
     gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
     const int64_t nch = a->Kp / gv_kind[k].ck;
