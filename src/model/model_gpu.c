@@ -189,7 +189,7 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     const int64_t part_rows = g->chunk * MOQ_GPU_SPLITS > graph_rows * MOQ_GPU_GRAPH_SPLITS ? g->chunk * MOQ_GPU_SPLITS : graph_rows * MOQ_GPU_GRAPH_SPLITS;
     struct { float **p; int64_t n; } bufs[] = {
         {&g->x, C * H}, {&g->h, C * H}, {&g->qkv, C * qkvN}, {&g->att, C * A * D}, {&g->tmp, C * H},
-        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, part_rows * A * (D + 2)},
+        {&g->gu, C * 2 * m->I}, {&g->act, C * m->I}, {&g->logits, MOQ_GPU_LROWS * m->V}, {&g->part, part_rows * A * MOQ_CUDA_PART_STRIDE(D)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MOQ_TRY(dev_alloc(g, (void **)bufs[i].p, (size_t)bufs[i].n * sizeof(float), "activations", err));
     MOQ_TRY(dev_alloc(g, (void **)&g->ids, (size_t)(4 * C) * sizeof(int32_t), "token ids", err));

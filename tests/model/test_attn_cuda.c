@@ -92,7 +92,7 @@ static void run_case(const acase *c) {
     void *kd = dev_up(kh, pool_n * (size_t)eb), *vd = dev_up(vh, pool_n * (size_t)eb);
     int32_t *btd = dev_up(bt, (size_t)n_pages * sizeof *bt), *seqd = dev_up(seq, sizeof seq), *posd = dev_up(pos, sizeof pos);
     float *qkvd = dev_up(qkv, (size_t)(M * qkvN) * sizeof(float));
-    float *partd = dev_up(NULL, (size_t)(M * A * c->n_split * (D + 2)) * sizeof(float)), *attd = dev_up(NULL, (size_t)(M * A * D) * sizeof(float));
+    float *partd = dev_up(NULL, (size_t)(M * A * c->n_split * MOQ_CUDA_PART_STRIDE(D)) * sizeof(float)), *attd = dev_up(NULL, (size_t)(M * A * D) * sizeof(float));
     int32_t *zeros = calloc((size_t)(M * A), sizeof(int32_t));
     int32_t *doned = dev_up(zeros, (size_t)(M * A) * sizeof(int32_t));
     const moq_cuda_kv kv = {.k = kd, .v = vd, .block_table = btd, .max_pages = max_pages, .page = c->page, .elem = c->elem, .k_scale = ksc, .v_scale = vsc};

@@ -164,9 +164,11 @@ const char *moq_cuda_qk_rope_store(float *qkv_d, int64_t M, int64_t A, int64_t K
 /* att [M, A D] = softmax(q kᵀ · scale) v over keys lo..pos[i] of seq[i] (lo = pos - window + 1 when
  * window > 0), GQA (A a multiple of KV). Each token's span is cut into n_split (1..64) ranges of
  * max(MOQ_CUDA_SPLIT_MIN, ceil(span / n_split)) keys (flash-decoding), combined in the same launch
- * by the last block of each (token, GQA group); part_d f32 [M, A, n_split, D + 2]; done_d int32
- * [M, A], zero before the first call, left zero by each. */
+ * by the last block of each (token, GQA group); part_d f32 [M, A, n_split, MOQ_CUDA_PART_STRIDE(D)]
+ * (D partial sums, max, sum; rows padded to 16 bytes for vector loads); done_d int32 [M, A], zero
+ * before the first call, left zero by each. */
 enum { MOQ_CUDA_SPLIT_MIN = 64 };
+#define MOQ_CUDA_PART_STRIDE(D) ((D) + 4)
 const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
                                float *part_d, int32_t *done_d, float *att_d, void *stream);

@@ -262,14 +262,15 @@ static pg_div pg_div_of(int64_t d) {
  * loaded meanwhile), reduces the U × GB dot products over its LPK lanes by shuffles and folds the U
  * keys into its online softmax (max, sum, weighted V) with one rescale. The groups' states then meet
  * in shared memory and are merged in group order into the range's (m, l, o[D]), written to part
- * [M, A, n_split, D + 2]. (GB = 4 with bf16 KV spills ~50 bytes a thread at the 128-register cap
+ * [M, A, n_split, MOQ_CUDA_PART_STRIDE(D)]. (GB = 4 with bf16 KV spills ~50 bytes a thread at the 128-register cap
  * that keeps two blocks per SM.)
  *
  * Ranges past the span (n_ne = ceil(span / range keys) hold keys) return at once: a batch step's
  * short rows cost no more than their keys. Combine, fused: each block counts itself done on
  * done[token, block x] (atomic, after a fence); the last of the n_ne blocks reads the parts' (m, l)
- * in one round of loads, then each output element's n_ne partial sums 16 loads at a time, adds them
- * in split order (deterministic whatever order the blocks finished in): att = Σ c_s o_s / Σ c_s l_s
+ * in one round of loads, then the partial sums as float4 columns, each thread a fixed subset of the
+ * parts with 16 loads in flight, the subsets added in a fixed order (deterministic whatever order
+ * the blocks finished in): att = Σ c_s o_s / Σ c_s l_s
  * with c_s = 2^(m_s - max m), and resets the counter to 0 for the next launch. Scores are kept in
  * base 2 (q·k · scale · log2 e, weights by ex2); positions are < 2^31 (int keys, pg_div). The K/V of
  * every token of the step are stored before this runs. */
@@ -279,7 +280,7 @@ template <int D, int GB, int E>
 __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale2, int64_t W,
                                                                  const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, pg_div pd, int n_split,
                                                                  float *part, int32_t *done, float *att) {
-    constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4;
+    constexpr int LPK = D / 8, NG = AT_THREADS / LPK, U = 4, PS = MOQ_CUDA_PART_STRIDE(D);
     typedef typename kv8_raw<E>::T raw;
     __shared__ __align__(16) float s_o[NG][GB][D]; /* 32 KiB at every D: NG · D = 2048 */
     __shared__ float s_m[NG][GB], s_l[NG][GB], s_cg[NG][GB], s_mx[GB];
@@ -398,7 +399,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         const int g = x / D, e = x % D;
         float acc = 0, sum = 0;
         for (int k = 0; k < NG; k++) acc += s_cg[k][g] * s_o[k][g][e], sum += s_cg[k][g] * s_l[k][g];
-        float *out = part + ((i * A + h0 + g) * n_split + sp) * (D + 2);
+        float *out = part + ((i * A + h0 + g) * n_split + sp) * PS;
         out[e] = acc;
         if (e == 0) out[D] = s_mx[g], out[D + 1] = sum;
     }
@@ -416,35 +417,60 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     }
     __syncthreads();
     if (!s_last) return;
-    const float *pp = part + (i * A + h0) * n_split * (D + 2); /* part (g, k) at pp + (g n_split + k)(D + 2) */
+    const float *pp = part + (i * A + h0) * n_split * PS; /* part (g, k) at pp + (g n_split + k) PS */
     for (int x = tid; x < ng * n_ne; x += AT_THREADS) { /* every (m, l) in one round of loads */
         const int g = x / n_ne, k = x % n_ne;
-        s_c[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D), s_lk[g][k] = __ldcg(pp + (g * n_split + k) * (D + 2) + D + 1);
+        s_c[g][k] = __ldcg(pp + (g * n_split + k) * PS + D), s_lk[g][k] = __ldcg(pp + (g * n_split + k) * PS + D + 1);
     }
     __syncthreads();
     if (tid < ng) {
         float mx = -INFINITY, sum = 0;
         for (int k = 0; k < n_ne; k++) mx = fmaxf(mx, s_c[tid][k]);
         for (int k = 0; k < n_ne; k++) {
-            const float mk = s_c[tid][k], c = mk == -INFINITY ? -1.0f : ex2(mk - mx); /* -1: no finite score, skipped */
-            if (c >= 0.0f) sum += c * s_lk[tid][k];
+            const float mk = s_c[tid][k], c = mk == -INFINITY ? 0.0f : ex2(mk - mx); /* 0: no finite score */
+            sum += c * s_lk[tid][k];
             s_c[tid][k] = c;
         }
         s_L[tid] = sum;
     }
     __syncthreads();
-    for (int x = tid; x < ng * D; x += AT_THREADS) {
-        const int g = x / D, e = x % D;
-        float acc = 0;
-        for (int k0c = 0; k0c < n_ne; k0c += 16) { /* 16 loads in flight, then summed in split order */
-            float v[16];
+    /* the outputs as float4 columns (GB·D/4 of them) x NSUB subsets of the parts: thread (col, sub)
+     * adds c_k o_k over the parts k = sub, sub + NSUB, ... in order, 16 loads in flight (one or two
+     * rounds where one element per thread took n_ne / 16 serial rounds each), then column col adds
+     * its NSUB subsets in order (deterministic whatever order the blocks finished in) */
+    constexpr int NCOL = GB * D / 4, NSUB = AT_THREADS / NCOL;
+    static_assert(NCOL <= AT_THREADS && AT_THREADS % NCOL == 0, "attention combine: columns per block");
+    float4 *s_red = (float4 *)&s_o[0][0][0]; /* NSUB x NCOL float4 <= 4 KiB of the merged states' 32 */
+    {
+        const int col = tid % NCOL, sub = tid / NCOL, g = col / (D / 4), e4 = col % (D / 4);
+        float4 acc = make_float4(0, 0, 0, 0);
+        if (g < ng)
+            for (int k0c = sub; k0c < n_ne; k0c += 16 * NSUB) {
+                float4 v[16];
 #pragma unroll
-            for (int u = 0; u < 16; u++) v[u] = k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f ? __ldcg(pp + (g * n_split + k0c + u) * (D + 2) + e) : 0.0f;
+                for (int u = 0; u < 16; u++) {
+                    const int k = k0c + u * NSUB;
+                    v[u] = k < n_ne && s_c[g][k] > 0.0f ? __ldcg((const float4 *)(pp + (g * n_split + k) * PS) + e4) : make_float4(0, 0, 0, 0);
+                }
 #pragma unroll
-            for (int u = 0; u < 16; u++)
-                if (k0c + u < n_ne && s_c[g][k0c + u] >= 0.0f) acc += s_c[g][k0c + u] * v[u];
+                for (int u = 0; u < 16; u++) {
+                    const int k = k0c + u * NSUB;
+                    const float c = k < n_ne ? s_c[g][k] : 0.0f;
+                    acc.x = fmaf(c, v[u].x, acc.x), acc.y = fmaf(c, v[u].y, acc.y), acc.z = fmaf(c, v[u].z, acc.z), acc.w = fmaf(c, v[u].w, acc.w);
+                }
+            }
+        __syncthreads(); /* s_o's last readers (the part writes above) are done */
+        s_red[sub * NCOL + col] = acc;
+        __syncthreads();
+        if (tid < NCOL && g < ng) {
+            float4 o = s_red[col];
+            for (int s2 = 1; s2 < NSUB; s2++) {
+                const float4 b = s_red[s2 * NCOL + col];
+                o.x += b.x, o.y += b.y, o.z += b.z, o.w += b.w;
+            }
+            const float L = s_L[g];
+            ((float4 *)(att + i * A * D + (h0 + g) * D))[e4] = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
         }
-        att[i * A * D + (h0 + g) * D + e] = acc / s_L[g];
     }
     if (tid == 0) *cnt = 0;
 }
