@@ -259,6 +259,17 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
     wbuf w;
     sbuf sr;
     load_w(w, sr, kw); /* weights do not depend on the previous kernel: in flight before the wait */
+    /* the epilogue's row scales and biases (rank 0's rows; read-only weights too): loaded now, not
+     * one more round trip after the reduction */
+    constexpr int NE = R / GV_WARPS; /* outputs per thread of rank 0: R · 32 over the block's threads */
+    float ep_rs[NE], ep_b[NE];
+    if (blockIdx.y == 0) /* cluster (1, ks, 1) over grid.y = ks: rank 0 */
+#pragma unroll
+        for (int j = 0; j < NE; j++) {
+            const int e = threadIdx.x + j * GV_WARPS * 32, r = e / 32, ln = e % 32, i = r / (NT * 4), ce = r % 4;
+            const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0);
+            ep_rs[j] = n < a.N ? __ldg(a.row_scale_d + n) : 0.0f, ep_b[j] = n < a.N ? __ldg(a.bias_d + n) : 0.0f;
+        }
     pdl_wait(); /* the activation is the previous kernel's output */
     extern __shared__ __align__(16) uint8_t fz[];
     constexpr int VBY = sk<KIND>::F16 ? 1 : 2; /* activation bytes per value in fz */
@@ -415,8 +426,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
         const int ks = (int)cl.num_blocks();
         constexpr float undo = D::FP4 ? (H16 ? 256.0f : 1024.0f) : 1.0f;
         const float *tok = (const float *)(ws + a.ws.tok);
-        for (int e = threadIdx.x; e < R * 32; e += GV_WARPS * 32) {
-            const int r = e / 32, ln = e % 32;
+#pragma unroll
+        for (int j = 0; j < NE; j++) {
+            const int e = threadIdx.x + j * GV_WARPS * 32, r = e / 32, ln = e % 32;
             float v = 0.0f;
             if constexpr (PE) {
                 float part[8];
@@ -424,17 +436,24 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
                 for (int b = 0; b < 8; b++) part[b] = b == 0 ? sum[e] : b < ks ? cl.map_shared_rank(sum, b)[e] : 0.0f; /* ks <= 8 */
 #pragma unroll
                 for (int b = 0; b < 8; b++) v += part[b];
-            } else {
-                for (int b = 0; b < ks; b++) {
-                    const float *pr = b == 0 ? &red[0][0][0] : cl.map_shared_rank(&red[0][0][0], b);
+            } else { /* every peer's loads in flight first, then added per peer in rank order, its warps in order */
+                float pv[8][GV_WARPS];
 #pragma unroll
-                    for (int wi = 0; wi < GV_WARPS; wi++) v += pr[(wi * R + r) * 32 + ln];
+                for (int b = 0; b < 8; b++) {
+                    const float *pr = b == 0 ? &red[0][0][0] : cl.map_shared_rank(&red[0][0][0], b < ks ? b : 0);
+#pragma unroll
+                    for (int wi = 0; wi < GV_WARPS; wi++) pv[b][wi] = b < ks ? pr[(wi * R + r) * 32 + ln] : 0.0f;
                 }
+#pragma unroll
+                for (int b = 0; b < 8; b++)
+                    if (b < ks)
+#pragma unroll
+                        for (int wi = 0; wi < GV_WARPS; wi++) v += pv[b][wi];
             }
             const int i = r / (NT * 4), nt = (r / 4) % NT, ce = r % 4;
             const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = nt * 8 + 2 * (ln & 3) + (ce & 1);
             if (n >= a.N || m >= a.M) continue;
-            const float y = fmaf(v * undo * a.row_scale_d[n], FUSED ? 1.0f : tok[m], a.bias_d[n]); /* fused kinds: tok = 1 */
+            const float y = fmaf(v * undo * ep_rs[j], FUSED ? 1.0f : tok[m], ep_b[j]); /* fused kinds: tok = 1 */
             if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
             else ((float *)a.y_d)[m * a.N + n] = y;
         }
