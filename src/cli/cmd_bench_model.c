@@ -53,7 +53,8 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
         else tok[i] = argmax_row(lg, V);
     }
     /* MOQ_PROFILE_LAST_STEP=1: the last step alone inside a profiler range (scripts/device_diag.sh) */
-    const bool prof = getenv("MOQ_PROFILE_LAST_STEP") && getenv("MOQ_PROFILE_LAST_STEP")[0] == '1';
+    const char *pv = getenv("MOQ_PROFILE_LAST_STEP");
+    const bool prof = pv && pv[0] == '1';
     double t0 = cli_now_s();
     for (long i = 0; !rc && i <= N; i++) {
         if (i == 1) t0 = cli_now_s();
@@ -137,7 +138,8 @@ int cmd_bench_model(int argc, char **argv) {
         ids[i] = (int32_t)(st % (uint64_t)V);
     }
     if (P + N + 1 > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
-    const bool prof1 = getenv("MOQ_PROFILE_LAST_STEP") && getenv("MOQ_PROFILE_LAST_STEP")[0] == '1'; /* as bench_batch */
+    const char *pv = getenv("MOQ_PROFILE_LAST_STEP"); /* as bench_batch */
+    const bool prof1 = pv && pv[0] == '1';
     const double t0 = cli_now_s();
     if (moq_model_prefill(m, ids, P, NULL, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     const double t1p = cli_now_s();

@@ -122,6 +122,19 @@ static void test_every_fast_row(void **state) {
     print_message("%d fast rows checked, %d skipped\n", rows, skipped);
 }
 
+/* The next CPU *_gemm row from table index *i on that this CPU runs (NULL after the last). */
+static const moq_kernel *next_cpu_gemm_row(size_t *i) {
+    const uint32_t feat = moq_cpu_features();
+    for (; *i < moq_kernel_table_len; (*i)++) {
+        const moq_kernel *k = &moq_kernel_table[*i];
+        if (strstr(k->name, "_gemm") && k->target != MOQ_TARGET_CUDA_SM90 && (k->need & feat) == k->need) {
+            (*i)++;
+            return k;
+        }
+    }
+    return NULL;
+}
+
 /* The packed GEMM of the *_gemm rows (AVX2: 128x128 and MXFP8 at M > 16, FP8 per-tensor / per-channel
  * at M >= 48; AVX-512: M > 64; the other M run the k4fma and small-M paths, covered by the sweep;
  * x and y alternate f32 / bf16 over the rows) blocks the work into items of 256 output rows ×
@@ -130,11 +143,9 @@ static void test_every_fast_row(void **state) {
  * micro-kernel, and a partial last 128-row FP8 block) and K over a panel boundary reach every edge. */
 static void test_gemm_cache_blocks(void **state) {
     (void)state;
-    const uint32_t feat = moq_cpu_features();
     int rows = 0;
-    for (size_t i = 0; i < moq_kernel_table_len; i++) {
-        const moq_kernel *k = &moq_kernel_table[i];
-        if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+    size_t i = 0;
+    for (const moq_kernel *k; (k = next_cpu_gemm_row(&i));) {
         const tpair p = tpair_of(k->pair);
         check_row(k, 520, 300, p == TP_FP8_BLK128 ? 256 : 160, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, rows & 2 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32);
         rows++;
@@ -149,11 +160,9 @@ static void test_gemm_cache_blocks(void **state) {
  * other blocks; the shape costs them nothing). */
 static void test_gemm_k_chunks(void **state) {
     (void)state;
-    const uint32_t feat = moq_cpu_features();
     int rows = 0;
-    for (size_t i = 0; i < moq_kernel_table_len; i++) {
-        const moq_kernel *k = &moq_kernel_table[i];
-        if (!strstr(k->name, "_gemm") || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+    size_t i = 0;
+    for (const moq_kernel *k; (k = next_cpu_gemm_row(&i));) {
         check_row(k, 100, 20, 4352, rows & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
         rows++;
     }
