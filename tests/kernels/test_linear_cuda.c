@@ -251,9 +251,12 @@ static double g_worst, g_worst_lt;
         }                                                                                       \
     } while (0)
 
-static void check_cuda_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K, moq_elem xe, moq_elem ye, int bias) {
+/* shards: 0 = 3 for the pairs whose row scale is a shard's (different scales: the cuBLASLt rows'
+ * per-row vectors), else 1 (uniform row scales: their scalar paths) */
+static void check_cuda_row_s(const moq_kernel *k, int64_t M, int64_t N, int64_t K, moq_elem xe, moq_elem ye, int bias, int shards) {
     const tpair p = tpair_of(k->pair);
-    tw t = tw_make(p, N, K, p == TP_FP8_TENSOR || p == TP_NVFP4 || p == TP_NVFP4_W4A16 ? 3 : 1, bias);
+    if (!shards) shards = p == TP_FP8_TENSOR || p == TP_NVFP4 || p == TP_NVFP4_W4A16 ? 3 : 1;
+    tw t = tw_make(p, N, K, shards, bias);
     float *x = malloc((size_t)(M * K) * 4);
     uint16_t *xb = malloc((size_t)(M * K) * 2);
     fill(x, (size_t)(M * K), urand(0.1f, 10.0f));
@@ -267,8 +270,8 @@ static void check_cuda_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K,
     for (size_t i = 0; i < n; i++) want[i] = yr[i];
 
     char what[200];
-    snprintf(what, sizeof what, "linear/%s/x_%s.y_%s/m%lld_n%lld_k%lld%s", k->name, moq_elem_name(xe), moq_elem_name(ye), (long long)M,
-             (long long)N, (long long)K, bias ? "" : "/no_bias");
+    snprintf(what, sizeof what, "linear/%s/x_%s.y_%s/m%lld_n%lld_k%lld%s/shards%d", k->name, moq_elem_name(xe), moq_elem_name(ye), (long long)M,
+             (long long)N, (long long)K, bias ? "" : "/no_bias", shards);
     moq_linear_opts o = moq_linear_opts_default();
     o.name = "test.layer";
     o.kernel = k->name;
@@ -319,6 +322,46 @@ out:
     tw_free(&t);
 }
 
+static void check_cuda_row(const moq_kernel *k, int64_t M, int64_t N, int64_t K, moq_elem xe, moq_elem ye, int bias) {
+    check_cuda_row_s(k, M, N, K, xe, ye, bias, 0);
+}
+
+/* The cuBLASLt rows' paths at M > 16 (cublaslt.cu): y written by cuBLASLt itself (dequant rows:
+ * alpha a host scalar with one shard, a device vector with three; bias in cuBLASLt's epilogue or
+ * none; f32 and bf16 y; N not a multiple of 16 or of the dequantization chunk, so the last chunk's
+ * pad rows must not reach y), FP8 with scalar scales (one shard, no bias, M and N multiples of 16)
+ * or outer vectors, and the D + epilogue path (FP8 per-token, bias with FP8). Which path ran is
+ * counted (moq_cuda_lt_stats) and printed by test_every_cuda_row; the knobs MOQ_CUDA_LT_DIRECT,
+ * MOQ_CUDA_LT_SCALAR and MOQ_CUDA_LT_CACHE select the others for a second run of this binary. */
+static void check_lt_paths(const moq_kernel *k, bool quick) {
+    if (k->variant != 1 && k->variant != 2) return;
+    int64_t NK[2][2];
+    shapes_for(tpair_of(k->pair), NK);
+    static const int64_t Ms[] = {17, 33, 128, 1024};
+    const bool sharded = moq_pairs[k->pair].row_scale == MOQ_ROWSCALE_SHARD_W || moq_pairs[k->pair].row_scale == MOQ_ROWSCALE_SHARD_W_IN;
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (int shards = 1; shards <= 3; shards += 2)
+            for (int bias = 0; bias < 2; bias++)
+                for (int yb = 0; yb < 2; yb++) {
+                    const int s = Ms[mi] == 17 ? 1 : 0; /* M = 17: the tiny N (17 or 23) */
+                    if (shards == 3 && !sharded) continue;
+                    if (quick && (shards == 3 || Ms[mi] == 33 || Ms[mi] == 1024 || bias != yb)) continue; /* under compute-sanitizer */
+                    check_cuda_row_s(k, Ms[mi], NK[s][0], NK[s][1], (mi + (size_t)bias) & 1 ? MOQ_ELEM_F32 : MOQ_ELEM_BF16,
+                                     yb ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, bias, shards);
+                }
+    /* M, N multiples of 16 without bias: FP8 straight into y, scalar (one shard) or outer-vector scales */
+    for (int shards = 1; shards <= (sharded ? 3 : 1); shards += 2) {
+        check_cuda_row_s(k, 128, 256, 512, MOQ_ELEM_BF16, MOQ_ELEM_F32, 0, shards);
+        check_cuda_row_s(k, 1024, 512, 256, MOQ_ELEM_BF16, MOQ_ELEM_BF16, 0, shards);
+        check_cuda_row_s(k, 48, 128, 1024, MOQ_ELEM_F32, MOQ_ELEM_BF16, 1, shards);
+    }
+    /* several dequantization chunks (moq_cuda_wb_rows: 1024 rows at K = 32768), the last one
+     * 76 valid rows of 128 (N = 1100, Np = 1152) */
+    if (quick || k->variant != 2 || k->pair == MOQ_PAIR_BF16) return;
+    check_cuda_row_s(k, 17, 1100, 32768, MOQ_ELEM_BF16, MOQ_ELEM_F32, 0, 1);
+    check_cuda_row_s(k, 17, 1100, 32768, MOQ_ELEM_BF16, MOQ_ELEM_BF16, 1, 0);
+}
+
 static void test_every_cuda_row(void **state) {
     (void)state;
     NEED_GPU();
@@ -343,9 +386,16 @@ static void test_every_cuda_row(void **state) {
         check_cuda_row(k, 64, 512, 256, MOQ_ELEM_BF16, MOQ_ELEM_BF16, 0);
         check_cuda_row(k, 16, 1024, 4096, MOQ_ELEM_BF16, MOQ_ELEM_F32, 0);
         check_cuda_row(k, 1, 1024, 4096, MOQ_ELEM_BF16, MOQ_ELEM_F32, 0);
+        check_lt_paths(k, nM < sizeof Ms / sizeof Ms[0]);
     }
     print_message("%d CUDA rows checked on %s: %d failures; worst relative error with exact inputs and f32 y %.3g (own kernels), %.3g (cuBLASLt fp8)\n",
                   rows, g_info, g_fail, g_worst, g_worst_lt);
+    unsigned long long st[MOQ_CUDA_LT_STAT_COUNT];
+    moq_cuda_lt_stats(st);
+    print_message("cuBLASLt paths: %llu dequant calls straight into y (%llu reading x itself), %llu fp8 scalar-scaled, %llu fp8 outer-vector, "
+                  "%llu direct attempts declined, %llu calls via D + epilogue; %llu heuristic queries, %llu cached answers reused\n",
+                  st[MOQ_CUDA_LT_DEQ_DIRECT], st[MOQ_CUDA_LT_X_DIRECT], st[MOQ_CUDA_LT_FP8_SCALAR], st[MOQ_CUDA_LT_FP8_OUTER], st[MOQ_CUDA_LT_DECLINED], st[MOQ_CUDA_LT_D_PATH],
+                  st[MOQ_CUDA_LT_HEURISTIC], st[MOQ_CUDA_LT_CACHE_HIT]);
     if (g_fail) fail_msg("%d CUDA row checks failed; seed %u", g_fail, g_seed);
 }
 

@@ -17,7 +17,8 @@
  *   sf  u8   [Mp, Kp/16] NVFP4 e4m3 / MXFP8 e8m0 block scales
  *   tok f32  [Mp]       per-token scale (1 when the pair has none)
  *   gs  f32  [Mp, Kp/128] FP8 g128 activation group scales
- *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows only)
+ *   d   f32  [M, Np]    cuBLASLt output before the epilogue (cuBLASLt rows, when they do not
+ *                       write y directly)
  *   lt  32 MiB          cuBLASLt workspace (cuBLASLt rows only)
  *   wb  bf16 [R, Kp]    one N-chunk of the weight dequantized to bf16, R = moq_cuda_wb_rows
  *                       (the dequant + cuBLASLt rows, NVFP4 / MXFP8, M > 16 only)
@@ -71,6 +72,8 @@ typedef struct moq_cuda_args {
     const void   *codes_d, *scales_d;
     const float  *row_scale_d, *bias_d;
     int           has_bias;    /* bias_d holds the layer's bias (else zeros)                    */
+    int           rs_uniform;  /* every row_scale_d[n], n < N, equals rs_value (rows_cuda.c)     */
+    float         rs_value;    /* that value on the host (rs_uniform only)                      */
     float         a_scale;     /* static activation scale (FP8 s_in, NVFP4 input_scale)         */
     int           rcp_approx;  /* NVFP4: rcp.approx.ftz (the peers' kernels) instead of IEEE 1/x */
     int           skip_a;      /* the GEMM reads only the codes (cuBLASLt): do not write A       */
@@ -104,11 +107,32 @@ const char *moq_cuda_gemv_fma(const moq_cuda_args *a);
  * mma.sync m16n8k16 bf16 with f32 accumulation (g128 partial sums scaled per 128 K). */
 const char *moq_cuda_gemm_mma(const moq_cuda_args *a);
 const char *moq_cuda_lt_init(void); /* the process's cuBLASLt handle, created once (at layer create) */
-/* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 -> f32, then the epilogue kernel. */
+/* FP8 per-tensor / per-token pairs: cuBLASLt e4m3 x e4m3 straight into y with cuBLASLt's scales
+ * (scalar when the row scales are uniform and the activation scale static, else outer vectors)
+ * when there is no bias and M, N are multiples of 16; else -> f32 D, then the epilogue kernel. */
 const char *moq_cuda_gemm_cublaslt(const moq_cuda_args *a);
 /* NVFP4 / MXFP8 / FP8 per-tensor / per-channel pairs: weight N-chunks dequantized to exact bf16,
- * cuBLASLt bf16 x bf16 (A) -> f32, then the epilogue kernel; BF16 weights go to cuBLASLt as they are. */
+ * cuBLASLt bf16 x bf16 (A); BF16 weights go to cuBLASLt as they are. Straight into y (row scale as
+ * cuBLASLt's alpha, bias in its epilogue) where the pair has no per-token scale, else (and where
+ * cuBLASLt declines) -> f32 D, then the epilogue kernel. */
 const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
+/* Counters of the cuBLASLt rows since the process started (for tests and measurements; relaxed
+ * atomics): calls that wrote y directly (dequant rows: bf16 GEMM, of which reading x itself; FP8
+ * rows: scalar or outer-vector scales), direct attempts cuBLASLt declined (then the D + epilogue path ran), calls on the D path,
+ * heuristic queries, and cached heuristic results reused. Knobs (read once, docs/PERFORMANCE.md),
+ * each 0 by default (the paths before them) until they have run on the device: MOQ_CUDA_LT_DIRECT
+ * (0: dequant rows always via D; 1: direct, alpha a host scalar when the row scales are uniform,
+ * else a device vector; 2: direct, always the device vector), MOQ_CUDA_LT_SCALAR (1: FP8 direct
+ * with scalar scales when uniform), MOQ_CUDA_LT_CACHE (1: the heuristic cached), MOQ_CUDA_LT_X (1:
+ * the direct path reads x; moq_cuda_dq_reads_x). */
+enum {
+    MOQ_CUDA_LT_DEQ_DIRECT = 0, MOQ_CUDA_LT_X_DIRECT, MOQ_CUDA_LT_FP8_SCALAR, MOQ_CUDA_LT_FP8_OUTER, MOQ_CUDA_LT_DECLINED,
+    MOQ_CUDA_LT_D_PATH, MOQ_CUDA_LT_HEURISTIC, MOQ_CUDA_LT_CACHE_HIT, MOQ_CUDA_LT_STAT_COUNT
+};
+void moq_cuda_lt_stats(unsigned long long out[MOQ_CUDA_LT_STAT_COUNT]);
+/* 1 when the dequant row's GEMM at this M reads x itself (BF16 / NVFP4 W4A16 with bf16 x, K % 8 == 0,
+ * MOQ_CUDA_LT_DIRECT on): the caller skips moq_cuda_act_quant (the GEMM runs it if it falls back). */
+int moq_cuda_dq_reads_x(const moq_cuda_args *a);
 
 
 /* ---- decoder steps (model_ops.cu; src/model/model_gpu.c) ---- */

@@ -1,6 +1,6 @@
 /* rows_cuda.c — the CUDA rows of the kernel registry: host-side packing into the padded layout
  * of cuda_api.h, workspace sizes, and run(): activation quantizer (unless the decode kernel
- * quantizes x itself), then the decode kernel (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
+ * quantizes x itself or the dequant GEMM reads a bf16 x as it is), then the decode kernel (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
  * dequantized to bf16 + cuBLASLt bf16 (variant 2, NVFP4 / MXFP8 / BF16). Run only
  * enqueues work; kernel faults surface at moq_device_sync. */
 #include "kernels/cuda/rows_cuda.h"
@@ -129,6 +129,23 @@ bool moq_cuda_row_lt_supports(const moq_weight *w, char *why, size_t why_len) {
     return e == NULL;
 }
 
+/* Whether every row_scale the pack wrote (moq_linear_row_scale, n < N) is one value, and which: the
+ * cuBLASLt rows then scale by a host scalar (cublaslt.cu). The pair's scale is 1, a shard's or the
+ * static activation scale times a shard's, so equal shard scales decide it in O(shards) per call;
+ * the packed copy lives on the device, out of the host's reach. Per-channel: not checked (false). */
+static bool rs_uniform(const moq_weight *w, float *v) {
+    *v = 1.0f;
+    switch (moq_pairs[moq_pair_of(w)].row_scale) {
+    case MOQ_ROWSCALE_NONE: return true;
+    case MOQ_ROWSCALE_SHARD_W: case MOQ_ROWSCALE_SHARD_W_IN:
+        for (int s = 1; s < w->n_shards; s++)
+            if (w->shard_scale[s] != w->shard_scale[0]) return false;
+        *v = moq_linear_row_scale(w, 0);
+        return true;
+    default: return false;
+    }
+}
+
 /* the GEMM for M > 16 of each row variant (kernels.c: CUDA_MMA 0, CUDA_LT 1, CUDA_DQ 2) */
 static const char *(*const gemm_of_variant[3])(const moq_cuda_args *) = {moq_cuda_gemm_mma, moq_cuda_gemm_cublaslt, moq_cuda_gemm_dequant_lt};
 
@@ -144,10 +161,13 @@ moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
         .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q((int)kind_of_pair[l->pair], l->M),
         .a_f16 = l->M <= 16 && moq_cuda_gemv_a_f16((int)kind_of_pair[l->pair], l->M), .stream = l->stream,
     };
+    a.rs_uniform = rs_uniform(w, &a.rs_value);
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
-    /* the decode kernel quantizes x itself at small M (gemv.cu, FUSED): no quantizer kernel */
-    const char *e = l->M <= 16 && moq_cuda_gemv_fuses(&a) ? NULL : moq_cuda_act_quant(&a);
+    /* the decode kernel quantizes x itself at small M (gemv.cu, FUSED), and the dequant rows' GEMM
+     * reads a bf16 x itself for BF16 / W4A16 (cublaslt.cu): no quantizer kernel then */
+    const bool own_x = l->M <= 16 ? moq_cuda_gemv_fuses(&a) : l->k->variant == 2 && moq_cuda_dq_reads_x(&a);
+    const char *e = own_x ? NULL : moq_cuda_act_quant(&a);
     if (!e) e = l->M <= 16 ? moq_cuda_gemv(&a) : gemm_of_variant[l->k->variant](&a);
     if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, l->k->name, "%s", e);
     return MOQ_OK;
