@@ -22,6 +22,13 @@ static int32_t argmax_row(const float *x, int64_t n) {
     return b;
 }
 
+/* MOQ_PROFILE_LAST_STEP=1: the last decode step (and the last batch step) alone inside a profiler
+ * range (cudaProfilerStart/Stop), for `ncu --profile-from-start off` (scripts/device_diag.sh). */
+static bool profile_last_step(void) {
+    const char *v = getenv("MOQ_PROFILE_LAST_STEP");
+    return v && v[0] == '1';
+}
+
 /* --batch B: B sequences of a moq_batch (the API `moq serve` runs on), each prefilled with
  * the prompt, then N steps (moq_batch_step) that advance all B by one greedy token in one forward;
  * *tok_s = B · N / time of the steps (the first step, which captures the step's CUDA graph, is a
@@ -52,9 +59,7 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
             rc = cli_report(&err);
         else tok[i] = argmax_row(lg, V);
     }
-    /* MOQ_PROFILE_LAST_STEP=1: the last step alone inside a profiler range (scripts/device_diag.sh) */
-    const char *pv = getenv("MOQ_PROFILE_LAST_STEP");
-    const bool prof = pv && pv[0] == '1';
+    const bool prof = profile_last_step();
     double t0 = cli_now_s();
     for (long i = 0; !rc && i <= N; i++) {
         if (i == 1) t0 = cli_now_s();
@@ -138,8 +143,7 @@ int cmd_bench_model(int argc, char **argv) {
         ids[i] = (int32_t)(st % (uint64_t)V);
     }
     if (P + N + 1 > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
-    const char *pv = getenv("MOQ_PROFILE_LAST_STEP"); /* as bench_batch */
-    const bool prof1 = pv && pv[0] == '1';
+    const bool prof1 = profile_last_step();
     const double t0 = cli_now_s();
     if (moq_model_prefill(m, ids, P, NULL, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     const double t1p = cli_now_s();

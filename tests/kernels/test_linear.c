@@ -241,8 +241,6 @@ static void test_e4m3_nan_codes(void **state) {
     assert_true(rows >= 4); /* the four e4m3 pairs' _ref rows at least */
 }
 
-/* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
- * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
 /* The AVX2 W4A16 row, or NULL (with a skip message) on a CPU without AVX2. */
 static const moq_kernel *w4a16_avx2_row(void) {
     const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
@@ -254,6 +252,8 @@ static const moq_kernel *w4a16_avx2_row(void) {
     return k;
 }
 
+/* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
+ * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
 static void test_nvfp4_w4a16_avx2_decode(void **state) {
     (void)state;
     const moq_kernel *k = w4a16_avx2_row();
@@ -518,6 +518,36 @@ static void y_row16_avx2_run(const moq_linear_launch *l, int64_t m, const float 
 }
 #pragma GCC pop_options
 
+static void test_y_row16_avx2(void **state) {
+    (void)state;
+    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
+    static const uint32_t bits[] = {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u,
+                                    0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x00000001u, 0x807FFFFFu, 0x80000000u,
+                                    0x00008000u, 0x00018000u, 0x477FE000u, 0xC0490FDBu};
+    enum { NB = sizeof bits / sizeof bits[0] };
+    float v[2][16];
+    for (int i = 0; i < 32; i++) {
+        const uint32_t u = i < NB ? bits[i] : (uint32_t)rand() * 2654435761u;
+        memcpy(&v[i / 16][i % 16], &u, 4);
+    }
+    moq_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = 40;
+    for (int e = 0; e < 2; e++) {
+        const moq_elem ye = e ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
+        uint8_t got[2 * 40 * 4], want[2 * 40 * 4];
+        memset(got, 0xAB, sizeof got), memset(want, 0xAB, sizeof want);
+        moq_linear_launch l;
+        memset(&l, 0, sizeof l);
+        l.w = &w, l.y = got, l.y_elem = ye;
+        for (int m = 0; m < 2; m++) {
+            y_row16_avx2_run(&l, m, v[m]);
+            for (int r = 0; r < 16; r++) moq_y_store(want, ye, w.N, m, 16 + r, v[m][r]);
+        }
+        assert_memory_equal(got, want, sizeof got);
+    }
+}
+
 /* The AVX2 W4A16 row's pack k4n (kernels/cpu/nvfp4_k4n_avx2.h) on random chunks: every nibble
  * where its header says, and both ways back to rows16 (k4n_cols; k4n_lut_col through the identity
  * table) equal to the rows16 bytes. */
@@ -559,36 +589,6 @@ static void test_nvfp4_k4n_layout(void **state) {
     (void)state;
     if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
     k4n_check();
-}
-
-static void test_y_row16_avx2(void **state) {
-    (void)state;
-    if (!(moq_cpu_features() & MOQ_CPU_AVX2)) skip();
-    static const uint32_t bits[] = {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u,
-                                    0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x00000001u, 0x807FFFFFu, 0x80000000u,
-                                    0x00008000u, 0x00018000u, 0x477FE000u, 0xC0490FDBu};
-    enum { NB = sizeof bits / sizeof bits[0] };
-    float v[2][16];
-    for (int i = 0; i < 32; i++) {
-        const uint32_t u = i < NB ? bits[i] : (uint32_t)rand() * 2654435761u;
-        memcpy(&v[i / 16][i % 16], &u, 4);
-    }
-    moq_weight w;
-    memset(&w, 0, sizeof w);
-    w.N = 40;
-    for (int e = 0; e < 2; e++) {
-        const moq_elem ye = e ? MOQ_ELEM_BF16 : MOQ_ELEM_F32;
-        uint8_t got[2 * 40 * 4], want[2 * 40 * 4];
-        memset(got, 0xAB, sizeof got), memset(want, 0xAB, sizeof want);
-        moq_linear_launch l;
-        memset(&l, 0, sizeof l);
-        l.w = &w, l.y = got, l.y_elem = ye;
-        for (int m = 0; m < 2; m++) {
-            y_row16_avx2_run(&l, m, v[m]);
-            for (int r = 0; r < 16; r++) moq_y_store(want, ye, w.N, m, 16 + r, v[m][r]);
-        }
-        assert_memory_equal(got, want, sizeof got);
-    }
 }
 
 /* Which row runs which M is the registry's m_lo..m_hi (kernels.h): every row with an M range has a

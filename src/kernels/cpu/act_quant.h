@@ -59,6 +59,20 @@ void moq_act_mxfp8_avx2(const float *x, size_t K, uint8_t *q, uint8_t *sf, float
 /* moq_act_dequant_row with the AVX2 FP8 / MXFP8 quantizers (same results, bit for bit); other
  * pairs go to moq_act_dequant_row itself. */
 void moq_act_dequant_row_avx2(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp);
+/* Token row m of l's x as e4m3 codes for the AVX2 e4m3-weight rows (k4fma, gemm): the f32 row in
+ * xr [K], the pair's codes (the AVX2 quantizer above, FP8 / MXFP8 pairs only) in codes [K] (MXFP8:
+ * its e8m0 block codes after them, K / 32 bytes), the per-token scale in *tok (1 when none), the
+ * activation block scales in sx (128x128: f32 per 128; MXFP8: 2^(c-127) per 32). FP8 per-tensor:
+ * s_in lives in the row scale. */
+void moq_act_e4m3_codes_avx2(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *codes, float *tok, float *sx);
+
+/* The MXFP8 quantizer's multiplier for block code c (§4.3): 2^(127-c), 0 for c = 0 — as
+ * ldexpf(1, 127 - c) gives it (the reference's form), built from its bits: normal for c <= 253,
+ * subnormal for 254 (2^-127) and 255 (2^-128, a NaN amax). The SIMD twins' form. */
+static inline float moq_mxfp8_act_mult(uint8_t c) {
+    const int e = 254 - (int)c;
+    return c == 0 ? 0.0f : moq_f32_from_bits(e >= 1 ? (uint32_t)e << 23 : 0x00400000u >> -e);
+}
 
 /* Quantize activation row m the way launch l's pair says, then dequantize it back to f32 with
  * every per-group scale folded in, except the per-token scale (returned in *row_scale, 1 when

@@ -182,42 +182,45 @@ void moq_act_fp8_g128_avx2(const float *x, size_t K, uint8_t *q, float *scales, 
 void moq_act_mxfp8_avx2(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq) {
     for (size_t b = 0; b < K / 32; b++) {
         const uint8_t c = moq_e8m0_encode_up_sat(amax8n(x + 32 * b, 32) * (1.0f / 448.0f));
-        /* 2^(127-c) as ldexpf(1, 127 - c) gives it, built from its bits: normal for c <= 253,
-         * subnormal for c = 254 (2^-127) and 255 (2^-128, a NaN amax) */
-        const int e = 254 - (int)c;
-        const float mult = c == 0 ? 0.0f : moq_f32_from_bits(e >= 1 ? (uint32_t)e << 23 : 0x00400000u >> -e);
         sf[b] = c;
-        e4m3_row8(x + 32 * b, 32, mult, 0, q ? q + 32 * b : NULL, deq ? deq + 32 * b : NULL, moq_e8m0_decode(c));
+        e4m3_row8(x + 32 * b, 32, moq_mxfp8_act_mult(c), 0, q ? q + 32 * b : NULL, deq ? deq + 32 * b : NULL, moq_e8m0_decode(c));
     }
 }
 
 void moq_act_dequant_row_avx2(const moq_linear_launch *l, int64_t m, float *xq, float *row_scale, uint8_t *tmp) {
     const size_t K = (size_t)l->w->K;
+    if (l->pair != MOQ_PAIR_FP8_TENSOR && l->pair != MOQ_PAIR_FP8_ROW && l->pair != MOQ_PAIR_FP8_BLK128 && l->pair != MOQ_PAIR_MXFP8) {
+        moq_act_dequant_row(l, m, xq, row_scale, tmp); /* NVFP4 and unquantized pairs: the reference path */
+        return;
+    }
+    moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
+    *row_scale = 1.0f;
     switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: /* s_in lives in row_scale (SHARD_W_IN) */
-        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
-        *row_scale = 1.0f;
-        moq_act_fp8_static_avx2(xq, K, l->a_scale, NULL, xq);
-        break;
-    case MOQ_PAIR_FP8_ROW:
-        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
-        moq_act_fp8_token_avx2(xq, K, NULL, row_scale, xq);
-        break;
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xq, K, l->a_scale, NULL, xq); break; /* s_in lives in row_scale (SHARD_W_IN) */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xq, K, NULL, row_scale, xq); break;
     case MOQ_PAIR_FP8_BLK128: {
-        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
-        *row_scale = 1.0f;
         float s[64];
         for (size_t g0 = 0; g0 < K; g0 += 64 * 128) /* at most 64 groups per call */
             moq_act_fp8_g128_avx2(xq + g0, K - g0 < 64 * 128 ? K - g0 : 64 * 128, NULL, s, xq + g0);
         break;
     }
-    case MOQ_PAIR_MXFP8:
-        moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xq);
-        *row_scale = 1.0f;
-        moq_act_mxfp8_avx2(xq, K, NULL, tmp, xq);
+    default: moq_act_mxfp8_avx2(xq, K, NULL, tmp, xq); break;
+    }
+}
+
+void moq_act_e4m3_codes_avx2(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *codes, float *tok, float *sx) {
+    const size_t K = (size_t)l->w->K;
+    moq_x_row_f32(l->x, l->x_elem, l->w->K, m, xr);
+    *tok = 1.0f;
+    switch (l->pair) {
+    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xr, K, l->a_scale, codes, NULL); break; /* s_in lives in row_scale */
+    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xr, K, codes, tok, NULL); break;
+    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_avx2(xr, K, codes, sx, NULL); break;
+    default: { /* MXFP8 */
+        uint8_t *sf = codes + K;
+        moq_act_mxfp8_avx2(xr, K, codes, sf, NULL);
+        for (size_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
         break;
-    default: /* NVFP4 and unquantized pairs: the reference path */
-        moq_act_dequant_row(l, m, xq, row_scale, tmp);
-        break;
+    }
     }
 }

@@ -129,7 +129,7 @@ void moq_act_fp8_g128_avx512(const float *x, size_t K, uint8_t *q, float *scales
 void moq_act_mxfp8_avx512(const float *x, size_t K, uint8_t *q, uint8_t *sf, float *deq) {
     for (size_t b = 0; b < K / 32; b++) {
         const uint8_t c = moq_e8m0_encode_up_sat(amax16n(x + 32 * b, 32) * (1.0f / 448.0f));
-        const float mult = c == 0 ? 0.0f : ldexpf(1.0f, 127 - (int)c);
+        const float mult = moq_mxfp8_act_mult(c);
         sf[b] = c;
         e4m3_row(x + 32 * b, 32, mult, false, q ? q + 32 * b : NULL, deq ? deq + 32 * b : NULL);
         if (deq) {

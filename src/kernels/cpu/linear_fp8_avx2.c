@@ -93,19 +93,7 @@ size_t moq_linear_fp8_k4_workspace(const moq_weight *w, int64_t M, int n_threads
 static void prepare_row(const moq_linear_launch *l, int64_t m, float *X, float *sm, float *SX, const float *tab, uint8_t *tmp) {
     const int64_t K = l->w->K, K4 = k4(l->w), bk = bk_of(l->w);
     float *xr = X + m * K4, *sx = SX + m * (K / (bk > 0 ? bk : 32));
-    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
-    sm[m] = 1.0f;
-    switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xr, (size_t)K, l->a_scale, tmp, NULL); break; /* s_in lives in row_scale */
-    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xr, (size_t)K, tmp, &sm[m], NULL); break;
-    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_avx2(xr, (size_t)K, tmp, sx, NULL); break;
-    default: { /* MXFP8 */
-        uint8_t *sf = tmp + K;
-        moq_act_mxfp8_avx2(xr, (size_t)K, tmp, sf, NULL);
-        for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
-        break;
-    }
-    }
+    moq_act_e4m3_codes_avx2(l, m, xr, tmp, &sm[m], sx);
     for (int64_t k = 0; k < K; k++) xr[k] = tab[tmp[k]];
     for (int64_t k = K; k < K4; k++) xr[k] = 0.0f;
 }

@@ -100,26 +100,6 @@ static void store_tile16(const moq_linear_launch *l, const uint8_t *nan, int64_t
     moq_y_row16_avx2(l, m, n0, y[0], y[1]);
 }
 
-/* Token row m quantized by the pair's quantizer (the AVX2 twin of the reference: the same codes
- * and scales): e4m3 codes in tmp [K], the per-token
- * scale in sm[m] (1 when none), block scales (128x128: f32 per 128; MXFP8: 2^(c-127) per 32) in sx. */
-static void quantize_row(const moq_linear_launch *l, int64_t m, float *xr, uint8_t *tmp, float *sm, float *sx) {
-    const int64_t K = l->w->K;
-    moq_x_row_f32(l->x, l->x_elem, K, m, xr);
-    sm[m] = 1.0f;
-    switch (l->pair) {
-    case MOQ_PAIR_FP8_TENSOR: moq_act_fp8_static_avx2(xr, (size_t)K, l->a_scale, tmp, NULL); break; /* s_in lives in row_scale */
-    case MOQ_PAIR_FP8_ROW: moq_act_fp8_token_avx2(xr, (size_t)K, tmp, &sm[m], NULL); break;
-    case MOQ_PAIR_FP8_BLK128: moq_act_fp8_g128_avx2(xr, (size_t)K, tmp, sx, NULL); break;
-    default: {
-        uint8_t *sf = tmp + K;
-        moq_act_mxfp8_avx2(xr, (size_t)K, tmp, sf, NULL);
-        for (int64_t b = 0; b < K / 32; b++) sx[b] = moq_e8m0_decode(sf[b]);
-        break;
-    }
-    }
-}
-
 /* ---- GEMM (M > 16) ---------------------------------------------------------------------------- */
 
 /* Rows [16·t0, 16·t0 + 16·nt) × columns [k0, k0 + kc) -> B [nt][kc][16], exact values (× block scale). */
@@ -309,7 +289,7 @@ moq_status moq_linear_gemm_run_avx2(const moq_linear_launch *l, moq_error *err) 
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
             float *sx = SX + m * (K / 32 + 1);
-            quantize_row(l, m, xr, tmp, sm, sx);
+            moq_act_e4m3_codes_avx2(l, m, xr, tmp, &sm[m], sx); /* codes in tmp, per-token scale, block scales */
             float *a = X + (m / MR) * K4 * MR + m % MR;
             if (bk)
                 for (int64_t b0 = 0; b0 < K; b0 += bk) { /* no k / bk per element (a 64-bit division) */

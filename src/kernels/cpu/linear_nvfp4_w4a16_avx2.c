@@ -166,8 +166,8 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
 /* M = 1, integer block sums (issue 14). x of each 16-block on a shared power of two: v = round(x·2^-e),
  * max |v| in [2^19, 2^20], written as three signed 7-bit digits v = a·2^14 + b·2^7 + c (|a| <= 64,
  * b, c in [-64, 63]); so x is exact unless an element is more than 2^12 below its block's largest
- * (then within 2^-21 of that largest). The weights as u8 2·e2m1 + 12 in [0, 24] (one vpshufb); the
- * byte pairs (k, k+1) of a row by vpermq + two unpacks of the rows16 codes; vpmaddubsw per digit
+ * (then within 2^-21 of that largest). The weights as u8 2·e2m1 + 12 in [0, 24]: one vpshufb per
+ * nibble of a k4n chunk gives a row's (k, k+1) byte pairs (tiles_digits); vpmaddubsw per digit
  * (pair sums <= 2·24·64), the block's 8 pairs summed in s16 (<= 24576), then per block
  * a·2^14 + b·2^7 + c in s32 minus 12·Σv (the +12 of the weights; both exact), to f32 once, × D4(SF)/256
  * × 2^(e+7) into the f32 totals: one rounding per block, like tile_one. Two tiles per pass share

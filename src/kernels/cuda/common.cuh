@@ -21,6 +21,13 @@ static inline const char *moq_cuda_launch_check(const char *what) {
     return msg;
 }
 
+/* A tuning or A/B knob from the environment (read by the caller once): dflt when unset or outside lo..hi. */
+static inline int moq_cuda_knob(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    const int x = v ? atoi(v) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+
 /* Programmatic dependent launch (PDL) for the decode step's kernels. moq_launch_pdl launches a
  * kernel that may start while the kernel before it on the stream still runs (a CUDA graph keeps
  * the edge), so its launch and prologue overlap that kernel's tail; the kernel must call pdl_wait()
@@ -29,14 +36,9 @@ static inline const char *moq_cuda_launch_check(const char *what) {
  * calls it unconditionally, so completion stays transitive along the stream. pdl_trigger() lets
  * the next such kernel start (without it, it starts when this grid ends). Off by default until it
  * has run on the device (written 2026-12-07 without one): MOQ_CUDA_PDL=1 turns it on; off, the
- * launches are plain and pdl_wait / pdl_trigger do nothing (docs/PERFORMANCE.md). */
-/* A tuning or A/B knob from the environment (read by the caller once): dflt when unset or outside lo..hi. */
-static inline int moq_cuda_knob(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    const int x = v ? atoi(v) : dflt;
-    return x < lo || x > hi ? dflt : x;
-}
-
+ * launches are plain and pdl_wait / pdl_trigger do nothing (docs/PERFORMANCE.md). The decode GEMV
+ * (gemv.cu) and the MoE kernels (moe.cu) launch with their own attributes (cluster size; always
+ * PDL, measured on 2026-12-01) and are not switched by this knob. */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 static inline bool moq_cuda_pdl_on(void) {

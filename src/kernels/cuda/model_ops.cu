@@ -18,8 +18,9 @@
 
 #define MO_CHECK(what) return moq_cuda_launch_check(what)
 
-/* Every kernel here is launched as a programmatic dependent (moq_launch_pdl, common.cuh) and waits
- * (pdl_wait) before its first global access. The kernels whose output a linear reads next (the
+/* The decode step's kernels here are launched by moq_launch_pdl (common.cuh: programmatic
+ * dependents with MOQ_CUDA_PDL=1, plain launches otherwise; the prefill attention always plain) and
+ * wait (pdl_wait) before their first global access. The kernels whose output a linear reads next (the
  * norms, attention, SwiGLU) also let that linear's decode kernel start at once (pdl_trigger): it
  * issues its first weight loads and then waits for this whole grid to finish and its writes to be
  * visible, so only the weight stream overlaps this kernel. */
