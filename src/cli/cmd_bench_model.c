@@ -13,14 +13,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/rowscan.h"
 #include "model/model_priv.h"
 
-static int32_t argmax_row(const float *x, int64_t n) {
-    int32_t b = 0;
-    for (int64_t v = 1; v < n; v++)
-        if (x[v] > x[b]) b = (int32_t)v;
-    return b;
-}
+static int32_t argmax_row(const float *x, int64_t n) { return (int32_t)moq_f32_argmax_first(x, n); } /* the step checked x finite */
 
 /* MOQ_PROFILE_LAST_STEP=1: the last decode step (and the last batch step) alone inside a profiler
  * range (cudaProfilerStart/Stop), for `ncu --profile-from-start off` (scripts/device_diag.sh). */

@@ -42,6 +42,7 @@
 
 #include "config/modules.h"
 #include "core/error.h"
+#include "core/rowscan.h"
 #include "io/json.h"
 #include "kernels/kernels.h"
 #include "model/arch/deepseek_v3.h"
@@ -1330,14 +1331,8 @@ static moq_status moe_block(moq_model *m, const layer *ly, int64_t M, moq_error 
  * module whose output is not finite while its input was is named (the step's positions are
  * rewritten with the same values; m->pos is not advanced; a Gated DeltaNet layer's state has moved
  * on by then, so the second run only locates, it does not reproduce). */
-static int64_t first_nonfinite(const float *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(p[i])) return i;
-    return -1;
-}
-
 static moq_status check_out(const moq_model *m, const float *p, int64_t rows, int64_t cols, const char *where, moq_error *err) {
-    const int64_t i = first_nonfinite(p, rows * cols);
+    const int64_t i = moq_f32_first_nonfinite(p, rows * cols);
     if (i < 0) return MOQ_OK;
     return MOQ_FAIL(err, MOQ_ERR_TENSOR, where,
                     "output is not finite (%s at token %lld of the step, position %lld, column %lld) while its input was; "
@@ -1594,7 +1589,7 @@ static moq_status forward_chunk(moq_model *m, const int32_t *tok, int64_t M, con
     const float cap = (float)m->gc.final_logit_softcapping;
     for (int64_t e = 0; cap > 0 && e < nr * m->V; e++) m->logits_ws[e] = cap * tanhf(m->logits_ws[e] / cap); /* final_logit_softcapping */
     CHECK(m->logits_ws, nr, m->V, "%s", m->lm_head->name);
-    const int64_t bad = first_nonfinite(m->logits_ws, nr * m->V);
+    const int64_t bad = moq_f32_first_nonfinite(m->logits_ws, nr * m->V);
     if (bad >= 0 && !locate) return forward_chunk(m, tok, M, lrows, nl, true, err);
     if (bad >= 0) /* not reached: the located run stops at the module, at the latest at lm_head */
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, m->lm_head->name, "logits are not finite at column %lld, and no module output was on the second run",

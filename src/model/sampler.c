@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/rowscan.h"
 
 typedef struct cand { double p; int32_t id; int32_t pad; } cand;
 
@@ -123,12 +124,10 @@ moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, voi
                               int32_t *id, moq_error *err) {
     if (!s || !logits || !id || n == 0 || n > INT32_MAX)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_sample", "NULL argument or n = %zu, expected logits of n >= 1 entries", n);
-    size_t best = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
-            return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "logits", "logits[%zu] is %g; expected a finite value or -inf", i, (double)logits[i]);
-        if (logits[i] > logits[best]) best = i;
-    }
+    const int64_t bad = moq_f32_first_nan_or_posinf(logits, (int64_t)n);
+    if (bad >= 0)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "logits", "logits[%lld] is %g; expected a finite value or -inf", (long long)bad, (double)logits[bad]);
+    const size_t best = (size_t)moq_f32_argmax_first(logits, (int64_t)n);
     if (s->opts.temperature == 0.0f || s->opts.top_k == 1 || isinf(logits[best])) { *id = (int32_t)best; return MOQ_OK; }
     if (!scratch || scratch_size < moq_sampler_scratch_size(n))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_sample", "scratch of %zu bytes, expected %zu", scratch_size, moq_sampler_scratch_size(n));
