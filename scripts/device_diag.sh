@@ -30,7 +30,7 @@ done
 for a in $ALGOS; do
   for knob in ${KNOBS-BASE MOQ_CUDA_PDL=0 MOQ_CUDA_PDL=1 MOQ_CUDA_GEMV_PE=1 BASE MOQ_CUDA_PDL=1}; do
     log "bench model $a (${LAYERS:-8} layers) decode, $knob"
-    [ "$a" != FP8 ] && [ "$knob" != BASE ] && [ "$knob" != MOQ_CUDA_PDL=1 ] && continue # the other knobs: FP8 only # PE: not for NVFP4 (gemv.cu PE_OK)
+    [ "${KNOBS_ALL:-0}" != 1 ] && [ "$a" != FP8 ] && [ "$knob" != BASE ] && [ "$knob" != MOQ_CUDA_PDL=1 ] && continue # the other knobs: FP8 only unless KNOBS_ALL=1 # PE: not for NVFP4 (gemv.cu PE_OK)
     exe=$BIN/moq; [ "$knob" = BASE ] && { exe=$BIN/moq_base; knob=MOQ_BASE=1; [ -x "$exe" ] || continue; }
     env "$knob" timeout 60 "$exe" bench model "$S/d_$a" --device cuda --prompt 2048 --decode ${AB_DECODE:-64} ${AB_BATCH:+--batch $AB_BATCH --batch-prompt 128} 2>&1 | grep -E "^decode|^prefill" | tee -a "$OUT/summary.log"
   done

@@ -5,7 +5,7 @@
  *      head_dim 64 / 128 / 256, GQA groups of 1, 2, 3, 4 and 8 q heads, bf16 and e4m3 KV (codes
  *      decoded by src/format's tested decoder, times the scale), windows, pages of 1, 8 and 16,
  *      positions 0 .. 2049 (the 8B benchmark's shape: 32 q / 8 KV heads, head_dim 128), n_split
- *      1, 16 and 64. Reference: softmax(q kᵀ · scale) v in fp64 over the keys the window admits.
+ *      1, 16 and 64, batches of 8 rows whose blocks loop over several key ranges. Reference: softmax(q kᵀ · scale) v in fp64 over the keys the window admits.
  *      The kernel sums in f32 in another order (and exp in f32): max |gpu - ref| / max |ref| per
  *      row <= 2e-5 (f32 rounding over ~2k keys lands near 1e-6). Also: a row alone (M = 1) equals
  *      the same row inside a batch bit for bit (the batch API's promise), and a second launch
@@ -52,7 +52,7 @@ typedef struct acase {
     int64_t A, KV, D;
     int     elem, window, page, n_split;
     int     npos;
-    int32_t pos[5];
+    int32_t pos[8];
 } acase;
 
 /* One attention case: returns nothing, fails the test on a mismatch. */
@@ -172,6 +172,10 @@ static void test_attention_decode(void **state) {
         {16, 2, 64, MOQ_CUDA_KV_BF16, 0, 16, 64, 2, {1000, 3000}},            /* groups of 8: 2 blocks each */
         {4, 2, 128, MOQ_CUDA_KV_E4M3, 50, 1, 1, 2, {129, 7}},                 /* pages of 1, one split */
         {8, 4, 256, MOQ_CUDA_KV_E4M3, 0, 16, 16, 1, {1500}},
+        /* 8 rows at n_split 64: fewer z blocks than ranges, each looping over its ranges (the batch
+         * step's grid); the rows alone run one range a block, and must give the same bits */
+        {32, 8, 128, MOQ_CUDA_KV_BF16, 0, 16, 64, 8, {2049, 130, 0, 64, 700, 1500, 129, 4095}},
+        {16, 2, 64, MOQ_CUDA_KV_E4M3, 300, 8, 64, 8, {1000, 3, 299, 300, 301, 2500, 64, 65}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
 }

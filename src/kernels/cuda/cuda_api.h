@@ -120,7 +120,7 @@ const char *moq_cuda_gemm_dequant_lt(const moq_cuda_args *a);
  * atomics): calls that wrote y directly (dequant rows: bf16 GEMM, of which reading x itself; FP8
  * rows: scalar or outer-vector scales), direct attempts cuBLASLt declined (then the D + epilogue path ran), calls on the D path,
  * heuristic queries, and cached heuristic results reused. Knobs (read once, docs/PERFORMANCE.md),
- * each 0 by default (the paths before them) until they have run on the device: MOQ_CUDA_LT_DIRECT
+ * each 1 by default since they ran on the device (2026-12-07; 0: the path before them): MOQ_CUDA_LT_DIRECT
  * (0: dequant rows always via D; 1: direct, alpha a host scalar when the row scales are uniform,
  * else a device vector; 2: direct, always the device vector), MOQ_CUDA_LT_SCALAR (1: FP8 direct
  * with scalar scales when uniform), MOQ_CUDA_LT_CACHE (1: the heuristic cached), MOQ_CUDA_LT_X (1:

@@ -249,7 +249,8 @@ static pg_div pg_div_of(int64_t d) {
 }
 
 /* Attention of single query rows over the paged cache, split over keys (flash-decoding), for decode
- * and batch steps: block (kv head × group part, token, split), AT_THREADS threads. The block takes up
+ * and batch steps: block (kv head × group part, token, z), AT_THREADS threads; block z takes the key
+ * ranges z, z + gridDim.z, ... (gridDim.z = n_split, one range a block, unless M is large). The block takes up
  * to GB q heads of one GQA group (GB = 4, 2 or 1 by the group size; a group of G heads is
  * ceil(G / GB) blocks), so each K/V row of its keys is read once for all of them.
  *
@@ -266,8 +267,8 @@ static pg_div pg_div_of(int64_t d) {
  * [M, A, n_split, MOQ_CUDA_PART_STRIDE(D)]. (GB = 4 with bf16 KV spills ~50 bytes a thread at the 128-register cap
  * that keeps two blocks per SM.)
  *
- * Ranges past the span (n_ne = ceil(span / range keys) hold keys) return at once: a batch step's
- * short rows cost no more than their keys. Combine, fused: each block counts itself done on
+ * Ranges past the span (n_ne = ceil(span / range keys) hold keys) are skipped: a batch step's short
+ * rows cost no more than their keys. Combine, fused: each block counts itself done on
  * done[token, block x] (atomic, after a fence); the last of the n_ne blocks reads the parts' (m, l)
  * in one round of loads, then the partial sums as float4 columns, each thread a fixed subset of the
  * parts with 16 loads in flight, the subsets added in a fixed order (deterministic whatever order
@@ -277,6 +278,7 @@ static pg_div pg_div_of(int64_t d) {
  * every token of the step are stored before this runs. */
 #define AT_THREADS 256
 #define AT_MAX_SPLIT 64
+#define AT_TARGET_BLOCKS 1024 /* ~4 waves at 2 blocks an SM on 132 SMs */
 template <int D, int GB, int E>
 __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale2, int64_t W,
                                                                  const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, pg_div pd, int n_split,
@@ -292,13 +294,14 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     const int G = (int)(A / KV), nb = (G + GB - 1) / GB, kvh = blockIdx.x / nb, gp = blockIdx.x % nb;
     const int ng = G - gp * GB < GB ? G - gp * GB : GB; /* q heads of this block: h0 .. h0 + ng - 1 */
     const int64_t h0 = (int64_t)kvh * G + gp * GB, i = blockIdx.y, p = pos[i];
-    const int sp = blockIdx.z, tid = threadIdx.x, r = tid % LPK, kg = tid / LPK, lane = tid & 31;
+    const int tid = threadIdx.x, r = tid % LPK, kg = tid / LPK, lane = tid & 31;
     const int64_t lo = W > 0 && p + 1 > W ? p + 1 - W : 0, span = p + 1 - lo;
     int64_t split_keys = (span + n_split - 1) / n_split;
     if (split_keys < MOQ_CUDA_SPLIT_MIN) split_keys = MOQ_CUDA_SPLIT_MIN;
-    const int64_t k0 = lo + sp * split_keys, k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
     const int n_ne = (int)((span + split_keys - 1) / split_keys); /* ranges that hold keys: 0 .. n_ne - 1 */
-    if (sp >= n_ne) return; /* an empty range: nothing to read, write or count */
+    /* block z takes the ranges z, z + gridDim.z, ... (gridDim.z = n_split at small M: one each) */
+    for (int sp = blockIdx.z; sp < n_ne; sp += gridDim.z) { /* past n_ne: empty, nothing to read, write or count */
+    const int64_t k0 = lo + sp * split_keys, k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
     const int64_t qkvN = (A + 2 * KV) * D;
     float q[GB][8], o[GB][8], m[GB], l[GB];
 #pragma unroll
@@ -417,7 +420,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         if (s_last) __threadfence();
     }
     __syncthreads();
-    if (!s_last) return;
+    if (!s_last) continue; /* s_last was read by every thread before the next write (after two barriers) */
     const float *pp = part + (i * A + h0) * n_split * PS; /* part (g, k) at pp + (g n_split + k) PS */
     for (int x = tid; x < ng * n_ne; x += AT_THREADS) { /* every (m, l) in one round of loads */
         const int g = x / n_ne, k = x % n_ne;
@@ -474,6 +477,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
         }
     }
     if (tid == 0) *cnt = 0;
+    } /* the last range was counted: no range of this (token, heads) is left for the loop */
 }
 
 template <int D, int GB> static void launch_decode(dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
@@ -502,7 +506,12 @@ extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t
     if (kv->page < 1 || kv->page > ((int64_t)1 << 30)) return "attention: the page size must be 1..2^30 positions";
     const int64_t G = A / KV;
     const int gb = G >= 4 ? 4 : G == 1 ? 1 : G == 2 ? 2 : 4; /* a group of 3 is one block of 4 with a head idle */
-    const dim3 grid((unsigned)(KV * cdiv(G, gb)), (unsigned)M, (unsigned)n_split);
+    /* z: n_split at small M (one key range a block); at large M fewer, each block looping over its
+     * ranges, so a batch step's empty ranges (most of them when the rows are short) cost a loop test
+     * instead of a block each (2 blocks an SM: 32768 blocks a layer at M = 64 took ~120 us). The
+     * ranges, their parts and the combine are the same whatever z: bit-identical results. */
+    const int64_t gx = KV * cdiv(G, gb), z = cdiv(AT_TARGET_BLOCKS, gx * M);
+    const dim3 grid((unsigned)gx, (unsigned)M, (unsigned)(z < 1 ? 1 : z > n_split ? n_split : z));
     cudaStream_t s = (cudaStream_t)stream;
     switch (D) {
     case 64: launch_decode_d<64>(gb, grid, s, qkv_d, A, KV, scale, window, seq_d, pos_d, kv, (int)n_split, part_d, done_d, att_d); break;
