@@ -44,6 +44,12 @@
 
 #define GEMV_M 8
 #define MT 4
+#ifndef W4_PF
+#define W4_PF 0
+#endif
+#ifndef W4_PF_EVERY
+#define W4_PF_EVERY 1
+#endif
 #define KC 256 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
 
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16_size(w->N, w->K / 2, 1) + 63) & ~(size_t)63; }
@@ -176,13 +182,15 @@ typedef struct {
     const int32_t *d[3]; /* [K/2] digit pairs (k, k+1) of a, b, c, each pair twice: one vpbroadcastd */
     const int32_t *corr; /* [K/16][4] -12·Σ of each digit over the block, an s16 twice (the +12 of the weights) */
     const float   *xs;   /* [K/16] 2^(e+7) */
+    const float   *xs120; /* [K/16] 2^(e+119), or NULL when a block's e > 8 (2^(e+119) would overflow) */
 } xdigits;
 
 /* X [K] -> xdigits; false when a block's largest |x| is not finite or outside [2^-100, 2^100)
- * (then the caller runs tile_one). */
-static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_t *d2, int32_t *corr, float *xs) {
+ * (then the caller runs tile_one). *e_max: the largest e. */
+static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_t *d2, int32_t *corr, float *xs, int *e_max) {
     const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), c128 = _mm256_set1_epi32(128), c255 = _mm256_set1_epi32(255);
     int32_t *d[3] = {d0, d1, d2};
+    *e_max = -1000;
     for (int64_t b = 0; b < K / 16; b++) {
         const __m256 v0 = _mm256_loadu_ps(X + 16 * b), v1 = _mm256_loadu_ps(X + 16 * b + 8);
         const __m256i m = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), absm), _mm256_and_si256(_mm256_castps_si256(v1), absm));
@@ -196,6 +204,7 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
             if (mx >= 0x7F800000u || ex < -100 || ex >= 100) return false;
             e = ex - 19;
         }
+        *e_max = e > *e_max ? e : *e_max;
         const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - e) << 23));
         __m256i r[2] = {_mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv))}; /* |v| <= 2^20 */
         uint32_t u = (uint32_t)(127 + e + 7) << 23;
@@ -237,8 +246,10 @@ static size_t flags_offset(const moq_weight *w) { return (moq_linear_panel_packe
  * (k+2, k+3) u8 pairs, rows 0-7 | 8-15 in the lanes; the x digits of a step feed both tiles.
  * Per block the digit sums are combined in the lane order of vpunpck*wd (rows 0-3 | 8-11 and
  * 4-7 | 12-15), the block scales decoded into the same order, the totals put back in row order
- * once at the end. plain: every scale code of both tiles in 0x00..0x7E (the pack's flag), so
- * D4/256 as f16 is the code << 7; otherwise the sign moves to bit 15 and NaN codes become f16 NaN. */
+ * once at the end. plain: every scale code of both tiles in 0x00..0x7E (the pack's flag) and every
+ * block's e <= 8: the f32 bits code << 20 are D4(SF)·2^-120 exactly (e4m3 subnormals become f32
+ * subnormals of the same scale), times 2^(e+119) (xs120) the same D4(SF)/256 · 2^(e+7) as the
+ * general path's, which decodes through f16 (sign to bit 15, NaN codes to f16 NaN). */
 static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C,
                                                                     const bool plain) {
     const int64_t K = l->w->K, nb = K / 16;
@@ -248,9 +259,10 @@ static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_li
     const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
                                          9, 8, 6, 4, 0); /* 2·e2m1 + 12 */
     const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c256 = _mm256_set1_epi32(0x00010100);
-    /* scale bytes of rows 0-3, 8-11 | 4-7, 12-15 to the low byte of a word */
-    const __m256i sfo = _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 8, -1, 9, -1, 10, -1, 11, -1, 4, -1, 5, -1, 6, -1, 7, -1, 12, -1, 13, -1, 14, -1,
-                                         15, -1);
+    /* scale bytes (both lanes: rows 0..15) of rows 0-3 | 8-11 and 4-7 | 12-15 to byte 2 of a dword */
+    const __m256i sf0 = _mm256_setr_epi8(-1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1,
+                                         11, -1);
+    const __m256i sf1 = _mm256_add_epi32(sf0, _mm256_set1_epi32(0x00040000));
     __m256 tot[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}}; /* [tile][rows 0-3|8-11, 4-7|12-15] */
     for (int64_t b = 0; b < nb; b++) {
         /* s16 digit sums, words = rows 0..15; from -12·Σ digit: the sums end at 2·Σ w·digit
@@ -263,6 +275,12 @@ static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_li
         for (int j = 0; j < 4; j++) {
             const int64_t g = 4 * b + j; /* chunk: k = 4g .. 4g + 3, digit pairs 2g, 2g + 1 */
             __m256i p0[2], p1[2];
+#if W4_PF
+            if (W4_PF_EVERY == 1 ? (j & 1) == 0 : j == 0)
+                for (int u = 0; u < 2; u++) _mm_prefetch((const char *)(W[u] + (size_t)g * 32 + W4_PF), _MM_HINT_T0);
+            if (j == 1 && (b & 3) == 0)
+                for (int u = 0; u < 2; u++) _mm_prefetch((const char *)(SF[u] + 16 * b + W4_PF / 8), _MM_HINT_T0);
+#endif
             for (int u = 0; u < 2; u++) {
                 const __m256i n = _mm256_load_si256((const __m256i *)(W[u] + (size_t)g * 32));
                 p0[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, low4));                        /* (4g, 4g + 1) */
@@ -272,19 +290,22 @@ static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_li
             digit_step(B, p0, p1, _mm256_set1_epi32(xd->d[1][2 * g]), _mm256_set1_epi32(xd->d[1][2 * g + 1]));
             digit_step(Cd, p0, p1, _mm256_set1_epi32(xd->d[2][2 * g]), _mm256_set1_epi32(xd->d[2][2 * g + 1]));
         }
-        const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
+        const __m256 xs = _mm256_broadcast_ss((plain ? xd->xs120 : xd->xs) + b);
         for (int u = 0; u < 2; u++) {
             /* a·2^16 (a in the high word) + (b, c)·(256, 1); lanes rows 0-3 | 8-11, 4-7 | 12-15 */
             const __m256 s0 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi16(z, A[u]), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c256)));
             const __m256 s1 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpackhi_epi16(z, A[u]), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c256)));
-            __m256i h; /* f16 D4(SF)/256, words rows 0-3, 8-11 | 4-7, 12-15 */
+            __m256 f0, f1; /* the block scales of rows 0-3 | 8-11 and 4-7 | 12-15 */
             if (plain) {
-                h = _mm256_slli_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(SF[u] + 16 * b))), sfo), 7);
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)));
+                f0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_shuffle_epi8(sc, sf0), 4)); /* D4·2^-120 */
+                f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_shuffle_epi8(sc, sf1), 4));
             } else {
-                h = e4m3x16_f16div256(_mm_shuffle_epi32(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)), 0xD8));
+                const __m256i h = e4m3x16_f16div256(_mm_shuffle_epi32(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)), 0xD8)); /* D4/256 */
+                f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
             }
-            tot[u][0] = _mm256_fmadd_ps(s0, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), xs), tot[u][0]);
-            tot[u][1] = _mm256_fmadd_ps(s1, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), xs), tot[u][1]);
+            tot[u][0] = _mm256_fmadd_ps(s0, _mm256_mul_ps(f0, xs), tot[u][0]);
+            tot[u][1] = _mm256_fmadd_ps(s1, _mm256_mul_ps(f1, xs), tot[u][1]);
         }
     }
     for (int u = 0; u < 2; u++) {
@@ -295,7 +316,7 @@ static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_li
 
 static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C) {
     const uint8_t *plain = (const uint8_t *)l->packed + flags_offset(l->w);
-    if (plain[t] && plain[t2]) tiles_digits_impl(l, t, t2, xd, C, true);
+    if (xd->xs120 && plain[t] && plain[t2]) tiles_digits_impl(l, t, t2, xd, C, true);
     else tiles_digits_impl(l, t, t2, xd, C, false);
 }
 
@@ -320,7 +341,7 @@ void moq_linear_nvfp4_w4a16_pack_avx2(const moq_weight *w, void *dst) {
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
-    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 20 : 0; /* xdigits of the one token */
+    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 24 : 0; /* xdigits of the one token */
     return moq_linear_panel_workspace_avx2(w, M, n_threads) + ((xsplit + 63) & ~(size_t)63);
 }
 
@@ -336,9 +357,16 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
     if (M == 1) {
         uint8_t *e = (uint8_t *)l->ws + moq_linear_panel_workspace_avx2(w, M, l->n_threads);
         int32_t *d = (int32_t *)e, *corr = d + 3 * (w->K / 2);
-        float *xs = (float *)(corr + 4 * (w->K / 16));
-        const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs};
-        if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs)) {
+        float *xs = (float *)(corr + 4 * (w->K / 16)), *xs120 = xs + w->K / 16;
+        int e_max;
+        if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs, &e_max)) {
+            for (int64_t b = 0; e_max <= 8 && b < w->K / 16; b++) { /* 2^(e+7) -> 2^(e+119): exponent field + 112 */
+                uint32_t u;
+                memcpy(&u, &xs[b], 4);
+                u += 112u << 23;
+                memcpy(&xs120[b], &u, 4);
+            }
+            const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs, e_max <= 8 ? xs120 : NULL};
             const int64_t pairs = (tiles + 1) / 2;
 #pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 2)
             for (int64_t p = 0; p < pairs; p++) {
