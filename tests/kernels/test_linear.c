@@ -298,7 +298,7 @@ static void test_nvfp4_w4a16_avx2_scale_paths(void **state) {
     tw_free(&t);
 }
 
-/* The AVX2 W4A16 M = 1 integer path (x as three 7-bit digits per 16-block on the block's power of
+/* The AVX2 W4A16 M = 1 integer path (x as three 8-bit digits per 16-block on the block's power of
  * two) on activations it rounds (in-block ranges of 2^27, 2^-20 .. 2^20 from block to block), an all-zero
  * block, negatives, bf16 and f32 x; and on the x it hands to the f32 path (a block maximum of 2^110 or
  * 2^-110), against the _ref row. */

@@ -2,17 +2,20 @@
  * activations) decode on AVX2 + FMA + F16C, without an f32 panel (issue 14).
  *
  * Packed layout: the dequant-panel row's (rows16 codes, rows16 e4m3 block scales) with the codes
- * of each 16-row × 4-k chunk regrouped (k4n, nvfp4_k4n_avx2.h: moq_linear_nvfp4_w4a16_pack_avx2);
- * workspace: the panel row's plus the M = 1 activation digits. M > GEMV_M hands the call to
+ * of each 16-row × 4-k chunk regrouped (k4n, nvfp4_k4n_avx2.h: moq_linear_nvfp4_w4a16_pack_avx2),
+ * then one byte per 16-row tile: 1 when all its scale codes are 0x00..0x7E (the M = 1 short scale
+ * decode); workspace: the panel row's plus the M = 1 activation digits. M > GEMV_M hands the call to
  * moq_linear_panel_run_avx2, whose NVFP4 decode turns k4n chunks back into rows16 columns.
  *
  * M = 1 (tiles_digits; issue 14, branch w4a16): integer block sums. x of each 16-block becomes
- * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 7-bit digits, so bf16 x is exact unless
+ * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 8-bit digits, so bf16 x is exact unless
  * an element lies more than 2^12 below its block's largest, and every x within 2^-21 of that largest
  * (x_digits); the weights are u8 2·e2m1 + 12, one vpshufb per nibble of a k4n chunk giving each
  * row's (k, k+1) pair in neighbouring bytes, and vpmaddubsw sums weight pair × digit pair, 8 pairs
- * per block in s16; per block a·2^14 + b·2^7 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into
- * f32 totals (one rounding per block, as the f32 path). Two tiles per pass share the x digits. x
+ * per block in s16; per block a·2^16 + b·2^8 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into
+ * f32 totals (one rounding per block, as the f32 path); the block scale straight from its code to
+ * f32 (code << 20 = D4(SF)·2^-120, × 2^(e+119)) where the tile flag and x allow, else through f16;
+ * the codes prefetched PF_CODES ahead. Two tiles per pass share the x digits. x
  * blocks with a non-finite or out-of-range (2^±100) largest element send the call to the f32 path
  * (tile_one).
  *
