@@ -116,7 +116,7 @@ const moq_kernel moq_kernel_table[] = {
     FP8K4("cpu_avx2_fp8_blk128_k4fma", MOQ_PAIR_FP8_BLK128),
     FP8K4("cpu_avx2_mxfp8_k4fma",      MOQ_PAIR_MXFP8),
     {"cpu_avx2_nvfp4_w4a16_shuffma", MOQ_OP_LINEAR, MOQ_PAIR_NVFP4_W4A16, MOQ_TARGET_CPU_AVX2, MOQ_CPU_AVX2, MOQ_PAIR_NVFP4_W4A16, NULL,
-     moq_linear_panel_packed_size, moq_linear_nvfp4_w4a16_pack_avx2, moq_linear_nvfp4_w4a16_workspace_avx2, moq_linear_nvfp4_w4a16_run_avx2, 0, 0}, /* M <= 8; above: the panel */
+     moq_linear_nvfp4_w4a16_packed_size_avx2, moq_linear_nvfp4_w4a16_pack_avx2, moq_linear_nvfp4_w4a16_workspace_avx2, moq_linear_nvfp4_w4a16_run_avx2, 0, 0}, /* M <= 8; above: the panel */
     /* AVX2 + FMA + F16C: the same panel algorithm on 8-lane vectors. */
     PANEL2("cpu_avx2_nvfp4_w4a4_dequant_fma",  MOQ_PAIR_NVFP4),
     PANEL2("cpu_avx2_nvfp4_w4a16_dequant_fma", MOQ_PAIR_NVFP4_W4A16),

@@ -261,7 +261,44 @@ static void test_nvfp4_w4a16_avx2_decode(void **state) {
     for (int64_t M = 1; M <= 9; M++) check_row(k, M, 40 + M, 272, M & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
 }
 
-/* The AVX2 W4A16 M = 1 integer path (x as three 7-bit digits per 16-block on the block's power of
+/* The AVX2 W4A16 M = 1 integer path's two block-scale decodes, bit for bit: the short one (f32 bits
+ * code << 20, taken when every scale code of a tile pair is 0x00..0x7E, the pack's flag, and every x
+ * block's e <= 8) and the general one (through f16; taken for x blocks of 2^28 and more, and for
+ * tiles holding a -0 scale code 0x80). y(x · 2^32) must be y(x) · 2^32 exactly (the integer sums do
+ * not change with a power of two, the f32 steps neither overflow nor underflow), and a -0 scale
+ * code must give what +0 gives; subnormal and zero scale codes on the short path are against the
+ * _ref row. */
+static void test_nvfp4_w4a16_avx2_scale_paths(void **state) {
+    (void)state;
+    const moq_kernel *k = w4a16_avx2_row();
+    if (!k) return;
+    const int64_t N = 64, K = 272, nb = K / 16;
+    tw t = tw_make(TP_NVFP4_W4A16, N, K, 1, 0);
+    uint8_t *sf = t.scale;
+    static const uint8_t small[] = {0x00, 0x01, 0x03, 0x07, 0x08, 0x09};
+    for (int64_t n = 0; n < N; n += 3) sf[n * nb + (n % nb)] = small[n % 6];
+    sf[5 * nb + 2] = 0x00; /* row 5: tile 0 */
+    float *x = malloc((size_t)K * 4), *x2 = malloc((size_t)K * 4), *y = malloc((size_t)N * 4), *y2 = malloc((size_t)N * 4);
+    double *want = malloc((size_t)N * sizeof(double));
+    fill(x, (size_t)K, urand(0.1f, 10.0f));
+    for (int64_t i = 0; i < K; i++) x2[i] = (i % 3 == 1 ? -x[i] : x[i]) * (i / 16 == 4 ? 0x1p-12f : 1.0f);
+    for (int64_t i = 0; i < K; i++) x[i] = x2[i], x2[i] = x[i] * 0x1p32f;
+    klin_run(&t, ref_row(MOQ_PAIR_NVFP4_W4A16)->name, x, MOQ_ELEM_F32, 1, y2, MOQ_ELEM_F32, ~0u, NULL, NULL);
+    for (int64_t n = 0; n < N; n++) want[n] = y2[n];
+    klin_run(&t, k->name, x, MOQ_ELEM_F32, 1, y, MOQ_ELEM_F32, ~0u, NULL, NULL); /* short decode */
+    klin_err("linear/cpu_avx2_nvfp4_w4a16_shuffma/w_nvfp4.a_f32/m1_scale_codes_small", y, want, (size_t)N, 1e-5);
+    klin_run(&t, k->name, x2, MOQ_ELEM_F32, 1, y2, MOQ_ELEM_F32, ~0u, NULL, NULL); /* x blocks of 2^32: general decode */
+    for (int64_t n = 0; n < N; n++)
+        if (y2[n] != y[n] * 0x1p32f) fail_msg("m1 x*2^32: y[%lld] = %a, expected %a (y(x) * 2^32)", (long long)n, (double)y2[n], (double)(y[n] * 0x1p32f));
+    sf[5 * nb + 2] = 0x80; /* -0: tiles 0 and 1 take the general decode */
+    klin_run(&t, k->name, x, MOQ_ELEM_F32, 1, y2, MOQ_ELEM_F32, ~0u, NULL, NULL);
+    for (int64_t n = 0; n < N; n++)
+        if (y2[n] != y[n]) fail_msg("m1 scale code 0x80: y[%lld] = %a, expected %a (as with 0x00)", (long long)n, (double)y2[n], (double)y[n]);
+    free(x), free(x2), free(y), free(y2), free(want);
+    tw_free(&t);
+}
+
+/* The AVX2 W4A16 M = 1 integer path (x as three 8-bit digits per 16-block on the block's power of
  * two) on activations it rounds (in-block ranges of 2^27, 2^-20 .. 2^20 from block to block), an all-zero
  * block, negatives, bf16 and f32 x; and on the x it hands to the f32 path (a block maximum of 2^110 or
  * 2^-110), against the _ref row. */
@@ -662,6 +699,7 @@ int main(void) {
         cmocka_unit_test(test_panel512_chunks),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_x_ranges),
+        cmocka_unit_test(test_nvfp4_w4a16_avx2_scale_paths),
         cmocka_unit_test(test_nvfp4_k4n_layout),
         cmocka_unit_test(test_fp8_model_shapes),
     };

@@ -52,8 +52,9 @@ moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err
 moq_status moq_linear_fp8_bf16dot_run_avx512(const moq_linear_launch *l, moq_error *err);
 
 /* NVFP4 W4A16 decode (M <= 8) on AVX2 (linear_nvfp4_w4a16_avx2.c): M = 1 integer block sums
- * (vpmaddubsw, x in three 7-bit digits per 16-block), M = 2..8 e2m1 via vpshufb and f32 FMA; the
+ * (vpmaddubsw, x in three 8-bit digits per 16-block), M = 2..8 e2m1 via vpshufb and f32 FMA; the
  * panel row's pack, its workspace plus the M = 1 digits; M > 8 runs the panel row. */
+size_t     moq_linear_nvfp4_w4a16_packed_size_avx2(const moq_weight *w); /* the panel's + one scale flag per 16-row tile */
 void       moq_linear_nvfp4_w4a16_pack_avx2(const moq_weight *w, void *dst); /* the panel's, codes regrouped (nvfp4_k4n_avx2.h) */
 size_t     moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads);
 moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error *err);

@@ -2,17 +2,20 @@
  * activations) decode on AVX2 + FMA + F16C, without an f32 panel (issue 14).
  *
  * Packed layout: the dequant-panel row's (rows16 codes, rows16 e4m3 block scales) with the codes
- * of each 16-row × 4-k chunk regrouped (k4n, nvfp4_k4n_avx2.h: moq_linear_nvfp4_w4a16_pack_avx2);
- * workspace: the panel row's plus the M = 1 activation digits. M > GEMV_M hands the call to
+ * of each 16-row × 4-k chunk regrouped (k4n, nvfp4_k4n_avx2.h: moq_linear_nvfp4_w4a16_pack_avx2),
+ * then one byte per 16-row tile: 1 when all its scale codes are 0x00..0x7E (the M = 1 short scale
+ * decode); workspace: the panel row's plus the M = 1 activation digits. M > GEMV_M hands the call to
  * moq_linear_panel_run_avx2, whose NVFP4 decode turns k4n chunks back into rows16 columns.
  *
  * M = 1 (tiles_digits; issue 14, branch w4a16): integer block sums. x of each 16-block becomes
- * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 7-bit digits, so bf16 x is exact unless
+ * v = round(x·2^-e) (max |v| in [2^19, 2^20]) in three signed 8-bit digits, so bf16 x is exact unless
  * an element lies more than 2^12 below its block's largest, and every x within 2^-21 of that largest
  * (x_digits); the weights are u8 2·e2m1 + 12, one vpshufb per nibble of a k4n chunk giving each
  * row's (k, k+1) pair in neighbouring bytes, and vpmaddubsw sums weight pair × digit pair, 8 pairs
- * per block in s16; per block a·2^14 + b·2^7 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into
- * f32 totals (one rounding per block, as the f32 path). Two tiles per pass share the x digits. x
+ * per block in s16; per block a·2^16 + b·2^8 + c in s32 (exact), to f32, × D4(SF)/256 × 2^(e+7) into
+ * f32 totals (one rounding per block, as the f32 path); the block scale straight from its code to
+ * f32 (code << 20 = D4(SF)·2^-120, × 2^(e+119)) where the tile flag and x allow, else through f16;
+ * the codes prefetched PF_CODES ahead. Two tiles per pass share the x digits. x
  * blocks with a non-finite or out-of-range (2^±100) largest element send the call to the f32 path
  * (tile_one).
  *
@@ -44,7 +47,10 @@
 
 #define GEMV_M 8
 #define MT 4
-#define KC 256 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
+#define KC 256
+/* M = 1: software prefetch distance of the codes (bytes ahead in each tile's stream; the scales
+ * PF_CODES / 8 ahead). 2048 and 3072 measured alike cold, 1024 slower, none 3-5 % slower. */
+#define PF_CODES 2048 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
 
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16_size(w->N, w->K / 2, 1) + 63) & ~(size_t)63; }
 /* Must match moq_linear_panel_workspace's layout (linear_dequant_panel_avx512.c). */
@@ -164,25 +170,27 @@ static void tile_one(const moq_linear_launch *l, int64_t t, const float *X, int6
 }
 
 /* M = 1, integer block sums (issue 14). x of each 16-block on a shared power of two: v = round(x·2^-e),
- * max |v| in [2^19, 2^20], written as three signed 7-bit digits v = a·2^14 + b·2^7 + c (|a| <= 64,
- * b, c in [-64, 63]); so x is exact unless an element is more than 2^12 below its block's largest
+ * max |v| in [2^19, 2^20], written as three signed 8-bit digits v = a·2^16 + b·2^8 + c (|a| <= 16,
+ * b, c in [-128, 127]); so x is exact unless an element is more than 2^12 below its block's largest
  * (then within 2^-21 of that largest). The weights as u8 2·e2m1 + 12 in [0, 24]: one vpshufb per
  * nibble of a k4n chunk gives a row's (k, k+1) byte pairs (tiles_digits); vpmaddubsw per digit
- * (pair sums <= 2·24·64), the block's 8 pairs summed in s16 (<= 24576), then per block
- * a·2^14 + b·2^7 + c in s32 minus 12·Σv (the +12 of the weights; both exact), to f32 once, × D4(SF)/256
- * × 2^(e+7) into the f32 totals: one rounding per block, like tile_one. Two tiles per pass share
- * the x loads. */
+ * (pair sums <= 2·24·128), the block's 8 pairs summed in s16 from -12·Σ digit (the +12 of the
+ * weights; the end value 2·Σ w·digit, |.| <= 16·12·128 = 24576, fits), then per block
+ * a·2^16 + b·2^8 + c in s32 (exact), to f32 once, × D4(SF)/256 × 2^(e+7) into the f32 totals: one
+ * rounding per block, like tile_one. Two tiles per pass share the x loads. */
 typedef struct {
     const int32_t *d[3]; /* [K/2] digit pairs (k, k+1) of a, b, c, each pair twice: one vpbroadcastd */
     const int32_t *corr; /* [K/16][4] -12·Σ of each digit over the block, an s16 twice (the +12 of the weights) */
     const float   *xs;   /* [K/16] 2^(e+7) */
+    const float   *xs120; /* [K/16] 2^(e+119), or NULL when a block's e > 8 (2^(e+119) would overflow) */
 } xdigits;
 
 /* X [K] -> xdigits; false when a block's largest |x| is not finite or outside [2^-100, 2^100)
- * (then the caller runs tile_one). */
-static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_t *d2, int32_t *corr, float *xs) {
-    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), c64 = _mm256_set1_epi32(64), c127 = _mm256_set1_epi32(127);
+ * (then the caller runs tile_one). *e_max: the largest e. */
+static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_t *d2, int32_t *corr, float *xs, int *e_max) {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), c128 = _mm256_set1_epi32(128), c255 = _mm256_set1_epi32(255);
     int32_t *d[3] = {d0, d1, d2};
+    *e_max = -1000;
     for (int64_t b = 0; b < K / 16; b++) {
         const __m256 v0 = _mm256_loadu_ps(X + 16 * b), v1 = _mm256_loadu_ps(X + 16 * b + 8);
         const __m256i m = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v0), absm), _mm256_and_si256(_mm256_castps_si256(v1), absm));
@@ -196,6 +204,7 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
             if (mx >= 0x7F800000u || ex < -100 || ex >= 100) return false;
             e = ex - 19;
         }
+        *e_max = e > *e_max ? e : *e_max;
         const __m256 inv = _mm256_castsi256_ps(_mm256_set1_epi32((127 - e) << 23));
         __m256i r[2] = {_mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv))}; /* |v| <= 2^20 */
         uint32_t u = (uint32_t)(127 + e + 7) << 23;
@@ -203,8 +212,8 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
         for (int g = 2; g >= 0; g--) { /* c, then b, then a */
             __m256i dg[2];
             for (int h = 0; h < 2; h++) {
-                dg[h] = g ? _mm256_sub_epi32(_mm256_and_si256(_mm256_add_epi32(r[h], c64), c127), c64) : r[h];
-                r[h] = _mm256_srai_epi32(_mm256_sub_epi32(r[h], dg[h]), 7);
+                dg[h] = g ? _mm256_sub_epi32(_mm256_and_si256(_mm256_add_epi32(r[h], c128), c255), c128) : r[h];
+                r[h] = _mm256_srai_epi32(_mm256_sub_epi32(r[h], dg[h]), 8);
             }
             const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(dg[0], dg[1]), 0xD8); /* k 0..15 as s16 */
             const __m128i by = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
@@ -214,7 +223,7 @@ static bool x_digits(const float *X, int64_t K, int32_t *d0, int32_t *d1, int32_
             __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-            const uint32_t c16 = (uint16_t)(-12 * _mm_cvtsi128_si32(s4)); /* |12·Σ| <= 12·16·64 */
+            const uint32_t c16 = (uint16_t)(-12 * _mm_cvtsi128_si32(s4)); /* |12·Σ| <= 12·16·128 */
             corr[4 * b + g] = (int32_t)(c16 | c16 << 16);
         }
     }
@@ -229,21 +238,35 @@ static inline __attribute__((always_inline)) void digit_step(__m256i S[2], const
     }
 }
 
+/* Where the per-tile scale flags start: after the panel's codes and rows16 scales. */
+static size_t flags_offset(const moq_weight *w) { return (moq_linear_panel_packed_size(w) + 63) & ~(size_t)63; }
+
 /* Tiles t and t2 (t2 = t for a last odd tile): C [2][16]. One 32-byte k4n chunk (16 rows × 4 k,
  * nvfp4_k4n_avx2.h) per tile and step: one vpshufb per nibble gives the rows' (k, k+1) and
- * (k+2, k+3) u8 pairs, rows 0-7 | 8-15 in the lanes; the x digits of a step feed both tiles. */
-static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C) {
+ * (k+2, k+3) u8 pairs, rows 0-7 | 8-15 in the lanes; the x digits of a step feed both tiles.
+ * Per block the digit sums are combined in the lane order of vpunpck*wd (rows 0-3 | 8-11 and
+ * 4-7 | 12-15), the block scales decoded into the same order, the totals put back in row order
+ * once at the end. plain: every scale code of both tiles in 0x00..0x7E (the pack's flag) and every
+ * block's e <= 8: the f32 bits code << 20 are D4(SF)·2^-120 exactly (e4m3 subnormals become f32
+ * subnormals of the same scale), times 2^(e+119) (xs120) the same D4(SF)/256 · 2^(e+7) as the
+ * general path's, which decodes through f16 (sign to bit 15, NaN codes to f16 NaN). */
+static inline __attribute__((always_inline)) void tiles_digits_impl(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C,
+                                                                    const bool plain) {
     const int64_t K = l->w->K, nb = K / 16;
     const uint8_t *W[2] = {(const uint8_t *)l->packed + (size_t)t * (size_t)(K / 2) * 16, (const uint8_t *)l->packed + (size_t)t2 * (size_t)(K / 2) * 16};
     const uint8_t *SF[2] = {(const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t * (size_t)nb * 16,
                             (const uint8_t *)l->packed + codes_bytes(l->w) + (size_t)t2 * (size_t)nb * 16};
     const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10,
                                          9, 8, 6, 4, 0); /* 2·e2m1 + 12 */
-    const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c128 = _mm256_set1_epi32(0x00010080);
-    __m256 tot[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}}; /* [tile][rows 0-7, 8-15] */
+    const __m256i low4 = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256(), c256 = _mm256_set1_epi32(0x00010100);
+    /* scale bytes (both lanes: rows 0..15) of rows 0-3 | 8-11 and 4-7 | 12-15 to byte 2 of a dword */
+    const __m256i sf0 = _mm256_setr_epi8(-1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1,
+                                         11, -1);
+    const __m256i sf1 = _mm256_add_epi32(sf0, _mm256_set1_epi32(0x00040000));
+    __m256 tot[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}}; /* [tile][rows 0-3|8-11, 4-7|12-15] */
     for (int64_t b = 0; b < nb; b++) {
         /* s16 digit sums, words = rows 0..15; from -12·Σ digit: the sums end at 2·Σ w·digit
-         * (|.| <= 12288; vpaddw wraps, so only the end must fit) */
+         * (|.| <= 24576; vpaddw wraps, so only the end must fit) */
         __m256i A[2], B[2], Cd[2];
         A[0] = A[1] = _mm256_set1_epi32(xd->corr[4 * b]);
         B[0] = B[1] = _mm256_set1_epi32(xd->corr[4 * b + 1]);
@@ -252,6 +275,10 @@ static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, cons
         for (int j = 0; j < 4; j++) {
             const int64_t g = 4 * b + j; /* chunk: k = 4g .. 4g + 3, digit pairs 2g, 2g + 1 */
             __m256i p0[2], p1[2];
+            if ((j & 1) == 0) /* one per 64-byte line */
+                for (int u = 0; u < 2; u++) _mm_prefetch((const char *)(W[u] + (size_t)g * 32 + PF_CODES), _MM_HINT_T0);
+            if (j == 1 && (b & 3) == 0)
+                for (int u = 0; u < 2; u++) _mm_prefetch((const char *)(SF[u] + 16 * b + PF_CODES / 8), _MM_HINT_T0);
             for (int u = 0; u < 2; u++) {
                 const __m256i n = _mm256_load_si256((const __m256i *)(W[u] + (size_t)g * 32));
                 p0[u] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, low4));                        /* (4g, 4g + 1) */
@@ -261,32 +288,58 @@ static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, cons
             digit_step(B, p0, p1, _mm256_set1_epi32(xd->d[1][2 * g]), _mm256_set1_epi32(xd->d[1][2 * g + 1]));
             digit_step(Cd, p0, p1, _mm256_set1_epi32(xd->d[2][2 * g]), _mm256_set1_epi32(xd->d[2][2 * g + 1]));
         }
-        const __m256 xs = _mm256_broadcast_ss(xd->xs + b);
+        const __m256 xs = _mm256_broadcast_ss((plain ? xd->xs120 : xd->xs) + b);
         for (int u = 0; u < 2; u++) {
-            /* a·2^14 (a in the high word, >> 2) + (b, c)·(128, 1); lanes rows 0-3 | 8-11, 4-7 | 12-15 */
-            const __m256 s0 = _mm256_cvtepi32_ps(
-                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpacklo_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c128)));
-            const __m256 s1 = _mm256_cvtepi32_ps(
-                _mm256_add_epi32(_mm256_srai_epi32(_mm256_unpackhi_epi16(z, A[u]), 2), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c128)));
-            const __m256i h = e4m3x16_f16div256(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)));
-            tot[u][0] = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), xs), tot[u][0]);
-            tot[u][1] = _mm256_fmadd_ps(_mm256_permute2f128_ps(s0, s1, 0x31), _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), xs), tot[u][1]);
+            /* a·2^16 (a in the high word) + (b, c)·(256, 1); lanes rows 0-3 | 8-11, 4-7 | 12-15 */
+            const __m256 s0 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi16(z, A[u]), _mm256_madd_epi16(_mm256_unpacklo_epi16(B[u], Cd[u]), c256)));
+            const __m256 s1 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpackhi_epi16(z, A[u]), _mm256_madd_epi16(_mm256_unpackhi_epi16(B[u], Cd[u]), c256)));
+            __m256 f0, f1; /* the block scales of rows 0-3 | 8-11 and 4-7 | 12-15 */
+            if (plain) {
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)));
+                f0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_shuffle_epi8(sc, sf0), 4)); /* D4·2^-120 */
+                f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_shuffle_epi8(sc, sf1), 4));
+            } else {
+                const __m256i h = e4m3x16_f16div256(_mm_shuffle_epi32(_mm_load_si128((const __m128i *)(SF[u] + 16 * b)), 0xD8)); /* D4/256 */
+                f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+            }
+            tot[u][0] = _mm256_fmadd_ps(s0, _mm256_mul_ps(f0, xs), tot[u][0]);
+            tot[u][1] = _mm256_fmadd_ps(s1, _mm256_mul_ps(f1, xs), tot[u][1]);
         }
     }
-    for (int u = 0; u < 2; u++) _mm256_store_ps(C + 16 * u, tot[u][0]), _mm256_store_ps(C + 16 * u + 8, tot[u][1]);
+    for (int u = 0; u < 2; u++) {
+        _mm256_store_ps(C + 16 * u, _mm256_permute2f128_ps(tot[u][0], tot[u][1], 0x20));
+        _mm256_store_ps(C + 16 * u + 8, _mm256_permute2f128_ps(tot[u][0], tot[u][1], 0x31));
+    }
+}
+
+static void tiles_digits(const moq_linear_launch *l, int64_t t, int64_t t2, const xdigits *xd, float *C) {
+    const uint8_t *plain = (const uint8_t *)l->packed + flags_offset(l->w);
+    if (xd->xs120 && plain[t] && plain[t2]) tiles_digits_impl(l, t, t2, xd, C, true);
+    else tiles_digits_impl(l, t, t2, xd, C, false);
 }
 
 /* The row's pack: the panel row's (rows16 codes and scales), then each 16-row × 4-k chunk of the
- * codes regrouped to k4n (nvfp4_k4n_avx2.h). */
+ * codes regrouped to k4n (nvfp4_k4n_avx2.h), then one flag byte per 16-row tile: 1 when every
+ * scale code of its rows is in 0x00..0x7E (not negative, not NaN; tiles_digits' short decode). */
+size_t moq_linear_nvfp4_w4a16_packed_size_avx2(const moq_weight *w) { return flags_offset(w) + (size_t)((w->N + 15) / 16); }
+
 void moq_linear_nvfp4_w4a16_pack_avx2(const moq_weight *w, void *dst) {
     moq_linear_panel_pack(w, dst);
     const size_t chunks = (size_t)((w->N + 15) / 16) * (size_t)(w->K / 4);
     uint8_t *p = dst;
     for (size_t i = 0; i < chunks; i++) k4n_from_rows16(p + 32 * i);
+    const uint8_t *sf = w->scale;
+    const int64_t nb = w->K / 16;
+    for (int64_t t = 0; t < (w->N + 15) / 16; t++) {
+        uint8_t ok = 1;
+        for (int64_t n = 16 * t; n < w->N && n < 16 * t + 16; n++)
+            for (int64_t b = 0; b < nb; b++) ok &= sf[n * nb + b] < 0x7F;
+        p[flags_offset(w) + (size_t)t] = ok;
+    }
 }
 
 size_t moq_linear_nvfp4_w4a16_workspace_avx2(const moq_weight *w, int64_t M, int n_threads) {
-    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 20 : 0; /* xdigits of the one token */
+    const size_t xsplit = M == 1 ? (size_t)w->K / 2 * 4 * 3 + (size_t)(w->K / 16) * 24 : 0; /* xdigits of the one token */
     return moq_linear_panel_workspace_avx2(w, M, n_threads) + ((xsplit + 63) & ~(size_t)63);
 }
 
@@ -302,9 +355,16 @@ moq_status moq_linear_nvfp4_w4a16_run_avx2(const moq_linear_launch *l, moq_error
     if (M == 1) {
         uint8_t *e = (uint8_t *)l->ws + moq_linear_panel_workspace_avx2(w, M, l->n_threads);
         int32_t *d = (int32_t *)e, *corr = d + 3 * (w->K / 2);
-        float *xs = (float *)(corr + 4 * (w->K / 16));
-        const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs};
-        if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs)) {
+        float *xs = (float *)(corr + 4 * (w->K / 16)), *xs120 = xs + w->K / 16;
+        int e_max;
+        if (x_digits(X, w->K, d, d + w->K / 2, d + w->K, corr, xs, &e_max)) {
+            for (int64_t b = 0; e_max <= 8 && b < w->K / 16; b++) { /* 2^(e+7) -> 2^(e+119): exponent field + 112 */
+                uint32_t u;
+                memcpy(&u, &xs[b], 4);
+                u += 112u << 23;
+                memcpy(&xs120[b], &u, 4);
+            }
+            const xdigits xd = {{d, d + w->K / 2, d + w->K}, corr, xs, e_max <= 8 ? xs120 : NULL};
             const int64_t pairs = (tiles + 1) / 2;
 #pragma omp parallel for num_threads(l->n_threads) schedule(dynamic, 2)
             for (int64_t p = 0; p < pairs; p++) {
