@@ -240,7 +240,7 @@ static inline __attribute__((always_inline)) void row_fix(const moq_pair_id pair
             : [a0] "+x"(a0), [b0] "+x"(b0), [a1] "+x"(a1), [b1] "+x"(b1), [a2] "+x"(a2), [b2] "+x"(b2), [a3] "+x"(a3),      \
               [b3] "+x"(b3), [a4] "+x"(a4), [b4] "+x"(b4), [a5] "+x"(a5), [b5] "+x"(b5)                                     \
             : [p] "r"(p), [x] "r"(x4), [mask] "m"(*(const uint32_t(*)[8])bf16_hi_mask), "m"(*(const uint8_t(*)[128])p),     \
-              "m"(*(const float(*)[4 * T])x4)                                                                               \
+              "m"(*(const float(*)[4 * (T)])x4)                                                                             \
             : "xmm13", "xmm14", "xmm15")
 
 /* Token i's accumulators, named (a GCC array of them went to the stack; the asm needs names). */
