@@ -434,6 +434,29 @@ static void test_panel512_chunks(void **state) {
     }
 }
 
+/* The AVX2 GEMV of the 16-bit and f32 pairs (linear_dequant_panel_avx2.c gemv_tiles, M <= 32) at
+ * every token-group shape: M = 1, 2 (k-parity chains), 3..6 (one group, the BF16 4-column step in
+ * assembly), 7..32 (ceil(M / 6) groups over K-chunks of 256: 7 = 4 + 3, 13 = 5 + 4 + 4, 32 = 6 + 6 +
+ * 5 + 5 + 5 + 5) and 33 (the panel); N = 35 (a partial last tile); K = 7 (no whole 4-column step),
+ * 301 (two K-chunks, a 1-column tail) and 390 (a 2-column tail); f32 and bf16 x, against _ref. */
+static void test_avx2_gemv_groups(void **state) {
+    (void)state;
+    static const char *rows[] = {"cpu_avx2_bf16_dequant_fma", "cpu_avx2_f16_dequant_fma", "cpu_avx2_f32_fma"};
+    static const int64_t Ks[] = {7, 301, 390};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const moq_kernel *k = moq_kernel_find(rows[r]);
+        assert_non_null(k);
+        if ((k->need & moq_cpu_features()) != k->need) {
+            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
+            continue;
+        }
+        for (int64_t M = 1; M <= 33; M++)
+            for (size_t i = 0; i < sizeof Ks / sizeof Ks[0]; i++)
+                if (M <= 17 || M % 8 == 0 || M >= 31 || i == 1)
+                    check_row(k, M, 35, Ks[i], (M + (int64_t)i) & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
+    }
+}
+
 /* FP8 per-tensor (static) and per-channel/per-token rows on activations shaped like SmolLM2-135M's
  * (where the CPU tiers' perplexities differ by a few %): fused q/k/v [960 x 576] in 3 shards of
  * different input scales, down_proj [576 x 1536]; M = 32 and 21 (moq eval's prefill chunks) and 1;
@@ -697,6 +720,7 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_w4a4_chunks),
         cmocka_unit_test(test_fp8_k4fma_chunks),
         cmocka_unit_test(test_panel512_chunks),
+        cmocka_unit_test(test_avx2_gemv_groups),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_decode),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_x_ranges),
         cmocka_unit_test(test_nvfp4_w4a16_avx2_scale_paths),

@@ -10,9 +10,10 @@
  *   X       activations packed in groups of 6 tokens, column-major in the group (one stream, L1)
  *   Cb      f32 [NT][M][16] per thread: the block's accumulators across the k-chunks
  *
- * Prefill (M > 8): BLIS-style, the tokens are the micro-kernel's short side; see
- * moq_linear_panel_run_avx2. Decode (M <= 8) of BF16 / F16 / F32 weights skips the panel
- * (gemv_tiles, issues 14 and 15); other pairs at M <= 8 run other rows.
+ * Prefill (M > 8; BF16 / F16 / F32 weights: M > 32): BLIS-style, the tokens are the micro-kernel's
+ * short side; see moq_linear_panel_run_avx2. BF16 / F16 / F32 weights at M <= 32 (decode steps and
+ * the model's prefill chunks of 32) skip the panel (gemv_tiles, issues 14 and 15); other pairs at
+ * M <= 8 run other rows.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c (every row vs _ref).
  */
 #include <immintrin.h>
@@ -162,17 +163,32 @@ static void micro_any(const float *P, const float *X, int kc, float *C, int mr, 
     }
 }
 
-/* Decode (M <= GEMV_M = 8) of the 16-bit and f32 pairs (issues 14, 15): the rows16 column of 16
+/* Small M (M <= GEMV_M = 32) of the 16-bit and f32 pairs (issues 14, 15): the rows16 column of 16
  * rows widened in registers (bf16 << 16, F16C, or loaded) and multiplied straight away, no panel.
- * Register-blocked over tokens: one widened column feeds up to GEMV_G tokens (2 ymm accumulators
- * each); M <= 2 keeps two accumulator chains per 8 rows so FMA latency does not bound it. M = 7, 8
- * run as two token groups over K-chunks of GEMV_KC columns (16 KB of bf16), so each weight byte
- * comes from DRAM once and the second group re-reads it from L1. Exact: bf16 -> f32 is a shift;
- * each product is one FMA rounding (exact for bf16 x: 8 + 8 significant bits); f32 sums in
- * another order than the reference. */
-#define GEMV_M 8
+ * Register-blocked over tokens: one widened column feeds a group of up to GEMV_G = 6 tokens (2 ymm
+ * accumulators each: 12 of the 16 ymm registers); M <= 2 keeps two accumulator chains per 8 rows so
+ * FMA latency does not bound it. M > 6 runs ceil(M / 6) groups of near-equal size (3..6 tokens:
+ * 7 = 4 + 3, 8 = 4 + 4, 16 = 6 + 5 + 5, 32 = 6 + 6 + 5 + 5 + 5 + 5) over K-chunks of GEMV_KC columns (8 KiB of bf16), so each
+ * weight byte comes from DRAM once and the later groups re-read it from L1. Each group's x is packed
+ * interleaved in X (token i of column k at Xg[k mr + i], moq_linear_panel_run_avx2): one pointer
+ * reaches all of its tokens.
+ * The weight stream is prefetched GEMV_PF bytes ahead (tile_prefetch.h); the lines of a chunk go to
+ * the groups in turn, so the requests reach DRAM evenly over all passes (all of them in the first
+ * pass left DRAM idle in the others: gate_up M = 8 ran at 62 % of the FMA peak).
+ * BF16, 3..6 tokens: the 4-column step is in assembly (GSTEP; GEMV_ASM=0 builds the intrinsic loop):
+ * from intrinsics GCC kept two or three of the twelve accumulators of a 6-token group on the stack
+ * (perf annotate at M = 16; the assembly took gate_up M = 16 from 9.6 to 8.2 ms).
+ * Exact: bf16 -> f32 is a shift or a mask; each product is one FMA rounding (exact for bf16 x: 8 + 8
+ * significant bits); f32 sums in another order than the reference. Measured: docs/PERFORMANCE.md
+ * "BF16 small-M GEMV on AVX2". */
+#define GEMV_M 32
 #define GEMV_G 6
-#define GEMV_KC 512
+#define GEMV_KC 256
+#define GEMV_PF 8192
+#ifndef GEMV_ASM
+#define GEMV_ASM 1
+#endif
+
 static inline __attribute__((always_inline)) __m256 w16(const moq_pair_id pair, const uint8_t *p, int h) {
     switch (pair) {
     case MOQ_PAIR_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(p + 16 * h))), 16));
@@ -181,32 +197,77 @@ static inline __attribute__((always_inline)) __m256 w16(const moq_pair_id pair, 
     }
 }
 
-/* The 16 rows of one column as two f32 vectors. BF16: one 32-byte load and two word unpacks with
- * zero (w << 16, exact, no shift), lanes in the order a = rows 0-3, 8-11, b = rows 4-7, 12-15;
- * row_fix puts the finished sums back in row order. */
+/* The 16 rows of one column as two f32 vectors. BF16: one 32-byte load; the dword j holds rows 2j
+ * (low half) and 2j + 1 (high half), so a = the dwords masked to their high halves (rows 1, 3, ..,
+ * 15, exact) and b = the dwords shifted left by 16 (rows 0, 2, .., 14): one shift (FP pipes 1-2,
+ * which the FMAs share) and one AND (any FP pipe) per column, and no zero register. row_fix puts
+ * the finished sums back in row order. */
+static const uint32_t bf16_hi_mask[8] __attribute__((aligned(32))) = {0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u,
+                                                                      0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u};
 static inline __attribute__((always_inline)) void wcol(const moq_pair_id pair, const uint8_t *p, __m256 *a, __m256 *b) {
     if (pair == MOQ_PAIR_BF16) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
-        *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+        *a = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_load_si256((const __m256i *)bf16_hi_mask)));
+        *b = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     } else {
         *a = w16(pair, p, 0), *b = w16(pair, p, 1);
     }
 }
+/* BF16 sums (a: odd rows, b: even rows) -> rows 0-7, 8-15. */
 static inline __attribute__((always_inline)) void row_fix(const moq_pair_id pair, __m256 *a, __m256 *b) {
     if (pair != MOQ_PAIR_BF16) return;
-    const __m256 lo = _mm256_permute2f128_ps(*a, *b, 0x20), hi = _mm256_permute2f128_ps(*a, *b, 0x31);
-    *a = lo, *b = hi;
+    const __m256 e = _mm256_unpacklo_ps(*b, *a), o = _mm256_unpackhi_ps(*b, *a); /* rows 0-3 | 8-11, 4-7 | 12-15 */
+    *a = _mm256_permute2f128_ps(e, o, 0x20), *b = _mm256_permute2f128_ps(e, o, 0x31);
 }
 
-/* Tokens [0, mr) of X (row stride K) over columns [k0, k1) of tile t, added into C (16 per token). */
+/* BF16, a group of T = 3..6 tokens: 4 columns (128 bytes at p) into a0..a5 / b0..b5, x at x4
+ * (token i of column c at x4[c T + i]). The same operations in the same order as the intrinsic
+ * loop of gemv_tile (wcol, then per token one broadcast and two FMAs): the same sums. */
+#define GB(c, T, i) \
+    "vbroadcastss (" #c "*" #T "+" #i ")*4(%[x]), %%ymm15\n\t" \
+    "vfmadd231ps %%ymm13, %%ymm15, %[a" #i "]\n\t"              \
+    "vfmadd231ps %%ymm14, %%ymm15, %[b" #i "]\n\t"
+#define GB3(c, T) GB(c, T, 0) GB(c, T, 1) GB(c, T, 2)
+#define GB4(c, T) GB3(c, T) GB(c, T, 3)
+#define GB5(c, T) GB4(c, T) GB(c, T, 4)
+#define GB6(c, T) GB5(c, T) GB(c, T, 5)
+#define GCOL(c, T, BODY)                        \
+    "vmovdqu " #c "*32(%[p]), %%ymm14\n\t"      \
+    "vpand %[mask], %%ymm14, %%ymm13\n\t"       \
+    "vpslld $16, %%ymm14, %%ymm14\n\t" BODY(c, T)
+#define GSTEP(T, BODY)                                                                                                    \
+    __asm__(GCOL(0, T, BODY) GCOL(1, T, BODY) GCOL(2, T, BODY) GCOL(3, T, BODY)                                           \
+            : [a0] "+x"(a0), [b0] "+x"(b0), [a1] "+x"(a1), [b1] "+x"(b1), [a2] "+x"(a2), [b2] "+x"(b2), [a3] "+x"(a3),      \
+              [b3] "+x"(b3), [a4] "+x"(a4), [b4] "+x"(b4), [a5] "+x"(a5), [b5] "+x"(b5)                                     \
+            : [p] "r"(p), [x] "r"(x4), [mask] "m"(*(const uint32_t(*)[8])bf16_hi_mask), "m"(*(const uint8_t(*)[128])p),     \
+              "m"(*(const float(*)[4 * (T)])x4)                                                                             \
+            : "xmm13", "xmm14", "xmm15")
+
+/* Token i's accumulators, named (a GCC array of them went to the stack; the asm needs names). */
+#define ACC_FMA(i, a, b, x)                                                    \
+    if ((i) < mr) {                                                            \
+        const __m256 x_ = _mm256_broadcast_ss((x) + (i));                      \
+        a##i = _mm256_fmadd_ps(a, x_, a##i), b##i = _mm256_fmadd_ps(b, x_, b##i); \
+    }
+#define ACC_COL(a, b, x) ACC_FMA(0, a, b, x) ACC_FMA(1, a, b, x) ACC_FMA(2, a, b, x) ACC_FMA(3, a, b, x) ACC_FMA(4, a, b, x) ACC_FMA(5, a, b, x)
+#define ACC_STORE(i)                                                                                   \
+    if ((i) < mr) {                                                                                    \
+        row_fix(pair, &a##i, &b##i);                                                                   \
+        _mm256_store_ps(C + 16 * (i), _mm256_add_ps(_mm256_load_ps(C + 16 * (i)), a##i));              \
+        _mm256_store_ps(C + 16 * (i) + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * (i) + 8), b##i));      \
+    }
+
+/* One token group (Xg: token i of column k at Xg[k mr + i]) over columns [k0, k1) of tile t, added
+ * into C (16 per token). Prefetch: pass `pass` of `groups` over this chunk takes every groups-th
+ * line, starting at its own turn. */
 static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_launch *l, const moq_pair_id pair, int64_t t,
-                                                            const float *X, float *C, const int mr, int64_t k0, int64_t k1,
-                                                            const moq_pf_chunks *pc) {
+                                                            const float *Xg, float *C, const int mr, int64_t k0, int64_t k1,
+                                                            const moq_pf_chunks *pc, int pass, int groups) {
     const int64_t K = l->w->K;
     const size_t unit = pair == MOQ_PAIR_F32 ? 4 : 2;
+    const int64_t tb = K * 16 * (int64_t)unit; /* bytes per tile; 4 columns = 128 (bf16, f16) or 256 bytes */
     const uint8_t *pk = (const uint8_t *)l->packed + (size_t)(t * K) * 16 * unit;
     if (mr <= 2) {
-        const int64_t tb = K * 16 * (int64_t)unit; /* bytes per tile; two columns = 64 (bf16, f16) or 128 bytes */
         __m256 acc[2][2][2]; /* [token][half][chain]: k unrolled by 2 so every index is a constant (registers) */
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) acc[i][0][0] = acc[i][0][1] = acc[i][1][0] = acc[i][1][1] = _mm256_setzero_ps();
@@ -218,7 +279,7 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             wcol(pair, p, &a, &b), wcol(pair, p + 16 * unit, &c, &d);
 #pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
-                const __m256 x = _mm256_broadcast_ss(X + i * K + k), y = _mm256_broadcast_ss(X + i * K + k + 1);
+                const __m256 x = _mm256_broadcast_ss(Xg + k * mr + i), y = _mm256_broadcast_ss(Xg + (k + 1) * mr + i);
                 acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
                 acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
                 acc[i][0][1] = _mm256_fmadd_ps(c, y, acc[i][0][1]);
@@ -231,7 +292,7 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
             wcol(pair, p, &a, &b);
 #pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
-                const __m256 x = _mm256_broadcast_ss(X + i * K + k);
+                const __m256 x = _mm256_broadcast_ss(Xg + k * mr + i);
                 acc[i][0][0] = _mm256_fmadd_ps(a, x, acc[i][0][0]);
                 acc[i][1][0] = _mm256_fmadd_ps(b, x, acc[i][1][0]);
             }
@@ -245,32 +306,58 @@ static inline __attribute__((always_inline)) void gemv_tile(const moq_linear_lau
         }
         return;
     }
-    __m256 a0[GEMV_G], a1[GEMV_G];
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
-    for (int64_t k = k0; k < k1; k++) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0;
+    int64_t k = k0;
+    int own = 0; /* the chunk's lines go to the groups in turn; this one prefetches those of turn `pass` */
+    for (; k + 3 < k1; k += 4) {
         const uint8_t *p = pk + (size_t)k * 16 * unit;
-        __m256 a, b;
-            wcol(pair, p, &a, &b);
-#pragma GCC unroll 8
-        for (int i = 0; i < mr; i++) {
-            const __m256 x = _mm256_broadcast_ss(X + i * K + k);
-            a0[i] = _mm256_fmadd_ps(a, x, a0[i]);
-            a1[i] = _mm256_fmadd_ps(b, x, a1[i]);
+        const float *x4 = Xg + k * mr;
+#pragma GCC unroll 4
+        for (int j = 0; j < (int)unit; j++) {
+            if (own == pass) moq_pf_line(l->packed, tb, pc, t * tb + k * 16 * (int64_t)unit + GEMV_PF + 64 * j);
+            if (++own == groups) own = 0;
+        }
+#if GEMV_ASM
+        if (pair == MOQ_PAIR_BF16) {
+            switch (mr) {
+            case 3: GSTEP(3, GB3); break;
+            case 4: GSTEP(4, GB4); break;
+            case 5: GSTEP(5, GB5); break;
+            default: GSTEP(6, GB6); break;
+            }
+            continue;
+        }
+#endif
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256 a, b;
+            wcol(pair, p + 16 * unit * (size_t)c, &a, &b);
+            ACC_COL(a, b, x4 + c * mr)
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++) {
-        row_fix(pair, &a0[i], &a1[i]);
-        _mm256_store_ps(C + 16 * i, _mm256_add_ps(_mm256_load_ps(C + 16 * i), a0[i]));
-        _mm256_store_ps(C + 16 * i + 8, _mm256_add_ps(_mm256_load_ps(C + 16 * i + 8), a1[i]));
+    for (; k < k1; k++) {
+        __m256 a, b;
+        wcol(pair, pk + (size_t)k * 16 * unit, &a, &b);
+        ACC_COL(a, b, Xg + k * mr)
     }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
 }
+#undef ACC_STORE
+#undef ACC_COL
+#undef ACC_FMA
+#undef GSTEP
+#undef GCOL
+#undef GB6
+#undef GB5
+#undef GB4
+#undef GB3
+#undef GB
 
 /* One instance per (pair, token count): the widening and the token loop are fixed at compile time. */
-static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, float *C, int mr, int64_t k0, int64_t k1,
-                     const moq_pf_chunks *pc) {
-#define CASE(pr, n) case n: gemv_tile(l, pr, t, X, C, n, k0, k1, pc); break;
+static void gemv_any(const moq_linear_launch *l, int64_t t, const float *Xg, float *C, int mr, int64_t k0, int64_t k1,
+                     const moq_pf_chunks *pc, int pass, int groups) {
+#define CASE(pr, n) case n: gemv_tile(l, pr, t, Xg, C, n, k0, k1, pc, pass, groups); break;
 #define PAIR(pr) switch (mr) { CASE(pr, 1) CASE(pr, 2) CASE(pr, 3) CASE(pr, 4) CASE(pr, 5) CASE(pr, 6) default: break; }
     switch (l->pair) {
     case MOQ_PAIR_BF16: PAIR(MOQ_PAIR_BF16) break;
@@ -281,14 +368,22 @@ static void gemv_any(const moq_linear_launch *l, int64_t t, const float *X, floa
 #undef CASE
 }
 
-/* C (zeroed) += tile t for all M <= GEMV_M tokens. */
+/* The token groups of gemv_tiles for M tokens: `groups` of them, the first `big` one token larger. */
+static void gemv_groups(int64_t M, int *groups, int *base, int *big) {
+    *groups = (int)((M + GEMV_G - 1) / GEMV_G), *base = (int)M / *groups, *big = (int)M % *groups;
+}
+
+/* C (zeroed) += tile t for all M <= GEMV_M tokens: one group (M <= GEMV_G) over all of K, else the
+ * groups over each K-chunk in turn. X: the groups packed one after the other (gemv_groups). */
 static void gemv_tiles(const moq_linear_launch *l, int64_t t, const float *X, float *C, const moq_pf_chunks *pc) {
     const int64_t M = l->M, K = l->w->K;
-    if (M <= GEMV_G) { gemv_any(l, t, X, C, (int)M, 0, K, pc); return; }
+    if (M <= GEMV_G) { gemv_any(l, t, X, C, (int)M, 0, K, pc, 0, 1); return; }
+    int groups, base, big;
+    gemv_groups(M, &groups, &base, &big);
     for (int64_t k0 = 0; k0 < K; k0 += GEMV_KC) {
         const int64_t k1 = K - k0 < GEMV_KC ? K : k0 + GEMV_KC;
-        gemv_any(l, t, X, C, 4, k0, k1, pc);
-        gemv_any(l, t, X + 4 * K, C + 64, (int)M - 4, k0, k1, pc);
+        for (int g = 0, m0 = 0; g < groups; m0 += base + (g < big), g++)
+            gemv_any(l, t, X + m0 * K, C + 16 * m0, base + (g < big), k0, k1, pc, g, groups);
     }
 }
 
@@ -367,8 +462,18 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
         float *C = (float *)(mine + (size_t)KC * 64 + (size_t)KC * 32);
         uint8_t *tmp = (uint8_t *)(C + M * 16);
         if (gemv_fits(l)) {
+            float *row = (float *)(ext0 + (size_t)omp_get_thread_num() * eb + (size_t)NT * PKC * 64 + (size_t)NT * (size_t)M * 64);
+            int groups, base, big;
+            gemv_groups(M, &groups, &base, &big);
 #pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++) moq_act_dequant_row_avx2(l, m, X + m * K, &sm[m], tmp);
+            for (int g = 0; g < groups; g++) { /* gemv_tiles' token groups, each packed interleaved */
+                const int64_t mr = base + (g < big), m0 = (int64_t)g * base + (g < big ? g : big);
+                for (int64_t m = m0; m < m0 + mr; m++) {
+                    if (mr == 1) { moq_act_dequant_row_avx2(l, m, X + m * K, &sm[m], tmp); continue; }
+                    moq_act_dequant_row_avx2(l, m, row, &sm[m], tmp);
+                    for (int64_t k = 0; k < K; k++) X[m0 * K + k * mr + m - m0] = row[k];
+                }
+            }
             /* Chunks of MOQ_PF_CHUNK tiles claimed one ahead; M <= 2 prefetches the weights into the
              * thread's own next chunk (tile_prefetch.h). */
             moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
@@ -378,7 +483,7 @@ moq_status moq_linear_panel_run_avx2(const moq_linear_launch *l, moq_error *err)
                 for (int64_t t = t0; t < pc.t1; t++) {
                     memset(C, 0, (size_t)M * 64);
                     gemv_tiles(l, t, X, C, &pc);
-                    moq_y_store_tile16(l, C, sm, t);
+                    store_tiles(l, C, sm, t, 1);
                 }
             }
         } else {
