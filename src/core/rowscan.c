@@ -17,29 +17,22 @@ static inline uint32_t nonfinite_u(uint32_t u) { return (u & 0x7f800000u) == 0x7
 /* NaN (magnitude above Inf's) or +Inf */
 static inline uint32_t nan_or_posinf_u(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u || u == 0x7f800000u; }
 
-int64_t moq_f32_first_nonfinite(const float *p, int64_t n) {
+/* the first index whose bits satisfy pred; inlined with a constant pred, so each caller's block
+ * test is its own vector loop */
+static inline __attribute__((always_inline)) int64_t first_where(const float *p, int64_t n, uint32_t (*pred)(uint32_t)) {
     for (int64_t i = 0; i < n; i += BLOCK) {
         const int64_t e = n - i < BLOCK ? n - i : BLOCK;
         uint32_t bad = 0;
-        for (int64_t j = 0; j < e; j++) bad |= nonfinite_u(bits_at(p, i + j));
+        for (int64_t j = 0; j < e; j++) bad |= pred(bits_at(p, i + j));
         if (bad)
             for (int64_t j = 0; j < e; j++)
-                if (nonfinite_u(bits_at(p, i + j))) return i + j;
+                if (pred(bits_at(p, i + j))) return i + j;
     }
     return -1;
 }
 
-int64_t moq_f32_first_nan_or_posinf(const float *p, int64_t n) {
-    for (int64_t i = 0; i < n; i += BLOCK) {
-        const int64_t e = n - i < BLOCK ? n - i : BLOCK;
-        uint32_t bad = 0;
-        for (int64_t j = 0; j < e; j++) bad |= nan_or_posinf_u(bits_at(p, i + j));
-        if (bad)
-            for (int64_t j = 0; j < e; j++)
-                if (nan_or_posinf_u(bits_at(p, i + j))) return i + j;
-    }
-    return -1;
-}
+int64_t moq_f32_first_nonfinite(const float *p, int64_t n) { return first_where(p, n, nonfinite_u); }
+int64_t moq_f32_first_nan_or_posinf(const float *p, int64_t n) { return first_where(p, n, nan_or_posinf_u); }
 
 int64_t moq_f32_copy_first_nonfinite(float *dst, const float *src, int64_t n) {
     int64_t first = -1;

@@ -241,16 +241,19 @@ static void test_e4m3_nan_codes(void **state) {
     assert_true(rows >= 4); /* the four e4m3 pairs' _ref rows at least */
 }
 
-/* The AVX2 W4A16 row, or NULL (with a skip message) on a CPU without AVX2. */
-static const moq_kernel *w4a16_avx2_row(void) {
-    const moq_kernel *k = moq_kernel_find("cpu_avx2_nvfp4_w4a16_shuffma");
+/* The named row (it must exist), or NULL with a skip message on a CPU that lacks its features. */
+static const moq_kernel *runnable_row(const char *name) {
+    const moq_kernel *k = moq_kernel_find(name);
     assert_non_null(k);
     if ((k->need & moq_cpu_features()) != k->need) {
-        print_message("skip: cpu (%s) lacks avx2\n", moq_cpu_features_str());
+        print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
         return NULL;
     }
     return k;
 }
+
+/* The AVX2 W4A16 row, or NULL (with a skip message) on a CPU without AVX2. */
+static const moq_kernel *w4a16_avx2_row(void) { return runnable_row("cpu_avx2_nvfp4_w4a16_shuffma"); }
 
 /* The AVX2 NVFP4 W4A16 decode row at every M it serves (1..8: token groups of 4, k-parity chains at
  * M <= 2) and at 9 (handed to the panel), bf16 and f32 x, against the _ref row. */
@@ -376,12 +379,8 @@ static void test_nvfp4_w4a4_chunks(void **state) {
     static const char *rows[] = {"cpu_avx2_nvfp4_w4a4_maddubs", "cpu_avx512_nvfp4_w4a4_vnni16"};
     static const int64_t Ms[] = {1, 2, 3, 6, 8, 13};
     for (size_t r = 0; r < 2; r++) {
-        const moq_kernel *k = moq_kernel_find(rows[r]);
-        assert_non_null(k);
-        if ((k->need & moq_cpu_features()) != k->need) {
-            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
-            continue;
-        }
+        const moq_kernel *k = runnable_row(rows[r]);
+        if (!k) continue;
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 272, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
         for (int64_t M = 6; M <= 8; M++) /* 15 tiles: the VNNI tile pairs' odd last tile, alone in the last chunk */
@@ -403,12 +402,8 @@ static void test_fp8_k4fma_chunks(void **state) {
                                  "cpu_avx512_fp8_blk128_k4fma", "cpu_avx512_mxfp8_k4fma"};
     static const int64_t Ms[] = {1, 2, 4, 7, 13, 8, 15, 24};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        const moq_kernel *k = moq_kernel_find(rows[r]);
-        assert_non_null(k);
-        if ((k->need & moq_cpu_features()) != k->need) {
-            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
-            continue;
-        }
+        const moq_kernel *k = runnable_row(rows[r]);
+        if (!k) continue;
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 217, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
         check_row(k, 8, 217, 256, MOQ_ELEM_F32, MOQ_ELEM_BF16); /* bf16 y: AVX2 half_tokens' vector epilogue (the last half: scalar) */
@@ -423,12 +418,8 @@ static void test_panel512_chunks(void **state) {
     static const char *rows[] = {"cpu_avx512_bf16_bf16dot", "cpu_avx512_bf16_dequant_fma", "cpu_avx512_fp8_tensor_dequant_fma"};
     static const int64_t Ms[] = {1, 1, 2, 3, 9, 17};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        const moq_kernel *k = moq_kernel_find(rows[r]);
-        assert_non_null(k);
-        if ((k->need & moq_cpu_features()) != k->need) {
-            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
-            continue;
-        }
+        const moq_kernel *k = runnable_row(rows[r]);
+        if (!k) continue;
         for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
             check_row(k, Ms[i], 233, 256, i & 1 ? MOQ_ELEM_BF16 : MOQ_ELEM_F32, MOQ_ELEM_F32);
     }
@@ -444,12 +435,8 @@ static void test_avx2_gemv_groups(void **state) {
     static const char *rows[] = {"cpu_avx2_bf16_dequant_fma", "cpu_avx2_f16_dequant_fma", "cpu_avx2_f32_fma"};
     static const int64_t Ks[] = {7, 301, 390};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        const moq_kernel *k = moq_kernel_find(rows[r]);
-        assert_non_null(k);
-        if ((k->need & moq_cpu_features()) != k->need) {
-            print_message("skip %s: cpu (%s) lacks its features\n", k->name, moq_cpu_features_str());
-            continue;
-        }
+        const moq_kernel *k = runnable_row(rows[r]);
+        if (!k) continue;
         for (int64_t M = 1; M <= 33; M++)
             for (size_t i = 0; i < sizeof Ks / sizeof Ks[0]; i++)
                 if (M <= 17 || M % 8 == 0 || M >= 31 || i == 1)
