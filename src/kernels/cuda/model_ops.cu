@@ -510,7 +510,8 @@ extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t
      * ranges, so a batch step's empty ranges (most of them when the rows are short) cost a loop test
      * instead of a block each (2 blocks an SM: 32768 blocks a layer at M = 64 took ~120 us). The
      * ranges, their parts and the combine are the same whatever z: bit-identical results. */
-    const int64_t gx = KV * cdiv(G, gb), z = cdiv(AT_TARGET_BLOCKS, gx * M);
+    static const int zloop = moq_cuda_knob("MOQ_CUDA_ATTN_ZLOOP", 1, 0, 1); /* 0: one range a block at every M (before) */
+    const int64_t gx = KV * cdiv(G, gb), z = zloop ? cdiv(AT_TARGET_BLOCKS, gx * M) : n_split;
     const dim3 grid((unsigned)gx, (unsigned)M, (unsigned)(z < 1 ? 1 : z > n_split ? n_split : z));
     cudaStream_t s = (cudaStream_t)stream;
     switch (D) {
