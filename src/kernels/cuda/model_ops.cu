@@ -279,7 +279,7 @@ static pg_div pg_div_of(int64_t d) {
 #define AT_THREADS 256
 #define AT_MAX_SPLIT 64
 #define AT_TARGET_BLOCKS 1024 /* ~4 waves at 2 blocks an SM on 132 SMs */
-template <int D, int GB, int E>
+template <int D, int GB, int E, bool ZL>
 __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float *qkv, int64_t A, int64_t KV, float scale2, int64_t W,
                                                                  const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, pg_div pd, int n_split,
                                                                  float *part, int32_t *done, float *att) {
@@ -299,8 +299,9 @@ __global__ void __launch_bounds__(AT_THREADS, 2) attn_decode_kernel(const float 
     int64_t split_keys = (span + n_split - 1) / n_split;
     if (split_keys < MOQ_CUDA_SPLIT_MIN) split_keys = MOQ_CUDA_SPLIT_MIN;
     const int n_ne = (int)((span + split_keys - 1) / split_keys); /* ranges that hold keys: 0 .. n_ne - 1 */
-    /* block z takes the ranges z, z + gridDim.z, ... (gridDim.z = n_split at small M: one each) */
-    for (int sp = blockIdx.z; sp < n_ne; sp += gridDim.z) { /* past n_ne: empty, nothing to read, write or count */
+    /* ZL: block z takes the ranges z, z + gridDim.z, ...; else (gridDim.z = n_split) its range z alone,
+     * one pass the compiler sees as such (the registers of the kernel before the loop) */
+    for (int sp = blockIdx.z; sp < n_ne; sp = ZL ? sp + (int)gridDim.z : n_ne) { /* past n_ne: empty, nothing to read, write or count */
     const int64_t k0 = lo + sp * split_keys, k1 = k0 + split_keys < p + 1 ? k0 + split_keys : p + 1;
     const int64_t qkvN = (A + 2 * KV) * D;
     float q[GB][8], o[GB][8], m[GB], l[GB];
@@ -485,10 +486,10 @@ template <int D, int GB> static void launch_decode(dim3 grid, cudaStream_t s, co
                                                    int32_t *done_d, float *att_d) {
     const float scale2 = scale * 1.4426950408889634f; /* scores in base 2 (ex2) */
     const pg_div pd = pg_div_of(kv->page);
-    if (kv->elem == MOQ_CUDA_KV_E4M3)
-        (void)moq_launch_pdl(attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3>, grid, dim3(AT_THREADS), 0, s, qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
-    else
-        (void)moq_launch_pdl(attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16>, grid, dim3(AT_THREADS), 0, s, qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
+    const bool e4 = kv->elem == MOQ_CUDA_KV_E4M3, zl = (int)grid.z < n_split;
+    auto k = e4 ? (zl ? attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3, true> : attn_decode_kernel<D, GB, MOQ_CUDA_KV_E4M3, false>)
+                : (zl ? attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16, true> : attn_decode_kernel<D, GB, MOQ_CUDA_KV_BF16, false>);
+    (void)moq_launch_pdl(k, grid, dim3(AT_THREADS), 0, s, qkv_d, A, KV, scale2, window, seq_d, pos_d, *kv, pd, n_split, part_d, done_d, att_d);
 }
 template <int D> static void launch_decode_d(int gb, dim3 grid, cudaStream_t s, const float *qkv_d, int64_t A, int64_t KV, float scale, int64_t window,
                                              const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int n_split, float *part_d,
