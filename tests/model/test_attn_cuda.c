@@ -173,7 +173,8 @@ static void test_attention_decode(void **state) {
         {4, 2, 128, MOQ_CUDA_KV_E4M3, 50, 1, 1, 2, {129, 7}},                 /* pages of 1, one split */
         {8, 4, 256, MOQ_CUDA_KV_E4M3, 0, 16, 16, 1, {1500}},
         /* 8 rows at n_split 64: fewer z blocks than ranges, each looping over its ranges (the batch
-         * step's grid); the rows alone run one range a block, and must give the same bits */
+         * step's grid with MOQ_CUDA_ATTN_ZLOOP=1, set in main); the rows alone run one range a block,
+         * and must give the same bits */
         {32, 8, 128, MOQ_CUDA_KV_BF16, 0, 16, 64, 8, {2049, 130, 0, 64, 700, 1500, 129, 4095}},
         {16, 2, 64, MOQ_CUDA_KV_E4M3, 300, 8, 64, 8, {1000, 3, 299, 300, 301, 2500, 64, 65}},
     };
@@ -240,6 +241,7 @@ static void test_no_gpu_skips(void **state) {
 }
 
 int main(void) {
+    setenv("MOQ_CUDA_ATTN_ZLOOP", "1", 0); /* the looping grid for the 8-row cases (off by default; the rows alone run without it) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_gpu_skips),
 #ifdef MOQ_HAVE_CUDA
