@@ -1,8 +1,9 @@
 /* rowscan.h — scans of f32 rows that every step makes over its logits (V entries a row, 128 K for
  * Llama 3: at batch 64 eight million values a step): the first non-finite entry, the same fused
- * with the copy out of a staging buffer, and the first maximum. Each tests blocks of 256 entries
- * with branch-free loops the compiler vectorises, and finds the exact index inside a block only
- * where the block holds it; the results equal the plain scalar loops' (tests/unit/test_rowscan.c). */
+ * with the copy out of a staging buffer, and the first maximum. The checks test blocks of 256
+ * entries with branch-free loops the compiler vectorises and look for the exact index only inside
+ * a block that holds it; the argmax keeps 16 lane maxima, then finds the first index equal to
+ * their maximum the same way. The results equal the plain scalar loops' (tests/unit/test_rowscan.c). */
 #ifndef MOQ_CORE_ROWSCAN_H
 #define MOQ_CORE_ROWSCAN_H
 

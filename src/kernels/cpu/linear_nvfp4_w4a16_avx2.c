@@ -47,10 +47,10 @@
 
 #define GEMV_M 8
 #define MT 4
-#define KC 256
+#define KC 256 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
 /* M = 1: software prefetch distance of the codes (bytes ahead in each tile's stream; the scales
  * PF_CODES / 8 ahead). 2048 and 3072 measured alike cold, 1024 slower, none 3-5 % slower. */
-#define PF_CODES 2048 /* only for the workspace layout: must match linear_dequant_panel_avx512.c */
+#define PF_CODES 2048
 
 static size_t codes_bytes(const moq_weight *w) { return (moq_layout_rows16_size(w->N, w->K / 2, 1) + 63) & ~(size_t)63; }
 /* Must match moq_linear_panel_workspace's layout (linear_dequant_panel_avx512.c). */

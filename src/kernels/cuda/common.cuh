@@ -34,9 +34,10 @@ static inline int moq_cuda_knob(const char *name, int dflt, int lo, int hi) {
  * before it touches any global memory that an earlier kernel writes or reads (griddepcontrol.wait:
  * the previous grid has finished and its writes are visible), and every kernel launched this way
  * calls it unconditionally, so completion stays transitive along the stream. pdl_trigger() lets
- * the next such kernel start (without it, it starts when this grid ends). Off by default until it
- * has run on the device (written 2026-12-07 without one): MOQ_CUDA_PDL=1 turns it on; off, the
- * launches are plain and pdl_wait / pdl_trigger do nothing (docs/PERFORMANCE.md). The decode GEMV
+ * the next such kernel start (without it, it starts when this grid ends). Off by default: on the
+ * H100 (2026-12-07) it gained 0-1 % at batch 1 and lost at batch 64 (docs/PERFORMANCE.md "GPU runs
+ * of 2026-12-07 night"); MOQ_CUDA_PDL=1 turns it on; off, the launches are plain and pdl_wait /
+ * pdl_trigger do nothing. The decode GEMV
  * (gemv.cu) and the MoE kernels (moe.cu) launch with their own attributes (cluster size; always
  * PDL, measured on 2026-12-01) and are not switched by this knob. */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

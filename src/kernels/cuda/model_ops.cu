@@ -507,12 +507,12 @@ extern "C" const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t
     if (kv->page < 1 || kv->page > ((int64_t)1 << 30)) return "attention: the page size must be 1..2^30 positions";
     const int64_t G = A / KV;
     const int gb = G >= 4 ? 4 : G == 1 ? 1 : G == 2 ? 2 : 4; /* a group of 3 is one block of 4 with a head idle */
-    /* z: n_split at small M (one key range a block); at large M fewer, each block looping over its
-     * ranges, so a batch step's empty ranges (most of them when the rows are short) cost a loop test
-     * instead of a block each (2 blocks an SM: 32768 blocks a layer at M = 64 took ~120 us; knob below). The
-     * ranges, their parts and the combine are the same whatever z: bit-identical results. */
-    /* MOQ_CUDA_ATTN_ZLOOP=1: the looping grid at large M. Off by default until it has run on a GPU
-     * (written 2026-12-07 when the device budget ran out; test_attn_cuda's 8-row cases check it) */
+    /* z: n_split (one key range a block); with MOQ_CUDA_ATTN_ZLOOP=1 fewer at large M, each block
+     * looping over its ranges, so a batch step's empty ranges (most of them when the rows are short)
+     * cost a loop test instead of a block each (2 blocks an SM: 32768 blocks a layer at M = 64 took
+     * ~120 us on the H100). The ranges, their parts and the combine are the same whatever z:
+     * bit-identical results. The knob is off by default until the loop has run on a GPU (written
+     * 2026-12-07 when the device budget ran out; test_attn_cuda's 8-row cases check it). */
     static const int zloop = moq_cuda_knob("MOQ_CUDA_ATTN_ZLOOP", 0, 0, 1);
     const int64_t gx = KV * cdiv(G, gb), z = zloop ? cdiv(AT_TARGET_BLOCKS, gx * M) : n_split;
     const dim3 grid((unsigned)gx, (unsigned)M, (unsigned)(z < 1 ? 1 : z > n_split ? n_split : z));
