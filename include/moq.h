@@ -876,12 +876,17 @@ MOQ_API int64_t    moq_seq_pos(const moq_seq *s);                /* tokens in it
 MOQ_API int64_t    moq_seq_pages(const moq_seq *s);              /* pages held                   */
 
 /* One item of a run: n >= 1 tokens appended to seq (positions pos..pos+n-1); logits: NULL, or
- * caller-owned f32 [vocab] receiving the logits of the item's last token. */
+ * caller-owned f32 [vocab] receiving the logits of the item's last token; argmax: NULL, or receives
+ * the index of that token's largest logit (the lowest index among equal ones: the greedy token,
+ * as moq_sampler_sample picks it at temperature 0). Either makes the run check that row's logits
+ * (non-finite: MOQ_ERR_TENSOR). On a GPU model, a run whose rows all ask for argmax only computes
+ * it on the GPU and downloads the ids alone instead of [rows, vocab] floats. */
 typedef struct moq_batch_item {
     moq_seq       *seq;
     const int32_t *tokens;
     int64_t        n;
     float         *logits;
+    int32_t       *argmax;
 } moq_batch_item;
 /* Runs all items in one forward (rows in item order; above the CPU's 32-row workspace, in chunks
  * of 32 rows). Pages a sequence lacks are taken from the pool first; every check (a sequence in
@@ -896,6 +901,10 @@ MOQ_API moq_status moq_seq_prefill(moq_batch *b, moq_seq *s, const int32_t *toke
 /* Decode step: seqs[i] advances by tokens[i]; logits f32 [B, vocab] (row i for seqs[i]) or NULL. */
 MOQ_API moq_status moq_batch_step(moq_batch *b, moq_seq *const *seqs, const int32_t *tokens, int64_t B, float *logits,
                                   moq_error *err);
+/* Greedy decode step: seqs[i] advances by tokens[i] and next[i] receives its argmax (moq_batch_item's
+ * argmax); no logits leave the device. next may be tokens (each id is read before it is replaced). */
+MOQ_API moq_status moq_batch_step_greedy(moq_batch *b, moq_seq *const *seqs, const int32_t *tokens, int64_t B, int32_t *next,
+                                         moq_error *err);
 #ifdef __cplusplus
 }
 #endif

@@ -26,7 +26,9 @@ static bool profile_last_step(void) {
 }
 
 /* --batch B: B sequences of a moq_batch (the API `moq serve` runs on), each prefilled with
- * the prompt, then N steps (moq_batch_step) that advance all B by one greedy token in one forward;
+ * the prompt, then N steps (moq_batch_step_greedy: a greedy server's step, the ids found where
+ * the logits are; MOQ_BENCH_LOGITS=1: moq_batch_step, every logits row to the host and its argmax
+ * there) that advance all B by one greedy token in one forward;
  * *tok_s = B · N / time of the steps (the first step, which captures the step's CUDA graph, is a
  * warm-up outside the timing). */
 static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B, double *tok_s, double *gpu_mib) {
@@ -56,13 +58,19 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
         else tok[i] = argmax_row(lg, V);
     }
     const bool prof = profile_last_step();
+    const char *lr = getenv("MOQ_BENCH_LOGITS"); /* 1: every step's logits rows to the host and the argmax there (A/B) */
+    const bool logits_rows = lr && lr[0] == '1';
     double t0 = cli_now_s();
     for (long i = 0; !rc && i <= N; i++) {
         if (i == 1) t0 = cli_now_s();
         if (i == N && prof) moq_gpu_profile_range(1);
-        if (moq_batch_step(b, seq, tok, B, lg, &err) != MOQ_OK) rc = cli_report(&err);
+        if (!logits_rows) { /* greedy ids from the library: on the GPU only the ids come down */
+            if (moq_batch_step_greedy(b, seq, tok, B, tok, &err) != MOQ_OK) rc = cli_report(&err);
+        } else if (moq_batch_step(b, seq, tok, B, lg, &err) != MOQ_OK) {
+            rc = cli_report(&err);
+        }
         if (i == N && prof) moq_gpu_profile_range(0);
-        if (!rc) /* the rows over the threads, as a server samples its sequences */
+        if (!rc && logits_rows) /* the rows over the threads, as a server samples its sequences */
 #pragma omp parallel for schedule(static) if ((int64_t)B * V >= ((int64_t)1 << 20))
             for (long j = 0; j < B; j++) tok[j] = argmax_row(lg + (size_t)j * (size_t)V, V);
     }

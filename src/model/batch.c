@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/rowscan.h"
 #include "model/model.h"
 #include "model/model_priv.h"
 
@@ -36,7 +37,8 @@ struct moq_batch {
     int64_t        *pos;       /* [chunk] */
     const int32_t **tabs;      /* [chunk] */
     int64_t        *lrows;     /* [chunk] */
-    float         **ldst;      /* [chunk] where each logits row goes */
+    float         **ldst;      /* [chunk] where each logits row goes (or NULL) */
+    int32_t       **lids;      /* [chunk] where each row's argmax goes (or NULL) */
     int64_t        *need;      /* [max_rows] pages each item must take */
     int64_t         max_items;
 };
@@ -65,6 +67,7 @@ void moq_batch_free(moq_batch *b) {
     free(b->tabs);
     free(b->lrows);
     free(b->ldst);
+    free(b->lids);
     free(b->need);
     free(b);
 }
@@ -112,8 +115,9 @@ moq_status moq_batch_create(moq_batch **out, moq_model *m, const moq_batch_opts 
     b->tabs = malloc((size_t)b->chunk * sizeof *b->tabs);
     b->lrows = malloc((size_t)b->chunk * sizeof *b->lrows);
     b->ldst = malloc((size_t)b->chunk * sizeof *b->ldst);
+    b->lids = malloc((size_t)b->chunk * sizeof *b->lids);
     b->need = malloc((size_t)o.max_rows * sizeof *b->need);
-    if (!b->free_pages || !b->tok || !b->pos || !b->tabs || !b->lrows || !b->ldst || !b->need) {
+    if (!b->free_pages || !b->tok || !b->pos || !b->tabs || !b->lrows || !b->ldst || !b->lids || !b->need) {
         moq_batch_free(b);
         return MOQ_FAIL(err, MOQ_ERR_NOMEM, "moq_batch_create", "out of memory for %lld page ids", (long long)n_pages);
     }
@@ -177,12 +181,16 @@ moq_status moq_seq_reserve(moq_seq *s, int64_t positions, moq_error *err) {
     return MOQ_OK;
 }
 
-/* Runs the rows gathered so far (r of them) and sends their logits rows where they go. */
+/* Runs the rows gathered so far (r of them) and sends their logits rows and argmax ids where they
+ * go (the CPU forward has checked the rows finite). */
 static moq_status flush(moq_batch *b, int64_t r, int64_t nl, moq_error *err) {
-    if (b->gkv) return moq_gpu_forward_rows(b->m, b->gkv, b->tok, b->pos, b->tabs, r, b->lrows, nl, b->ldst, err);
+    if (b->gkv) return moq_gpu_forward_rows(b->m, b->gkv, b->tok, b->pos, b->tabs, r, b->lrows, nl, b->ldst, b->lids, err);
     MOQ_TRY(moq_model_forward_rows(b->m, &b->pool, b->P, b->tok, b->pos, b->tabs, r, b->lrows, nl, err));
     const float *lg = moq_model_step_logits(b->m);
-    for (int64_t j = 0; j < nl; j++) memcpy(b->ldst[j], lg + j * b->V, (size_t)b->V * sizeof(float));
+    for (int64_t j = 0; j < nl; j++) {
+        if (b->ldst[j]) memcpy(b->ldst[j], lg + j * b->V, (size_t)b->V * sizeof(float));
+        if (b->lids[j]) *b->lids[j] = (int32_t)moq_f32_argmax_first(lg + j * b->V, b->V);
+    }
     return MOQ_OK;
 }
 
@@ -219,7 +227,7 @@ moq_status moq_batch_run(moq_batch *b, const moq_batch_item *items, int64_t n_it
         const moq_batch_item *it = &items[i];
         for (int64_t t = 0; t < it->n; t++) {
             b->tok[r] = it->tokens[t], b->pos[r] = it->seq->pos + t, b->tabs[r] = it->seq->tab;
-            if (t == it->n - 1 && it->logits) b->lrows[nl] = r, b->ldst[nl++] = it->logits;
+            if (t == it->n - 1 && (it->logits || it->argmax)) b->lrows[nl] = r, b->ldst[nl] = it->logits, b->lids[nl++] = it->argmax;
             if (++r == b->chunk) {
                 MOQ_TRY(flush(b, r, nl, err));
                 r = nl = 0;
@@ -232,7 +240,7 @@ moq_status moq_batch_run(moq_batch *b, const moq_batch_item *items, int64_t n_it
 }
 
 moq_status moq_seq_prefill(moq_batch *b, moq_seq *s, const int32_t *tokens, int64_t n, float *logits, moq_error *err) {
-    const moq_batch_item it = {s, tokens, n, logits};
+    const moq_batch_item it = {s, tokens, n, logits, NULL};
     return moq_batch_run(b, &it, 1, err);
 }
 
@@ -243,7 +251,21 @@ moq_status moq_batch_step(moq_batch *b, moq_seq *const *seqs, const int32_t *tok
     moq_batch_item items[256];
     for (int64_t i0 = 0; i0 < B; i0 += 256) { /* items on the stack, 256 at a time */
         const int64_t n = B - i0 < 256 ? B - i0 : 256;
-        for (int64_t i = 0; i < n; i++) items[i] = (moq_batch_item){seqs[i0 + i], &tokens[i0 + i], 1, logits ? logits + (i0 + i) * b->V : NULL};
+        for (int64_t i = 0; i < n; i++) items[i] = (moq_batch_item){seqs[i0 + i], &tokens[i0 + i], 1, logits ? logits + (i0 + i) * b->V : NULL, NULL};
+        MOQ_TRY(moq_batch_run(b, items, n, err));
+    }
+    return MOQ_OK;
+}
+
+moq_status moq_batch_step_greedy(moq_batch *b, moq_seq *const *seqs, const int32_t *tokens, int64_t B, int32_t *next, moq_error *err) {
+    if (!b || !seqs || !tokens || !next || B < 1 || B > b->max_items)
+        return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_batch_step_greedy",
+                        "batch, sequences, tokens and next must not be NULL and 1 <= B <= %lld (B=%lld)", b ? (long long)b->max_items : 0LL,
+                        (long long)B);
+    moq_batch_item items[256];
+    for (int64_t i0 = 0; i0 < B; i0 += 256) {
+        const int64_t n = B - i0 < 256 ? B - i0 : 256;
+        for (int64_t i = 0; i < n; i++) items[i] = (moq_batch_item){seqs[i0 + i], &tokens[i0 + i], 1, NULL, &next[i0 + i]};
         MOQ_TRY(moq_batch_run(b, items, n, err));
     }
     return MOQ_OK;

@@ -75,6 +75,7 @@ struct moq_gpu {
     int32_t   *att_done;                 /* device [chunk, A]: attention's split counters, kept zero */
     int32_t   *h_ids;                    /* pinned host staging of the same           */
     float     *h_logits;                 /* pinned [MOQ_GPU_LROWS, V]                 */
+    int32_t   *amax, *h_amax;            /* greedy ids of logits rows [MOQ_GPU_LROWS, 2] (moq_cuda_argmax_rows), device and pinned host */
     void      *stream;                   /* every step runs on it                     */
     bool       no_graphs;                /* a capture failed once: run steps eagerly  */
     moq_gpu_kv own;                      /* the public API's pool (sequence slots)    */
@@ -166,6 +167,8 @@ static moq_status gpu_open(moq_model *m, moq_gpu *g, moq_error *err) {
     MOQ_TRY(cuda_ok(moq_cuda_stream_create(&g->stream), where, err));
     MOQ_TRY(cuda_ok(moq_cuda_host_alloc((size_t)(4 * C) * sizeof(int32_t), (void **)&g->h_ids), where, err));
     MOQ_TRY(cuda_ok(moq_cuda_host_alloc((size_t)(MOQ_GPU_LROWS * m->V) * sizeof(float), (void **)&g->h_logits), where, err));
+    MOQ_TRY(cuda_ok(moq_cuda_host_alloc((size_t)(2 * MOQ_GPU_LROWS) * sizeof(int32_t), (void **)&g->h_amax), where, err));
+    MOQ_TRY(dev_alloc(g, (void **)&g->amax, (size_t)(2 * MOQ_GPU_LROWS) * sizeof(int32_t), "the greedy ids", err));
     MOQ_TRY(moq_gpu_reserve_seqs(m, 1, err));
     for (int64_t l = 0; l < m->L; l++) {
         const layer *ly = &m->layers[l];
@@ -289,7 +292,7 @@ void moq_gpu_free(moq_model *m) {
     kv_release(&g->own, m->L);
     for (int64_t l = 0; g->ly && l < m->L; l++) moq_moe_gpu_free(g->ly[l].moe);
     for (size_t i = 0; i < g->n_mem; i++) moq_device_free(MOQ_DEVICE_CUDA, g->mem[i]);
-    moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits), moq_cuda_host_free(g->lg_h);
+    moq_cuda_host_free(g->h_ids), moq_cuda_host_free(g->h_logits), moq_cuda_host_free(g->h_amax), moq_cuda_host_free(g->lg_h);
     moq_cuda_stream_destroy(g->stream);
     free(g->mem), free(g->ly), free(g);
     m->gpu = NULL;
@@ -360,15 +363,26 @@ static moq_status enqueue_logits(moq_model *m, int64_t r, int64_t n, moq_error *
     return lin(g, m->lm_head, g->h, n, g->logits, err);
 }
 
+/* The error of a non-finite logit (row, column) found on the GPU. */
+static moq_status logits_not_finite(const moq_model *m, int64_t row, int64_t col, bool nan, moq_error *err) {
+    return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,
+                    "logits are not finite (%s at row %lld, column %lld) on the GPU; `moq run --device cpu` names the module "
+                    "whose output turns non-finite, `moq check --values` the tensors",
+                    nan ? "NaN" : "Inf", (long long)row, (long long)col);
+}
+
 /* One step of M tokens whose ids, seqs, positions and logits rows (nl of them) are in g->h_ids (and,
  * for a batch pool, n_bt block tables in pool->h_bt): upload, run, download logits row j into
- * dst[j]. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode step) replays the
- * pool's CUDA graph for M rows (captured at its first use); other steps are enqueued eagerly, their
- * logits MOQ_GPU_LROWS rows at a time. span = most keys any token attends; one_seq: the rows are one
- * sequence at consecutive positions (a prefill: the tiled attention kernel). The host waits on the
- * stream only to read the logits (or, without logits rows, at the end). */
+ * dst[j] (NULL: not wanted) and its argmax into *ids[j] (ids NULL or ids[j] NULL: not wanted). A
+ * chunk of rows that want no logits, only ids, gets its ids from the GPU (moq_cuda_argmax_rows:
+ * 8 bytes a row cross the bus instead of 4 V); otherwise the rows come down, are checked and the
+ * ids found on the host. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode
+ * step) replays the pool's CUDA graph for M rows (captured at its first use); other steps are
+ * enqueued eagerly, their logits MOQ_GPU_LROWS rows at a time. span = most keys any token attends;
+ * one_seq: the rows are one sequence at consecutive positions (a prefill: the tiled attention
+ * kernel). The host waits on the stream only to read the logits (or, without logits rows, at the end). */
 static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl, int64_t n_bt, int64_t span, bool one_seq, float *const *dst,
-                           moq_error *err) {
+                           int32_t *const *ids, moq_error *err) {
     moq_gpu *g = m->gpu;
     const char *where = moq_checkpoint_path(m->ckpt);
     for (int64_t i = 0; m->tp.G > 1 && i < M; i++) { /* --tp: this rank's table rows; the zero row after them for the others' */
@@ -402,6 +416,17 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
     for (int64_t r = 0; r < nl; r += MOQ_GPU_LROWS) {
         const int64_t n = nl - r < MOQ_GPU_LROWS ? nl - r : MOQ_GPU_LROWS;
         if (!graph) MOQ_TRY(enqueue_logits(m, r, n, err));
+        bool ids_only = ids && m->tp.G == 1;
+        for (int64_t j = 0; ids_only && j < n; j++) ids_only = !dst[r + j] && ids[r + j];
+        if (ids_only) {
+            MOQ_TRY(cuda_ok(moq_cuda_argmax_rows(g->logits, n, V, g->amax, g->stream), where, err));
+            MOQ_TRY(cuda_ok(moq_cuda_d2h_async(g->h_amax, g->amax, (size_t)(2 * n) * sizeof(int32_t), g->stream), where, err));
+            MOQ_TRY(cuda_ok(moq_cuda_stream_sync(g->stream), where, err));
+            for (int64_t j = 0; j < n; j++)
+                if (g->h_amax[2 * j + 1] >= 0) return logits_not_finite(m, r + j, g->h_amax[2 * j + 1] >> 1, g->h_amax[2 * j + 1] & 1, err);
+            for (int64_t j = 0; j < n; j++) *ids[r + j] = g->h_amax[2 * j];
+            continue;
+        }
         if (m->tp.G > 1) { /* vocabulary-parallel lm_head: [n, v_n] per rank, gathered [G][n, v_per], unpacked [n, V] */
             const int64_t vp = m->tp.v_per;
             MOQ_TRY(moq_comm_all_gather_on(m->comm, g->logits, g->lg_d, (size_t)(n * vp), g->stream, err));
@@ -420,16 +445,13 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
          * scalar isfinite loop and one thread took ~10 ms of a batch-64 step of 8M logits) */
         int64_t bad[MOQ_GPU_LROWS];
 #pragma omp parallel for num_threads(m->n_threads) schedule(static) if (n * V >= ((int64_t)1 << 20))
-        for (int64_t j = 0; j < n; j++) bad[j] = moq_f32_copy_first_nonfinite(dst[r + j], g->h_logits + j * V, V);
+        for (int64_t j = 0; j < n; j++) {
+            const float *src = g->h_logits + j * V;
+            bad[j] = dst[r + j] ? moq_f32_copy_first_nonfinite(dst[r + j], src, V) : moq_f32_first_nonfinite(src, V);
+            if (bad[j] < 0 && ids && ids[r + j]) *ids[r + j] = (int32_t)moq_f32_argmax_first(src, V);
+        }
         for (int64_t j = 0; j < n; j++)
-            if (bad[j] >= 0) {
-                const float *src = g->h_logits + j * V;
-                const int64_t c = bad[j];
-                return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,
-                                "logits are not finite (%s at row %lld, column %lld) on the GPU; `moq run --device cpu` names the module "
-                                "whose output turns non-finite, `moq check --values` the tensors",
-                                isnan(src[c]) ? "NaN" : "Inf", (long long)(r + j), (long long)c);
-            }
+            if (bad[j] >= 0) return logits_not_finite(m, r + j, bad[j], isnan(g->h_logits[j * V + bad[j]]), err);
     }
     return MOQ_OK;
 }
@@ -457,7 +479,7 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
         plan_row(g, b, tokens[b], slots[b], pos[b]);
         g->h_ids[3 * g->rows + b] = (int32_t)b, dst[b] = logits + b * m->V;
     }
-    return gpu_step(m, &g->own, B, B, 0, span, false, dst, err);
+    return gpu_step(m, &g->own, B, B, 0, span, false, dst, NULL, err);
 }
 
 moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, int64_t n, int32_t pos0, float *logits_last, moq_error *err) {
@@ -472,7 +494,7 @@ moq_status moq_gpu_prefill_slot(moq_model *m, int32_t slot, const int32_t *tok, 
         const int64_t M = n - i < g->rows ? n - i : g->rows;
         for (int64_t j = 0; j < M; j++) plan_row(g, j, tok[i + j], slot, (int32_t)(pos0 + i + j));
         g->h_ids[3 * g->rows] = (int32_t)(M - 1);
-        MOQ_TRY(gpu_step(m, &g->own, M, 1, 0, pos0 + i + M, true, &logits_last, err));
+        MOQ_TRY(gpu_step(m, &g->own, M, 1, 0, pos0 + i + M, true, &logits_last, NULL, err));
     }
     return MOQ_OK;
 }
@@ -483,7 +505,7 @@ moq_status moq_gpu_forward(moq_model *m, const int32_t *tok, int64_t M, float *l
     const int64_t nl = logits_rows ? M : 1;
     for (int64_t i = 0; i < M; i++) plan_row(g, i, tok[i], 0, (int32_t)(m->pos + i));
     for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)(logits_rows ? j : M - 1), dst[j] = logits_rows ? logits_rows + j * m->V : m->logits;
-    MOQ_TRY(gpu_step(m, &g->own, M, nl, 0, m->pos + M, true, dst, err));
+    MOQ_TRY(gpu_step(m, &g->own, M, nl, 0, m->pos + M, true, dst, NULL, err));
     if (logits_rows) memcpy(m->logits, logits_rows + (M - 1) * m->V, (size_t)m->V * sizeof(float));
     m->pos += M;
     return MOQ_OK;
@@ -522,7 +544,7 @@ void moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv) {
 }
 
 moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
-                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err) {
+                                const int64_t *lrows, int64_t nl, float *const *dst, int32_t *const *ids, moq_error *err) {
     moq_gpu *g = m->gpu;
     if (!g || M < 1 || M > g->chunk || nl < 0 || nl > M)
         return MOQ_FAIL(err, MOQ_ERR_INTERNAL, "moq_gpu_forward_rows", "%lld rows with %lld logits rows, expected 1..%lld", (long long)M, (long long)nl,
@@ -538,7 +560,7 @@ moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok
             memcpy(kv->h_bt + (n_bt - 1) * kv->max_pages, tabs[i], (size_t)((pos[i] + kv->page) / kv->page) * sizeof(int32_t));
     }
     for (int64_t j = 0; j < nl; j++) g->h_ids[3 * g->rows + j] = (int32_t)lrows[j];
-    return gpu_step(m, kv, M, nl, n_bt, span, n_bt == 1 && consecutive, dst, err);
+    return gpu_step(m, kv, M, nl, n_bt, span, n_bt == 1 && consecutive, dst, ids, err);
 }
 
 #else /* built without CUDA: moq_model_open refuses device CUDA before any of these is reached */
@@ -587,8 +609,8 @@ moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gp
 }
 void moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv) { (void)m, (void)kv; }
 moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
-                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err) {
-    (void)m, (void)kv, (void)tok, (void)pos, (void)tabs, (void)M, (void)lrows, (void)nl, (void)dst;
+                                const int64_t *lrows, int64_t nl, float *const *dst, int32_t *const *ids, moq_error *err) {
+    (void)m, (void)kv, (void)tok, (void)pos, (void)tabs, (void)M, (void)lrows, (void)nl, (void)dst, (void)ids;
     return MOQ_FAIL(err, MOQ_ERR_UNSUPPORTED, "moq_batch_run", "this libmoq was built without CUDA");
 }
 #endif

@@ -163,14 +163,15 @@ moq_status moq_gpu_decode_batch(moq_model *m, int64_t B, const int32_t *slots, c
 /* moq_batch on the GPU (batch.c): a pool of n_pages pages of `page` positions per layer (K and V,
  * the model's GPU encoding: 2 bytes bf16 or 1 byte e4m3 per element) and its block-table staging;
  * forward_rows is moq_model_forward_rows for it (rows of one sequence consecutive, tabs[i] that
- * sequence's page ids), logits row j into dst[j]. Decode steps (every row wants logits, <= 64 rows)
+ * sequence's page ids), logits row j into dst[j] (or NULL), its argmax into *ids[j] (ids or ids[j]
+ * NULL: none; rows that want ids only get them from the GPU). Decode steps (every row wants logits, <= 64 rows)
  * replay a CUDA graph captured per row count on this pool. */
 typedef struct moq_gpu_kv moq_gpu_kv;
 int        moq_gpu_kv_elem_bytes(const moq_model *m);
 moq_status moq_gpu_kv_create(moq_model *m, int64_t n_pages, int64_t page, moq_gpu_kv **out, moq_error *err);
 void       moq_gpu_kv_free(moq_model *m, moq_gpu_kv *kv);
 moq_status moq_gpu_forward_rows(moq_model *m, moq_gpu_kv *kv, const int32_t *tok, const int64_t *pos, const int32_t *const *tabs, int64_t M,
-                                const int64_t *lrows, int64_t nl, float *const *dst, moq_error *err);
+                                const int64_t *lrows, int64_t nl, float *const *dst, int32_t *const *ids, moq_error *err);
 /* Bytes of GPU memory in use on the device (total - free; 0 without CUDA or a GPU). */
 uint64_t   moq_gpu_mem_used(void);
 /* cudaProfilerStart (on) / Stop, for `ncu --profile-from-start off` (nothing without CUDA). */

@@ -667,6 +667,14 @@ static void retire(server *s, req **list, req *r) {
     req_release(r);
 }
 
+/* Item n of a run: n_tok tokens of r; its last token's output (when `last`) is the argmax the
+ * library finds for a greedy request that wants no log-probabilities (on the GPU only the id comes
+ * down), else the logits row n for the sampler. */
+static moq_batch_item out_item(const server *s, req *r, const int32_t *tok, int64_t n_tok, bool last, float *logits, int32_t *greedy, int n) {
+    const bool argmax = last && r->so.temperature == 0.0f && r->logprobs < 0;
+    return (moq_batch_item){r->seq, tok, n_tok, last && !argmax ? logits + (size_t)n * (size_t)s->V : NULL, argmax ? &greedy[n] : NULL};
+}
+
 static void *scheduler(void *arg) {
     server *s = arg;
     const int B = s->o.max_batch;
@@ -674,10 +682,11 @@ static void *scheduler(void *arg) {
     int n_active = 0;
     float *logits = malloc((size_t)(B + 1) * (size_t)s->V * sizeof(float));
     moq_batch_item *items = malloc((size_t)(B + 1) * sizeof *items);
+    int32_t *greedy = malloc((size_t)(B + 1) * sizeof *greedy); /* ids the library found (greedy requests) */
     req **owner = malloc((size_t)(B + 1) * sizeof(req *));
     const size_t ss = moq_sampler_scratch_size((size_t)s->V);
     void *scratch = malloc(ss ? ss : 1);
-    if (!logits || !items || !owner || !scratch) {
+    if (!logits || !items || !greedy || !owner || !scratch) {
         fprintf(stderr, "moq serve: out of memory for the scheduler\n");
         pthread_mutex_lock(&s->mu);
         s->stopping = true;
@@ -691,7 +700,7 @@ static void *scheduler(void *arg) {
         for (req *r = s->qhead; r; r = r->next) *wtail = r, wtail = &r->next;
         s->qhead = s->qtail = NULL;
         pthread_mutex_unlock(&s->mu);
-        if (stopping || !logits || !items || !owner || !scratch) { /* cancel everything, then leave */
+        if (stopping || !logits || !items || !greedy || !owner || !scratch) { /* cancel everything, then leave */
             for (req *r = waiting, *nx; r; r = nx) {
                 nx = r->next;
                 pthread_mutex_lock(&r->mu);
@@ -776,7 +785,7 @@ static void *scheduler(void *arg) {
         int n = 0, n_dec = 0;
         int64_t rows = 0;
         for (req *r = active; r; r = r->next)
-            if (r->state == ST_DECODE) items[n] = (moq_batch_item){r->seq, &r->feed, 1, logits + (size_t)n * (size_t)s->V}, owner[n++] = r, n_dec++;
+            if (r->state == ST_DECODE) items[n] = out_item(s, r, &r->feed, 1, true, logits, greedy, n), owner[n++] = r, n_dec++;
         /* prompt tokens: up to --prefill-chunk, and no more than fill the rows one forward takes
            (so a step with a prefill costs one forward, not two), at least one */
         const int64_t room = moq_batch_rows_per_forward(s->b) - n_dec;
@@ -786,7 +795,7 @@ static void *scheduler(void *arg) {
             if (r->state == ST_PREFILL) {
                 const int64_t c = r->n_prompt - r->prefilled < budget ? r->n_prompt - r->prefilled : budget;
                 const bool last = r->prefilled + c == r->n_prompt;
-                items[n] = (moq_batch_item){r->seq, r->prompt + r->prefilled, c, last ? logits + (size_t)n * (size_t)s->V : NULL};
+                items[n] = out_item(s, r, r->prompt + r->prefilled, c, last, logits, greedy, n);
                 owner[n++] = r, budget -= c;
             }
         for (int i = 0; i < n; i++) rows += items[i].n;
@@ -823,7 +832,10 @@ static void *scheduler(void *arg) {
             }
             int32_t id;
             bool end;
-            if (moq_sampler_sample(r->smp, items[i].logits, (size_t)s->V, scratch, ss, &id, &e) != MOQ_OK) {
+            if (items[i].argmax) {
+                id = *items[i].argmax;
+                end = on_token(s, r, NULL, id, t);
+            } else if (moq_sampler_sample(r->smp, items[i].logits, (size_t)s->V, scratch, ss, &id, &e) != MOQ_OK) {
                 char m[512];
                 moq_error_format(&e, m, sizeof m);
                 pthread_mutex_lock(&r->mu);
@@ -842,7 +854,7 @@ static void *scheduler(void *arg) {
             }
         }
     }
-    free(logits), free(items), free(owner), free(scratch);
+    free(logits), free(items), free(greedy), free(owner), free(scratch);
     return NULL;
 }
 

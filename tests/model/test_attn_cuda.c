@@ -14,6 +14,7 @@
  *      per thread): the CPU's arithmetic (model.c: v = x + t in f32, Σ v² in f64, r = f32(1 /
  *      sqrt(ss / H + eps)), h = (v · r) · w in f32) recomputed here; x += t exact, h within ~3 ulp
  *      (the f64 sum's order differs, which can move r by one f32 ulp).
+ *   3. moq_cuda_argmax_rows (the greedy ids of logits rows): see the test.
  * Without a GPU each test skips with the reason. */
 #include "tu.h"
 
@@ -232,6 +233,59 @@ static void test_rmsnorm_rows(void **state) {
         free(x), free(t), free(w), free(v), free(h), free(ref);
     }
 }
+
+/* 3. moq_cuda_argmax_rows against a plain loop written here (first maximum; -0 and +0 equal; the
+ *    first non-finite column and whether it is NaN): rows of 128256 (Llama 3's vocabulary, float4
+ *    path), 1000 and 4097 (V % 4 != 0: the scalar path), 1 and 3; rows with ties of the maximum
+ *    across warps and threads, a maximum of -0 against earlier +0, all-negative rows, and NaN, +Inf
+ *    and -Inf at various places (a later NaN after an earlier Inf must report the Inf). */
+static void test_argmax_rows(void **state) {
+    (void)state;
+    TU_NEED_GPU();
+    const int64_t Vs[] = {128256, 1000, 4097, 1, 3};
+    enum { R = 9 };
+    for (size_t c = 0; c < sizeof Vs / sizeof Vs[0]; c++) {
+        const int64_t V = Vs[c];
+        float *x = malloc((size_t)(R * V) * sizeof(float));
+        for (int64_t e = 0; e < R * V; e++) x[e] = (float)urand();
+        float *r;
+        r = x + 1 * V; /* ties: the maximum at three places far apart */
+        r[V - 1] = 2.0f, r[V / 2] = 2.0f, r[V / 3] = 2.0f;
+        r = x + 2 * V; /* all negative, the maximum -0 after a +0... both zero: the first wins */
+        for (int64_t e = 0; e < V; e++) r[e] = -1.0f - (float)fabs(urand());
+        r[V - 1] = -0.0f, r[V / 2] = 0.0f;
+        r = x + 3 * V; /* NaN late, +Inf earlier */
+        r[V - 1] = NAN, r[(2 * V) / 3] = INFINITY;
+        r = x + 4 * V, r[V / 2] = -INFINITY; /* -Inf alone */
+        r = x + 5 * V, r[0] = NAN;           /* NaN first */
+        r = x + 6 * V, r[V - 1] = 3.0f;      /* maximum last */
+        r = x + 7 * V, r[0] = 3.0f;          /* maximum first */
+        r = x + 8 * V;                       /* equal everywhere */
+        for (int64_t e = 0; e < V; e++) r[e] = 0.5f;
+        float *xd = dev_up(x, (size_t)(R * V) * sizeof(float));
+        int32_t *od = dev_up(NULL, 2 * R * sizeof(int32_t)), out[2 * R];
+        const char *ce = moq_cuda_argmax_rows(xd, R, V, od, NULL);
+        if (!ce) ce = moq_cuda_sync();
+        if (ce) fail_msg("argmax V=%lld: %s", (long long)V, ce);
+        dev_down(out, od, sizeof out);
+        for (int j = 0; j < R; j++) {
+            const float *p = x + j * V;
+            int64_t best = -1, bad = -1;
+            for (int64_t e = 0; e < V; e++) {
+                if (!isfinite(p[e])) {
+                    if (bad < 0) bad = e;
+                } else if (best < 0 || p[e] > p[best]) {
+                    best = e;
+                }
+            }
+            const int32_t want_bad = bad < 0 ? -1 : (int32_t)(2 * bad + (isnan(p[bad]) ? 1 : 0));
+            if (out[2 * j + 1] != want_bad) fail_msg("argmax V=%lld row %d: non-finite code %d, expected %d", (long long)V, j, out[2 * j + 1], want_bad);
+            if (bad < 0 && out[2 * j] != best) fail_msg("argmax V=%lld row %d: %d, expected %lld", (long long)V, j, out[2 * j], (long long)best);
+        }
+        moq_device_free(MOQ_DEVICE_CUDA, xd), moq_device_free(MOQ_DEVICE_CUDA, od);
+        free(x);
+    }
+}
 #endif
 
 static void test_no_gpu_skips(void **state) {
@@ -247,6 +301,7 @@ int main(void) {
 #ifdef MOQ_HAVE_CUDA
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_rmsnorm_rows),
+        cmocka_unit_test(test_argmax_rows),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

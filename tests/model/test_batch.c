@@ -107,7 +107,7 @@ static void batch_equals_alone(const char *args, int64_t page_tokens) {
         for (int s = 0; s < NSEQ; s++) {
             if (done[s] == plen[s]) continue;
             const int64_t c = plen[s] - done[s] < 8 ? plen[s] - done[s] : 8;
-            it[n++] = (moq_batch_item){seq[s], prompts[s] + done[s], c, done[s] + c == plen[s] ? got + s * V : NULL};
+            it[n++] = (moq_batch_item){seq[s], prompts[s] + done[s], c, done[s] + c == plen[s] ? got + s * V : NULL, NULL};
             done[s] += c;
             more = true;
         }
@@ -121,7 +121,16 @@ static void batch_equals_alone(const char *args, int64_t page_tokens) {
         if (k == NDEC) break;
         int32_t tok[NSEQ];
         for (int s = 0; s < NSEQ; s++) tok[s] = dec[s][k];
-        TU_OK(moq_batch_step(b, seq, tok, NSEQ, got, err_));
+        if (k % 2 == 0) {
+            TU_OK(moq_batch_step(b, seq, tok, NSEQ, got, err_));
+        } else { /* logits and the library's argmax of the same rows */
+            moq_batch_item it[NSEQ];
+            int32_t ids[NSEQ];
+            for (int s = 0; s < NSEQ; s++) it[s] = (moq_batch_item){seq[s], &tok[s], 1, got + s * V, &ids[s]};
+            TU_OK(moq_batch_run(b, it, NSEQ, err_));
+            for (int s = 0; s < NSEQ; s++)
+                if (ids[s] != argmax(got + s * V, V)) fail_msg("%s: sequence %d step %d: argmax %d, the logits' is %d", args, s, k, ids[s], argmax(got + s * V, V));
+        }
     }
     for (int s = 0; s < NSEQ; s++) assert_int_equal(moq_seq_pos(seq[s]), plen[s] + NDEC);
     for (int s = 0; s < NSEQ; s++) moq_seq_free(seq[s]);
@@ -143,6 +152,66 @@ static void test_llama_w4a16(void **st) { (void)st; batch_equals_alone("--algo W
 static void test_qwen3moe_nvfp4(void **st) {
     (void)st;
     batch_equals_alone("--arch qwen3moe --algo NVFP4 --layers 1 --vocab 512 --hidden 128 --inter 128 --experts 4 --top-k 2", 16);
+}
+
+/* The three ways a greedy step gets its ids give the same tokens: logits rows and the test's own
+ * argmax, moq_batch_step_greedy (next aliasing tokens), and runs that mix rows wanting logits,
+ * ids or both. */
+static void test_greedy_paths(void **st) {
+    (void)st;
+    enum { B = 5, STEPS = 6 };
+    char *dir = synth("batchgreedy", "--algo BF16 --layers 2 --vocab 512 --hidden 128 --inter 256");
+    moq_model *m = open_model(dir, 64);
+    const int64_t V = moq_model_vocab_size(m);
+    float *lg = malloc((size_t)(B * V) * sizeof(float));
+    int32_t ids[3][STEPS][B];
+    for (int way = 0; way < 3; way++) {
+        moq_batch_opts bo = moq_batch_opts_default();
+        moq_batch *b = NULL;
+        TU_OK(moq_batch_create(&b, m, &bo, err_));
+        moq_seq *seq[B];
+        int32_t tok[B];
+        for (int s = 0; s < B; s++) {
+            const int32_t prompt[3] = {(int32_t)(11 * s + 1), (int32_t)(7 * s + 3), (int32_t)(5 * s + 2)};
+            TU_OK(moq_seq_create(&seq[s], b, err_));
+            TU_OK(moq_seq_prefill(b, seq[s], prompt, 1 + s % 3, lg, err_));
+            tok[s] = argmax(lg, V);
+        }
+        for (int k = 0; k < STEPS; k++) {
+            if (way == 0) {
+                TU_OK(moq_batch_step(b, seq, tok, B, lg, err_));
+                for (int s = 0; s < B; s++) tok[s] = argmax(lg + s * V, V);
+            } else if (way == 1) {
+                TU_OK(moq_batch_step_greedy(b, seq, tok, B, tok, err_));
+            } else {
+                moq_batch_item it[B];
+                int32_t got[B] = {-1, -1, -1, -1, -1};
+                for (int s = 0; s < B; s++) {
+                    const int w = (s + k) % 3; /* 0: logits, 1: ids, 2: both */
+                    it[s] = (moq_batch_item){seq[s], &tok[s], 1, w != 1 ? lg + s * V : NULL, w != 0 ? &got[s] : NULL};
+                }
+                TU_OK(moq_batch_run(b, it, B, err_));
+                for (int s = 0; s < B; s++) {
+                    const int w = (s + k) % 3;
+                    if (w == 2) assert_int_equal(got[s], argmax(lg + s * V, V));
+                    tok[s] = w == 0 ? argmax(lg + s * V, V) : got[s];
+                }
+            }
+            memcpy(ids[way][k], tok, sizeof tok);
+        }
+        for (int s = 0; s < B; s++) moq_seq_free(seq[s]);
+        moq_batch_free(b);
+    }
+    for (int k = 0; k < STEPS; k++)
+        for (int s = 0; s < B; s++)
+            if (ids[1][k][s] != ids[0][k][s] || ids[2][k][s] != ids[0][k][s])
+                fail_msg("step %d sequence %d: logits + argmax %d, greedy step %d, mixed run %d", k, s, ids[0][k][s], ids[1][k][s], ids[2][k][s]);
+    moq_error e;
+    TU_ERR(&e, moq_batch_step_greedy(NULL, NULL, NULL, 1, NULL, &e), MOQ_ERR_INVALID_ARG, "moq_batch_step_greedy", "must not be NULL");
+    moq_model_free(m);
+    free(lg);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* Pool accounting and argument checks: each failure leaves pages and positions as they were. */
@@ -181,7 +250,7 @@ static void test_pool_rules(void **st) {
     toks[3] = 256;
     TU_ERR(&e, moq_seq_prefill(b, a, toks, 5, lg, &e), MOQ_ERR_INVALID_ARG, "", "token 256 at index 3, expected [0, 256)");
     toks[3] = 0;
-    moq_batch_item dup[2] = {{a, toks, 1, NULL}, {a, toks, 1, NULL}};
+    moq_batch_item dup[2] = {{a, toks, 1, NULL, NULL}, {a, toks, 1, NULL, NULL}};
     TU_ERR(&e, moq_batch_run(b, dup, 2, &e), MOQ_ERR_INVALID_ARG, "moq_batch_run", "same sequence");
     TU_OK(moq_seq_prefill(b, a, toks, 40, lg, err_));
     TU_ERR(&e, moq_seq_prefill(b, a, toks, 25, lg, &e), MOQ_ERR_INVALID_ARG, "", "40 cached + 25 new tokens exceed the context of 64");
@@ -202,7 +271,7 @@ static void test_pool_rules(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_bf16),  cmocka_unit_test(test_llama_nvfp4),    cmocka_unit_test(test_llama_fp8),
-        cmocka_unit_test(test_llama_w4a16), cmocka_unit_test(test_qwen3moe_nvfp4), cmocka_unit_test(test_pool_rules),
+        cmocka_unit_test(test_llama_w4a16), cmocka_unit_test(test_qwen3moe_nvfp4), cmocka_unit_test(test_pool_rules), cmocka_unit_test(test_greedy_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

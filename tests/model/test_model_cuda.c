@@ -54,6 +54,14 @@ typedef struct spec {
 } spec;
 
 /* A 2-layer decoder (test_model.c's shapes) with every linear in `algo`, lm_head BF16. */
+/* The first index of the largest value (the greedy token), as a plain loop. */
+static int32_t first_max(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 static void make_model(const spec *s, const char *dir) {
     gen g = {.rng = 0xC0DA0000u + (uint64_t)strlen(s->name)};
     TU_OK(moq_writer_create(&g.w, dir, err_));
@@ -581,7 +589,7 @@ static void test_batch_api(void **state) {
             if (run < start[b] || fed[b] == len[b] + STEPS) continue;
             const int k = fed[b] < len[b] ? (len[b] - fed[b] < CH ? len[b] - fed[b] : CH) : 1;
             const bool last = fed[b] + k >= len[b];
-            it[n] = (moq_batch_item){sq[b], &ids[b][fed[b]], k, last ? got + (size_t)b * V_ : NULL};
+            it[n] = (moq_batch_item){sq[b], &ids[b][fed[b]], k, last ? got + (size_t)b * V_ : NULL, NULL};
             all_one = all_one && k == 1, who[n++] = b;
         }
         if (n == 0) break;
@@ -614,6 +622,75 @@ static void test_batch_api(void **state) {
     assert_int_equal(moq_batch_pages_free(bt), moq_batch_pages_total(bt));
     moq_batch_free(bt);
     free(ref), free(got);
+    moq_model_free(m);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Greedy ids on the GPU: 5 sequences, 6 decode steps, three ways on fresh batches of the same model:
+ * logits rows to the host and the argmax here; moq_batch_step_greedy (every row wants ids only: the
+ * step's graph, then moq_cuda_argmax_rows and 8 bytes a row down); runs mixing rows that want
+ * logits, ids or both (the logits come down, the ids are found on the host). The GPU is
+ * deterministic run to run, so the three must give the same ids, and ids asked with logits must be
+ * the logits' argmax. */
+static void test_batch_greedy(void **state) {
+    (void)state;
+    NEED_GPU();
+    enum { NB = 5, STEPS = 6 };
+    static const spec s = {"gpu_batch_greedy", LLAMA, "FP8", false, false, false, false, NULL, 0};
+    char *dir = tu_tmpdir(s.name);
+    make_model(&s, dir);
+    moq_model_opts o = moq_model_opts_default();
+    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, dir, &o, err_));
+    float *lg = malloc(sizeof(float) * NB * V_);
+    int32_t got_ids[3][STEPS][NB];
+    for (int way = 0; way < 3; way++) {
+        moq_batch_opts bo = moq_batch_opts_default();
+        bo.max_rows = NB;
+        moq_batch *bt = NULL;
+        TU_OK(moq_batch_create(&bt, m, &bo, err_));
+        moq_seq *sq[NB];
+        int32_t tok[NB];
+        for (int b = 0; b < NB; b++) {
+            const int32_t prompt[4] = {(int32_t)(13 * b + 1) % V_, (int32_t)(7 * b + 3) % V_, (int32_t)(5 * b + 2) % V_, 9};
+            TU_OK(moq_seq_create(&sq[b], bt, err_));
+            TU_OK(moq_seq_prefill(bt, sq[b], prompt, 1 + b % 4, lg, err_));
+            tok[b] = first_max(lg, V_);
+        }
+        for (int k = 0; k < STEPS; k++) {
+            if (way == 0) {
+                TU_OK(moq_batch_step(bt, sq, tok, NB, lg, err_));
+                for (int b = 0; b < NB; b++) tok[b] = first_max(lg + (size_t)b * V_, V_);
+            } else if (way == 1) {
+                TU_OK(moq_batch_step_greedy(bt, sq, tok, NB, tok, err_));
+            } else {
+                moq_batch_item it[NB];
+                int32_t g[NB];
+                for (int b = 0; b < NB; b++) {
+                    const int w = (b + k) % 3; /* 0: logits, 1: ids, 2: both */
+                    g[b] = -1;
+                    it[b] = (moq_batch_item){sq[b], &tok[b], 1, w != 1 ? lg + (size_t)b * V_ : NULL, w != 0 ? &g[b] : NULL};
+                }
+                TU_OK(moq_batch_run(bt, it, NB, err_));
+                for (int b = 0; b < NB; b++) {
+                    const int w = (b + k) % 3;
+                    if (w == 2) assert_int_equal(g[b], first_max(lg + (size_t)b * V_, V_));
+                    tok[b] = w == 0 ? first_max(lg + (size_t)b * V_, V_) : g[b];
+                }
+            }
+            memcpy(got_ids[way][k], tok, sizeof tok);
+        }
+        for (int b = 0; b < NB; b++) moq_seq_free(sq[b]);
+        moq_batch_free(bt);
+    }
+    for (int k = 0; k < STEPS; k++)
+        for (int b = 0; b < NB; b++)
+            if (got_ids[1][k][b] != got_ids[0][k][b] || got_ids[2][k][b] != got_ids[0][k][b])
+                fail_msg("step %d sequence %d: logits + argmax %d, greedy step %d, mixed run %d", k, b, got_ids[0][k][b], got_ids[1][k][b],
+                         got_ids[2][k][b]);
+    free(lg);
     moq_model_free(m);
     tu_rmtree(dir);
     free(dir);
@@ -652,6 +729,7 @@ int main(void) {
         cmocka_unit_test(test_modelopt_real),
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_batch_api),
+        cmocka_unit_test(test_batch_greedy),
     };
     return cmocka_run_group_tests(t, NULL, NULL);
 }

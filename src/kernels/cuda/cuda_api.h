@@ -178,6 +178,9 @@ const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A,
                                        const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream);
 /* act [M, I] = silu(gu[:, :I]) · gu[:, I:]; I % 4 == 0. */
 const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream);
+/* Greedy ids of n logits rows x [n, V]: out [n, 2] int32 = {argmax (the lowest index of the row's
+ * maximum), -1 or 2 · (first non-finite column) + (1 for NaN)}. V < 2^30. */
+const char *moq_cuda_argmax_rows(const float *x_d, int64_t n, int64_t V, int32_t *out_d, void *stream);
 
 /* ---- streams and graphs (device.cu): handles are cudaStream_t / cudaGraphExec_t as void * ---- */
 const char *moq_cuda_stream_create(void **stream);

@@ -699,3 +699,64 @@ extern "C" const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, 
     (void)moq_launch_pdl(swiglu_kernel, dim3((unsigned)cdiv(I / 4, 256), (unsigned)M), dim3(256), 0, (cudaStream_t)stream, gu_d, I, act_d);
     MO_CHECK("swiglu");
 }
+
+/* Greedy ids of logits rows: one block per row, each thread its own float4 columns in increasing
+ * order (4 loads in flight), then a warp and a block reduction of (largest value, its lowest
+ * index) and of the first non-finite column: out[2 j] = argmax of row j (ties to the lowest index,
+ * -0 and +0 equal, as moq_f32_argmax_first), out[2 j + 1] = -1, or 2 · (first non-finite column)
+ * + (1 if it is NaN). Non-finite entries take no part in the maximum (the caller fails the row). */
+__device__ __forceinline__ void amx_take(float ov, int32_t oi, int32_t ob, float &bv, int32_t &bi, int32_t &bad) {
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    bad = ob < bad ? ob : bad;
+}
+__device__ __forceinline__ void amx_put(float v, int32_t k, float &bv, int32_t &bi, int32_t &bad) {
+    if (!isfinite(v)) {
+        if (bad == INT32_MAX) bad = 2 * k + (isnan(v) ? 1 : 0);
+    } else if (v > bv) { /* a thread's columns come in increasing order: the first of equals stays */
+        bv = v, bi = k;
+    }
+}
+__global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int64_t V, int32_t *out) {
+    const float *p = x + (int64_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int32_t bi = INT32_MAX, bad = INT32_MAX;
+    if ((V & 3) == 0) {
+        const float4 *p4 = (const float4 *)p;
+        const int64_t n4 = V / 4, T = blockDim.x;
+        for (int64_t q0 = threadIdx.x; q0 < n4; q0 += 4 * T) {
+            float4 f[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) f[u] = q0 + u * T < n4 ? p4[q0 + u * T] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (q0 + u * T >= n4) break;
+                const int32_t k = (int32_t)(4 * (q0 + u * T));
+                amx_put(f[u].x, k, bv, bi, bad), amx_put(f[u].y, k + 1, bv, bi, bad);
+                amx_put(f[u].z, k + 2, bv, bi, bad), amx_put(f[u].w, k + 3, bv, bi, bad);
+            }
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < V; k += blockDim.x) amx_put(p[k], (int32_t)k, bv, bi, bad);
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        amx_take(__shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o), __shfl_xor_sync(0xffffffffu, bad, o), bv, bi, bad);
+    __shared__ float sv[32];
+    __shared__ int32_t si[32], sb[32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+    if (lane == 0) sv[w] = bv, si[w] = bi, sb[w] = bad;
+    __syncthreads();
+    if (w) return;
+    bv = lane < nw ? sv[lane] : -INFINITY, bi = lane < nw ? si[lane] : INT32_MAX, bad = lane < nw ? sb[lane] : INT32_MAX;
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        amx_take(__shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o), __shfl_xor_sync(0xffffffffu, bad, o), bv, bi, bad);
+    if (lane == 0) out[2 * blockIdx.x] = bi == INT32_MAX ? 0 : bi, out[2 * blockIdx.x + 1] = bad == INT32_MAX ? -1 : bad;
+}
+
+extern "C" const char *moq_cuda_argmax_rows(const float *x_d, int64_t n, int64_t V, int32_t *out_d, void *stream) {
+    if (V < 1 || V >= ((int64_t)1 << 30)) return "argmax of the logits rows: the vocabulary must hold 1 .. 2^30 - 1 ids";
+    if (n < 1) return NULL;
+    argmax_rows_kernel<<<(unsigned)n, 1024, 0, (cudaStream_t)stream>>>(x_d, V, out_d);
+    return moq_cuda_launch_check("argmax of the logits rows");
+}
