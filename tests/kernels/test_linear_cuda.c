@@ -379,6 +379,7 @@ static void test_every_cuda_row(void **state) {
                 check_cuda_row(k, Ms[mi], NK[s][0], NK[s][1], (mi + s) & 1 ? MOQ_ELEM_F32 : MOQ_ELEM_BF16, MOQ_ELEM_F32, 1);
         check_cuda_row(k, 5, NK[1][0], NK[1][1], MOQ_ELEM_BF16, MOQ_ELEM_BF16, 1);
         check_cuda_row(k, 40, NK[0][0], NK[0][1], MOQ_ELEM_BF16, MOQ_ELEM_BF16, 1);
+        check_cuda_row(k, 24, NK[1][0], NK[1][1], MOQ_ELEM_F32, MOQ_ELEM_BF16, 1); /* with MOQ_CUDA_GEMV_MMAX=64: 4 n8 tiles */
         check_cuda_row(k, 200, 520, 1024, MOQ_ELEM_BF16, MOQ_ELEM_F32, 1); /* several N and K tiles */
         /* without bias, every dimension a multiple of 16: cuBLASLt fp8 writes y itself (outer-vector
          * scales, no epilogue kernel); bf16 and f32 y; M = 16 and 1: the decode kernel with a cluster */

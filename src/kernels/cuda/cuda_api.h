@@ -85,10 +85,12 @@ typedef struct moq_cuda_args {
 
 /* Quantizes x into the workspace's A, q, sf, tok, gs (rows M..Mp-1 and columns K..Kp-1 zero). */
 const char *moq_cuda_act_quant(const moq_cuda_args *a);
-/* y = epilogue(A · Wᵀ) for M <= 16 on the tensor cores (mma.sync, weight rows as the m16 side),
- * K split over warps and a thread-block cluster, weights streamed once; launched as a programmatic
- * dependent of the activation quantizer. */
+/* y = epilogue(A · Wᵀ) for M <= moq_cuda_gemv_mmax(kind) on the tensor cores (mma.sync, weight rows
+ * as the m16 side), K split over warps and a thread-block cluster, weights streamed once; launched
+ * as a programmatic dependent of the activation quantizer. */
 const char *moq_cuda_gemv(const moq_cuda_args *a);
+/* The largest M the decode kernel takes for a kind: 16, or up to 64 with MOQ_CUDA_GEMV_MMAX. */
+int64_t moq_cuda_gemv_mmax(int kind);
 /* 1 when this call's decode kernel quantizes its own activation (gemv.cu's gv_fuse table: FP8
  * per-tensor at M = 1, FP8 128x128 at M <= 2, NVFP4 W4A4 at M = 1 on short K slices): then the caller skips moq_cuda_act_quant and the
  * workspace's A, q, sf, tok, gs are not written. */

@@ -61,6 +61,13 @@ template <int KIND> struct skd {
     static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
     /* chunks in flight per iteration: about 128 weight bytes per lane */
     static constexpr int U = 64 / (VB * GV_T) > 0 ? 64 / (VB * GV_T) : 1;
+    /* largest M (8 · n8 tiles) the kernel is instantiated for: the activation words a lane holds
+     * per chunk (AW per tile) and the accumulators (GV_T · 4 per tile) must stay in registers.
+     * ptxas -v (sm_90a, CUDA 13.0) at 8 tiles: BF16 198 registers, FP8 per-tensor / per-token 226,
+     * MXFP8 254, no spill; FP8 128x128 (a second accumulator set per scale block) spills 176 bytes,
+     * and NVFP4 holds 16 activation words a tile: those stop at 4 tiles (FP8 128x128 8 bytes of
+     * spill, W4A4 on f16 none, W4A16 12 bytes). MOQ_CUDA_GEMV_MMAX picks up to this. */
+    static constexpr int MMAX = AW <= 8 && KIND != MOQ_CK_FP8_BLK128 ? 64 : 32;
 };
 
 /* WB words from p: global memory through the read-only path, or shared memory (SMEM) */
@@ -540,7 +547,7 @@ static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_balance < 0) g_balance = moq_cuda_knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
     if (g_pe < 0) g_pe = moq_cuda_knob("MOQ_CUDA_GEMV_PE", 0, 0, 1);
     gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0};
-    const int k = a->kind, nt = a->M <= 8 ? 1 : 2;
+    const int k = a->kind, nt = a->M <= 8 ? 1 : 2; /* the demand table's column: M <= 8, or more */
     const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
     const int warps = g_warps ? g_warps : demand_warps[k][nt - 1][p.tiles >= GV_WIDE];
@@ -588,7 +595,13 @@ template <int KIND, int NT, bool FUSED, bool H16, bool PE> static const char *la
 template <int KIND, bool H16, bool PE> static const char *launch_u(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
         if (p.fused) return launch1<KIND, 1, true, H16, PE>(a, p); /* M <= 8 */
-    return a->M <= 8 ? launch1<KIND, 1, false, H16, PE>(a, p) : launch1<KIND, 2, false, H16, PE>(a, p);
+    if (a->M <= 8) return launch1<KIND, 1, false, H16, PE>(a, p);
+    if (a->M <= 16) return launch1<KIND, 2, false, H16, PE>(a, p);
+    if constexpr (skd<KIND>::MMAX >= 32)
+        if (a->M <= 32) return launch1<KIND, 4, false, H16, PE>(a, p);
+    if constexpr (skd<KIND>::MMAX >= 64)
+        if (a->M <= 64) return launch1<KIND, 8, false, H16, PE>(a, p);
+    return "gemv: M above the kind's largest n8 tile count";
 }
 template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (skd<KIND>::PE_OK)
@@ -602,8 +615,27 @@ template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     return launch_h<KIND, false>(a, p);
 }
 
+/* MOQ_CUDA_GEMV_MMAX (16 by default; 32 or 64): the largest M the decode kernel takes, each kind up
+ * to its own skd<>::MMAX; above it the GEMM of the row's variant (rows_cuda.c). At 17..64 rows the
+ * kernel still reads every weight once (n8 tiles of 4 or 8: 32 or 64 activation rows per mma A
+ * fragment) where the dequant + cuBLASLt rows write and read a bf16 copy of the weight. */
+static int g_mmax = -1;
+static const int gv_mmax_of[MOQ_CK_COUNT] = {
+    [MOQ_CK_BF16] = skd<MOQ_CK_BF16>::MMAX, [MOQ_CK_FP8_TENSOR] = skd<MOQ_CK_FP8_TENSOR>::MMAX, [MOQ_CK_FP8_ROW] = skd<MOQ_CK_FP8_ROW>::MMAX,
+    [MOQ_CK_FP8_BLK128] = skd<MOQ_CK_FP8_BLK128>::MMAX, [MOQ_CK_NVFP4] = skd<MOQ_CK_NVFP4>::MMAX,
+    [MOQ_CK_NVFP4_W4A16] = skd<MOQ_CK_NVFP4_W4A16>::MMAX, [MOQ_CK_MXFP8] = skd<MOQ_CK_MXFP8>::MMAX,
+};
+extern "C" int64_t moq_cuda_gemv_mmax(int kind) {
+    if (g_mmax < 0) {
+        g_mmax = moq_cuda_knob("MOQ_CUDA_GEMV_MMAX", 16, 16, 64);
+        g_mmax = g_mmax <= 16 ? 16 : g_mmax <= 32 ? 32 : 64;
+    }
+    if (kind < 0 || kind >= MOQ_CK_COUNT) return 16;
+    return g_mmax < gv_mmax_of[kind] ? g_mmax : gv_mmax_of[kind];
+}
+
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
-    if (a->M > 16) return "gemv: M > 16";
+    if (a->M > moq_cuda_gemv_mmax(a->kind)) return "gemv: M above the decode kernel's limit (MOQ_CUDA_GEMV_MMAX)";
     if (moq_cuda_gemv_fma_fits(a->kind, a->M)) return moq_cuda_gemv_fma(a);
     if (a->Np % (16 * GV_T)) return "gemv: N not padded to 32";
     switch (a->kind) {
@@ -619,13 +651,13 @@ extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
 }
 
 extern "C" int moq_cuda_gemv_fuses(const moq_cuda_args *a) {
-    if (a->M > 16 || a->kind < 0 || a->kind >= MOQ_CK_COUNT || a->Np % (16 * GV_T)) return 0;
+    if (a->M > 8 || a->kind < 0 || a->kind >= MOQ_CK_COUNT || a->Np % (16 * GV_T)) return 0;
     return (int)plan_of(a).fused;
 }
 
 /* Whether the decode path reads A in f16 (NVFP4 W4A4 on f16, H16) rather than bf16. */
 extern "C" int moq_cuda_gemv_a_f16(int kind, int64_t M) {
-    if (kind < 0 || kind >= MOQ_CK_COUNT || M > 16 || moq_cuda_gemv_fma_fits(kind, M)) return 0;
+    if (kind < 0 || kind >= MOQ_CK_COUNT || M > moq_cuda_gemv_mmax(kind) || moq_cuda_gemv_fma_fits(kind, M)) return 0;
     return (int)h16_of(kind);
 }
 

@@ -1,6 +1,7 @@
 /* rows_cuda.c — the CUDA rows of the kernel registry: host-side packing into the padded layout
  * of cuda_api.h, workspace sizes, and run(): activation quantizer (unless the decode kernel
- * quantizes x itself or the dequant GEMM reads a bf16 x as it is), then the decode kernel (M <= 16), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
+ * quantizes x itself or the dequant GEMM reads a bf16 x as it is), then the decode kernel (M <= 16, or up to 64 with
+ * MOQ_CUDA_GEMV_MMAX), the mma.sync GEMM, cuBLASLt fp8 (variant 1, FP8 per-tensor / per-token) or the weight
  * dequantized to bf16 + cuBLASLt bf16 (variant 2, NVFP4 / MXFP8 / BF16). Run only
  * enqueues work; kernel faults surface at moq_device_sync. */
 #include "kernels/cuda/rows_cuda.h"
@@ -152,23 +153,24 @@ static const char *(*const gemm_of_variant[3])(const moq_cuda_args *) = {moq_cud
 moq_status moq_cuda_row_run(const moq_linear_launch *l, moq_error *err) {
     const moq_weight *w = l->w;
     const blob b = blob_of(w);
+    const bool gemv = l->M <= moq_cuda_gemv_mmax((int)kind_of_pair[l->pair]); /* the decode kernel, else the variant's GEMM */
     const uint8_t *pk = l->packed;
     moq_cuda_args a = {
         .kind = kind_of_pair[l->pair], .M = l->M, .N = w->N, .K = w->K, .Np = b.Np, .Kp = b.Kp,
         .x_d = l->x, .x_bf16 = l->x_elem == MOQ_ELEM_BF16, .y_d = l->y, .y_bf16 = l->y_elem == MOQ_ELEM_BF16,
         .codes_d = pk + b.codes, .scales_d = pk + b.scales, .row_scale_d = (const float *)(pk + b.rs),
         .bias_d = (const float *)(pk + b.bias), .has_bias = w->bias != NULL, .a_scale = l->a_scale, .rcp_approx = l->rcpa_corr != NULL, .ws_d = l->ws,
-        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = l->M > 16 ? l->k->variant == 1 : moq_cuda_gemv_reads_q((int)kind_of_pair[l->pair], l->M),
-        .a_f16 = l->M <= 16 && moq_cuda_gemv_a_f16((int)kind_of_pair[l->pair], l->M), .stream = l->stream,
+        .ws = moq_cuda_ws_layout(l->M, w->N, b.Kp, l->k->variant), .skip_a = !gemv ? l->k->variant == 1 : moq_cuda_gemv_reads_q((int)kind_of_pair[l->pair], l->M),
+        .a_f16 = gemv && moq_cuda_gemv_a_f16((int)kind_of_pair[l->pair], l->M), .stream = l->stream,
     };
     a.rs_uniform = rs_uniform(w, &a.rs_value);
     if (a.ws.total > l->ws_size)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, l->k->name, "workspace %zu bytes, expected >= %zu", l->ws_size, a.ws.total);
     /* the decode kernel quantizes x itself at small M (gemv.cu, FUSED), and the dequant rows' GEMM
      * reads a bf16 x itself for BF16 / W4A16 (cublaslt.cu): no quantizer kernel then */
-    const bool own_x = l->M <= 16 ? moq_cuda_gemv_fuses(&a) : l->k->variant == 2 && moq_cuda_dq_reads_x(&a);
+    const bool own_x = gemv ? moq_cuda_gemv_fuses(&a) : l->k->variant == 2 && moq_cuda_dq_reads_x(&a);
     const char *e = own_x ? NULL : moq_cuda_act_quant(&a);
-    if (!e) e = l->M <= 16 ? moq_cuda_gemv(&a) : gemm_of_variant[l->k->variant](&a);
+    if (!e) e = gemv ? moq_cuda_gemv(&a) : gemm_of_variant[l->k->variant](&a);
     if (e) return MOQ_FAIL(err, MOQ_ERR_DEVICE, l->k->name, "%s", e);
     return MOQ_OK;
 }
