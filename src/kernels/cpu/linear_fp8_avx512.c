@@ -5,8 +5,9 @@
  * lane: rows 4L..4L+3) puts column j of every row in a dword's top byte. Three integer ops per 16
  * weights, one FMA per token; block factors as linear_cpu.h (split where they leave the f32 range;
  * not run on hardware yet: the development machine has no AVX-512). MT = 8 tokens share each
- * decoded vector; M = 1 and 2 keep four / two accumulators so FMA latency does not bound them. Activations: the AVX-512 quantizers
- * (moq_act_dequant_row_avx512, bit-identical to the reference ones). Threads: chunks of tiles
+ * decoded vector; M = 1 and 2 keep four / two accumulators so FMA latency does not bound them.
+ * Activations: the AVX-512 quantizers (moq_act_dequant_row_avx512, bit-identical to the reference
+ * ones). Threads: chunks of tiles
  * claimed one ahead, the codes prefetched 16 KiB ahead along them (tile_prefetch.h), as the AVX2 file.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
