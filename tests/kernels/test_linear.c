@@ -185,6 +185,118 @@ static void test_mxfp8_large_weight_scales(void **state) {
     g_mx_scale_lo = 118;
 }
 
+/* Block scales far from 2^0 on both sides (issue 14): MXFP8 e8m0 codes and FP8 128x128 f32 weight
+ * scales near 2^-100 or 2^+100, activation blocks whose scales are near 2^-30..2^-50 or 2^+30, so that
+ * weight scale × activation block scale leaves the f32 range (below 2^-126, even 2^-149, or above
+ * 2^128) while every output stays a normal f32. Cases (per 32- or 128-k block, drawn per row / token):
+ *   under  weights ≈ 2^-100 (e4m3 codes 128..448, positive), activations ≈ 448·2^f with f the block
+ *          scale's exponent; the product of the two scales 2^-152..2^-147 (MXFP8) or 2^-144..2^-136
+ *          (FP8 128x128: an f32 subnormal keeps 6..13 bits); y ≈ 2^-123 or 2^-113;
+ *   brief  the example of the issue: weights ≈ 2^-100, activation scales ≈ 2^-30 (product ≈ 2^-130:
+ *          exact for e8m0, a 19-bit subnormal for 128x128), signed codes;
+ *   over   weights ≈ 2^+100, activation scales ≈ 2^+26..2^+28 (product up to 2^132, past FLT_MAX):
+ *          each block's first element is a spike (the block maximum) against a zero weight code, the
+ *          other activations ≈ 2^-6 of it and 1 in 8 weights a subnormal code, so y ≈ 2^120.
+ * Every runnable row of the two pairs (`_ref` too) against the fp64 oracle of kref.h and against the
+ * `_ref` row, element by element: |diff| <= (K + 3)·2^-24·Σ|products| + 2^-23·|y| (f32 sums, as
+ * test_fp8_model_shapes) + (K + 3)·2^-150 (sums that pass through the subnormal range round to
+ * 2^-149). M = 1, 2, 3, 5 (the k4fma passes), 21 (AVX2 GEMM) and 70 (AVX-512 GEMM). */
+typedef enum { XS_UNDER, XS_BRIEF, XS_OVER } xs_case;
+
+static void xs_fill(tw *t, xs_case c, float *x, int64_t M) {
+    const int64_t N = t->w.N, K = t->w.K, bk = t->p == TP_MXFP8 ? 32 : 128;
+    uint8_t *q = t->q;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            uint8_t v = (uint8_t)(0x70 + rnd() % 15); /* 128..448 */
+            if (c == XS_BRIEF) v = (uint8_t)(t_rand_e4m3() & 0xFF);
+            if (c == XS_OVER) v = k % bk == 0 || rnd() % 8 ? 0 : (uint8_t)(1 + rnd() % 3); /* spike column: 0 */
+            q[n * K + k] = v;
+        }
+    const int wlo = c == XS_OVER ? 100 : -103; /* weight scale exponents wlo..wlo + 3 */
+    if (t->p == TP_MXFP8) {
+        uint8_t *s = t->scale;
+        for (int64_t i = 0; i < N * K / 32; i++) s[i] = (uint8_t)(127 + wlo + (int)(rnd() % 4));
+    } else {
+        float *s = t->scale;
+        for (int64_t i = 0; i < (N + 127) / 128 * (K / 128); i++) s[i] = ldexpf(urand(1.0f, 2.0f), wlo + (int)(rnd() % 4));
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < K / bk; b++) {
+            int f; /* the activation block scale ≈ 2^f */
+            if (c == XS_UNDER) f = t->p == TP_MXFP8 ? -49 + (int)(rnd() % 3) : -40 + (int)(rnd() % 5);
+            else if (c == XS_BRIEF) f = -31 + (int)(rnd() % 3);
+            else f = 26 + (int)(rnd() % 3);
+            for (int64_t i = 0; i < bk; i++) {
+                float v = ldexpf(urand(0.875f, 1.0f) * 448.0f, f);
+                if (c == XS_BRIEF && rnd() % 2) v = -v * urand(0.01f, 1.0f);
+                if (c == XS_OVER && i > 0) v = ldexpf(urand(1.0f, 2.0f), f - 6);
+                x[m * K + b * bk + i] = v;
+            }
+        }
+}
+
+static void test_block_scale_extremes(void **state) {
+    (void)state;
+    const uint32_t feat = moq_cpu_features();
+    static const tpair ps[] = {TP_MXFP8, TP_FP8_BLK128};
+    static const char *const cname[] = {"under", "brief", "over"};
+    static const int64_t Ms[] = {1, 2, 3, 5, 21, 70};
+    const int64_t K = 1024, Mmax = 70;
+    int runs = 0, bad_runs = 0;
+    for (size_t pi = 0; pi < 2; pi++)
+        for (int c = XS_UNDER; c <= XS_OVER; c++) {
+            const tpair p = ps[pi];
+            const int64_t N = p == TP_MXFP8 ? 36 : 136; /* a partial last tile; 128x128: a partial row block */
+            tw t = tw_make(p, N, K, 1, 0);
+            float *x = malloc((size_t)(Mmax * K) * 4), *xa = malloc((size_t)(Mmax * K) * 4), *y = malloc((size_t)(Mmax * N) * 4);
+            float *yr = malloc((size_t)(Mmax * N) * 4);
+            double *want = malloc((size_t)(Mmax * N) * sizeof(double)), *mass = malloc((size_t)(Mmax * N) * sizeof(double));
+            xs_fill(&t, (xs_case)c, x, Mmax);
+            tw ta = t; /* |w| and |x|: the oracle then gives Σ|products| */
+            ta.q = malloc((size_t)(N * K));
+            for (int64_t i = 0; i < N * K; i++) ((uint8_t *)ta.q)[i] = ((const uint8_t *)t.q)[i] & 0x7F;
+            ta.w.q = ta.q;
+            for (int64_t i = 0; i < Mmax * K; i++) xa[i] = fabsf(x[i]);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                tw_oracle(&t, x, M, want);
+                tw_oracle(&ta, xa, M, mass);
+                for (int64_t j = 0; j < M * N && c != XS_BRIEF; j++) /* under, over: every output a normal f32 */
+                    if (!(fabs(want[j]) >= 0x1p-126 && fabs(want[j]) <= 0x1p127))
+                        fail_msg("%s/%s: oracle y[%lld] = %g is not a normal f32 (test data); seed %u", tpair_name[p], cname[c], (long long)j, want[j], g_seed);
+                const moq_kernel *kr = ref_row(moq_pair_of(&t.w));
+                klin_run(&t, kr->name, x, MOQ_ELEM_F32, M, yr, MOQ_ELEM_F32, ~0u, NULL, NULL);
+                for (size_t i = 0; i < moq_kernel_table_len; i++) {
+                    const moq_kernel *k = &moq_kernel_table[i];
+                    if (tpair_of(k->pair) != p || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
+                    char why[160];
+                    if (k->supports && !k->supports(&t.w, why, sizeof why)) continue;
+                    klin_run(&t, k->name, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
+                    runs++;
+                    int64_t nbad = 0, first = -1;
+                    for (int64_t j = 0; j < M * N; j++) {
+                        const double tol = (double)(K + 3) * (0x1p-24 * mass[j] + 0x1p-150) + 0x1p-23 * fabs(want[j]);
+                        if (!(fabs((double)y[j] - want[j]) <= tol && fabs((double)y[j] - (double)yr[j]) <= tol + 0x1p-24 * fabs(want[j]))) {
+                            if (first < 0) first = j;
+                            nbad++;
+                        }
+                    }
+                    if (nbad) {
+                        bad_runs++;
+                        print_message("%s %s/%s m%lld_n%lld_k%lld: %lld of %lld outputs off; y[%lld] = %.9g, _ref %.9g, fp64 oracle %.9g\n", k->name,
+                                      tpair_name[p], cname[c], (long long)M, (long long)N, (long long)K, (long long)nbad, (long long)(M * N),
+                                      (long long)first, (double)y[first], (double)yr[first], want[first]);
+                    }
+                }
+            }
+            free(x), free(xa), free(y), free(yr), free(want), free(mass), free(ta.q);
+            tw_free(&t);
+        }
+    print_message("%d row runs on extreme block scales, %d off\n", runs, bad_runs);
+    if (bad_runs) fail_msg("%d row runs off the fp64 oracle / _ref on extreme block scales; seed %u", bad_runs, g_seed);
+}
+
 /* e4m3 weights that are mostly subnormal: the exact decoders' table for m·2^-9 must be right. */
 static void test_e4m3_subnormal_weights(void **state) {
     (void)state;
@@ -699,6 +811,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_cache_blocks),
         cmocka_unit_test(test_gemm_k_chunks),
         cmocka_unit_test(test_mxfp8_large_weight_scales),
+        cmocka_unit_test(test_block_scale_extremes),
         cmocka_unit_test(test_e4m3_subnormal_weights),
         cmocka_unit_test(test_e4m3_nan_codes),
         cmocka_unit_test(test_choice_follows_cpu_mask),

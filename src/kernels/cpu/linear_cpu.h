@@ -5,6 +5,9 @@
 #ifndef MOQ_KERNELS_CPU_LINEAR_CPU_H
 #define MOQ_KERNELS_CPU_LINEAR_CPU_H
 
+#include <float.h>
+#include <math.h>
+
 #include "kernels/kernels.h"
 
 size_t     moq_linear_ref_workspace(const moq_weight *w, int64_t M, int n_threads);
@@ -40,6 +43,54 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
 /* Byte offsets in that packed weight: u8 [N] NaN-row flags; MXFP8's rows16 e8m0 block scales. */
 size_t     moq_linear_fp8_k4_nan_offset(const moq_weight *w);
 size_t     moq_linear_fp8_k4_scale_offset(const moq_weight *w);
+/* Block-scaled pairs: 64 bytes after the NaN flags (and MXFP8's scales): the weight block scales'
+ * range, MXFP8 u8 [2] smallest and largest e8m0 code, FP8 128x128 f32 [2] smallest nonzero and
+ * largest |scale|. */
+size_t     moq_linear_fp8_k4_range_offset(const moq_weight *w);
+/* Whether every block factor F (below) of this call is a normal f32 (MXFP8: exact, down to 2^-149):
+ * then the rows add one FMA per block, as they always did; otherwise they split F. SX f32 [M, K / block]
+ * the tokens' block scales. Real checkpoints' scales lie near 2^0 and always pass. */
+bool       moq_blk_exact(const moq_weight *w, const void *packed, const float *SX, int64_t M);
+
+/* Block-scaled pairs (FP8 128x128, MXFP8) in the k4fma and AVX-512 small-M rows: a block's f32 sum s
+ * counts in units of 2^-8 (D·2^-120 × D·2^112) and enters the accumulator, which counts in units of
+ * y, as s × F with F = weight block scale × token block scale × 2^8. F alone can leave the f32 range
+ * (scales near 2^-100 and 2^-50 give 2^-142: an f32 subnormal that keeps few bits, or 0; near 2^100
+ * and 2^30, +inf) while s·F and y are normal. Where F is a normal f32 (an exact power of two for
+ * MXFP8, down to 2^-149) the rows add fma(s, F, acc) as always; elsewhere fma(s·b, a, acc) with
+ * F = a·b, b = 2^j, a in the normal range and j of F's own sign, so s·b lies between s and s·F and is
+ * exact unless the term is out of range anyway (below 2^-250 or above FLT_MAX); a call takes the
+ * split only where moq_blk_exact says some block needs it. Tested by
+ * test_block_scale_extremes (tests/kernels/test_linear.c). */
+
+/* MXFP8: F = 2^(c-127) · sx · 2^8 is exact as 2^(c-127) × f32(sx·2^8) (sx·2^8 finite, the product at
+ * least 2^-149 and below 2^128) for every weight code c in [cmin, cmax] iff lo <= sx <= hi. A NaN sx
+ * passes (it propagates as before). */
+static inline void moq_mx_exact_sx(int cmin, int cmax, float *lo, float *hi) {
+    const int elo = -30 - cmin, ehi = 246 - cmax; /* c - 127 + log2(sx) + 8 in [-149, 127] */
+    *lo = elo < -127 ? 0.0f : ldexpf(1.0f, elo);
+    *hi = ldexpf(1.0f, ehi < 119 ? ehi : 119); /* and sx·2^8 <= 2^127 */
+}
+
+/* FP8 128x128: F = ws · sx · 2^8 as a · b. b = 1 and a = f32(ws·sx·2^8) (the one rounding the rows
+ * always made) when that is a normal f32, zero, NaN or infinite; otherwise a = F rounded to 24 bits
+ * and scaled into [2^-126, 2^-125) or [2^126, 2^127), b the power of two that undoes it (clamped to
+ * f32: F beyond 2^-250 or 2^254 only makes terms that vanish or overflow anyway). */
+static inline void moq_blk128_factor(float ws, float sx, float *a, float *b) {
+    const double d = (double)ws * (double)sx * 256.0; /* exact: 24 × 24 bits */
+    const double ad = fabs(d);
+    if (d == 0 || isnan(d) || isinf(d) || (ad >= FLT_MIN && ad <= FLT_MAX)) {
+        *a = (float)d, *b = 1.0f;
+        return;
+    }
+    int e;
+    (void)frexp(d, &e); /* d = f·2^e, |f| in [0.5, 1) */
+    int j = ad < FLT_MIN ? e + 125 : e - 127;
+    j = j < -126 ? -126 : j > 127 ? 127 : j;
+    const double as = ldexp(d, -j);
+    *a = (float)(as > FLT_MAX ? FLT_MAX : as < -FLT_MAX ? -FLT_MAX : as);
+    *b = ldexpf(1.0f, j);
+}
 
 /* The same packed weight for every M (linear_gemm_avx2.c, linear_gemm_avx512.c; each row's M range
  * is in kernels.c): M = 1 the k4fma row, 2..64 (AVX-512) one decode of each weight for all tokens (register-blocked over tokens), above a packed

@@ -1,8 +1,9 @@
 /* linear_fp8_avx2.c — e4m3 weights (FP8 per-tensor, per-channel, 128x128 and MXFP8 pairs) on AVX2 +
  * FMA, decoded in registers straight from the packed codes: no panel, three integer ops per 8
  * weights. Block-scaled pairs (128x128, MXFP8) sum each block of k (128, 32) in f32, then add it
- * times weight scale × the token's block scale (for MXFP8 the e8m0 weight scales are packed rows16
- * after the NaN flags); 3 tokens per pass there (block + total accumulators).
+ * times weight scale × the token's block scale × 2^8 (for MXFP8 the e8m0 weight scales are packed
+ * rows16 after the NaN flags), split in two factors where that product leaves the f32 range
+ * (linear_cpu.h); 3 tokens per pass there (block + total accumulators).
  *
  *   packed  rows16k4 codes (layout/rows16.c): u8 [N/16, K/4, 16, 4]; a ymm at (tile, group, half)
  *           holds k 4g..4g+3 of 8 rows, one dword per row. Then u8 [N] NaN-row flags.
@@ -43,16 +44,16 @@ static int64_t k4(const moq_weight *w) { return (w->K + 3) / 4 * 4; }
 /* Block-scaled pairs: k per block (128: FP8 128x128, 32: MXFP8), 0 for the others. */
 static int64_t bk_of(const moq_weight *w) { return w->w.group_cols > 1 ? w->w.group_cols : 0; }
 static size_t nan_bytes(const moq_weight *w) { return ((size_t)w->N + 63) & ~(size_t)63; }
-/* e8m0 block scales (MXFP8) in rows16 after the NaN flags: one 16-byte load per tile and block. */
+/* e8m0 block scales (MXFP8) in rows16 after the NaN flags: one 16-byte load per tile and block.
+ * Then, block-scaled pairs, 64 bytes: the range of the weight block scales (moq_blk_exact). */
 static bool row_scales(const moq_weight *w) { return w->w.scale_elem == MOQ_ELEM_E8M0; }
+static size_t mx_bytes(const moq_weight *w) { return row_scales(w) && bk_of(w) > 0 ? moq_layout_rows16_size(w->N, w->K / bk_of(w), 1) : 0; }
 
-size_t moq_linear_fp8_k4_packed_size(const moq_weight *w) {
-    const int64_t bk = bk_of(w);
-    return codes_bytes(w) + nan_bytes(w) + (row_scales(w) && bk > 0 ? moq_layout_rows16_size(w->N, w->K / bk, 1) : 0);
-}
+size_t moq_linear_fp8_k4_packed_size(const moq_weight *w) { return codes_bytes(w) + nan_bytes(w) + mx_bytes(w) + (bk_of(w) ? 64 : 0); }
 
 size_t moq_linear_fp8_k4_nan_offset(const moq_weight *w) { return codes_bytes(w); }
 size_t moq_linear_fp8_k4_scale_offset(const moq_weight *w) { return codes_bytes(w) + nan_bytes(w); }
+size_t moq_linear_fp8_k4_range_offset(const moq_weight *w) { return codes_bytes(w) + nan_bytes(w) + mx_bytes(w); }
 
 void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
     const uint8_t *q = w->q;
@@ -65,7 +66,47 @@ void moq_linear_fp8_k4_pack(const moq_weight *w, void *dst) {
         nan[n] = f;
     }
     const int64_t bk = bk_of(w);
-    if (row_scales(w) && bk > 0) moq_layout_rows16_pack(w->scale, w->N, w->K / bk, 1, nan + nan_bytes(w));
+    if (!bk) return;
+    uint8_t *range = (uint8_t *)dst + moq_linear_fp8_k4_range_offset(w);
+    memset(range, 0, 64);
+    if (row_scales(w)) { /* MXFP8: u8 smallest and largest e8m0 code */
+        moq_layout_rows16_pack(w->scale, w->N, w->K / bk, 1, nan + nan_bytes(w));
+        const uint8_t *c = w->scale;
+        uint8_t lo = 255, hi = 0;
+        for (int64_t i = 0; i < w->N * (w->K / bk); i++) lo = c[i] < lo ? c[i] : lo, hi = c[i] > hi ? c[i] : hi;
+        range[0] = lo, range[1] = hi;
+    } else { /* FP8 128x128: f32 smallest nonzero and largest |scale| (0, 0 if none) */
+        const float *sc = w->scale;
+        float lo = INFINITY, hi = 0;
+        for (int64_t i = 0; i < (w->N + 127) / 128 * (w->K / bk); i++) {
+            const float a = fabsf(sc[i]);
+            if (a != 0 && a < lo) lo = a;
+            if (a > hi) hi = a;
+        }
+        if (hi == 0) lo = 0;
+        memcpy(range, &lo, 4), memcpy(range + 4, &hi, 4);
+    }
+}
+
+bool moq_blk_exact(const moq_weight *w, const void *packed, const float *SX, int64_t M) {
+    const int64_t bk = bk_of(w), n = bk ? M * (w->K / bk) : 0;
+    const uint8_t *range = (const uint8_t *)packed + moq_linear_fp8_k4_range_offset(w);
+    if (row_scales(w)) {
+        float lo, hi;
+        moq_mx_exact_sx(range[0], range[1], &lo, &hi);
+        for (int64_t i = 0; i < n; i++)
+            if (SX[i] < lo || SX[i] > hi) return false;
+        return true;
+    }
+    float wlo, whi, xlo = INFINITY, xhi = 0;
+    memcpy(&wlo, range, 4), memcpy(&whi, range + 4, 4);
+    for (int64_t i = 0; i < n; i++) { /* NaN: neither (the F of its blocks is NaN on either path) */
+        const float a = fabsf(SX[i]);
+        if (a != 0 && a < xlo) xlo = a;
+        if (a > xhi) xhi = a;
+    }
+    if (whi == 0 || xhi == 0) return true; /* every F is 0 */
+    return (double)wlo * xlo * 256.0 >= FLT_MIN && (double)whi * xhi * 256.0 <= FLT_MAX;
 }
 
 /* Tokens 0..nh-1 run in groups of MH (a last group of MH - 1 too): half_tokens. */
@@ -105,6 +146,21 @@ static inline __m256 e8m0x8(__m128i c8) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000), z));
 }
 
+/* acc + s · 2^(c-127) · sx · 2^8 per lane (c: e8m0 codes of 8 rows) where that factor F may leave the
+ * f32 range (linear_cpu.h): with E = c + log2(sx) + 8 (F's biased exponent; sx a power of two, 2^-127
+ * included), a = 2^(clamp(E, 1, 254) - 127) and b = 2^(min(E - clamp(E, 1, 254), 127)): fma(s·b, a, acc). */
+static inline __m256 mx_fma_split(__m256 s, __m128i c8, float sx, __m256 acc) {
+    if (sx != sx) return _mm256_fmadd_ps(s, _mm256_set1_ps(sx), acc); /* NaN propagates, as on the exact path */
+    uint32_t u;
+    memcpy(&u, &sx, 4);
+    const int ex = (int)((u >> 23) & 255) - 127; /* 2^-127 (subnormal) has exponent field 0: -127 */
+    const __m256i E = _mm256_add_epi32(_mm256_cvtepu8_epi32(c8), _mm256_set1_epi32(ex + 8));
+    const __m256i ea = _mm256_min_epi32(_mm256_max_epi32(E, _mm256_set1_epi32(1)), _mm256_set1_epi32(254));
+    const __m256i eb = _mm256_min_epi32(_mm256_add_epi32(_mm256_sub_epi32(E, ea), _mm256_set1_epi32(127)), _mm256_set1_epi32(254));
+    const __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(ea, 23)), b = _mm256_castsi256_ps(_mm256_slli_epi32(eb, 23));
+    return _mm256_fmadd_ps(_mm256_mul_ps(s, b), a, acc);
+}
+
 /* Code (r, 4g+j) of 8 rows -> f32 D(code)·2^-120. */
 static inline __m256 dec(__m256i v, __m256i idx) {
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, idx), 4), _mm256_set1_epi32((int)0x87F00000u)));
@@ -112,9 +168,10 @@ static inline __m256 dec(__m256i v, __m256i idx) {
 
 #define NA(mt) ((mt) == 1 ? 4 : (mt) == 2 ? 2 : 1) /* accumulators per (token, half) */
 
-/* blocked: a compile-time 0/1 after inlining. Unblocked pairs run all of K as one block. */
+/* blocked, exact: compile-time 0/1 after inlining. Unblocked pairs run all of K as one block.
+ * exact (moq_blk_exact): every block factor F is a normal f32, one FMA per block; else F split. */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
-                                                             int64_t t, int64_t m0, const int mt, const int blocked,
+                                                             int64_t t, int64_t m0, const int mt, const int blocked, const int exact,
                                                              const moq_pf_chunks *pc) {
     const moq_weight *w = l->w;
     const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
@@ -151,20 +208,27 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
                 for (int a = 1; a < na; a++) s = _mm256_add_ps(s, acc[i][h][a]);
                 if (!blocked) {
                     tot[i][h] = s;
-                } else {
-                    const float sx = SX[(m0 + i) * nblk + kb];
-                    __m256 sc;
-                    if (row_scales(w)) /* MXFP8: e8m0 per row and 32 k, times the token's block scale */
-                        sc = _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h))), _mm256_set1_ps(sx));
-                    else /* FP8 128x128: one f32 per 128 rows and 128 k (a 16-row tile lies in one row block) */
-                        sc = _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * sx);
+                    continue;
+                }
+                /* tot += s · F, F = weight scale × token block scale × 2^8 (linear_cpu.h). MXFP8: e8m0 per
+                 * row and 32 k; FP8 128x128: one f32 per 128 rows and 128 k (a 16-row tile lies in one row block) */
+                const float sx = SX[(m0 + i) * nblk + kb];
+                if (exact) {
+                    const __m256 sc = row_scales(w) ? _mm256_mul_ps(e8m0x8(_mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h))), _mm256_set1_ps(sx * 256.0f))
+                                                    : _mm256_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * (sx * 256.0f));
                     tot[i][h] = _mm256_fmadd_ps(s, sc, tot[i][h]);
+                } else if (row_scales(w)) {
+                    tot[i][h] = mx_fma_split(s, _mm_loadl_epi64((const __m128i *)(SFW + 16 * kb + 8 * h)), sx, tot[i][h]);
+                } else {
+                    float fa, fb;
+                    moq_blk128_factor(((const float *)w->scale)[(16 * t / 128) * nblk + kb], sx, &fa, &fb);
+                    tot[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(s, _mm256_set1_ps(fb)), _mm256_set1_ps(fa), tot[i][h]);
                 }
             }
     }
     for (int i = 0; i < mt; i++) {
-        float v[16];
-        for (int h = 0; h < 2; h++) _mm256_storeu_ps(v + 8 * h, _mm256_mul_ps(tot[i][h], _mm256_set1_ps(256.0f)));
+        float v[16]; /* unblocked: tot counts in 2^-8 (exact ×256); block-scaled: F holds the 2^8 */
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(v + 8 * h, blocked ? tot[i][h] : _mm256_mul_ps(tot[i][h], _mm256_set1_ps(256.0f)));
         const int64_t m = m0 + i;
         for (int r = 0; r < 16 && 16 * t + r < N; r++) {
             const int64_t n = 16 * t + r;
@@ -273,6 +337,8 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
                 if (m < nh) interleave_row(w, X, XI, m);
             }
         }
+        /* every row prepared (the omp for's barrier): each thread reads the same answer */
+        const bool exact = !blocked || moq_blk_exact(w, l->packed, SX, M);
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
         moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
         moq_pf_chunks pc;
@@ -285,20 +351,26 @@ moq_status moq_linear_fp8_k4_run_avx2(const moq_linear_launch *l, moq_error *err
                         mt = M - m0 >= MH ? MH : MH - 1;
                         if (mt == MH) half_tokens(l, XI, sm, t, m0, MH, &pc);
                         else half_tokens(l, XI, sm, t, m0, MH - 1, &pc);
+                    } else if (blocked && exact) {
+                        switch (mt) {
+                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1, 1, &pc); break;
+                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1, 1, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 3, 1, 1, &pc); break;
+                        }
                     } else if (blocked) {
                         switch (mt) {
-                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1, &pc); break;
-                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1, &pc); break;
-                        default: tile_tokens(l, X, sm, SX, t, m0, 3, 1, &pc); break;
+                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 1, 0, &pc); break;
+                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 1, 0, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 3, 1, 0, &pc); break;
                         }
                     } else {
                         switch (mt) {
-                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 0, &pc); break;
-                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 0, &pc); break;
-                        case 3: tile_tokens(l, X, sm, SX, t, m0, 3, 0, &pc); break;
-                        case 4: tile_tokens(l, X, sm, SX, t, m0, 4, 0, &pc); break;
-                        case 5: tile_tokens(l, X, sm, SX, t, m0, 5, 0, &pc); break;
-                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 0, &pc); break;
+                        case 1: tile_tokens(l, X, sm, SX, t, m0, 1, 0, 1, &pc); break;
+                        case 2: tile_tokens(l, X, sm, SX, t, m0, 2, 0, 1, &pc); break;
+                        case 3: tile_tokens(l, X, sm, SX, t, m0, 3, 0, 1, &pc); break;
+                        case 4: tile_tokens(l, X, sm, SX, t, m0, 4, 0, 1, &pc); break;
+                        case 5: tile_tokens(l, X, sm, SX, t, m0, 5, 0, 1, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 0, 1, &pc); break;
                         }
                     }
                 }

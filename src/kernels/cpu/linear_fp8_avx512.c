@@ -3,9 +3,11 @@
  * (the AVX2 file's hooks), same exact decode, on 16-row zmm vectors: one
  * 64-byte line of the layout is k 4g..4g+3 of all 16 rows of a tile, and vpshufb (per 128-bit
  * lane: rows 4L..4L+3) puts column j of every row in a dword's top byte. Three integer ops per 16
- * weights, one FMA per token. MT = 8 tokens share each decoded vector; M = 1 and 2 keep four / two
- * accumulators so FMA latency does not bound them. Activations: the AVX-512 quantizers
- * (moq_act_dequant_row_avx512, bit-identical to the reference ones). Threads: chunks of tiles
+ * weights, one FMA per token; block factors as linear_cpu.h (split where they leave the f32 range;
+ * not run on hardware yet: the development machine has no AVX-512). MT = 8 tokens share each
+ * decoded vector; M = 1 and 2 keep four / two accumulators so FMA latency does not bound them.
+ * Activations: the AVX-512 quantizers (moq_act_dequant_row_avx512, bit-identical to the reference
+ * ones). Threads: chunks of tiles
  * claimed one ahead, the codes prefetched 16 KiB ahead along them (tile_prefetch.h), as the AVX2 file.
  * Reference: linear_ref.c. Test: tests/kernels/test_linear.c.
  */
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/blk_scale_avx512.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/tile_prefetch.h"
 #include "kernels/layout/layout.h"
@@ -74,8 +77,9 @@ static inline __m512 dec(__m512i v, __m512i idx) {
 
 #define NA(mt) ((mt) == 1 ? 4 : (mt) == 2 ? 2 : 1) /* accumulators per (token, half) */
 
+/* blocked, exact: compile-time 0/1 (exact: moq_blk_exact, one FMA per block; else the block factor split). */
 static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_launch *l, const float *X, const float *sm, const float *SX,
-                                                             int64_t t, int64_t m0, const int mt, const int blocked,
+                                                             int64_t t, int64_t m0, const int mt, const int blocked, const int exact,
                                                              const moq_pf_chunks *pc) {
     const moq_weight *w = l->w;
     const int64_t K4 = k4(w), G = K4 / 4, N = w->N, bk = blocked && bk_of(w) > 0 ? bk_of(w) : K4, nblk = blocked ? w->K / bk : 1;
@@ -107,17 +111,23 @@ static inline __attribute__((always_inline)) void tile_tokens(const moq_linear_l
             for (int a = 1; a < na; a++) s = _mm512_add_ps(s, acc[i][a]);
             if (!blocked) {
                 tot[i] = s;
-            } else {
+            } else if (exact) { /* tot += s · F, F = weight scale × token block scale × 2^8 (linear_cpu.h) */
                 const float sx = SX[(m0 + i) * nblk + kb];
-                const __m512 sc = row_scales(w) ? _mm512_mul_ps(e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb))), _mm512_set1_ps(sx))
-                                                : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * sx);
+                const __m512 sc = row_scales(w) ? _mm512_mul_ps(e8m0x16(_mm_load_si128((const __m128i *)(SFW + 16 * kb))), _mm512_set1_ps(sx * 256.0f))
+                                                : _mm512_set1_ps(((const float *)w->scale)[(16 * t / 128) * nblk + kb] * (sx * 256.0f));
                 tot[i] = _mm512_fmadd_ps(s, sc, tot[i]);
+            } else if (row_scales(w)) {
+                tot[i] = moq_mx_fma_split16(s, _mm_load_si128((const __m128i *)(SFW + 16 * kb)), SX[(m0 + i) * nblk + kb], tot[i]);
+            } else {
+                float fa, fb;
+                moq_blk128_factor(((const float *)w->scale)[(16 * t / 128) * nblk + kb], SX[(m0 + i) * nblk + kb], &fa, &fb);
+                tot[i] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(fb)), _mm512_set1_ps(fa), tot[i]);
             }
         }
     }
     for (int i = 0; i < mt; i++) {
-        float v[16];
-        _mm512_storeu_ps(v, _mm512_mul_ps(tot[i], _mm512_set1_ps(256.0f)));
+        float v[16]; /* unblocked: tot counts in 2^-8 (exact ×256); block-scaled: F holds the 2^8 */
+        _mm512_storeu_ps(v, blocked ? tot[i] : _mm512_mul_ps(tot[i], _mm512_set1_ps(256.0f)));
         const int64_t m = m0 + i;
         for (int r = 0; r < 16 && 16 * t + r < N; r++) {
             const int64_t n = 16 * t + r;
@@ -148,6 +158,8 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) prepare_row(l, m, X, sm, SX, tab, tmp);
         }
+        /* every row prepared (the omp for's barrier): each thread reads the same answer */
+        const bool exact = !blocked || moq_blk_exact(w, l->packed, SX, M);
         /* Chunks of MOQ_PF_CHUNK tiles, each thread claiming its next one ahead (tile_prefetch.h). */
         moq_pf_walk wk = moq_pf_walk_start(&next_chunk, tiles);
         moq_pf_chunks pc;
@@ -156,19 +168,26 @@ moq_status moq_linear_fp8_k4_run_avx512(const moq_linear_launch *l, moq_error *e
             for (int64_t t = t0; t < pc.t1; t++)
                 for (int64_t m0 = 0; m0 < M; m0 += mtmax) {
                     const int64_t mt = M - m0 < mtmax ? M - m0 : mtmax;
-                    if (blocked) {
+                    if (blocked && exact) {
                         switch (mt) {
-#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 1, &pc); break;
+#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 1, 1, &pc); break;
                             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
 #undef CASE
-                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 1, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 1, 1, &pc); break;
+                        }
+                    } else if (blocked) {
+                        switch (mt) {
+#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 1, 0, &pc); break;
+                            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5)
+#undef CASE
+                        default: tile_tokens(l, X, sm, SX, t, m0, 6, 1, 0, &pc); break;
                         }
                     } else {
                         switch (mt) {
-#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 0, &pc); break;
+#define CASE(n) case n: tile_tokens(l, X, sm, SX, t, m0, n, 0, 1, &pc); break;
                             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-                        default: tile_tokens(l, X, sm, SX, t, m0, 8, 0, &pc); break;
+                        default: tile_tokens(l, X, sm, SX, t, m0, 8, 0, 1, &pc); break;
                         }
                     }
                 }

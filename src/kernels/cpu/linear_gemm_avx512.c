@@ -9,7 +9,8 @@
  *               registers once for all M <= 8 tokens (16 accumulators, each broadcast of x feeding
  *               two FMAs); M = 9..64 runs token groups of <= 8 over each 256-k chunk (codes read
  *               from memory once, decoded once per group). Block-scaled pairs add each block's sum
- *               × (weight scale × token block scale) to a C in L1. Numerics of the k4fma row (exact
+ *               × (weight scale × token block scale × 2^8, split where it leaves the f32 range:
+ *               linear_cpu.h; untested on hardware here) to a C in L1. Numerics of the k4fma row (exact
  *               D·2^-120 × D·2^112). Measured faster than k4fma up to M = 64 (fp8_tensor 35 vs 40
  *               ms at M = 64) and than the GEMM up to M = 32 for MXFP8 (a tie at 64).
  *   M > 64      FP8 per-tensor / per-channel: the k4fma row (8 tokens × 16 rows, decoded in
@@ -26,6 +27,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/blk_scale_avx512.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/layout/layout.h"
 
@@ -95,13 +97,24 @@ static void small_prepare(const moq_linear_launch *l, int64_t m, float *X, float
     for (int64_t k = K; k < K4; k++) X[k * M + m] = 0.0f;
 }
 
+/* One block of k of a unit's tiles, block-scaled pairs: what C += sum · F needs (F = weight scale ×
+ * token block scale × 2^8, split where it leaves the f32 range: linear_cpu.h). */
+typedef struct blk_f {
+    __m512       sc[2];           /* the tiles' weight scales f32 [16] (128x128: one, broadcast)   */
+    __m128i      c[2];            /* MXFP8: the tiles' e8m0 codes                                  */
+    const float *sx, *sx256;      /* token block scales f32 [M], and × 2^8                         */
+    const float *fa[2], *fb[2];   /* 128x128, not exact: F = fa·fb per tile and token, f32 [M]     */
+    bool         exact;           /* moq_blk_exact: C += sum · (sc · sx256), one FMA as always     */
+    bool         mx;              /* not exact: MXFP8 splits F from c and sx, 128x128 takes fa, fb */
+} blk_f;
+
 /* Tokens i0..i0+mt over groups [g0, g1) of nt (1 or 2) tiles (W[u]: tile codes, C[u]: [16 tokens][16]).
  * Two tiles per pass (M <= 8) use each broadcast of x twice: a zmm broadcast is a load, and with
- * one FMA per load the loads, not the FMAs, bounded the one-tile pass. sc == NULL: C (+)= sum;
- * else C += sum · sc[u] · sx[i]. Accumulator chains per (token, tile): >= 8 chains in flight. */
+ * one FMA per load the loads, not the FMAs, bounded the one-tile pass. bf == NULL: C (+)= sum;
+ * else C += sum · F (bf, token i0 + i). Accumulator chains per (token, tile): >= 8 chains in flight. */
 static inline __attribute__((always_inline)) void small_pass(const uint8_t *const *W, const int nt, int64_t g0, int64_t g1, const float *X,
-                                                            int64_t M, const int mt, float *const *C, int first, const __m512 *sc,
-                                                            const float *sx) {
+                                                            int64_t M, const int mt, float *const *C, int first, const blk_f *bf,
+                                                            int64_t i0) {
     const int na = mt * nt >= 8 ? 1 : mt * nt >= 4 ? 2 : 4;
     __m512 acc[MTS][2][4];
 #pragma GCC unroll 8
@@ -133,33 +146,39 @@ static inline __attribute__((always_inline)) void small_pass(const uint8_t *cons
 #pragma GCC unroll 8
             for (int a = 1; a < na; a++) s = _mm512_add_ps(s, acc[i][u][a]);
             float *c = C[u] + 16 * i;
-            if (sc) _mm512_store_ps(c, _mm512_fmadd_ps(s, _mm512_mul_ps(sc[u], _mm512_set1_ps(sx[i])), _mm512_load_ps(c)));
-            else _mm512_store_ps(c, first ? s : _mm512_add_ps(s, _mm512_load_ps(c)));
+            if (bf && bf->exact)
+                _mm512_store_ps(c, _mm512_fmadd_ps(s, _mm512_mul_ps(bf->sc[u], _mm512_set1_ps(bf->sx256[i0 + i])), _mm512_load_ps(c)));
+            else if (bf && bf->mx)
+                _mm512_store_ps(c, moq_mx_fma_split16(s, bf->c[u], bf->sx[i0 + i], _mm512_load_ps(c)));
+            else if (bf)
+                _mm512_store_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(bf->fb[u][i0 + i])), _mm512_set1_ps(bf->fa[u][i0 + i]), _mm512_load_ps(c)));
+            else
+                _mm512_store_ps(c, first ? s : _mm512_add_ps(s, _mm512_load_ps(c)));
         }
 }
 
 static void small_pass_any(const uint8_t *const *W, int nt, int64_t g0, int64_t g1, const float *X, int64_t M, int mt, float *const *C,
-                           int first, const __m512 *sc, const float *sx) {
+                           int first, const blk_f *bf, int64_t i0) {
     if (nt == 2) {
         switch (mt) {
-#define CASE(n) case n: small_pass(W, 2, g0, g1, X, M, n, C, first, sc, sx); break;
+#define CASE(n) case n: small_pass(W, 2, g0, g1, X, M, n, C, first, bf, i0); break;
             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-        default: small_pass(W, 2, g0, g1, X, M, 8, C, first, sc, sx); break;
+        default: small_pass(W, 2, g0, g1, X, M, 8, C, first, bf, i0); break;
         }
     } else {
         switch (mt) {
-#define CASE(n) case n: small_pass(W, 1, g0, g1, X, M, n, C, first, sc, sx); break;
+#define CASE(n) case n: small_pass(W, 1, g0, g1, X, M, n, C, first, bf, i0); break;
             CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
 #undef CASE
-        default: small_pass(W, 1, g0, g1, X, M, 8, C, first, sc, sx); break;
+        default: small_pass(W, 1, g0, g1, X, M, 8, C, first, bf, i0); break;
         }
     }
 }
 
 /* Unit p: tiles 2p, 2p + 1 (the last may be alone). M <= 8: all tokens in one pass over all of K;
  * M = 9..64: token groups of <= 8 over each 256-k chunk (codes read from memory once). */
-static void small_unit(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, int64_t p) {
+static void small_unit(const moq_linear_launch *l, const float *X, const float *sm, const float *SX, bool exact, int64_t p) {
     const int tpu = 2;
     const moq_weight *w = l->w;
     const int64_t M = l->M, K4 = k4(w), G = K4 / 4, bk = bk_of(w), nblk = bk ? w->K / bk : 1, tiles = (w->N + 15) / 16, t0 = p * tpu;
@@ -173,25 +192,32 @@ static void small_unit(const moq_linear_launch *l, const float *X, const float *
         SFW[u] = (const uint8_t *)l->packed + moq_linear_fp8_k4_scale_offset(w) + (t0 + u) * nblk * 16;
     }
     const int64_t ng = (M + 7) / 8, mt = (M + ng - 1) / ng, cg = bk ? bk / 4 : ng == 1 ? G : 64;
-    float sx[SMALL_MAX], v[16];
+    float sx[SMALL_MAX], sx256[SMALL_MAX], fa[2][SMALL_MAX], fb[2][SMALL_MAX], v[16];
+    blk_f bf = {.exact = exact, .mx = row_scales(w), .sx = sx, .sx256 = sx256, .fa = {fa[0], fa[1]}, .fb = {fb[0], fb[1]}};
     if (bk) memset(Cb, 0, sizeof Cb);
     for (int64_t g0 = 0; g0 < G; g0 += cg) {
         const int64_t g1 = g0 + cg < G ? g0 + cg : G, kb = g0 * 4 / (bk ? bk : 1);
-        __m512 sc[2];
         if (bk) {
+            for (int64_t i = 0; i < M; i++) sx[i] = SX[i * nblk + kb], sx256[i] = sx[i] * 256.0f;
             for (int u = 0; u < nt; u++)
-                sc[u] = row_scales(w) ? e8m0x16(_mm_load_si128((const __m128i *)(SFW[u] + 16 * kb)))
-                                      : _mm512_set1_ps(((const float *)w->scale)[(16 * (t0 + u) / 128) * nblk + kb]);
-            for (int64_t i = 0; i < M; i++) sx[i] = SX[i * nblk + kb];
+                if (bf.mx) {
+                    bf.c[u] = _mm_load_si128((const __m128i *)(SFW[u] + 16 * kb));
+                    bf.sc[u] = e8m0x16(bf.c[u]);
+                } else {
+                    const float ws = ((const float *)w->scale)[(16 * (t0 + u) / 128) * nblk + kb];
+                    bf.sc[u] = _mm512_set1_ps(ws);
+                    if (!exact)
+                        for (int64_t i = 0; i < M; i++) moq_blk128_factor(ws, sx[i], &fa[u][i], &fb[u][i]);
+                }
         }
         for (int64_t i0 = 0; i0 < M; i0 += mt) {
             float *Ci[2] = {C[0] + 16 * i0, C[1] + 16 * i0};
-            small_pass_any(W, nt, g0, g1, X + i0, M, (int)(M - i0 < mt ? M - i0 : mt), Ci, g0 == 0, bk ? sc : NULL, sx + i0);
+            small_pass_any(W, nt, g0, g1, X + i0, M, (int)(M - i0 < mt ? M - i0 : mt), Ci, g0 == 0, bk ? &bf : NULL, i0);
         }
     }
     for (int u = 0; u < nt; u++)
-        for (int64_t m = 0; m < M; m++) {
-            _mm512_storeu_ps(v, _mm512_mul_ps(_mm512_load_ps(C[u] + 16 * m), _mm512_set1_ps(256.0f)));
+        for (int64_t m = 0; m < M; m++) { /* unblocked: C counts in 2^-8 (exact ×256); block-scaled: F holds the 2^8 */
+            _mm512_storeu_ps(v, bk ? _mm512_load_ps(C[u] + 16 * m) : _mm512_mul_ps(_mm512_load_ps(C[u] + 16 * m), _mm512_set1_ps(256.0f)));
             store_rows(l, nan, m, 16 * (t0 + u), 16, v, sm[m]);
         }
 }
@@ -323,8 +349,10 @@ moq_status moq_linear_gemm_run_avx512(const moq_linear_launch *l, moq_error *err
 #pragma omp for schedule(static)
                 for (int64_t m = 0; m < M; m++) small_prepare(l, m, X, sm, SX, tab, (float *)mine, mine + al64((size_t)K4 * 4));
             }
+            /* every row prepared (the omp for's barrier): each thread reads the same answer */
+            const bool exact = !bk_of(w) || moq_blk_exact(w, l->packed, SX, M);
 #pragma omp for schedule(dynamic, 2)
-            for (int64_t p = 0; p < (tiles + 1) / 2; p++) small_unit(l, X, sm, SX, p);
+            for (int64_t p = 0; p < (tiles + 1) / 2; p++) small_unit(l, X, sm, SX, exact, p);
         }
         return MOQ_OK;
     }
