@@ -37,6 +37,12 @@ static const moq_kernel *ref_row(moq_pair_id p) {
 }
 
 /* Shapes per K-granularity: N not a multiple of 16, K spanning panel chunks of 256. */
+/* Whether CPU row k (reference or fast) is of pair p, runs on this CPU (feat) and takes w. */
+static bool cpu_row_runs(const moq_kernel *k, tpair p, uint32_t feat, const moq_weight *w) {
+    char why[160];
+    return tpair_of(k->pair) == p && k->target != MOQ_TARGET_CUDA_SM90 && (k->need & feat) == k->need && (!k->supports || k->supports(w, why, sizeof why));
+}
+
 static void shapes_for(tpair p, int64_t NK[2][2]) {
     switch (p) {
     case TP_FP8_BLK128: NK[0][0] = 200, NK[0][1] = 384, NK[1][0] = 130, NK[1][1] = 128; break; /* partial last N block */
@@ -269,9 +275,7 @@ static void test_block_scale_extremes(void **state) {
                 klin_run(&t, kr->name, x, MOQ_ELEM_F32, M, yr, MOQ_ELEM_F32, ~0u, NULL, NULL);
                 for (size_t i = 0; i < moq_kernel_table_len; i++) {
                     const moq_kernel *k = &moq_kernel_table[i];
-                    if (tpair_of(k->pair) != p || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
-                    char why[160];
-                    if (k->supports && !k->supports(&t.w, why, sizeof why)) continue;
+                    if (!cpu_row_runs(k, p, feat, &t.w)) continue;
                     klin_run(&t, k->name, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
                     runs++;
                     int64_t nbad = 0, first = -1;
@@ -608,9 +612,7 @@ static void test_fp8_model_shapes(void **state) {
                 tw_oracle(&ta, xa, M, mass);
                 for (size_t i = 0; i < moq_kernel_table_len; i++) {
                     const moq_kernel *k = &moq_kernel_table[i];
-                    if (tpair_of(k->pair) != p || k->target == MOQ_TARGET_CUDA_SM90 || (k->need & feat) != k->need) continue;
-                    char why[160];
-                    if (k->supports && !k->supports(&t.w, why, sizeof why)) continue;
+                    if (!cpu_row_runs(k, p, feat, &t.w)) continue;
                     klin_run(&t, k->name, x, MOQ_ELEM_F32, M, y, MOQ_ELEM_F32, ~0u, NULL, NULL);
                     runs++;
                     for (int64_t j = 0; j < M * N; j++) {

@@ -137,6 +137,18 @@ static void make_model(const spec *s, const char *dir) {
 
 /* tests/data/<rel> of this source tree, or of $MOQ_TEST_SRCDATA (a copy of tests/data elsewhere: the
  * device machine runs binaries built here over a copy of the tree at another path). */
+/* A generated checkpoint of s in a fresh directory (*dir, freed by the caller), opened on the GPU
+ * with a context of 64. */
+static moq_model *gpu_model(const spec *s, char **dir) {
+    *dir = tu_tmpdir(s->name);
+    make_model(s, *dir);
+    moq_model_opts o = moq_model_opts_default();
+    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
+    moq_model *m = NULL;
+    TU_OK(moq_model_open(&m, *dir, &o, err_));
+    return m;
+}
+
 static char *src_data(const char *rel) {
     const char *base = getenv("MOQ_TEST_SRCDATA");
     if (!base || !*base) return tu_src_data_path(rel);
@@ -489,12 +501,8 @@ static void test_batched_decode(void **state) {
     NEED_GPU();
     enum { B = 3, STEPS = 6 };
     static const spec s = {"gpu_batch", "MistralForCausalLM", "FP8", false, false, false, true, NULL, 9};
-    char *dir = tu_tmpdir(s.name);
-    make_model(&s, dir);
-    moq_model_opts o = moq_model_opts_default();
-    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &o, err_));
+    char *dir = NULL;
+    moq_model *m = gpu_model(&s, &dir);
     TU_OK(moq_gpu_reserve_seqs(m, B, err_));
     const int len[B] = {10, 25, 3};
     int32_t ids[B][32];
@@ -551,12 +559,8 @@ static void test_batch_api(void **state) {
     NEED_GPU();
     enum { NS = 4, STEPS = 7, PAGE = 8, CH = 16 };
     static const spec s = {"gpu_batch_api", "MistralForCausalLM", "FP8", false, false, false, true, NULL, 9};
-    char *dir = tu_tmpdir(s.name);
-    make_model(&s, dir);
-    moq_model_opts o = moq_model_opts_default();
-    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &o, err_));
+    char *dir = NULL;
+    moq_model *m = gpu_model(&s, &dir);
     static const int len[NS] = {10, 25, 3, 40}, start[NS] = {0, 0, 1, 2};
     int32_t ids[NS][64];
     for (int b = 0; b < NS; b++)
@@ -638,12 +642,8 @@ static void test_batch_greedy(void **state) {
     NEED_GPU();
     enum { NB = 5, STEPS = 6 };
     static const spec s = {"gpu_batch_greedy", LLAMA, "FP8", false, false, false, false, NULL, 0};
-    char *dir = tu_tmpdir(s.name);
-    make_model(&s, dir);
-    moq_model_opts o = moq_model_opts_default();
-    o.device = MOQ_DEVICE_CUDA, o.ctx = 64;
-    moq_model *m = NULL;
-    TU_OK(moq_model_open(&m, dir, &o, err_));
+    char *dir = NULL;
+    moq_model *m = gpu_model(&s, &dir);
     float *lg = malloc(sizeof(float) * NB * V_);
     int32_t got_ids[3][STEPS][NB];
     for (int way = 0; way < 3; way++) {
