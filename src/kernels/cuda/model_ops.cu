@@ -1,9 +1,9 @@
 /* model_ops.cu — the decoder's non-linear steps on the GPU (src/model/model_gpu.c calls them through
  * cuda_api.h): embedding gather, residual add + RMSNorm, per-head q/k RMSNorm + RoPE + the store of
  * K and V into the paged cache, attention over the paged cache (decode / batch rows: flash-decoding
- * per GQA group with the combine fused; prefill: tiled flash attention, f32 or bf16 tensor cores), SwiGLU. At batch 1 each is
- * sized not to be latency-bound: float4 rows over up to 1024 threads, several blocks per token, many
- * K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
+ * per GQA group with the combine fused; prefill: tiled flash attention, f32 on the CUDA cores or
+ * bf16 on the tensor cores), SwiGLU. At batch 1 each is sized not to be latency-bound: float4 rows
+ * over up to 1024 threads, several blocks per token, many K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
  * kv_cache.c) in the same order where it matters: RMSNorm's sum of squares in f64 and r = f32(1 /
  * sqrt(ss / n + eps)); the RoPE angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then ×
  * mscale; FP8 KV codes E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only
