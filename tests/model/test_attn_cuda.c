@@ -334,7 +334,7 @@ static void run_prefill_case(const pcase *c) {
             memcpy(kh + 2 * e, &a, 2), memcpy(vh + 2 * e, &b, 2);
         }
     }
-    int32_t *bt = malloc((size_t)n_pages * sizeof *bt); /* a shuffled permutation; the last 3 pages are never in the table's used part */
+    int32_t *bt = malloc((size_t)n_pages * sizeof *bt); /* a shuffled permutation of all pages; the pages of its last 3 entries are outside the sequence's max_pages */
     for (int64_t k = 0; k < n_pages; k++) bt[k] = (int32_t)k;
     for (int64_t k = n_pages - 1; k > 0; k--) {
         const int64_t j = (int64_t)((urand() + 1.0) * 0.5 * (double)(k + 1)) % (k + 1);
