@@ -1,4 +1,4 @@
-/* test_attn_cuda.c — the GPU forward's decode-path kernels (src/kernels/cuda/model_ops.cu) at the
+/* test_attn_cuda.c — the GPU forward's attention and row kernels (src/kernels/cuda/model_ops.cu) at the
  * shapes the whole-model test (test_model_cuda.c: head_dim 64, 2 q heads per KV head, hidden 256)
  * does not reach, against fp64 references written here; label `cuda`.
  *   1. moq_cuda_attention (flash-decoding, fused combine) over a paged cache with shuffled pages:
@@ -15,6 +15,8 @@
  *      sqrt(ss / H + eps)), h = (v · r) · w in f32) recomputed here; x += t exact, h within ~3 ulp
  *      (the f64 sum's order differs, which can move r by one f32 ulp).
  *   3. moq_cuda_argmax_rows (the greedy ids of logits rows): see the test.
+ *   4. moq_cuda_attention_prefill, the f32 and the tensor-core kernel (MOQ_CUDA_ATTN_PREFILL_MMA,
+ *      toggled by moq_cuda_attn_prefill_mode): see the test.
  * Without a GPU each test skips with the reason. */
 #include "tu.h"
 
@@ -286,6 +288,148 @@ static void test_argmax_rows(void **state) {
         free(x);
     }
 }
+
+/* 4. moq_cuda_attention_prefill: M rows of one sequence at positions start .. start + M - 1 (their
+ *    K/V, and those of every earlier position, already in a paged cache with shuffled pages and a
+ *    few pages no row may read), causal, optional window; both kernels against one fp64 reference
+ *    softmax(q kᵀ · scale) v over the keys lo .. p of each row, K/V = the cache's decoded values
+ *    (bf16 exactly; e4m3 D4(code) · scale in f32, as kv_load).
+ *    - f32 kernel (MOQ_CUDA_ATTN_PREFILL_MMA=0): max |gpu - ref| / max |ref| per row <= 2e-5, the
+ *      decode test's bound (f32 sums over <= 1300 keys in another order, expf in f32).
+ *    - tensor-core kernel (=1): q, the softmax weights P and (e4m3 only) K/V are rounded to bf16
+ *      (8 significant bits: relative error <= 2^-9 = 2e-3 per operand), the sums stay f32. A score
+ *      q·k · scale (|q| <= 2, |k| <= 1 here, k exact) moves by <= 2^-9 Σ|q k| · scale, about 2^-9 ·
+ *      sqrt(D) for these data (<= 0.03 even with every error of one sign), so each weight moves by
+ *      a factor within e^±0.03, and P's own rounding adds 2^-9. O / l is a weighted mean of the v
+ *      rows, whose weights sum to 1 (l sums the rounded P), so |ΔO| <= max_j |δ_j| · 2 max |v|
+ *      in the worst case; the errors are of random sign and average out over the keys as |ref|
+ *      does, which leaves some 2^-9 · few relative to max |ref|: bound 2e-2 per row (10 × 2^-9).
+ *      A CPU simulation of these roundings on this test's data (2026-12-08; D 64..256, 17..1000
+ *      keys, v up to 400) gave 1.8e-3 .. 2.6e-3, so the bound has a margin of ~8×.
+ *    Shapes: M 1, 17, 64, 100, 300 (partial and several query tiles), start 0, 37, 1000, windows 0
+ *    and 50, head_dim 64 / 128 / 256, GQA groups 1, 4, 8 (2 KV heads), bf16 and e4m3 KV, pages of
+ *    16, 8 and 1; combined so that every (head_dim, group) pair and every (head_dim, window) pair
+ *    appears; plus the 8B shape (32 q / 8 KV heads, head_dim 128). */
+typedef struct pcase {
+    int64_t A, KV, D;
+    int     elem, window, page;
+    int64_t M, start;
+} pcase;
+
+static void run_prefill_case(const pcase *c) {
+    const int64_t A = c->A, KV = c->KV, D = c->D, M = c->M, qkvN = (A + 2 * KV) * D, G = A / KV, npos = c->start + M;
+    const int eb = c->elem == MOQ_CUDA_KV_E4M3 ? 1 : 2;
+    const int64_t max_pages = (npos + c->page - 1) / c->page, n_pages = max_pages + 3, rowsz = KV * D;
+    const float scale = 1.0f / sqrtf((float)D), ksc = eb == 1 ? 0.37f : 1.0f, vsc = eb == 1 ? 1.9f : 1.0f;
+    const size_t pool_n = (size_t)(n_pages * c->page * rowsz);
+    uint8_t *kh = malloc(pool_n * (size_t)eb), *vh = malloc(pool_n * (size_t)eb);
+    for (size_t e = 0; e < pool_n; e++) {
+        if (eb == 1) {
+            uint8_t a = (uint8_t)((urand() + 1.0) * 128.0), b = (uint8_t)((urand() + 1.0) * 128.0);
+            if ((a & 0x7F) == 0x7F) a ^= 1; /* no NaN codes */
+            if ((b & 0x7F) == 0x7F) b ^= 1;
+            kh[e] = (uint8_t)(a & 0xBF), vh[e] = b; /* keys below 2 · scale */
+        } else {
+            const uint16_t a = bf16_rne((float)urand()), b = bf16_rne((float)urand());
+            memcpy(kh + 2 * e, &a, 2), memcpy(vh + 2 * e, &b, 2);
+        }
+    }
+    int32_t *bt = malloc((size_t)n_pages * sizeof *bt); /* a shuffled permutation of all pages; the pages of its last 3 entries are outside the sequence's max_pages */
+    for (int64_t k = 0; k < n_pages; k++) bt[k] = (int32_t)k;
+    for (int64_t k = n_pages - 1; k > 0; k--) {
+        const int64_t j = (int64_t)((urand() + 1.0) * 0.5 * (double)(k + 1)) % (k + 1);
+        const int32_t t = bt[k];
+        bt[k] = bt[j], bt[j] = t;
+    }
+    /* decoded K and V [npos, KV, D] in fp64, as the kernels read them */
+    double *kd64 = malloc((size_t)(npos * rowsz) * sizeof(double)), *vd64 = malloc((size_t)(npos * rowsz) * sizeof(double));
+    for (int64_t j = 0; j < npos; j++) {
+        const int64_t row = ((int64_t)bt[j / c->page] * c->page + j % c->page) * rowsz;
+        for (int64_t e = 0; e < rowsz; e++) {
+            const int64_t x = row + e;
+            kd64[j * rowsz + e] = eb == 1 ? (double)(moq_e4m3_decode(kh[x]) * ksc) : (double)bf16_val((uint16_t)(kh[2 * x] | kh[2 * x + 1] << 8));
+            vd64[j * rowsz + e] = eb == 1 ? (double)(moq_e4m3_decode(vh[x]) * vsc) : (double)bf16_val((uint16_t)(vh[2 * x] | vh[2 * x + 1] << 8));
+        }
+    }
+    float *qkv = malloc((size_t)(M * qkvN) * sizeof(float));
+    for (int64_t e = 0; e < M * qkvN; e++) qkv[e] = (float)(2.0 * urand());
+    int32_t *posh = malloc((size_t)M * sizeof(int32_t)), seq = 0;
+    for (int64_t i = 0; i < M; i++) posh[i] = (int32_t)(c->start + i);
+    /* fp64 reference [M, A, D] */
+    double *ref = malloc((size_t)(M * A * D) * sizeof(double)), *sc = malloc((size_t)npos * sizeof(double));
+    for (int64_t i = 0; i < M; i++) {
+        const int64_t p = c->start + i, lo = c->window > 0 && p + 1 > c->window ? p + 1 - c->window : 0;
+        for (int64_t h = 0; h < A; h++) {
+            const float *q = qkv + i * qkvN + h * D;
+            double *r = ref + (i * A + h) * D, mx = -INFINITY, sum = 0;
+            for (int64_t j = lo; j <= p; j++) {
+                const double *k = kd64 + j * rowsz + (h / G) * D;
+                double d = 0;
+                for (int64_t e = 0; e < D; e++) d += (double)q[e] * k[e];
+                sc[j] = d * (double)scale, mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int64_t e = 0; e < D; e++) r[e] = 0;
+            for (int64_t j = lo; j <= p; j++) {
+                const double w = exp(sc[j] - mx), *v = vd64 + j * rowsz + (h / G) * D;
+                sum += w;
+                for (int64_t e = 0; e < D; e++) r[e] += w * v[e];
+            }
+            for (int64_t e = 0; e < D; e++) r[e] /= sum;
+        }
+    }
+    void *kd = dev_up(kh, pool_n * (size_t)eb), *vd = dev_up(vh, pool_n * (size_t)eb);
+    int32_t *btd = dev_up(bt, (size_t)n_pages * sizeof *bt), *seqd = dev_up(&seq, sizeof seq), *posd = dev_up(posh, (size_t)M * sizeof(int32_t));
+    float *qkvd = dev_up(qkv, (size_t)(M * qkvN) * sizeof(float)), *attd = dev_up(NULL, (size_t)(M * A * D) * sizeof(float));
+    const moq_cuda_kv kv = {.k = kd, .v = vd, .block_table = btd, .max_pages = max_pages, .page = c->page, .elem = c->elem, .k_scale = ksc, .v_scale = vsc};
+    float *att = malloc((size_t)(M * A * D) * sizeof(float));
+    for (int mode = 0; mode < 2; mode++) {
+        const double tol = mode ? 2e-2 : 2e-5;
+        for (int64_t e = 0; e < M * A * D; e++) att[e] = NAN;
+        TU_OK(moq_device_upload(MOQ_DEVICE_CUDA, attd, att, (size_t)(M * A * D) * sizeof(float), err_));
+        moq_cuda_attn_prefill_mode(mode);
+        const char *ce = moq_cuda_attention_prefill(qkvd, M, A, KV, D, scale, c->window, seqd, posd, &kv, attd, NULL);
+        if (!ce) ce = moq_cuda_sync();
+        moq_cuda_attn_prefill_mode(-1);
+        if (ce) fail_msg("moq_cuda_attention_prefill (%s kernel): %s", mode ? "mma" : "f32", ce);
+        dev_down(att, attd, (size_t)(M * A * D) * sizeof(float));
+        for (int64_t i = 0; i < M; i++) {
+            double err = 0, mag = 0;
+            for (int64_t e = i * A * D; e < (i + 1) * A * D; e++) {
+                const double g = att[e], r = ref[e];
+                if (!(fabs(g - r) <= err)) err = isnan(g) ? INFINITY : fabs(g - r);
+                if (fabs(r) > mag) mag = fabs(r);
+            }
+            if (!(err <= tol * mag))
+                fail_msg("prefill attention (%s kernel) D=%lld A=%lld KV=%lld %s window %d page %d M=%lld start %lld, row %lld: max |gpu - fp64| %.3g, "
+                         "max |ref| %.3g (bound %.0e relative)",
+                         mode ? "mma" : "f32", (long long)D, (long long)A, (long long)KV, eb == 1 ? "e4m3" : "bf16", c->window, c->page, (long long)M,
+                         (long long)c->start, (long long)i, err, mag, tol);
+        }
+    }
+    void *ds[] = {kd, vd, btd, seqd, posd, qkvd, attd};
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) moq_device_free(MOQ_DEVICE_CUDA, ds[k]);
+    free(kh), free(vh), free(bt), free(kd64), free(vd64), free(qkv), free(posh), free(ref), free(sc), free(att);
+}
+
+static void test_attention_prefill(void **state) {
+    (void)state;
+    TU_NEED_GPU();
+    const int64_t Ms[] = {1, 17, 64, 100, 300}, starts[] = {0, 37, 1000}, Ds[] = {64, 128, 256}, Gs[] = {1, 4, 8};
+    const int windows[] = {0, 50}, pages[] = {16, 8, 1};
+    int k = 0;
+    for (int im = 0; im < 5; im++)
+        for (int is = 0; is < 3; is++)
+            for (int iw = 0; iw < 2; iw++, k++) {
+                /* k % 3 and (k / 3) % 3 cover the 9 (D, group) pairs every 9 cases; k % 2 and k % 3 the 6 (window, D) pairs */
+                const pcase c = {.A = 2 * Gs[(k / 3) % 3], .KV = 2, .D = Ds[k % 3], .elem = (k / 9) % 2 ? MOQ_CUDA_KV_E4M3 : MOQ_CUDA_KV_BF16,
+                                 .window = windows[iw], .page = pages[(k / 5) % 3], .M = Ms[im], .start = starts[is]};
+                run_prefill_case(&c);
+            }
+    const pcase big = {.A = 32, .KV = 8, .D = 128, .elem = MOQ_CUDA_KV_BF16, .window = 0, .page = 16, .M = 100, .start = 1000}; /* the 8B shape */
+    run_prefill_case(&big);
+    const pcase big8 = {.A = 32, .KV = 8, .D = 128, .elem = MOQ_CUDA_KV_E4M3, .window = 0, .page = 16, .M = 130, .start = 0};
+    run_prefill_case(&big8);
+}
 #endif
 
 static void test_no_gpu_skips(void **state) {
@@ -302,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_rmsnorm_rows),
         cmocka_unit_test(test_argmax_rows),
+        cmocka_unit_test(test_attention_prefill),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -175,9 +175,15 @@ const char *moq_cuda_attention(const float *qkv_d, int64_t M, int64_t A, int64_t
                                const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, int64_t n_split,
                                float *part_d, int32_t *done_d, float *att_d, void *stream);
 /* The same for a prefill: the M rows are one sequence (seq[0]) at consecutive positions pos[0] + i,
- * their K/V already stored; tiles of 64 queries x 64 keys through shared memory (flash attention). */
+ * their K/V already stored; tiles of 64 queries x 64 keys through shared memory (flash attention).
+ * Two kernels: f32 on the CUDA cores (default) and, with MOQ_CUDA_ATTN_PREFILL_MMA=1, bf16 tensor
+ * cores (q, K/V and the softmax weights rounded to bf16, sums in f32; model_ops.cu). */
 const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                        const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream);
+/* For tests: choose the prefill kernel of later moq_cuda_attention_prefill calls in this process
+ * (0 the f32 kernel, 1 the tensor-core kernel, -1 MOQ_CUDA_ATTN_PREFILL_MMA again, read at the next
+ * call). Not synchronised with prefills running on other threads. */
+void moq_cuda_attn_prefill_mode(int mode);
 /* act [M, I] = silu(gu[:, :I]) · gu[:, I:]; I % 4 == 0. */
 const char *moq_cuda_swiglu(const float *gu_d, int64_t M, int64_t I, float *act_d, void *stream);
 /* Greedy ids of n logits rows x [n, V]: out [n, 2] int32 = {argmax (the lowest index of the row's

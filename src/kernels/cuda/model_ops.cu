@@ -1,9 +1,9 @@
 /* model_ops.cu — the decoder's non-linear steps on the GPU (src/model/model_gpu.c calls them through
  * cuda_api.h): embedding gather, residual add + RMSNorm, per-head q/k RMSNorm + RoPE + the store of
  * K and V into the paged cache, attention over the paged cache (decode / batch rows: flash-decoding
- * per GQA group with the combine fused; prefill: tiled flash attention), SwiGLU. At batch 1 each is
- * sized not to be latency-bound: float4 rows over up to 1024 threads, several blocks per token, many
- * K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
+ * per GQA group with the combine fused; prefill: tiled flash attention, f32 on the CUDA cores or
+ * bf16 on the tensor cores), SwiGLU. At batch 1 each is sized not to be latency-bound: float4 rows
+ * over up to 1024 threads, several blocks per token, many K/V loads in flight per lane. Each is the CPU runner's f32 arithmetic (model.c, rope.c,
  * kv_cache.c) in the same order where it matters: RMSNorm's sum of squares in f64 and r = f32(1 /
  * sqrt(ss / n + eps)); the RoPE angle pos · inv_freq in f64, cos/sin in f64 rounded to f32 then ×
  * mscale; FP8 KV codes E4s(f32(x / scale)) with a true division, read back D4(code) · scale. Only
@@ -672,8 +672,229 @@ template <int D> static const char *launch_prefill(const float *qkv_d, int64_t M
     return moq_cuda_launch_check("attention (prefill)");
 }
 
+/* Prefill attention on the tensor cores (FlashAttention-2 style, mma.sync m16n8k16 bf16 → f32): the
+ * same contract as attn_prefill_kernel (one sequence, rows at pos[0] + i, causal, GQA, window, paged
+ * KV, bf16 or e4m3 KV), selected by MOQ_CUDA_ATTN_PREFILL_MMA=1 (moq_cuda_attention_prefill).
+ * Block (tile of FQ = 64 query rows, q head), 4 warps; warp w owns rows 16 w .. 16 w + 15 of the
+ * tile. Shared memory (bf16, rows padded to D + 8 elements so that the fragment loads of the 8 row
+ * groups g and 4 column pairs t of a warp hit 32 different banks and ldmatrix rows stay 16-byte
+ * aligned): Q [64][D + 8], K [64][D + 8], V [64][D + 8] — 52 KiB at D = 128, 101 KiB at D = 256.
+ *   - Q is converted to bf16 once (round to nearest even).
+ *   - Per key tile of FK = 64 positions (from the tile's first row's window start to its last row):
+ *     K and V rows from the paged cache into shared memory as bf16: bf16 KV as stored (exact);
+ *     e4m3 KV as D4(code) · scale rounded to bf16 (8 significant bits: a relative rounding of up to
+ *     2^-9 that the f32 kernel does not make).
+ *   - S = Q Kᵀ (16 × 64 per warp: 8 n8 tiles, f32 accumulators, 32 registers), · scale, the causal
+ *     and window mask in registers (only on tiles that cut the warp's diagonal or window edge, in
+ *     32-bit offsets), the online softmax per row in f32 (row max over the lane's 16 values, then
+ *     the quad of lanes that share the row by two shuffles; expf as the f32 kernel).
+ *   - P rounded to bf16 straight from the S accumulators into A fragments (the m16n8 C layout of
+ *     two adjacent n8 tiles is the m16k16 A layout), O += P V with V's B fragments by ldmatrix.trans.
+ *     The running sum l adds the bf16-rounded P, the weights the mma actually applies, so the
+ *     weights of O / l sum to 1 up to f32 rounding.
+ *   - O / l written as f32 (float2 per lane).
+ * A warp skips a key tile wholly above its rows' diagonal or before their windows (its mma and exp
+ * work; it still loads its share of the tile). Blocks are issued longest first (the last query
+ * tiles see the most keys). Lane (g, t) = (lane / 4, lane % 4) holds, in every m16n8 accumulator,
+ * rows g and g + 8, columns 2 t and 2 t + 1. Registers (ptxas, sm_90a, bf16 / e4m3 KV, no spills):
+ * 113 / 118 at D = 64, 166 / 164 at D = 128 (3 blocks an SM; forcing 4 spills), 240 / 236 at
+ * D = 256 (2 blocks). Not run on a GPU yet (2026-12-08); the fragment index math and the tile /
+ * mask / online-softmax control flow were checked by a host emulation against a direct softmax. */
+#define MQ_FQ 64
+#define MQ_FK 64
+__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two f32 → bf16 (round to nearest even) in one word: lo in the low half (the lower column / k) */
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return u2f(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return u2f(w & 0xFFFF0000u); }
+
+template <int D, int E>
+__global__ void __launch_bounds__(128) attn_prefill_mma_kernel(const float *qkv, int64_t M, int64_t A, int64_t KV, float scale, int64_t W,
+                                                               const int32_t *seq, const int32_t *pos, moq_cuda_kv kv, float *att) {
+    extern __shared__ __align__(16) uint16_t hsm[];
+    constexpr int DS = D + 8, NO = D / 8, NS = MQ_FK / 8, R8 = D / 8; /* smem row stride; O and S n8 tiles; 8-element chunks a row */
+    uint16_t *Qs = hsm, *Ks = Qs + MQ_FQ * DS, *Vs = Ks + MQ_FK * DS;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int64_t nblk = cdiv(M, MQ_FQ), i0 = (nblk - 1 - (int64_t)blockIdx.x) * MQ_FQ; /* longest tiles first */
+    const int64_t hd = blockIdx.y, kvh = hd / (A / KV), qkvN = (A + 2 * KV) * D;
+    const int64_t nrow = M - i0 < MQ_FQ ? M - i0 : MQ_FQ, p0 = pos[0] + i0, plast = p0 + nrow - 1;
+    const int32_t sq = seq[0];
+    for (int e = tid; e < MQ_FQ * D / 4; e += 128) { /* Q: float4 → 4 bf16 */
+        const int r = e / (D / 4), c = 4 * (e % (D / 4));
+        float4 x = make_float4(0, 0, 0, 0);
+        if (r < nrow) x = *(const float4 *)(qkv + (i0 + r) * qkvN + hd * D + c);
+        *(uint2 *)(Qs + r * DS + c) = make_uint2(bf16x2_rn(x.x, x.y), bf16x2_rn(x.z, x.w));
+    }
+    /* the warp's rows (clipped to the tile's): last position and the first row's window start */
+    const int64_t wp0 = p0 + 16 * warp, wlast = wp0 + 15 < plast ? wp0 + 15 : plast;
+    const int64_t wlo = W > 0 && wp0 + 1 > W ? wp0 + 1 - W : 0;
+    const bool wact = 16 * warp < nrow;
+    /* the mask in 32-bit offsets from the warp's first row (positions are int32): key kp is visible
+     * to the row at p when kp <= p and p - kp < W (W = 0: no window; kp >= 0 always holds), tested
+     * as kp > p - W so that nothing overflows */
+    const int Wi = W <= 0 || W > INT32_MAX ? INT32_MAX : (int)W;
+    const bool okr[2] = {16 * warp + g < nrow, 16 * warp + g + 8 < nrow};
+    float o[NO][4], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
+#pragma unroll
+    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+    const int64_t klo = W > 0 && p0 + 1 > W ? p0 + 1 - W : 0;
+    for (int64_t k0 = klo; k0 <= plast; k0 += MQ_FK) {
+        __syncthreads(); /* the previous tile's K and V are consumed (and, the first time, Q is stored) */
+        for (int e = tid; e < MQ_FK * R8; e += 128) {
+            const int j = e / R8, c = 8 * (e % R8);
+            const int64_t kp = k0 + j;
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw; /* keys past the last row: zeros (P is 0 there, and 0 · V must not be NaN) */
+            if (kp <= plast) {
+                const int64_t idx = (kv_slot(kv, sq, kp) * KV + kvh) * D + c;
+                if (E == MOQ_CUDA_KV_BF16) {
+                    kw = __ldg((const uint4 *)((const __nv_bfloat16 *)kv.k + idx)), vw = __ldg((const uint4 *)((const __nv_bfloat16 *)kv.v + idx));
+                } else {
+                    float f[8];
+                    kv8_dec(__ldg((const uint2 *)((const uint8_t *)kv.k + idx)), kv.k_scale, f);
+                    kw = make_uint4(bf16x2_rn(f[0], f[1]), bf16x2_rn(f[2], f[3]), bf16x2_rn(f[4], f[5]), bf16x2_rn(f[6], f[7]));
+                    kv8_dec(__ldg((const uint2 *)((const uint8_t *)kv.v + idx)), kv.v_scale, f);
+                    vw = make_uint4(bf16x2_rn(f[0], f[1]), bf16x2_rn(f[2], f[3]), bf16x2_rn(f[4], f[5]), bf16x2_rn(f[6], f[7]));
+                }
+            }
+            *(uint4 *)(Ks + j * DS + c) = kw, *(uint4 *)(Vs + j * DS + c) = vw;
+        }
+        __syncthreads();
+        if (!wact || k0 > wlast || k0 + MQ_FK - 1 < wlo) continue; /* nothing of this tile is visible to the warp's rows */
+        float s[NS][4];
+#pragma unroll
+        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+        const uint16_t *qa = Qs + (16 * warp + g) * DS + 2 * t;
+#pragma unroll 4
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            uint32_t a[4];
+            a[0] = *(const uint32_t *)(qa + d0), a[1] = *(const uint32_t *)(qa + 8 * DS + d0);
+            a[2] = *(const uint32_t *)(qa + d0 + 8), a[3] = *(const uint32_t *)(qa + 8 * DS + d0 + 8);
+#pragma unroll
+            for (int n = 0; n < NS; n++) { /* B[k = d][n = key] = K[key][d]: key 8 n + g, d pairs 2t and 2t + 8 */
+                const uint16_t *kb = Ks + (8 * n + g) * DS + d0 + 2 * t;
+                mma_bf16(s[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
+            }
+        }
+        /* scale, mask, the tile's row max (the quad t = 0..3 shares a row). The mask is skipped where
+         * the whole tile is visible to all 16 rows of the warp (every tile but the diagonal ones
+         * and a window's edge): the keys end at or before the first row, start at or after the last
+         * row's window start, and the 16 rows exist. */
+        const int dk = (int)(k0 - wp0); /* the tile's first key, relative to the warp's first row */
+        const bool full = 16 * warp + 16 <= nrow && dk + MQ_FK - 1 <= 0 && dk > 15 - Wi; /* 15 - dk < Wi, without overflow */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int h = c / 2, kr = dk + 8 * n + 2 * t + (c & 1), rr = g + 8 * h; /* key and row, relative */
+                float v = s[n][c] * scale;
+                if (!full && !(okr[h] && kr <= rr && kr > rr - Wi)) v = -INFINITY;
+                s[n][c] = v, mx[h] = fmaxf(mx[h], v);
+            }
+        float cr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float mn = fmaxf(mrow[h], mx[h]);
+            cr[h] = mn == -INFINITY ? 1.0f : expf(mrow[h] - mn);
+            mrow[h] = mn;
+        }
+        /* P = exp(S - m) rounded to bf16, packed as the A fragments of the 4 k16 steps of P V;
+         * this lane's share of the row sums (of the rounded values) */
+        uint32_t pa[NS / 2][4];
+        float ls[2] = {0, 0};
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float e0 = mrow[h] == -INFINITY ? 0.0f : expf(s[n][2 * h] - mrow[h]);
+                const float e1 = mrow[h] == -INFINITY ? 0.0f : expf(s[n][2 * h + 1] - mrow[h]);
+                const uint32_t w = bf16x2_rn(e0, e1);
+                pa[n / 2][h + 2 * (n & 1)] = w; /* A regs: {row g, k 2t}, {row g+8, k 2t}, {row g, k 2t+8}, {row g+8, k 2t+8} */
+                ls[h] += bf16_lo(w) + bf16_hi(w);
+            }
+#pragma unroll
+        for (int h = 0; h < 2; h++) lrow[h] = lrow[h] * cr[h] + ls[h]; /* the lane's partial sum; the quad is summed at the end */
+#pragma unroll
+        for (int n = 0; n < NO; n++) o[n][0] *= cr[0], o[n][1] *= cr[0], o[n][2] *= cr[1], o[n][3] *= cr[1];
+        /* O += P V: B[k = key][n = d] = V[key][d] by ldmatrix.x4.trans — matrices (keys +0..7, d +0..7),
+         * (keys +8..15, d +0..7), (keys +0..7, d +8..15), (keys +8..15, d +8..15); lane l gives the
+         * row address of matrix l / 8, row l % 8 */
+        const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+        for (int kk = 0; kk < NS / 2; kk++) {
+            const uint16_t *vrow = Vs + (16 * kk + 8 * (mi & 1) + mr) * DS + 8 * (mi >> 1);
+#pragma unroll
+            for (int n = 0; n < NO; n += 2) {
+                uint32_t b0, b1, b2, b3;
+                const uint32_t sa = (uint32_t)__cvta_generic_to_shared(vrow + 8 * n);
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                             : "r"(sa));
+                mma_bf16(o[n], pa[kk], b0, b1);
+                mma_bf16(o[n + 1], pa[kk], b2, b3);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        lrow[h] += __shfl_xor_sync(0xffffffffu, lrow[h], 1);
+        lrow[h] += __shfl_xor_sync(0xffffffffu, lrow[h], 2);
+        if (!okr[h]) continue;
+        float *out = att + (i0 + 16 * warp + g + 8 * h) * A * D + hd * D + 2 * t;
+        const float inv = 1.0f / lrow[h];
+#pragma unroll
+        for (int n = 0; n < NO; n++) *(float2 *)(out + 8 * n) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
+template <int D, int E> static const char *launch_prefill_mma(const float *qkv_d, int64_t M, int64_t A, int64_t KV, float scale, int64_t window,
+                                                               const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d,
+                                                               void *stream) {
+    const size_t smem = sizeof(uint16_t) * (size_t)((MQ_FQ + 2 * MQ_FK) * (D + 8));
+    static std::atomic<bool> opted[64]; /* per instantiation and GPU, as launch_prefill */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || !opted[dev].load()) {
+        cudaError_t e = cudaFuncSetAttribute(attn_prefill_mma_kernel<D, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return moq_cuda_launch_check("attention (prefill, mma): shared memory opt-in");
+        if (dev >= 0 && dev < 64) opted[dev].store(true);
+    }
+    attn_prefill_mma_kernel<D, E><<<dim3((unsigned)cdiv(M, MQ_FQ), (unsigned)A), 128, smem, (cudaStream_t)stream>>>(qkv_d, M, A, KV, scale, window,
+                                                                                                                   seq_d, pos_d, *kv, att_d);
+    return moq_cuda_launch_check("attention (prefill, mma)");
+}
+template <int D> static const char *launch_prefill_mma_e(const float *qkv_d, int64_t M, int64_t A, int64_t KV, float scale, int64_t window,
+                                                          const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d,
+                                                          void *stream) {
+    if (kv->elem == MOQ_CUDA_KV_E4M3) return launch_prefill_mma<D, MOQ_CUDA_KV_E4M3>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+    return launch_prefill_mma<D, MOQ_CUDA_KV_BF16>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+}
+
+/* MOQ_CUDA_ATTN_PREFILL_MMA: 0 (default until it has run on a GPU) the f32 kernel, 1 the tensor-core
+ * kernel; read at the first prefill, or set by moq_cuda_attn_prefill_mode (tests). */
+static std::atomic<int> g_prefill_mma{-1};
+extern "C" void moq_cuda_attn_prefill_mode(int mode) { g_prefill_mma.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+
 extern "C" const char *moq_cuda_attention_prefill(const float *qkv_d, int64_t M, int64_t A, int64_t KV, int64_t D, float scale, int64_t window,
                                                   const int32_t *seq_d, const int32_t *pos_d, const moq_cuda_kv *kv, float *att_d, void *stream) {
+    int mode = g_prefill_mma.load();
+    if (mode < 0) g_prefill_mma.store(mode = moq_cuda_knob("MOQ_CUDA_ATTN_PREFILL_MMA", 0, 0, 1));
+    if (mode == 1) { /* the tensor-core kernel covers every D below; a new D falls back to the f32 kernel */
+        switch (D) {
+        case 64: return launch_prefill_mma_e<64>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+        case 128: return launch_prefill_mma_e<128>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+        case 256: return launch_prefill_mma_e<256>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
+        default: break;
+        }
+    }
     switch (D) {
     case 64: return launch_prefill<64>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
     case 128: return launch_prefill<128>(qkv_d, M, A, KV, scale, window, seq_d, pos_d, kv, att_d, stream);
