@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # device_batch64.sh — one device call for the batch-64 decode step (issues 13 and 15), 2026-12-08:
-#   1. tests: test_attn_cuda (the greedy-ids kernel, the looping attention grid's 8-row cases),
+#   1. tests: test_attn_cuda (the greedy-ids kernel, the looping attention grid's 8-row cases, both
+#      prefill attention kernels), test_model_cuda with MOQ_CUDA_ATTN_PREFILL_MMA=1 (bf16 attention),
 #      test_linear_cuda with MOQ_CUDA_GEMV_MMAX=64 (the decode kernel at 17..64 rows against _ref),
 #      test_model_cuda as it is and with the candidate defaults (MMAX=64, ZLOOP=1);
 #   2. `moq bench model --batch 64` A/B on 8-layer 8B-shaped FP8 and NVFP4 Llamas: the default
 #      (greedy ids on the GPU), MOQ_BENCH_LOGITS=1 (every logits row to the host, as before),
-#      MOQ_CUDA_ATTN_ZLOOP=1, MOQ_CUDA_GEMV_MMAX=64, both;
+#      MOQ_CUDA_ATTN_ZLOOP=1, MOQ_CUDA_GEMV_MMAX=64, both; the tensor-core prefill attention (prefill line);
 #   3. the ncu step profile of one batch-64 step with the candidate knobs (FP8);
 #   4. the 32-layer FP8 model (the issue's shape) at batch 1 and 64, default and candidates;
 #   5. `moq serve --device cuda` + bench/serve_bench.py at 1 and 64 clients (issue 15's GPU target).
@@ -31,8 +32,9 @@ t attn "$BIN/test_attn_cuda"
 t linear_mmax64 MOQ_CUDA_GEMV_MMAX=64 "$BIN/test_linear_cuda"
 t model_default "$BIN/test_model_cuda"
 t model_cand $CAND "$BIN/test_model_cuda"
+t model_fa2 MOQ_CUDA_ATTN_PREFILL_MMA=1 "$BIN/test_model_cuda"
 wait # the tests and every synth (the 32-layer one, ~110 s, within the tests' time): no benchmark shares the host with them
-for n in attn linear_mmax64 model_default model_cand; do
+for n in attn linear_mmax64 model_default model_cand model_fa2; do
   grep -E "PASSED|FAILED|SKIPPED|rc=|^FAIL|ERROR" "$OUT/$n.log" | tail -6 | sed "s/^/$n: /" | tee -a "$OUT/summary.log"
 done
 bm() { # dir, env...: one bench model line set at batch 64
@@ -40,7 +42,7 @@ bm() { # dir, env...: one bench model line set at batch 64
   env "$@" timeout 90 "$BIN/moq" bench model "$d" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | grep -E "^decode|^prefill|error" | tee -a "$OUT/summary.log"
 }
 for a in FP8 NVFP4; do
-  for knob in MOQ_X=0 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 "$CAND" MOQ_X=0; do
+  for knob in MOQ_X=0 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 "$CAND" MOQ_CUDA_ATTN_PREFILL_MMA=1 MOQ_X=0; do
     [ "$(left)" -gt 200 ] || break
     log "bench model $a (8 layers), $knob"
     bm "$S/d_$a" $knob
@@ -53,7 +55,7 @@ if [ "$(left)" -gt 180 ]; then
   python3 scripts/ncu_step_summary.py "$OUT/step64.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
 fi
 tail -2 "$OUT/synth_32.log" | tee -a "$OUT/summary.log"
-for knob in MOQ_X=0 "$CAND"; do
+for knob in MOQ_X=0 "$CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"; do
   [ "$(left)" -gt 100 ] || break
   log "bench model FP8 (32 layers), $knob"
   bm "$S/d32_FP8" $knob
