@@ -42,24 +42,21 @@ bm() { # dir, env...: one bench model line set at batch 64
   env "$@" timeout 90 "$BIN/moq" bench model "$d" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | grep -E "^decode|^prefill|error" | tee -a "$OUT/summary.log"
 }
 for a in FP8 NVFP4; do
-  for knob in MOQ_X=0 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 "$CAND" MOQ_CUDA_ATTN_PREFILL_MMA=1 MOQ_X=0; do
-    [ "$(left)" -gt 200 ] || break
+  knobs="MOQ_X=0 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"
+  [ "$a" = FP8 ] || knobs="MOQ_X=0 CAND" # NVFP4 stops the decode kernel at 32 rows: CAND is ZLOOP alone at batch 64
+  for knob in $knobs; do
+    [ "$knob" = CAND ] && knob=$CAND
+    [ "$(left)" -gt 150 ] || break
     log "bench model $a (8 layers), $knob"
     bm "$S/d_$a" $knob
   done
 done
-if [ "$(left)" -gt 180 ]; then
+if [ "$(left)" -gt 120 ]; then
   log "step profile FP8 batch 64, $CAND"
   MOQ_PROFILE_LAST_STEP=1 env $CAND timeout 60 ncu --clock-control none --cache-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
     "$BIN/moq" bench model "$S/d_FP8" --device cuda --prompt 128 --decode 2 --batch 64 --batch-prompt 128 > "$OUT/step64.csv" 2> "$OUT/step64.err"
   python3 scripts/ncu_step_summary.py "$OUT/step64.csv" 2>&1 | head -24 | tee -a "$OUT/summary.log"
 fi
-tail -2 "$OUT/synth_32.log" | tee -a "$OUT/summary.log"
-for knob in MOQ_X=0 "$CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"; do
-  [ "$(left)" -gt 100 ] || break
-  log "bench model FP8 (32 layers), $knob"
-  bm "$S/d32_FP8" $knob
-done
 serve_bench() { # dir, clients, env...
   local dir=$1 nc=$2; shift 2
   local port=$((20000 + RANDOM % 20000))
@@ -74,6 +71,12 @@ if [ "$(left)" -gt 60 ]; then
   log "serve --device cuda FP8 (8 layers), clients 1 and 64, $CAND"
   serve_bench "$S/d_FP8" 64 $CAND
 fi
+tail -2 "$OUT/synth_32.log" | tee -a "$OUT/summary.log"
+for knob in MOQ_X=0 "$CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"; do
+  [ "$(left)" -gt 100 ] || break
+  log "bench model FP8 (32 layers), $knob"
+  bm "$S/d32_FP8" $knob
+done
 log "end"
 ( cd "$OUT" && tar -czf logs.tar.gz *.log *.csv *.err --exclude summary.log 2>/dev/null; ls | grep -v -E '^(logs.tar.gz|summary.log)$' | xargs rm -f )
 cat "$OUT/summary.log"
