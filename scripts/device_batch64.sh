@@ -3,9 +3,10 @@
 #   1. tests: test_attn_cuda (the greedy-ids kernel, the looping attention grid's 8-row cases, both
 #      prefill attention kernels), test_model_cuda with MOQ_CUDA_ATTN_PREFILL_MMA=1 (bf16 attention),
 #      test_linear_cuda with MOQ_CUDA_GEMV_MMAX=64 (the decode kernel at 17..64 rows against _ref),
-#      test_model_cuda as it is and with the candidate defaults (MMAX=64, ZLOOP=1);
+#      test_model_cuda as it is and with the candidate defaults (ARGMAX=1, MMAX=64, ZLOOP=1);
 #   2. `moq bench model --batch 64` A/B on 8-layer 8B-shaped FP8 and NVFP4 Llamas: the default
-#      (greedy ids on the GPU), MOQ_BENCH_LOGITS=1 (every logits row to the host, as before),
+#      (greedy ids found on the host), MOQ_CUDA_ARGMAX=1 (on the GPU), MOQ_BENCH_LOGITS=1 (bench's
+#      own argmax over the logits rows, as before),
 #      MOQ_CUDA_ATTN_ZLOOP=1, MOQ_CUDA_GEMV_MMAX=64, both; the tensor-core prefill attention (prefill line);
 #   3. the ncu step profile of one batch-64 step with the candidate knobs (FP8);
 #   4. the 32-layer FP8 model (the shape) at batch 1 and 64, default and candidates;
@@ -19,7 +20,7 @@ mkdir -p "$S"
 log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
 log "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
-CAND="MOQ_CUDA_GEMV_MMAX=64 MOQ_CUDA_ATTN_ZLOOP=1"
+CAND="MOQ_CUDA_ARGMAX=1 MOQ_CUDA_GEMV_MMAX=64 MOQ_CUDA_ATTN_ZLOOP=1"
 for a in FP8 NVFP4; do
   "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 8 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
 done
@@ -42,7 +43,7 @@ bm() { # dir, env...: one bench model line set at batch 64
   env "$@" timeout 90 "$BIN/moq" bench model "$d" --device cuda --prompt 2048 --decode 32 --batch 64 --batch-prompt 128 2>&1 | grep -E "^decode|^prefill|error" | tee -a "$OUT/summary.log"
 }
 for a in FP8 NVFP4; do
-  knobs="MOQ_X=0 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"
+  knobs="MOQ_X=0 MOQ_CUDA_ARGMAX=1 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"
   [ "$a" = FP8 ] || knobs="MOQ_X=0 CAND" # NVFP4 stops the decode kernel at 32 rows: CAND is ZLOOP alone at batch 64
   for knob in $knobs; do
     [ "$knob" = CAND ] && knob=$CAND

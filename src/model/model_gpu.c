@@ -363,6 +363,18 @@ static moq_status enqueue_logits(moq_model *m, int64_t r, int64_t n, moq_error *
     return lin(g, m->lm_head, g->h, n, g->logits, err);
 }
 
+/* MOQ_CUDA_ARGMAX=1: rows that want only their greedy id get it from moq_cuda_argmax_rows (8 bytes a
+ * row down). Off by default until it has run on a GPU (written 2026-12-08, when no device could be
+ * had): without it the rows come down and the host finds the ids (the rowscan path, as before). */
+static bool device_argmax(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("MOQ_CUDA_ARGMAX");
+        on = v && v[0] == '1';
+    }
+    return on == 1;
+}
+
 /* The error of a non-finite logit (row, column) found on the GPU. */
 static moq_status logits_not_finite(const moq_model *m, int64_t row, int64_t col, bool nan, moq_error *err) {
     return MOQ_FAIL(err, MOQ_ERR_TENSOR, m->lm_head->name,
@@ -374,9 +386,9 @@ static moq_status logits_not_finite(const moq_model *m, int64_t row, int64_t col
 /* One step of M tokens whose ids, seqs, positions and logits rows (nl of them) are in g->h_ids (and,
  * for a batch pool, n_bt block tables in pool->h_bt): upload, run, download logits row j into
  * dst[j] (NULL: not wanted) and its argmax into *ids[j] (ids NULL or ids[j] NULL: not wanted). A
- * chunk of rows that want no logits, only ids, gets its ids from the GPU (moq_cuda_argmax_rows:
- * 8 bytes a row cross the bus instead of 4 V); otherwise the rows come down, are checked and the
- * ids found on the host. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode
+ * chunk of rows that want no logits, only ids, gets its ids from the GPU with MOQ_CUDA_ARGMAX=1
+ * (moq_cuda_argmax_rows: 8 bytes a row cross the bus instead of 4 V); otherwise the rows come down,
+ * are checked and the ids found on the host. A step where every row wants logits and M <= MOQ_GPU_GRAPHS (a decode
  * step) replays the pool's CUDA graph for M rows (captured at its first use); other steps are
  * enqueued eagerly, their logits MOQ_GPU_LROWS rows at a time. span = most keys any token attends;
  * one_seq: the rows are one sequence at consecutive positions (a prefill: the tiled attention
@@ -416,7 +428,7 @@ static moq_status gpu_step(moq_model *m, moq_gpu_kv *pool, int64_t M, int64_t nl
     for (int64_t r = 0; r < nl; r += MOQ_GPU_LROWS) {
         const int64_t n = nl - r < MOQ_GPU_LROWS ? nl - r : MOQ_GPU_LROWS;
         if (!graph) MOQ_TRY(enqueue_logits(m, r, n, err));
-        bool ids_only = ids && m->tp.G == 1;
+        bool ids_only = ids && m->tp.G == 1 && device_argmax();
         for (int64_t j = 0; ids_only && j < n; j++) ids_only = !dst[r + j] && ids[r + j];
         if (ids_only) {
             MOQ_TRY(cuda_ok(moq_cuda_argmax_rows(g->logits, n, V, g->amax, g->stream), where, err));

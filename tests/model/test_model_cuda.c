@@ -633,7 +633,7 @@ static void test_batch_api(void **state) {
 
 /* Greedy ids on the GPU: 5 sequences, 6 decode steps, three ways on fresh batches of the same model:
  * logits rows to the host and the argmax here; moq_batch_step_greedy (every row wants ids only: the
- * step's graph, then moq_cuda_argmax_rows and 8 bytes a row down); runs mixing rows that want
+ * step's graph, then moq_cuda_argmax_rows and 8 bytes a row down, MOQ_CUDA_ARGMAX=1 set in main); runs mixing rows that want
  * logits, ids or both (the logits come down, the ids are found on the host). The GPU is
  * deterministic run to run, so the three must give the same ids, and ids asked with logits must be
  * the logits' argmax. */
@@ -721,6 +721,7 @@ static void test_no_gpu(void **state) {
 }
 
 int main(void) {
+    setenv("MOQ_CUDA_ARGMAX", "1", 0); /* test_batch_greedy: ids-only rows through moq_cuda_argmax_rows (off by default until run) */
     const struct CMUnitTest t[] = {
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_model_linears),
