@@ -61,13 +61,16 @@ template <int KIND> struct skd {
     static constexpr int AW = sk<KIND>::F16 ? VPT / 4 : VPT / 2;
     /* chunks in flight per iteration: about 128 weight bytes per lane */
     static constexpr int U = 64 / (VB * GV_T) > 0 ? 64 / (VB * GV_T) : 1;
-    /* largest M (8 · n8 tiles) the kernel is instantiated for: the activation words a lane holds
-     * per chunk (AW per tile) and the accumulators (GV_T · 4 per tile) must stay in registers.
-     * ptxas -v (sm_90a, CUDA 13.0) at 8 tiles: BF16 198 registers, FP8 per-tensor / per-token 226,
-     * MXFP8 254, no spill; FP8 128x128 (a second accumulator set per scale block) spills 176 bytes,
-     * and NVFP4 holds 16 activation words a tile: those stop at 4 tiles (FP8 128x128 8 bytes of
-     * spill, W4A4 on f16 none, W4A16 12 bytes). MOQ_CUDA_GEMV_MMAX picks up to this. */
-    static constexpr int MMAX = AW <= 8 && KIND != MOQ_CK_FP8_BLK128 ? 64 : 32;
+    /* rows of one row group (8 · n8 tiles) at most; more rows run as several groups (grid.x), each
+     * reading the weights again (from L2 where the groups of a tile run together). The activation
+     * words a lane holds per chunk (AW per tile) and the accumulators (GV_T · 4 per tile; the
+     * block-scaled kinds a second set per scale block) must stay in registers. ptxas -v (sm_90a,
+     * CUDA 13.0) at 8 tiles: BF16 208 registers, FP8 per-tensor / per-token 230, no spill; MXFP8 255
+     * and 36 bytes of spill, FP8 128x128 176 bytes, NVFP4 16 activation words a tile: those take
+     * groups of 4 tiles (FP8 128x128 4 bytes of spill, MXFP8 194 registers, W4A4 on f16 218, W4A16
+     * 182). The instances of 1 and 2 tiles (M <= 16) are those of before the groups, register for
+     * register. */
+    static constexpr int MG = !sk<KIND>::SB && AW <= 8 ? 64 : 32;
 };
 
 /* WB words from p: global memory through the read-only path, or shared memory (SMEM) */
@@ -226,7 +229,12 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
     using D = skd<KIND>;
     constexpr int WW = D::WW, AW = D::AW, U = D::U, CK = D::CK, R = GV_T * NT * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int64_t Kp = a.Kp, nch = Kp / CK, nb = (int64_t)blockIdx.x * (16 * GV_T);
+    /* grid.x = weight tiles × nz row groups of 8 · NT rows (nz > 1 only above the kind's NT: the
+     * groups of one tile are neighbours in launch order, so the later ones read its weights from L2) */
+    constexpr bool RG = NT >= 4; /* only the 17..64-row instances: the decode ones (M <= 16) keep one group and their registers */
+    const unsigned nz = RG ? (unsigned)((a.M + 8 * NT - 1) / (8 * NT)) : 1u;
+    const int mz = RG ? (int)(blockIdx.x % nz) * 8 * NT : 0;
+    const int64_t Kp = a.Kp, nch = Kp / CK, nb = (int64_t)(RG ? blockIdx.x / nz : blockIdx.x) * (16 * GV_T);
     const int kw = blockIdx.y * GV_WARPS + warp, KW = gridDim.y * GV_WARPS;
     const char *ws = (const char *)a.ws_d;
     const uint8_t *codes = (const uint8_t *)a.codes_d;
@@ -318,7 +326,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
             uint32_t act[NT][AW];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int64_t m = nt * 8 + g;
+                const int64_t m = mz + nt * 8 + g;
                 if (m < a.M) {
                     if (FUSED) ldvec<AW, true>(act[nt], fz + ((m * LC + lc) * CK + t * D::VPT) * VBY);
                     else ldvec<AW>(act[nt], act_base + m * act_rowb + (sk<KIND>::F16 ? k0 + t * D::VPT : (k0 + t * D::VPT) * 2));
@@ -354,7 +362,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
-                        const int64_t m = nt * 8 + 2 * t + j;
+                        const int64_t m = mz + nt * 8 + 2 * t + j;
                         sxv[nt][j] = KIND == MOQ_CK_MXFP8 ? d_e8m0_dec(((const uint8_t *)tok_s)[m * (Kp / 32) + k0 / 32]) : tok_s[m * (Kp / 128) + k0 / 128];
                     }
                 float tmp[R / 4][4];
@@ -391,7 +399,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
                     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int64_t m = nt * 8 + 2 * t + (e & 1);
+                            const int64_t m = mz + nt * 8 + 2 * t + (e & 1);
                             const float sw = e < 2 ? swg : swg8;
                             float &o = acc[i * NT + nt][e];
                             if (KIND == MOQ_CK_MXFP8) {
@@ -458,7 +466,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32, H16 && NT == 1 && !FUSED ? 6 : 
                         for (int wi = 0; wi < GV_WARPS; wi++) v += pv[b][wi];
             }
             const int i = r / (NT * 4), nt = (r / 4) % NT, ce = r % 4;
-            const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = nt * 8 + 2 * (ln & 3) + (ce & 1);
+            const int64_t n = nb + 16 * i + (ln >> 2) + (ce >= 2 ? 8 : 0), m = mz + nt * 8 + 2 * (ln & 3) + (ce & 1);
             if (n >= a.N || m >= a.M) continue;
             const float y = fmaf(v * undo * ep_rs[j], FUSED ? 1.0f : tok[m], ep_b[j]); /* fused kinds: tok = 1 */
             if (a.y_bf16) ((__nv_bfloat16 *)a.y_d)[m * a.N + n] = __float2bfloat16_rn(y);
@@ -527,8 +535,8 @@ static int g_e2m1 = -1, g_balance = -1;
  * until it has run on the device (written after the last device call of 2026-12-01) */
 static int g_pe = -1;
 /* per pair kind, host copies of the kernel's constants */
-#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::PE_OK}
-static const struct { int ck, u, vby, sby; bool h16, pe; } gv_kind[MOQ_CK_COUNT] = {
+#define GV_ROW(K) {skd<K>::CK, skd<K>::U, sk<K>::F16 ? 1 : 2, sk<K>::SB ? (K == MOQ_CK_MXFP8 ? 1 : 4) : 0, skd<K>::H16_OK, skd<K>::PE_OK, skd<K>::MG}
+static const struct { int ck, u, vby, sby; bool h16, pe; int mg; } gv_kind[MOQ_CK_COUNT] = {
     [MOQ_CK_BF16] = GV_ROW(MOQ_CK_BF16), [MOQ_CK_FP8_TENSOR] = GV_ROW(MOQ_CK_FP8_TENSOR), [MOQ_CK_FP8_ROW] = GV_ROW(MOQ_CK_FP8_ROW),
     [MOQ_CK_FP8_BLK128] = GV_ROW(MOQ_CK_FP8_BLK128), [MOQ_CK_NVFP4] = GV_ROW(MOQ_CK_NVFP4), [MOQ_CK_NVFP4_W4A16] = GV_ROW(MOQ_CK_NVFP4_W4A16),
     [MOQ_CK_MXFP8] = GV_ROW(MOQ_CK_MXFP8),
@@ -540,18 +548,21 @@ static bool h16_of(int kind) {
 
 /* Grid of one call: tiles x ks blocks (ks = the cluster's K split), and whether it is FUSED with
  * its dynamic shared memory. */
-typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, pe; size_t smem; } gv_plan;
+typedef struct gv_plan { int64_t tiles, ks; bool fused, h16, pe; size_t smem; int nt, nz; } gv_plan;
 static gv_plan plan_of(const moq_cuda_args *a) {
     if (g_warps < 0) g_warps = moq_cuda_knob("MOQ_CUDA_GEMV_WARPS", 0, 1, 256);
     if (g_fuse_m < -1) g_fuse_m = moq_cuda_knob("MOQ_CUDA_GEMV_FUSE_M", -1, 0, 8);
     if (g_balance < 0) g_balance = moq_cuda_knob("MOQ_CUDA_GEMV_BALANCE", 1, 0, 1);
     if (g_pe < 0) g_pe = moq_cuda_knob("MOQ_CUDA_GEMV_PE", 0, 0, 1);
-    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0};
+    gv_plan p = {a->Np / (16 * GV_T), 1, false, h16_of(a->kind), g_pe && gv_kind[a->kind].pe, 0, 1, 1};
     const int k = a->kind, nt = a->M <= 8 ? 1 : 2; /* the demand table's column: M <= 8, or more */
+    /* n8 tiles of a row group: the fewest that hold M, at most the kind's; then nz groups */
+    p.nt = a->M <= 8 ? 1 : a->M <= 16 ? 2 : a->M <= 32 || gv_kind[k].mg < 64 ? 4 : 8;
+    p.nz = (int)cdiv(a->M, 8 * p.nt);
     const int64_t nch = a->Kp / gv_kind[k].ck;
     /* about that many warps per SM of demand; each warp at least U chunks; at most 8 blocks per cluster */
     const int warps = g_warps ? g_warps : demand_warps[k][nt - 1][p.tiles >= GV_WIDE];
-    int64_t ks = cdiv((int64_t)sm_count() * warps, p.tiles * GV_WARPS);
+    int64_t ks = cdiv((int64_t)sm_count() * warps, p.tiles * p.nz * GV_WARPS);
     const int64_t kmax = nch / (GV_WARPS * gv_kind[k].u);
     if (ks > kmax) ks = kmax;
     if (ks > 8) ks = 8;
@@ -572,7 +583,7 @@ static gv_plan plan_of(const moq_cuda_args *a) {
 
 template <int KIND, int NT, bool FUSED, bool H16, bool PE> static const char *launch1(const moq_cuda_args *a, const gv_plan &p) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)p.tiles, (unsigned)p.ks, 1);
+    cfg.gridDim = dim3((unsigned)(p.tiles * p.nz), (unsigned)p.ks, 1); /* nz = cdiv(M, 8 NT), as the kernel computes it */
     cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
     cfg.dynamicSmemBytes = FUSED ? p.smem : 0;
     cfg.stream = (cudaStream_t)a->stream;
@@ -595,13 +606,14 @@ template <int KIND, int NT, bool FUSED, bool H16, bool PE> static const char *la
 template <int KIND, bool H16, bool PE> static const char *launch_u(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (KIND != MOQ_CK_FP8_ROW) /* gv_fuse[].fusable */
         if (p.fused) return launch1<KIND, 1, true, H16, PE>(a, p); /* M <= 8 */
-    if (a->M <= 8) return launch1<KIND, 1, false, H16, PE>(a, p);
-    if (a->M <= 16) return launch1<KIND, 2, false, H16, PE>(a, p);
-    if constexpr (skd<KIND>::MMAX >= 32)
-        if (a->M <= 32) return launch1<KIND, 4, false, H16, PE>(a, p);
-    if constexpr (skd<KIND>::MMAX >= 64)
-        if (a->M <= 64) return launch1<KIND, 8, false, H16, PE>(a, p);
-    return "gemv: M above the kind's largest n8 tile count";
+    switch (p.nt) {
+    case 1: return launch1<KIND, 1, false, H16, PE>(a, p);
+    case 2: return launch1<KIND, 2, false, H16, PE>(a, p);
+    case 4: return launch1<KIND, 4, false, H16, PE>(a, p);
+    default:
+        if constexpr (skd<KIND>::MG >= 64) return launch1<KIND, 8, false, H16, PE>(a, p);
+        return "gemv: 8 n8 tiles asked of a kind that stops at 4";
+    }
 }
 template <int KIND, bool H16> static const char *launch_h(const moq_cuda_args *a, const gv_plan &p) {
     if constexpr (skd<KIND>::PE_OK)
@@ -615,23 +627,17 @@ template <int KIND> static const char *launch_gemv(const moq_cuda_args *a) {
     return launch_h<KIND, false>(a, p);
 }
 
-/* MOQ_CUDA_GEMV_MMAX (16 by default; 32 or 64): the largest M the decode kernel takes, each kind up
- * to its own skd<>::MMAX; above it the GEMM of the row's variant (rows_cuda.c). At 17..64 rows the
- * kernel still reads every weight once (n8 tiles of 4 or 8: 32 or 64 activation rows per mma A
- * fragment) where the dequant + cuBLASLt rows write and read a bf16 copy of the weight. */
+/* MOQ_CUDA_GEMV_MMAX (16 by default; 32 or 64): the largest M the decode kernel takes; above it the
+ * GEMM of the row's variant (rows_cuda.c). At 17..64 rows the kernel still streams the weight (row
+ * groups of up to 32 or 64 rows, skd<>::MG, each reading it once) where the dequant + cuBLASLt rows
+ * write and read a bf16 copy of it. Off by default until it has run on a GPU (2026-12-08). */
 static int g_mmax = -1;
-static const int gv_mmax_of[MOQ_CK_COUNT] = {
-    [MOQ_CK_BF16] = skd<MOQ_CK_BF16>::MMAX, [MOQ_CK_FP8_TENSOR] = skd<MOQ_CK_FP8_TENSOR>::MMAX, [MOQ_CK_FP8_ROW] = skd<MOQ_CK_FP8_ROW>::MMAX,
-    [MOQ_CK_FP8_BLK128] = skd<MOQ_CK_FP8_BLK128>::MMAX, [MOQ_CK_NVFP4] = skd<MOQ_CK_NVFP4>::MMAX,
-    [MOQ_CK_NVFP4_W4A16] = skd<MOQ_CK_NVFP4_W4A16>::MMAX, [MOQ_CK_MXFP8] = skd<MOQ_CK_MXFP8>::MMAX,
-};
 extern "C" int64_t moq_cuda_gemv_mmax(int kind) {
     if (g_mmax < 0) {
-        g_mmax = moq_cuda_knob("MOQ_CUDA_GEMV_MMAX", 16, 16, 64);
-        g_mmax = g_mmax <= 16 ? 16 : g_mmax <= 32 ? 32 : 64;
+        const int v = moq_cuda_knob("MOQ_CUDA_GEMV_MMAX", 16, 16, 64);
+        g_mmax = v <= 16 ? 16 : v <= 32 ? 32 : 64;
     }
-    if (kind < 0 || kind >= MOQ_CK_COUNT) return 16;
-    return g_mmax < gv_mmax_of[kind] ? g_mmax : gv_mmax_of[kind];
+    return kind < 0 || kind >= MOQ_CK_COUNT ? 16 : g_mmax;
 }
 
 extern "C" const char *moq_cuda_gemv(const moq_cuda_args *a) {
