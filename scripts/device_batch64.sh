@@ -44,7 +44,7 @@ bm() { # dir, env...: one bench model line set at batch 64
 }
 for a in FP8 NVFP4; do
   knobs="MOQ_X=0 MOQ_CUDA_ARGMAX=1 MOQ_BENCH_LOGITS=1 MOQ_CUDA_ATTN_ZLOOP=1 MOQ_CUDA_GEMV_MMAX=64 CAND MOQ_CUDA_ATTN_PREFILL_MMA=1"
-  [ "$a" = FP8 ] || knobs="MOQ_X=0 CAND" # NVFP4 stops the decode kernel at 32 rows: CAND is ZLOOP alone at batch 64
+  [ "$a" = FP8 ] || knobs="MOQ_X=0 CAND" # NVFP4: the decode kernel in two row groups of 32 at batch 64
   for knob in $knobs; do
     [ "$knob" = CAND ] && knob=$CAND
     [ "$(left)" -gt 150 ] || break
