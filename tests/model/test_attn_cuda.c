@@ -58,6 +58,22 @@ typedef struct acase {
     int32_t pos[8];
 } acase;
 
+/* n random K and V elements of eb bytes: e4m3 codes without NaN, keys below |2^1| (scores of a few
+ * units), or bf16 values in [-1, 1). */
+static void fill_kv(uint8_t *kh, uint8_t *vh, size_t n, int eb) {
+    for (size_t e = 0; e < n; e++) {
+        if (eb == 1) {
+            uint8_t a = (uint8_t)((urand() + 1.0) * 128.0), b = (uint8_t)((urand() + 1.0) * 128.0);
+            if ((a & 0x7F) == 0x7F) a ^= 1; /* no NaN codes */
+            if ((b & 0x7F) == 0x7F) b ^= 1;
+            kh[e] = (uint8_t)(a & 0xBF), vh[e] = b;
+        } else {
+            const uint16_t a = bf16_rne((float)urand()), b = bf16_rne((float)urand());
+            memcpy(kh + 2 * e, &a, 2), memcpy(vh + 2 * e, &b, 2);
+        }
+    }
+}
+
 /* One attention case: returns nothing, fails the test on a mismatch. */
 static void run_case(const acase *c) {
     const int64_t A = c->A, KV = c->KV, D = c->D, M = c->npos, qkvN = (A + 2 * KV) * D, G = A / KV;
@@ -69,17 +85,7 @@ static void run_case(const acase *c) {
     /* the pool: every position random (reading a position the window or the span excludes shows) */
     const size_t pool_n = (size_t)(n_pages * c->page * rowsz);
     uint8_t *kh = malloc(pool_n * (size_t)eb), *vh = malloc(pool_n * (size_t)eb);
-    for (size_t e = 0; e < pool_n; e++) {
-        if (eb == 1) {
-            uint8_t a = (uint8_t)((urand() + 1.0) * 128.0), b = (uint8_t)((urand() + 1.0) * 128.0);
-            if ((a & 0x7F) == 0x7F) a ^= 1; /* no NaN codes */
-            if ((b & 0x7F) == 0x7F) b ^= 1;
-            kh[e] = (uint8_t)(a & 0xBF), vh[e] = b; /* keys below |2^1| · scale: scores of a few units */
-        } else {
-            const uint16_t a = bf16_rne((float)urand()), b = bf16_rne((float)urand());
-            memcpy(kh + 2 * e, &a, 2), memcpy(vh + 2 * e, &b, 2);
-        }
-    }
+    fill_kv(kh, vh, pool_n, eb);
     /* block tables: a shuffled permutation of all pages */
     int32_t *bt = malloc((size_t)n_pages * sizeof *bt);
     for (int64_t k = 0; k < n_pages; k++) bt[k] = (int32_t)k;
@@ -323,17 +329,7 @@ static void run_prefill_case(const pcase *c) {
     const float scale = 1.0f / sqrtf((float)D), ksc = eb == 1 ? 0.37f : 1.0f, vsc = eb == 1 ? 1.9f : 1.0f;
     const size_t pool_n = (size_t)(n_pages * c->page * rowsz);
     uint8_t *kh = malloc(pool_n * (size_t)eb), *vh = malloc(pool_n * (size_t)eb);
-    for (size_t e = 0; e < pool_n; e++) {
-        if (eb == 1) {
-            uint8_t a = (uint8_t)((urand() + 1.0) * 128.0), b = (uint8_t)((urand() + 1.0) * 128.0);
-            if ((a & 0x7F) == 0x7F) a ^= 1; /* no NaN codes */
-            if ((b & 0x7F) == 0x7F) b ^= 1;
-            kh[e] = (uint8_t)(a & 0xBF), vh[e] = b; /* keys below 2 · scale */
-        } else {
-            const uint16_t a = bf16_rne((float)urand()), b = bf16_rne((float)urand());
-            memcpy(kh + 2 * e, &a, 2), memcpy(vh + 2 * e, &b, 2);
-        }
-    }
+    fill_kv(kh, vh, pool_n, eb);
     int32_t *bt = malloc((size_t)n_pages * sizeof *bt); /* a shuffled permutation of all pages; the pages of its last 3 entries are outside the sequence's max_pages */
     for (int64_t k = 0; k < n_pages; k++) bt[k] = (int32_t)k;
     for (int64_t k = n_pages - 1; k > 0; k--) {

@@ -143,4 +143,17 @@ __device__ __forceinline__ float clamp448(float v) { return v > 448.0f ? 448.0f 
 
 __host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* c += a · b on the tensor cores: mma.sync m16n8k16, bf16 operands, f32 accumulators (the mma.sync
+ * GEMM of gemm_mma.cu, the tensor-core prefill attention of model_ops.cu). */
+__device__ __forceinline__ void mma_bf16_16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two f32 → bf16 (round to nearest even) in one word, lo in the low half (the lower column / k) */
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
 #endif

@@ -24,24 +24,15 @@ __device__ __forceinline__ void ldsm4(uint32_t *r, const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
 }
-__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(const uint32_t *)&v;
-}
 __device__ __forceinline__ uint32_t fp8x2_bf16(uint32_t w16, float s) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w16 & 0xFFFF), __NV_E4M3);
     const float2 f = __half22float2(*(const __half2 *)&h);
-    return pack_bf16(f.x * s, f.y * s);
+    return bf16x2_rn(f.x * s, f.y * s);
 }
 __device__ __forceinline__ uint32_t e2m1x2_bf16(uint32_t b, float s16384) {
     const uint32_t h = ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
     const float2 f = __half22float2(*(const __half2 *)&h);
-    return pack_bf16(f.x * s16384, f.y * s16384);
+    return bf16x2_rn(f.x * s16384, f.y * s16384);
 }
 
 /* One thread's share of a weight tile: 16 codes of row (t / 2), half (t % 2), or 8 bf16 x2. */
@@ -147,7 +138,7 @@ __global__ void __launch_bounds__(256) gemm_mma_kernel(moq_cuda_args a) {
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) mma16816(G128 ? part[mi & (G128 ? 3 : 0)][ni] : acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+                for (int ni = 0; ni < 4; ni++) mma_bf16_16816(G128 ? part[mi & (G128 ? 3 : 0)][ni] : acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
         }
         if (G128 && ((kt + 1) * BK) % 128 == 0) {
             const int64_t g = kt * BK / 128;

@@ -702,16 +702,6 @@ template <int D> static const char *launch_prefill(const float *qkv_d, int64_t M
  * mask / online-softmax control flow were checked by a host emulation against a direct softmax. */
 #define MQ_FQ 64
 #define MQ_FK 64
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* two f32 → bf16 (round to nearest even) in one word: lo in the low half (the lower column / k) */
-__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *(const uint32_t *)&h;
-}
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return u2f(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return u2f(w & 0xFFFF0000u); }
 
@@ -779,7 +769,7 @@ __global__ void __launch_bounds__(128) attn_prefill_mma_kernel(const float *qkv,
 #pragma unroll
             for (int n = 0; n < NS; n++) { /* B[k = d][n = key] = K[key][d]: key 8 n + g, d pairs 2t and 2t + 8 */
                 const uint16_t *kb = Ks + (8 * n + g) * DS + d0 + 2 * t;
-                mma_bf16(s[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
+                mma_bf16_16816(s[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
             }
         }
         /* scale, mask, the tile's row max (the quad t = 0..3 shares a row). The mask is skipped where
@@ -839,8 +829,8 @@ __global__ void __launch_bounds__(128) attn_prefill_mma_kernel(const float *qkv,
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                              : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
                              : "r"(sa));
-                mma_bf16(o[n], pa[kk], b0, b1);
-                mma_bf16(o[n + 1], pa[kk], b2, b3);
+                mma_bf16_16816(o[n], pa[kk], b0, b1);
+                mma_bf16_16816(o[n + 1], pa[kk], b2, b3);
             }
         }
     }
