@@ -13,13 +13,7 @@
 #   5. `moq serve --device cuda` + bench/serve_bench.py at 1 and 64 clients (issue 15's GPU target).
 # Binaries staged by scripts/device_all_stage.sh (.devbin). Usage: OUT=/tmp/out [LIMIT=540] scripts/device_batch64.sh
 . "$(dirname "$0")/device_env.sh"
-LIMIT=${LIMIT:-540}
-left() { echo $((LIMIT - SECONDS)); }
-S=/tmp/moq_synth
-mkdir -p "$S"
-log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
-log "device"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
+device_header
 CAND="MOQ_CUDA_ARGMAX=1 MOQ_CUDA_GEMV_MMAX=64 MOQ_CUDA_ATTN_ZLOOP=1"
 for a in FP8 NVFP4; do
   "$BIN/moq" synth "$S/d_$a" --algo "$a" --layers 8 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &

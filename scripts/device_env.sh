@@ -16,3 +16,14 @@ export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 ncl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ncl
 export MOQ_TESTDATA=${MOQ_TESTDATA:-$BIN/testdata} MOQ_TEST_SRCDATA=$ROOT/tests/data MOQ_TMP=/tmp/moq_tmp TMPDIR=/tmp
 mkdir -p "$MOQ_TMP"
+# For the timed scripts (device_batch64.sh, device_fa2.sh): left() of LIMIT seconds in all (540
+# unless set; scripts with their own default set LIMIT after sourcing this), S the synthetic
+# checkpoints, log() into $OUT/summary.log, and the GPU's name and clocks first.
+left() { echo $((${LIMIT:-540} - SECONDS)); }
+S=/tmp/moq_synth
+mkdir -p "$S"
+log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
+device_header() {
+  log "device"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
+}

@@ -9,13 +9,7 @@
 #   3. ncu: the prefill attention kernel's own time, knob 0 and 1 (4 layers' launches each).
 # Binaries staged by scripts/device_all_stage.sh (.devbin). Usage: OUT=/tmp/out [LIMIT=540] scripts/device_fa2.sh
 . "$(dirname "$0")/device_env.sh"
-LIMIT=${LIMIT:-540}
-left() { echo $((LIMIT - SECONDS)); }
-S=/tmp/moq_synth
-mkdir -p "$S"
-log() { echo "== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$OUT/summary.log"; }
-log "device"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/summary.log"
+device_header
 for a in FP8 NVFP4; do
   "$BIN/moq" synth "$S/d32_$a" --algo "$a" --layers 32 --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 --vocab 128256 > "$OUT/synth_$a.log" 2>&1 &
 done
