@@ -356,6 +356,9 @@ typedef struct moq_sampler moq_sampler; /* opaque: options + PRNG state; not thr
 MOQ_API moq_sampler_opts moq_sampler_opts_default(void);
 MOQ_API moq_status moq_sampler_create(moq_sampler **out, const moq_sampler_opts *opts, moq_error *err);
 MOQ_API void       moq_sampler_free(moq_sampler *s);
+/* Whether s always picks the argmax (temperature 0 or top_k 1: ties -> lowest id, no random draw):
+ * a caller may then take the id moq_batch_item.argmax finds instead of sampling the logits. */
+MOQ_API bool       moq_sampler_is_greedy(const moq_sampler *s);
 /* Scratch bytes moq_sampler_sample needs for a vocabulary of n ids. */
 MOQ_API size_t     moq_sampler_scratch_size(size_t n);
 /* Picks one id from logits f32 [n]. NaN or +inf logits are MOQ_ERR_INVALID_ARG naming the index.
@@ -878,7 +881,7 @@ MOQ_API int64_t    moq_seq_pages(const moq_seq *s);              /* pages held  
 /* One item of a run: n >= 1 tokens appended to seq (positions pos..pos+n-1); logits: NULL, or
  * caller-owned f32 [vocab] receiving the logits of the item's last token; argmax: NULL, or receives
  * the index of that token's largest logit (the lowest index among equal ones: the greedy token,
- * as moq_sampler_sample picks it at temperature 0). Either makes the run check that row's logits
+ * as moq_sampler_sample picks it when moq_sampler_is_greedy). Either makes the run check that row's logits
  * (non-finite: MOQ_ERR_TENSOR). On a GPU model, a run whose rows all ask for argmax only computes
  * it on the GPU and downloads the ids alone instead of [rows, vocab] floats. */
 typedef struct moq_batch_item {

@@ -18,10 +18,12 @@
 
 static int32_t argmax_row(const float *x, int64_t n) { return (int32_t)moq_f32_argmax_first(x, n); } /* the step checked x finite */
 
-/* MOQ_PROFILE_LAST_STEP=1: the last decode step (and the last batch step) alone inside a profiler
- * range (cudaProfilerStart/Stop), for `ncu --profile-from-start off` (scripts/device_diag.sh). */
-static bool profile_last_step(void) {
-    const char *v = getenv("MOQ_PROFILE_LAST_STEP");
+/* A measurement switch of the environment, on when it reads 1:
+ *   MOQ_PROFILE_LAST_STEP: the last decode step (and the last batch step) alone inside a profiler
+ *     range (cudaProfilerStart/Stop), for `ncu --profile-from-start off` (scripts/device_diag.sh);
+ *   MOQ_BENCH_LOGITS: --batch steps take every logits row to the host and find the argmax there. */
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
     return v && v[0] == '1';
 }
 
@@ -57,9 +59,7 @@ static int bench_batch(moq_model *m, const int32_t *ids, long P, long N, long B,
             rc = cli_report(&err);
         else tok[i] = argmax_row(lg, V);
     }
-    const bool prof = profile_last_step();
-    const char *lr = getenv("MOQ_BENCH_LOGITS"); /* 1: every step's logits rows to the host and the argmax there (A/B) */
-    const bool logits_rows = lr && lr[0] == '1';
+    const bool prof = env_on("MOQ_PROFILE_LAST_STEP"), logits_rows = env_on("MOQ_BENCH_LOGITS");
     double t0 = cli_now_s();
     for (long i = 0; !rc && i <= N; i++) {
         if (i == 1) t0 = cli_now_s();
@@ -149,7 +149,7 @@ int cmd_bench_model(int argc, char **argv) {
         ids[i] = (int32_t)(st % (uint64_t)V);
     }
     if (P + N + 1 > moq_model_ctx(m)) { rc = cli_usage_error("bench model", "--prompt + --decode = %ld exceed --ctx %lld", P + N, (long long)moq_model_ctx(m)); goto done; }
-    const bool prof1 = profile_last_step();
+    const bool prof1 = env_on("MOQ_PROFILE_LAST_STEP");
     const double t0 = cli_now_s();
     if (moq_model_prefill(m, ids, P, NULL, &err) != MOQ_OK) { rc = cli_report(&err); goto done; }
     const double t1p = cli_now_s();

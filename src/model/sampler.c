@@ -120,6 +120,8 @@ static void select_top_k(cand *c, size_t n, size_t k) {
     sort_cands(c, k);
 }
 
+bool moq_sampler_is_greedy(const moq_sampler *s) { return s && (s->opts.temperature == 0.0f || s->opts.top_k == 1); }
+
 moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, void *scratch, size_t scratch_size,
                               int32_t *id, moq_error *err) {
     if (!s || !logits || !id || n == 0 || n > INT32_MAX)
@@ -128,7 +130,7 @@ moq_status moq_sampler_sample(moq_sampler *s, const float *logits, size_t n, voi
     if (bad >= 0)
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "logits", "logits[%lld] is %g; expected a finite value or -inf", (long long)bad, (double)logits[bad]);
     const size_t best = (size_t)moq_f32_argmax_first(logits, (int64_t)n);
-    if (s->opts.temperature == 0.0f || s->opts.top_k == 1 || isinf(logits[best])) { *id = (int32_t)best; return MOQ_OK; }
+    if (moq_sampler_is_greedy(s) || isinf(logits[best])) { *id = (int32_t)best; return MOQ_OK; }
     if (!scratch || scratch_size < moq_sampler_scratch_size(n))
         return MOQ_FAIL(err, MOQ_ERR_INVALID_ARG, "moq_sampler_sample", "scratch of %zu bytes, expected %zu", scratch_size, moq_sampler_scratch_size(n));
     cand *c = scratch;

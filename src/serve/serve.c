@@ -668,10 +668,11 @@ static void retire(server *s, req **list, req *r) {
 }
 
 /* Item n of a run: n_tok tokens of r; its last token's output (when `last`) is the argmax the
- * library finds for a greedy request that wants no log-probabilities (on the GPU only the id comes
- * down), else the logits row n for the sampler. */
+ * library finds for a greedy request (moq_sampler_is_greedy: temperature 0 or top_k 1) that wants no
+ * log-probabilities (on the GPU with MOQ_CUDA_ARGMAX=1 only the id comes down), else the logits row n
+ * for the sampler. */
 static moq_batch_item out_item(const server *s, req *r, const int32_t *tok, int64_t n_tok, bool last, float *logits, int32_t *greedy, int n) {
-    const bool argmax = last && r->so.temperature == 0.0f && r->logprobs < 0;
+    const bool argmax = last && moq_sampler_is_greedy(r->smp) && r->logprobs < 0;
     return (moq_batch_item){r->seq, tok, n_tok, last && !argmax ? logits + (size_t)n * (size_t)s->V : NULL, argmax ? &greedy[n] : NULL};
 }
 

@@ -10,6 +10,8 @@
  *      decoded W in f32 or on bf16 tensor cores), so only the f32 summation order differs:
  *      relative Frobenius error <= 2e-5 (f32 y), 2^-8 (bf16 y); W4A16/BF16 with f32 x: the GPU
  *      rounds x to bf16 first (documented), <= 1e-2;
+ *      With MOQ_CUDA_GEMV_MMAX=64 in the environment (scripts/device_batch64.sh) the rows' M = 17..64
+ *      calls (17, 24, 33, 40, 48, 64) go through the decode kernel's row groups instead of the GEMMs;
  *   3. errors: a CUDA layer without a usable GPU, and a pair with no CUDA row.
  * Without a GPU (CI: nvcc but no device) every GPU test skips with a message. Label: cuda. */
 #include "tu.h"

@@ -54,14 +54,6 @@ typedef struct spec {
 } spec;
 
 /* A 2-layer decoder (test_model.c's shapes) with every linear in `algo`, lm_head BF16. */
-/* The first index of the largest value (the greedy token), as a plain loop. */
-static int32_t first_max(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static void make_model(const spec *s, const char *dir) {
     gen g = {.rng = 0xC0DA0000u + (uint64_t)strlen(s->name)};
     TU_OK(moq_writer_create(&g.w, dir, err_));
@@ -175,14 +167,14 @@ static void run(const char *dir, moq_device dev, moq_elem kv, const int32_t *ids
     moq_model_free(m);
 }
 
-static int argmax(const float *x, int64_t n, float *second) {
+static int argmax(const float *x, int64_t n, float *second) { /* the first maximum; second (or NULL): the runner-up's value */
     int b = 0;
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[b]) b = (int)i;
     float s = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; second && i < n; i++)
         if (i != b && x[i] > s) s = x[i];
-    *second = s;
+    if (second) *second = s;
     return b;
 }
 
@@ -657,12 +649,12 @@ static void test_batch_greedy(void **state) {
             const int32_t prompt[4] = {(int32_t)(13 * b + 1) % V_, (int32_t)(7 * b + 3) % V_, (int32_t)(5 * b + 2) % V_, 9};
             TU_OK(moq_seq_create(&sq[b], bt, err_));
             TU_OK(moq_seq_prefill(bt, sq[b], prompt, 1 + b % 4, lg, err_));
-            tok[b] = first_max(lg, V_);
+            tok[b] = argmax(lg, V_, NULL);
         }
         for (int k = 0; k < STEPS; k++) {
             if (way == 0) {
                 TU_OK(moq_batch_step(bt, sq, tok, NB, lg, err_));
-                for (int b = 0; b < NB; b++) tok[b] = first_max(lg + (size_t)b * V_, V_);
+                for (int b = 0; b < NB; b++) tok[b] = argmax(lg + (size_t)b * V_, V_, NULL);
             } else if (way == 1) {
                 TU_OK(moq_batch_step_greedy(bt, sq, tok, NB, tok, err_));
             } else {
@@ -676,8 +668,8 @@ static void test_batch_greedy(void **state) {
                 TU_OK(moq_batch_run(bt, it, NB, err_));
                 for (int b = 0; b < NB; b++) {
                     const int w = (b + k) % 3;
-                    if (w == 2) assert_int_equal(g[b], first_max(lg + (size_t)b * V_, V_));
-                    tok[b] = w == 0 ? first_max(lg + (size_t)b * V_, V_) : g[b];
+                    if (w == 2) assert_int_equal(g[b], argmax(lg + (size_t)b * V_, V_, NULL));
+                    tok[b] = w == 0 ? argmax(lg + (size_t)b * V_, V_, NULL) : g[b];
                 }
             }
             memcpy(got_ids[way][k], tok, sizeof tok);

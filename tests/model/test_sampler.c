@@ -63,13 +63,19 @@ static void test_greedy(void **state) {
     assert_int_equal(draw(s, m, 3, NULL), 2);
     float z[4] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
     assert_int_equal(draw(s, z, 4, NULL), 0);
+    assert_true(moq_sampler_is_greedy(s)); /* what moq serve asks the batch's argmax for */
     moq_sampler_free(s);
     /* top_k = 1 is greedy whatever the temperature */
     s = make(5.0f, 1, 1.0f, 3);
+    assert_true(moq_sampler_is_greedy(s));
     void *scratch = malloc(moq_sampler_scratch_size(6));
     for (int i = 0; i < 100; i++) assert_int_equal(draw(s, l, 6, scratch), 1);
     free(scratch);
     moq_sampler_free(s);
+    s = make(0.7f, 2, 1.0f, 3);
+    assert_false(moq_sampler_is_greedy(s));
+    moq_sampler_free(s);
+    assert_false(moq_sampler_is_greedy(NULL));
 }
 
 typedef struct ix { double v; int id; } ix;
